@@ -1,0 +1,93 @@
+"""Command line. Each command parses flags, calls the core, renders, and returns an exit code.
+
+Offline commands (diff, show, ingest) never import torch or vllm: engines are imported inside
+the commands that boot something.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvaudit.errors import ExitCode, KvauditError
+from kvaudit.render import Format, reporter
+
+app = typer.Typer(
+    name="kvaudit", add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+    help="Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe.")
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
+WidthOpt = Annotated[Optional[int], typer.Option("--width", help="Table width (default: the terminal's).")]
+
+
+def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
+    from kvaudit.report import write_report
+    if output is not None:
+        write_report(report, output)
+        typer.echo(f"kvaudit: report written to {output}", err=True)
+    reporter(fmt, width=width).report(report, sys.stdout)
+
+
+@app.command()
+def show(report: Annotated[Path, typer.Argument(help="A kvaudit report (JSON) or a raw vLLM log.")],
+         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
+    """Render one report (or a vLLM startup log) as a table, JSON, CSV or markdown."""
+    from kvaudit.report import load_report
+    reporter(fmt, width=width).report(load_report(report), sys.stdout)
+
+
+@app.command()
+def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSON or vLLM log).")],
+         b: Annotated[Path, typer.Argument(help="The run to compare with it.")],
+         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
+         fail_on_kv_drop: Annotated[Optional[str], typer.Option(
+             "--fail-on-kv-drop", metavar="BYTES",
+             help="Exit 1 when KV on the binding rank fell by more than this (4096, 512MiB, 1.5GiB).")] = None,
+         ) -> None:
+    """Per-owner deltas per rank, the dominant owner, knob and environment differences, KV change."""
+    from kvaudit.diff import check_kv_drop, diff_reports
+    from kvaudit.report import load_report
+    from kvaudit.units import parse_bytes
+    limit = parse_bytes(fail_on_kv_drop) if fail_on_kv_drop is not None else None
+    result = diff_reports(load_report(a), load_report(b), a_name=a.name, b_name=b.name)
+    if not result.comparable:
+        typer.echo("kvaudit: warning: the runs differ in " + ", ".join(k.knob for k in result.knob_differences)
+                   + "; owner deltas mix config and code changes", err=True)
+    reporter(fmt, width=width).diff(result, sys.stdout)
+    if limit is not None:
+        check_kv_drop(result, limit)
+
+
+def main() -> None:
+    """Console entry point: every KvauditError is one line on stderr and its exit code."""
+    try:
+        code = app(standalone_mode=False)
+    except KvauditError as exc:
+        typer.echo(f"kvaudit: error: {exc}", err=True)
+        sys.exit(int(exc.exit_code))
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("kvaudit: interrupted", err=True)
+        sys.exit(int(ExitCode.INCOMPLETE))
+    except _click_errors() as exc:
+        exc.show()
+        sys.exit(int(ExitCode.USAGE))
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # a bug: still one line, the traceback on request
+        if os.environ.get("KVAUDIT_DEBUG"):
+            raise
+        typer.echo(f"kvaudit: internal error: {type(exc).__name__}: {exc} (KVAUDIT_DEBUG=1 shows the traceback)",
+                   err=True)
+        sys.exit(int(ExitCode.INCOMPLETE))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_errors() -> type[Exception]:
+    import click
+    return click.ClickException

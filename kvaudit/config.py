@@ -1,0 +1,114 @@
+"""The audited configuration, in vLLM's own field names.
+
+Presets come from `configs/*.toml` (the same names, flat), flags override them, and the result is
+what a report's `config` holds. Knobs kvaudit does not model travel in `extra_args` and are
+passed to vLLM unchanged, except the two that would bypass the audit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from kvaudit.errors import UsageError
+
+# Engine arguments that replace kvaudit's sizing with a fixed number: the audit would then
+# measure nothing it decides. vLLM spells them with underscores in Python, dashes on its CLI.
+REFUSED_ARGS = ("kv_cache_memory_bytes", "num_gpu_blocks_override")
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """What was (or is to be) booted. None means "vLLM's default" for a run, "unknown" for a log."""
+
+    model: str | None = None
+    """Model directory (a config.json, with or without weights) or name, as vLLM was given it."""
+    tensor_parallel_size: int | None = 1
+    decode_context_parallel_size: int | None = 1
+    speculative_method: str | None = None
+    """`mtp` (and model-specific MTP names) or another speculative method; None = no speculation."""
+    num_speculative_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    enforce_eager: bool | None = None
+    kv_cache_dtype: str | None = None
+    block_size: int | None = None
+    load_format: str | None = None
+    """`dummy` boots from config.json alone (random weights of the real shapes)."""
+    extra_args: Mapping[str, Any] = field(default_factory=dict)
+    """Further vLLM engine arguments, passed through unchanged."""
+
+    def replace(self, **changes: Any) -> AuditConfig:
+        """A copy with the given fields changed; `None` values are ignored (flag not given)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def validated(self) -> AuditConfig:
+        """Refuse values vLLM would reject late or that would bypass the audit, one line each."""
+        for name in ("tensor_parallel_size", "decode_context_parallel_size", "max_model_len",
+                     "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise UsageError(f"{name} must be a positive integer, got {value!r}")
+        gmu = self.gpu_memory_utilization
+        if gmu is not None and not 0.0 < gmu <= 1.0:
+            raise UsageError(f"gpu_memory_utilization must be in (0, 1], got {gmu}")
+        tp, dcp = self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1
+        if tp % dcp:
+            raise UsageError(f"decode_context_parallel_size {dcp} must divide tensor_parallel_size {tp}: "
+                             f"DCP reuses the TP ranks")
+        if self.num_speculative_tokens is not None and self.speculative_method is None:
+            raise UsageError("num_speculative_tokens needs a speculative method: pass --mtp N")
+        for key in self.extra_args:
+            if key.replace("-", "_").lstrip("_") in REFUSED_ARGS:
+                raise UsageError(f"refusing --{key.replace('_', '-')}: it fixes the KV size and bypasses the "
+                                 f"audit; use --gmu, or paste the safe_serve_flags of the report into vllm serve")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["cudagraph_capture_sizes"] = (list(self.cudagraph_capture_sizes)
+                                           if self.cudagraph_capture_sizes is not None else None)
+        data["extra_args"] = dict(self.extra_args)
+        return data
+
+
+CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(AuditConfig))
+"""Every config key, in order. `kvaudit diff` compares all but `extra_args` knob by knob."""
+
+COMPARED_KNOBS = tuple(k for k in CONFIG_KEYS if k not in ("extra_args", "load_format"))
+
+
+def load_preset(path: Path) -> AuditConfig:
+    """Read a TOML preset: vLLM field names at the top level; unknown keys go to extra_args."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    known = {k: v for k, v in data.items() if k in CONFIG_KEYS and k != "extra_args"}
+    extra = {k: v for k, v in data.items() if k not in CONFIG_KEYS}
+    extra.update(data.get("extra_args", {}) if isinstance(data.get("extra_args"), dict) else {})
+    if "cudagraph_capture_sizes" in known:
+        sizes = known["cudagraph_capture_sizes"]
+        if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes):
+            raise UsageError(f"{path}: cudagraph_capture_sizes must be a list of integers")
+        known["cudagraph_capture_sizes"] = tuple(sizes)
+    try:
+        return AuditConfig(**known, extra_args=extra)
+    except TypeError as exc:  # pragma: no cover - dataclass field mismatch
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def config_from_json(data: Mapping[str, Any]) -> AuditConfig:
+    """The inverse of `to_json`, tolerant of missing optional keys (the report loader checks types)."""
+    known = {k: data.get(k) for k in CONFIG_KEYS if k in data and k != "extra_args"}
+    if known.get("cudagraph_capture_sizes") is not None:
+        known["cudagraph_capture_sizes"] = tuple(known["cudagraph_capture_sizes"])
+    return AuditConfig(**known, extra_args=dict(data.get("extra_args") or {}))

@@ -1,0 +1,369 @@
+"""Phase measurements → owners, KV sizing, capacity and levers. Pure functions over integers.
+
+Notation (DESIGN.md): A(p) torch allocated at the end of phase p, P(p) torch peak during p,
+R(p) torch reserved, U(p) device used, `others` other processes at baseline, and
+NT(p) = U(p) − R(p) − others, the non-torch bytes of this process.
+
+Every non-KV byte of the process is claimed by exactly one owner, so the ledger balances by
+construction: the owners plus `kv_unallocated` equal the requested budget, and the owners minus
+the transient peak minus any unused graph reservation equal U(last) − others. `check_balance`
+re-proves that on any report, including ones read back from disk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from kvaudit.config import AuditConfig
+from kvaudit.errors import BadInputError
+from kvaudit.schema import (
+    NON_KV_OWNERS, Capacity, Lever, Owner, Phase, PhaseRecord, RankReport,
+)
+from kvaudit.units import fmt_gib
+
+Phases = Mapping[Phase, PhaseRecord]
+
+
+def requested_bytes(device_total_bytes: int, gpu_memory_utilization: float) -> int:
+    """vLLM's request_memory: ceil(total × utilization), total as mem_get_info reports it."""
+    return math.ceil(device_total_bytes * gpu_memory_utilization)
+
+
+def _sub(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a - b
+
+
+def _sum(*values: int | None) -> int | None:
+    return None if any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
+
+
+def _val(phases: Phases, phase: Phase, attr: str) -> int | None:
+    record = phases.get(phase)
+    return None if record is None else getattr(record, attr)
+
+
+def _a(ph: Phases, p: Phase) -> int | None:
+    return _val(ph, p, "torch_allocated_bytes")
+
+
+def _r(ph: Phases, p: Phase) -> int | None:
+    return _val(ph, p, "torch_reserved_bytes")
+
+
+def _u_minus_r(ph: Phases, p: Phase) -> int | None:
+    """U(p) − R(p): non-torch bytes on the device, other processes included."""
+    return _sub(_val(ph, p, "device_used_bytes"), _r(ph, p))
+
+
+def _pool(ph: Phases, p: Phase) -> int:
+    return _val(ph, p, "graph_pool_bytes") or 0
+
+
+@dataclass(frozen=True)
+class RankLedger:
+    """The arithmetic of one rank, at sizing time (before KV) or at the end of the boot."""
+
+    owners: dict[Owner, int | None]
+    requested_bytes: int | None
+    kv_available_bytes: int | None
+    """requested − every non-KV owner at sizing time: what kvaudit gives vLLM for KV."""
+    naive_kv_available_bytes: int | None
+    graph_pool_actual_bytes: int | None
+    free_at_start_bytes: int | None
+
+
+def last_measured_phase(phases: Phases) -> Phase | None:
+    """The latest phase up to capture with a device measurement (verify is a separate check)."""
+    for phase in (Phase.CAPTURE, Phase.KV, Phase.GRAPHS, Phase.REPLAY, Phase.PERSISTENT, Phase.PROFILE,
+                  Phase.LOAD, Phase.BASELINE):
+        if _val(phases, phase, "device_used_bytes") is not None:
+            return phase
+    return None
+
+
+def graph_pool_actual(phases: Phases) -> int | None:
+    """Pool segments at the end of the real capture (retained pages included) + its non-torch growth."""
+    if Phase.CAPTURE not in phases or Phase.KV not in phases:
+        return None
+    growth = _sub(_u_minus_r(phases, Phase.CAPTURE), _u_minus_r(phases, Phase.KV))
+    return None if growth is None else _pool(phases, Phase.CAPTURE) + growth
+
+
+def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
+                       kv_cache_bytes: int | None, requested: int | None,
+                       last: Phase | None = None) -> dict[Owner, int | None]:
+    """DESIGN.md's owner formulas, with every process byte claimed once (see `Owner.TORCH_OTHER`)."""
+    last = last or last_measured_phase(phases)
+    b, ld, pr, pe, rp = Phase.BASELINE, Phase.LOAD, Phase.PROFILE, Phase.PERSISTENT, Phase.REPLAY
+    weights = _sub(_a(phases, ld), _a(phases, b))
+    persistent_torch = _sub(_a(phases, pe), _a(phases, pr))
+    persistent_non_torch = _sub(_u_minus_r(phases, pe), _u_minus_r(phases, pr))
+    persistent = _sum(persistent_torch, persistent_non_torch)
+    activation = _sub(_val(phases, rp, "torch_peak_allocated_bytes"), _a(phases, pe))
+
+    actual = graph_pool_actual(phases) if last is Phase.CAPTURE else None
+    known_graph = [g for g in (graph_pool_estimate_bytes, actual) if g is not None]
+    graph_pool = max(known_graph) if known_graph else None
+    capture_non_torch = (_sub(_u_minus_r(phases, Phase.CAPTURE), _u_minus_r(phases, Phase.KV))
+                         if last is Phase.CAPTURE else 0)
+
+    kv_held = kv_cache_bytes if last in (Phase.KV, Phase.CAPTURE) else 0
+    non_torch = torch_other = None
+    if last is not None:
+        nt_last = _sub(_u_minus_r(phases, last), others_bytes)
+        non_torch = _sub(nt_last, _sum(persistent_non_torch, capture_non_torch))
+        torch_other = _sub(_r(phases, last), _sum(_pool(phases, last), weights, persistent_torch, kv_held))
+
+    owners = {Owner.WEIGHTS: weights, Owner.PERSISTENT: persistent, Owner.ACTIVATION_PEAK: activation,
+              Owner.GRAPH_POOL: graph_pool, Owner.NON_TORCH: non_torch, Owner.TORCH_OTHER: torch_other,
+              Owner.KV_CACHE: kv_cache_bytes if last in (Phase.KV, Phase.CAPTURE) else None}
+    charged = _sum(*(owners[o] for o in NON_KV_OWNERS), owners[Owner.KV_CACHE])
+    owners[Owner.KV_UNALLOCATED] = _sub(requested, charged)
+    return owners
+
+
+def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: int | None,
+                       graph_pool_estimate_bytes: int | None) -> int | None:
+    """What one profile pass before any warmup gives (the seed bug):
+    requested − (weights + P(profile) − A(load) + non-torch at profile + graph estimate)."""
+    weights = _sub(_a(phases, Phase.LOAD), _a(phases, Phase.BASELINE))
+    transient = _sub(_val(phases, Phase.PROFILE, "torch_peak_allocated_bytes"), _a(phases, Phase.LOAD))
+    non_torch = _sub(_u_minus_r(phases, Phase.PROFILE), others_bytes)
+    return _sub(requested, _sum(weights, transient, non_torch, graph_pool_estimate_bytes or 0))
+
+
+def size_kv(phases: Phases, *, requested: int, others_bytes: int | None,
+            graph_pool_estimate_bytes: int | None) -> int | None:
+    """kvaudit's KV figure for one rank, from the phases up to `graphs`: requested − non-KV owners."""
+    owners = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                                kv_cache_bytes=None, requested=requested, last=last_measured_phase(
+                                    {p: r for p, r in phases.items() if p not in (Phase.KV, Phase.CAPTURE)}))
+    return _sub(requested, _sum(*(owners[o] for o in NON_KV_OWNERS)))
+
+
+def rank_ledger(phases: Phases, *, device_total_bytes: int | None, gpu_memory_utilization: float | None,
+                others_bytes: int | None, graph_pool_estimate_bytes: int | None,
+                kv_cache_bytes: int | None) -> RankLedger:
+    """Everything the report says of one rank that arithmetic can say."""
+    requested = (requested_bytes(device_total_bytes, gpu_memory_utilization)
+                 if device_total_bytes is not None and gpu_memory_utilization is not None else None)
+    kv_available = (size_kv(phases, requested=requested, others_bytes=others_bytes,
+                            graph_pool_estimate_bytes=graph_pool_estimate_bytes)
+                    if requested is not None and Phase.REPLAY in phases else None)
+    return RankLedger(
+        owners=owners_from_phases(phases, others_bytes=others_bytes,
+                                  graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                                  kv_cache_bytes=kv_cache_bytes, requested=requested),
+        requested_bytes=requested,
+        kv_available_bytes=kv_available,
+        naive_kv_available_bytes=naive_kv_available(phases, requested=requested, others_bytes=others_bytes,
+                                                    graph_pool_estimate_bytes=graph_pool_estimate_bytes),
+        graph_pool_actual_bytes=graph_pool_actual(phases),
+        free_at_start_bytes=_sub(device_total_bytes, _val(phases, Phase.BASELINE, "device_used_bytes")),
+    )
+
+
+def check_balance(rank: RankReport) -> None:
+    """Owners + kv_unallocated = requested whenever all are known; anything else is bad input.
+    torch_other is an extension: a report written without it balances over the other seven."""
+    keys = [o for o in Owner if not (o is Owner.TORCH_OTHER and rank.owners.get(o) is None)]
+    values = [rank.owners.get(o) for o in keys]
+    if rank.requested_bytes is None or any(v is None for v in values):
+        return
+    total = sum(values)  # type: ignore[arg-type]
+    if total != rank.requested_bytes:
+        raise BadInputError(f"rank {rank.rank}: owners sum to {total} bytes but requested is "
+                            f"{rank.requested_bytes} ({total - rank.requested_bytes:+d}): the ledger does not balance")
+
+
+# --------------------------------------------------------------------------------------------
+# Capacity
+
+
+@dataclass(frozen=True)
+class KvGeometry:
+    """How KV bytes turn into tokens on one rank (vLLM's kv_cache_config)."""
+
+    block_size: int
+    """Tokens per block on a rank."""
+    bytes_per_block: int
+    """Pool bytes of one block, summed over all attention layers (MTP layers included)."""
+    dcp: int = 1
+    """DCP shards the sequence: the same per-rank bytes hold dcp× the tokens."""
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.block_size * self.dcp
+
+    def blocks(self, available_bytes: int) -> int:
+        return max(available_bytes // self.bytes_per_block, 0)
+
+    def needed_bytes(self, model_len: int) -> int:
+        """vLLM's max_memory_usage_bytes for one request: cdiv(cdiv(len, dcp), block_size) blocks."""
+        return -(-(-(-model_len // self.dcp)) // self.block_size) * self.bytes_per_block
+
+    def max_len(self, available_bytes: int) -> int:
+        """Longest request that fits: vLLM's check keeps one block back (the null block)."""
+        return max((available_bytes - self.bytes_per_block) // self.bytes_per_block, 0) * self.tokens_per_block
+
+
+def _gmu_ceil(fraction: float) -> float:
+    return math.ceil(fraction * 10_000 - 1e-9) / 10_000
+
+
+def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeometry | None, *,
+             known_kv_tokens: int | None = None, known_max_feasible_model_len: int | None = None,
+             graph_bytes_per_size: int | None = None) -> Capacity:
+    """Capacity on the binding rank, the levers when it does not fit, and the flags that are safe."""
+    sized = [r for r in ranks if r.kv_available_bytes is not None]
+    binding = min(sized, key=lambda r: (r.kv_available_bytes, r.rank)) if sized else None
+    avail = binding.kv_available_bytes if binding else None
+    naive_all = [r.naive_kv_available_bytes for r in ranks]
+    naive = min(naive_all) if naive_all and None not in naive_all else None
+    headrooms = [_sub(r.free_at_start_bytes, r.requested_bytes) for r in ranks]
+    headroom = min(headrooms) if headrooms and None not in headrooms else None
+    length = config.max_model_len
+
+    tokens, needed, fits, feasible, gmu_needed = known_kv_tokens, None, None, known_max_feasible_model_len, None
+    if geometry is not None and avail is not None:
+        tokens = geometry.blocks(avail) * geometry.tokens_per_block
+        feasible = geometry.max_len(avail)
+        if length is not None:
+            needed = geometry.needed_bytes(length)
+            fits = needed <= avail - geometry.bytes_per_block
+            gmu_needed = _gmu_needed(ranks, needed + geometry.bytes_per_block)
+    elif length is not None and feasible is not None:
+        fits = feasible >= length
+
+    cap = Capacity(
+        kv_available_bytes=avail, binding_rank=binding.rank if binding else None, kv_tokens=tokens,
+        kv_needed_bytes=needed, max_model_len_fits=fits, max_feasible_model_len=feasible, gmu_needed=gmu_needed,
+        physical_headroom_bytes=headroom, naive_kv_available_bytes=naive,
+        kv_bytes_per_block=geometry.bytes_per_block if geometry else None,
+        block_size=geometry.block_size if geometry else None,
+        tokens_per_block=geometry.tokens_per_block if geometry else None,
+        over_allocation_bytes=_sub(naive, avail))
+    levers = (compute_levers(cap, binding, ranks, config, geometry, graph_bytes_per_size)
+              if binding is not None and (fits is False or over_committed(ranks)) else ())
+    return _with(cap, levers=levers, safe_serve_flags=safe_serve_flags(cap, binding, ranks, config, geometry))
+
+
+def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int) -> float | None:
+    """Smallest GMU at which every rank has kv_bytes_needed after its non-KV owners."""
+    worst = None
+    for r in ranks:
+        if r.device_total_bytes is None or r.requested_bytes is None or r.kv_available_bytes is None:
+            return None
+        non_kv = r.requested_bytes - r.kv_available_bytes
+        need = _gmu_ceil((non_kv + kv_bytes_needed) / r.device_total_bytes)
+        worst = need if worst is None else max(worst, need)
+    return worst
+
+
+def overcommit_bytes(ranks: Sequence[RankReport]) -> int:
+    """How far the worst rank used more than it requested (a negative kv_unallocated), else 0."""
+    return max([0] + [-(r.owners.get(Owner.KV_UNALLOCATED) or 0) for r in ranks])
+
+
+def over_committed(ranks: Sequence[RankReport]) -> bool:
+    return overcommit_bytes(ranks) > 0
+
+
+def _with(cap: Capacity, **changes) -> Capacity:
+    from dataclasses import replace
+    return replace(cap, **changes)
+
+
+def _tokens(geometry: KvGeometry | None, freed: int | None) -> int | None:
+    if geometry is None or freed is None:
+        return None
+    return (freed // geometry.bytes_per_block) * geometry.tokens_per_block
+
+
+def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankReport], config: AuditConfig,
+                   geometry: KvGeometry | None, graph_bytes_per_size: int | None) -> tuple[Lever, ...]:
+    """What each knob frees on the binding rank, where that can be computed."""
+    levers: list[Lever] = []
+    total = binding.device_total_bytes
+    shortfall = None
+    if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None and geometry is not None:
+        shortfall = max(cap.kv_needed_bytes + geometry.bytes_per_block - cap.kv_available_bytes, 0)
+    overcommit = overcommit_bytes(ranks)
+    if overcommit > 0:
+        shortfall = max(shortfall or 0, overcommit)
+
+    if config.max_model_len and cap.max_feasible_model_len is not None and geometry is not None \
+            and cap.max_feasible_model_len < config.max_model_len:
+        saved = geometry.needed_bytes(config.max_model_len) - geometry.needed_bytes(max(cap.max_feasible_model_len, 1))
+        levers.append(Lever("max_model_len", f"--max-model-len={cap.max_feasible_model_len}", saved,
+                            config.max_model_len - cap.max_feasible_model_len,
+                            "needs less KV per request; frees_tokens is the context given up"))
+
+    gmu = config.gpu_memory_utilization
+    if gmu is not None and total and cap.physical_headroom_bytes is not None and cap.physical_headroom_bytes > 0:
+        ceiling = math.floor((binding.requested_bytes + cap.physical_headroom_bytes) / total * 10_000) / 10_000
+        target = min(cap.gmu_needed, ceiling) if cap.gmu_needed is not None else ceiling
+        if target > gmu:
+            freed = requested_bytes(total, target) - binding.requested_bytes
+            note = (f"raising GMU can recover at most {fmt_gib(cap.physical_headroom_bytes)} on this device"
+                    + ("" if cap.gmu_needed is None or cap.gmu_needed <= ceiling
+                       else f"; {cap.gmu_needed} would be needed, above the physical ceiling {ceiling}"))
+            levers.append(Lever("gpu_memory_utilization", f"--gpu-memory-utilization={target}", freed,
+                                _tokens(geometry, freed), note))
+
+    graph = binding.owners.get(Owner.GRAPH_POOL)
+    sizes = config.cudagraph_capture_sizes
+    if graph_bytes_per_size and sizes and len(sizes) > 1:
+        drop = len(sizes) - 1
+        if shortfall:
+            drop = min(drop, -(-shortfall // graph_bytes_per_size))
+        keep = sorted(sizes)[: len(sizes) - drop]
+        freed = drop * graph_bytes_per_size
+        levers.append(Lever("cudagraph_capture_sizes",
+                            f"--cudagraph-capture-sizes {' '.join(map(str, keep))}", freed,
+                            _tokens(geometry, freed), f"drops the {drop} largest capture sizes"))
+    if graph and not config.enforce_eager:
+        levers.append(Lever("enforce_eager", "--enforce-eager", graph, _tokens(geometry, graph),
+                            "frees the whole graph pool at the cost of decode speed"))
+
+    activation = binding.owners.get(Owner.ACTIVATION_PEAK)
+    if activation and config.max_num_batched_tokens and config.max_num_batched_tokens > 1:
+        half = config.max_num_batched_tokens // 2
+        freed = activation - activation * half // config.max_num_batched_tokens
+        levers.append(Lever("max_num_batched_tokens", f"--max-num-batched-tokens={half}", freed,
+                            _tokens(geometry, freed),
+                            "estimate: the profile's transient scales about linearly with batched tokens"))
+    return tuple(levers)
+
+
+def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[RankReport],
+                     config: AuditConfig, geometry: KvGeometry | None) -> tuple[str, ...]:
+    """`vllm serve` flags that reproduce the audited budget: whole blocks of the binding rank,
+    at a GMU and length that fit."""
+    if binding is None or cap.kv_available_bytes is None or binding.requested_bytes is None:
+        return ()
+    gmu, kv, length = config.gpu_memory_utilization, cap.kv_available_bytes, config.max_model_len
+    # A boot that used more than it requested (graphs above their estimate, deferred warmups)
+    # proved the KV figure too large by that much.
+    kv -= overcommit_bytes(ranks)
+    if cap.max_model_len_fits is False:
+        ceiling_ok = (cap.gmu_needed is not None and cap.physical_headroom_bytes is not None
+                      and binding.device_total_bytes is not None
+                      and requested_bytes(binding.device_total_bytes, cap.gmu_needed)
+                      <= binding.requested_bytes + cap.physical_headroom_bytes)
+        if ceiling_ok:
+            kv += requested_bytes(binding.device_total_bytes, cap.gmu_needed) - binding.requested_bytes
+            gmu = cap.gmu_needed
+        else:
+            length = cap.max_feasible_model_len
+    if geometry is not None:
+        kv = geometry.blocks(kv) * geometry.bytes_per_block
+    if kv <= 0 or not length:
+        return ()
+    flags = [f"--kv-cache-memory-bytes={kv}"]
+    if gmu is not None:
+        flags.append(f"--gpu-memory-utilization={gmu}")
+    flags.append(f"--max-model-len={length}")
+    return tuple(flags)

@@ -1,0 +1,69 @@
+"""Per-rank stacked bars: each owner's share of the device, the requested budget marked.
+
+Each owner has a letter as well as a colour, so the bars read in a log file or without colour.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from kvaudit.schema import Owner, RankReport, Report
+
+STYLE = {
+    Owner.WEIGHTS: ("W", "blue"), Owner.PERSISTENT: ("P", "magenta"), Owner.ACTIVATION_PEAK: ("A", "yellow"),
+    Owner.GRAPH_POOL: ("G", "cyan"), Owner.NON_TORCH: ("N", "red"), Owner.TORCH_OTHER: ("T", "white"),
+    Owner.KV_CACHE: ("K", "green"), Owner.KV_UNALLOCATED: ("u", "dim green"),
+}
+
+
+def _cells(value: int, total: int, width: int) -> int:
+    return round(value / total * width) if value > 0 else 0
+
+
+def rank_bar(rank: RankReport, width: int) -> Text | None:
+    total = rank.device_total_bytes
+    if not total or rank.requested_bytes is None:
+        return None
+    text = Text()
+    used = 0
+    for owner in Owner:
+        value = rank.owners.get(owner)
+        if value is None or value <= 0:
+            continue
+        letter, style = STYLE[owner]
+        n = min(_cells(value, total, width), width - used)
+        text.append(letter * n, style=style)
+        used += n
+    mark = min(_cells(rank.requested_bytes, total, width), width)
+    if used < mark:
+        text.append(" " * (mark - used))
+        used = mark
+    rest = width - used
+    if rest > 0:
+        # Past the budget: the 1 − GMU margin (others and what no owner claims live there).
+        text.append("|" + "·" * (rest - 1) if used == mark else "·" * rest, style="dim")
+    return text
+
+
+def legend() -> Text:
+    text = Text("  ")
+    for owner, (letter, style) in STYLE.items():
+        text.append(letter, style=style)
+        text.append(f" {owner.value}  ")
+    text.append("| requested  · beyond the budget", style="dim")
+    return text
+
+
+def report_bars(report: Report, width: int) -> list[Text]:
+    lines = []
+    label_width = max((len(f"rank {r.rank}") for r in report.ranks), default=6)
+    for rank in report.ranks:
+        bar = rank_bar(rank, max(width - label_width - 3, 10))
+        if bar is not None:
+            line = Text(f"{f'rank {rank.rank}':<{label_width}} [")
+            line.append_text(bar)
+            line.append("]")
+            lines.append(line)
+    if lines:
+        lines.append(legend())
+    return lines

@@ -1,0 +1,72 @@
+"""pandas views of reports and diffs, for the table, CSV and markdown reporters.
+
+The dataclasses are the model; these frames are only a way to lay them out.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kvaudit.schema import DiffReport, Owner, Report
+from kvaudit.units import fmt_gib3
+
+
+def owners_long(report: Report) -> pd.DataFrame:
+    """One row per (rank, owner): the CSV form, exact integer bytes."""
+    rows = [{"rank": r.rank, "tp_rank": r.tp_rank, "dcp_rank": r.dcp_rank, "owner": o.value,
+             "bytes": r.owners.get(o)} for r in report.ranks for o in Owner]
+    frame = pd.DataFrame(rows, columns=["rank", "tp_rank", "dcp_rank", "owner", "bytes"])
+    return frame.astype({"rank": "Int64", "tp_rank": "Int64", "dcp_rank": "Int64", "bytes": "Int64"})
+
+
+def owners_wide(report: Report) -> pd.DataFrame:
+    """Owners (and the budget lines) as rows, ranks as columns, GiB text cells."""
+    lines: list[tuple[str, list[int | None]]] = [(o.value, [r.owners.get(o) for r in report.ranks]) for o in Owner]
+    lines += [
+        ("requested", [r.requested_bytes for r in report.ranks]),
+        ("device_total", [r.device_total_bytes for r in report.ranks]),
+        ("others", [r.others_bytes for r in report.ranks]),
+        ("kv_available (kvaudit)", [r.kv_available_bytes for r in report.ranks]),
+        ("kv_available (naive)", [r.naive_kv_available_bytes for r in report.ranks]),
+        ("graph_pool estimate", [r.graph_pool_estimate_bytes for r in report.ranks]),
+        ("graph_pool actual", [r.graph_pool_actual_bytes for r in report.ranks]),
+    ]
+    columns = [f"rank {r.rank}" + (" *" if r.rank == report.capacity.binding_rank and len(report.ranks) > 1 else "")
+               for r in report.ranks]
+    data = {col: [fmt_gib3(values[i]) for _, values in lines] for i, col in enumerate(columns)}
+    return pd.DataFrame(data, index=[name for name, _ in lines])
+
+
+def phases_long(report: Report) -> pd.DataFrame:
+    rows = [{"rank": r.rank, "phase": p.name.value, "status": p.status.value, "seconds": p.seconds,
+             "torch_allocated_bytes": p.torch_allocated_bytes, "torch_reserved_bytes": p.torch_reserved_bytes,
+             "torch_peak_allocated_bytes": p.torch_peak_allocated_bytes, "device_used_bytes": p.device_used_bytes,
+             "graph_pool_bytes": p.graph_pool_bytes, "detail": p.detail}
+            for r in report.ranks for p in r.phases]
+    return pd.DataFrame(rows, columns=["rank", "phase", "status", "seconds", "torch_allocated_bytes",
+                                       "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
+                                       "graph_pool_bytes", "detail"])
+
+
+def diff_long(diff: DiffReport) -> pd.DataFrame:
+    rows = [{"rank": "binding" if d.rank is None else d.rank, "owner": d.owner.value, "a_bytes": d.a_bytes,
+             "b_bytes": d.b_bytes, "delta_bytes": d.delta_bytes} for d in diff.owners]
+    frame = pd.DataFrame(rows, columns=["rank", "owner", "a_bytes", "b_bytes", "delta_bytes"])
+    return frame.astype({"a_bytes": "Int64", "b_bytes": "Int64", "delta_bytes": "Int64"})
+
+
+def diff_binding(diff: DiffReport) -> pd.DataFrame:
+    """Binding-rank owners: a, b and delta in GiB."""
+    rows = [d for d in diff.owners if d.rank is None]
+    return pd.DataFrame({diff.a_name: [fmt_gib3(d.a_bytes) for d in rows],
+                         diff.b_name: [fmt_gib3(d.b_bytes) for d in rows],
+                         "delta": [fmt_gib3(d.delta_bytes, signed=True) for d in rows]},
+                        index=[d.owner.value for d in rows])
+
+
+def diff_ranks(diff: DiffReport) -> pd.DataFrame:
+    """Per-rank deltas: owners as rows, ranks as columns."""
+    ranks = sorted({d.rank for d in diff.owners if d.rank is not None})
+    cells = {(d.owner, d.rank): d.delta_bytes for d in diff.owners if d.rank is not None}
+    return pd.DataFrame({f"rank {r}": [fmt_gib3(cells.get((o, r)), signed=True) for o in Owner] for r in ranks},
+                        index=[o.value for o in Owner])

@@ -1,0 +1,77 @@
+"""The words around the tables, shared by the table and markdown reporters."""
+
+from __future__ import annotations
+
+from kvaudit.schema import DiffReport, Report
+from kvaudit.units import fmt_gib, fmt_tokens
+
+
+def headline(report: Report) -> str:
+    c, e = report.config, report.engine
+    parts = [f"kvaudit {report.source.value}"]
+    if e.name:
+        parts.append(f"{e.name} {e.version or ''}".strip()
+                     + (f" ({', '.join(x for x in (e.model_runner, e.attention_backend) if x)})"
+                        if e.model_runner or e.attention_backend else ""))
+    if c.model:
+        parts.append(c.model.rstrip("/").rsplit("/", 1)[-1])
+    knobs = [f"tp {c.tensor_parallel_size}" if c.tensor_parallel_size else "",
+             f"dcp {c.decode_context_parallel_size}" if (c.decode_context_parallel_size or 1) > 1 else "",
+             f"{c.speculative_method} {c.num_speculative_tokens}" if c.speculative_method else "",
+             f"gmu {c.gpu_memory_utilization}" if c.gpu_memory_utilization is not None else "",
+             f"max_model_len {c.max_model_len}" if c.max_model_len else "",
+             "eager" if c.enforce_eager else ""]
+    parts.append(" ".join(k for k in knobs if k))
+    if report.environment.device_name:
+        parts.append(report.environment.device_name)
+    return " · ".join(p for p in parts if p)
+
+
+def capacity_lines(report: Report) -> list[tuple[str, str]]:
+    cap = report.capacity
+    lines = [
+        ("KV available", f"{fmt_gib(cap.kv_available_bytes)} on rank {cap.binding_rank}"
+         + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
+        ("naive single-profile KV", fmt_gib(cap.naive_kv_available_bytes)
+         + (f" (over-allocates {fmt_gib(cap.over_allocation_bytes)})" if cap.over_allocation_bytes else "")),
+        ("one request at max_model_len", f"{fmt_gib(cap.kv_needed_bytes)}"
+         + ("" if cap.max_model_len_fits is None else (" — fits" if cap.max_model_len_fits else " — does NOT fit"))),
+        ("max feasible model len", fmt_tokens(cap.max_feasible_model_len)),
+        ("GMU needed", "—" if cap.gmu_needed is None else str(cap.gmu_needed)),
+        ("physical headroom", fmt_gib(cap.physical_headroom_bytes)),
+    ]
+    if report.verify is not None:
+        v = report.verify
+        lines.append(("verify", ("ok" if v.ok else "FAILED") + f": true peak {fmt_gib(v.true_peak_bytes)}, "
+                      f"slack {fmt_gib(v.slack_bytes)}" + (f" ({v.error})" if v.error else "")))
+    if cap.safe_serve_flags:
+        lines.append(("safe vllm serve flags", " ".join(cap.safe_serve_flags)))
+    return lines
+
+
+def lever_lines(report: Report) -> list[str]:
+    return [f"{lv.flag}: frees {fmt_gib(lv.frees_bytes)}"
+            + (f" / {fmt_tokens(lv.frees_tokens)} tokens" if lv.frees_tokens is not None else "")
+            + (f" ({lv.note})" if lv.note else "") for lv in report.capacity.levers]
+
+
+def verdict_line(report: Report) -> str:
+    return f"{report.verdict.value.upper()}: {report.verdict_reason}" if report.verdict_reason \
+        else report.verdict.value.upper()
+
+
+def diff_summary(diff: DiffReport) -> list[str]:
+    ca, cb = diff.capacity["a"], diff.capacity["b"]
+    lines = [
+        f"KV available: {fmt_gib(ca.kv_available_bytes if ca else None)} → "
+        f"{fmt_gib(cb.kv_available_bytes if cb else None)} "
+        f"({fmt_gib(diff.capacity['kv_available_delta_bytes'], signed=True)}); tokens "
+        f"{fmt_tokens(ca.kv_tokens if ca else None)} → {fmt_tokens(cb.kv_tokens if cb else None)}",
+        f"dominant owner: {diff.dominant_owner.value if diff.dominant_owner else '—'}",
+        f"verdict: {diff.verdict['a'].value} → {diff.verdict['b'].value}",
+    ]
+    if not diff.comparable:
+        lines.append("NOT comparable: " + "; ".join(f"{k.knob} {k.a!r} → {k.b!r}" for k in diff.knob_differences))
+    if diff.environment_differences:
+        lines.append("environment: " + "; ".join(f"{e.key} {e.a!r} → {e.b!r}" for e in diff.environment_differences))
+    return lines

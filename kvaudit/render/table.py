@@ -1,0 +1,64 @@
+"""The terminal view: owner table per rank, bars, capacity, levers and the verdict (rich)."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from kvaudit.render import bars, frames, summary
+from kvaudit.schema import DiffReport, Report, Verdict
+
+VERDICT_STYLE = {Verdict.OK: "bold green", Verdict.FAIL: "bold red", Verdict.UNKNOWN: "bold yellow"}
+
+
+def _table(frame: pd.DataFrame, index_name: str, title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column(index_name, no_wrap=True)
+    for col in frame.columns:
+        table.add_column(str(col), justify="right", no_wrap=True)
+    for name, row in frame.iterrows():
+        table.add_row(str(name), *map(str, row.tolist()))
+    return table
+
+
+class TableReporter:
+    def __init__(self, width: int | None = None, color: bool | None = None):
+        self.width, self.color = width, color
+
+    def _console(self, out: TextIO) -> Console:
+        return Console(file=out, width=self.width, no_color=self.color is False,
+                       force_terminal=self.color, highlight=False, soft_wrap=False)
+
+    def report(self, report: Report, out: TextIO) -> None:
+        con = self._console(out)
+        con.print(summary.headline(report), style="bold")
+        con.print(_table(frames.owners_wide(report), "owner (GiB)"))
+        con.print()
+        for line in bars.report_bars(report, min(con.width, 100)):
+            con.print(line)
+        con.print()
+        for label, value in summary.capacity_lines(report):
+            con.print(f"{label:>30}: {value}")
+        for line in summary.lever_lines(report):
+            con.print(f"{'lever':>30}: {line}")
+        for line in report.warnings:
+            con.print(f"warning: {line}", style="yellow")
+        if report.failure is not None:
+            f = report.failure
+            con.print(f"failure: {f.kind.value} in {f.phase.value if f.phase else '?'}"
+                      f" on rank {'?' if f.rank is None else f.rank}: {f.message}", style="red")
+        con.print(summary.verdict_line(report), style=VERDICT_STYLE[report.verdict])
+
+    def diff(self, diff: DiffReport, out: TextIO) -> None:
+        con = self._console(out)
+        con.print(f"kvaudit diff {diff.a_name} → {diff.b_name}", style="bold")
+        con.print(_table(frames.diff_binding(diff), "owner, binding rank (GiB)"))
+        con.print()
+        if len(frames.diff_ranks(diff).columns) > 0:
+            con.print(_table(frames.diff_ranks(diff), "Δ per rank (GiB)"))
+            con.print()
+        for line in summary.diff_summary(diff):
+            con.print(line, style="yellow" if line.startswith("NOT comparable") else None)

@@ -1,0 +1,190 @@
+"""Assemble reports (rank ledgers → capacity → verdict), decide exit codes, read and write files.
+
+Engines hand over per-rank measurements; this module is where they become a `Report`. Reading
+accepts a report JSON, or a raw vLLM log (detected by content), and nothing else.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from kvaudit import __version__
+from kvaudit.config import AuditConfig
+from kvaudit.errors import BadInputError, ExitCode
+from kvaudit.ledger import KvGeometry, capacity, check_balance, over_committed, overcommit_bytes, rank_ledger
+from kvaudit.schema import (
+    AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
+    RankReport, Report, Source, Verdict, Verify, dumps, report_from_json,
+)
+from kvaudit.units import fmt_gib, fmt_tokens
+
+MAX_INPUT_BYTES = 2 << 30
+"""Refuse to read more than this from one file (a log of a few hundred MB is normal)."""
+
+
+def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None, dcp_rank: int | None,
+                device_total_bytes: int | None, gpu_memory_utilization: float | None, others_bytes: int | None,
+                graph_pool_estimate_bytes: int | None, kv_cache_bytes: int | None,
+                kv_available_bytes: int | None = None, kv_blocks: int | None = None,
+                deferred_steps: Sequence[str] = ()) -> RankReport:
+    """One rank's report from its phase records. `kv_available_bytes` is what the engine really
+    returned to vLLM when it differs from a recomputation (it never should; see tests)."""
+    phases = tuple(phases)
+    by_name = {p.name: p for p in phases}
+    led = rank_ledger(by_name, device_total_bytes=device_total_bytes, gpu_memory_utilization=gpu_memory_utilization,
+                      others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                      kv_cache_bytes=kv_cache_bytes)
+    return RankReport(
+        rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank, device_total_bytes=device_total_bytes,
+        requested_bytes=led.requested_bytes, others_bytes=others_bytes, owners=led.owners,
+        graph_pool_estimate_bytes=graph_pool_estimate_bytes, graph_pool_actual_bytes=led.graph_pool_actual_bytes,
+        kv_available_bytes=kv_available_bytes if kv_available_bytes is not None else led.kv_available_bytes,
+        phases=phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
+        free_at_start_bytes=led.free_at_start_bytes, kv_blocks=kv_blocks, deferred_steps=tuple(deferred_steps))
+
+
+def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankReport], engine: Engine,
+                 environment: Environment, geometry: KvGeometry | None = None, verify: Verify | None = None,
+                 failure: Failure | None = None, accuracy: Sequence[AccuracyEntry] | None = None,
+                 warnings: Sequence[str] = (), known_kv_tokens: int | None = None,
+                 known_max_feasible_model_len: int | None = None,
+                 graph_bytes_per_size: int | None = None) -> Report:
+    cap = capacity(ranks, config, geometry, known_kv_tokens=known_kv_tokens,
+                   known_max_feasible_model_len=known_max_feasible_model_len,
+                   graph_bytes_per_size=graph_bytes_per_size)
+    verdict, reason = decide_verdict(ranks, cap, config, failure, verify)
+    warn = list(warnings)
+    for r in ranks:
+        if r.deferred_steps:
+            warn.append(f"rank {r.rank}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
+                        f"after it; their bytes were not budgeted")
+    return Report(source=source, engine=engine, environment=environment, config=config, ranks=tuple(ranks),
+                  capacity=cap, verdict=verdict, verify=verify,
+                  accuracy=tuple(accuracy) if accuracy is not None else None, failure=failure,
+                  verdict_reason=reason, warnings=tuple(warn), kvaudit_version=__version__)
+
+
+def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConfig, failure: Failure | None,
+                   verify: Verify | None) -> tuple[Verdict, str]:
+    """ok / fail / unknown, and one sentence that says why and names the fix."""
+    if failure is not None:
+        where = f" in {failure.phase.value}" if failure.phase else ""
+        rank = f" on rank {failure.rank}" if failure.rank is not None else ""
+        if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):
+            return Verdict.FAIL, f"boot failed{where}{rank} ({failure.kind.value}): {failure.message}"
+        return Verdict.UNKNOWN, f"audit incomplete{where}{rank} ({failure.kind.value}): {failure.message}"
+    if over_committed(ranks):
+        worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
+        return Verdict.FAIL, (f"rank {worst.rank} used {fmt_gib(overcommit_bytes(ranks))} more than it requested "
+                              f"(graph pool above its estimate or warmup after KV): lower the KV cache by that much")
+    if verify is not None and not verify.ok:
+        return Verdict.FAIL, f"verify failed: {verify.error or 'true peak above the budget'}"
+    if cap.max_model_len_fits is None:
+        if cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0:
+            return Verdict.FAIL, "no memory is left for the KV cache: raise --gmu or lower the other owners"
+        return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
+    length = config.max_model_len
+    if cap.max_model_len_fits:
+        return Verdict.OK, (f"fits: {fmt_gib(cap.kv_available_bytes)} KV on rank {cap.binding_rank} holds "
+                            f"{fmt_tokens(cap.kv_tokens)} tokens; max_model_len {length} needs "
+                            f"{fmt_gib(cap.kv_needed_bytes)}")
+    short = (cap.kv_needed_bytes - cap.kv_available_bytes
+             if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
+    text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
+            f"{fmt_gib(cap.kv_available_bytes)} available on rank {cap.binding_rank}: lower --max-model-len to "
+            f"{cap.max_feasible_model_len}")
+    if short is not None:
+        text += f" or free {fmt_gib(short)}"
+    if cap.physical_headroom_bytes is not None:
+        text += f" (raising --gmu can recover at most {fmt_gib(max(cap.physical_headroom_bytes, 0))} here)"
+    return Verdict.FAIL, text
+
+
+def exit_code(report: Report) -> ExitCode:
+    """0 fits; 1 a finding (does not fit); 3 the audit could not complete."""
+    if report.failure is not None and report.failure.kind is not FailureKind.DOES_NOT_FIT:
+        return ExitCode.INCOMPLETE
+    if report.verdict is Verdict.OK:
+        return ExitCode.OK
+    if report.verdict is Verdict.FAIL:
+        return ExitCode.FINDING
+    return ExitCode.INCOMPLETE
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+
+def read_text(path: Path) -> str:
+    """File contents as text: gzip by its magic bytes, not its suffix; undecodable bytes replaced."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_INPUT_BYTES + 1)
+    except FileNotFoundError:
+        raise BadInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"{path}: is a directory, not a report or log") from None
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise BadInputError(f"{path}: truncated or corrupt gzip ({exc})") from None
+    if len(raw) > MAX_INPUT_BYTES:
+        raise BadInputError(f"{path}: larger than {MAX_INPUT_BYTES >> 30} GiB; pass the startup part of the log")
+    return raw.decode("utf-8", errors="replace")
+
+
+def parse_report_text(text: str, where: str) -> Report:
+    """A report from JSON text; every problem is one BadInputError line."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise BadInputError(f"{where}: not valid JSON ({_json_error(exc)})") from None
+    try:
+        report = report_from_json(data, where)
+    except RecursionError:
+        raise BadInputError(f"{where}: nested too deeply to be a report") from None
+    for rank in report.ranks:
+        check_balance(rank)
+    return report
+
+
+def _json_error(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return type(exc).__name__
+
+
+def looks_like_json(text: str) -> bool:
+    return text.lstrip("\ufeff \t\r\n")[:1] in ("{", "[")
+
+
+def load_report(path: Path) -> Report:
+    """A report from a report JSON or a raw vLLM startup log, told apart by content."""
+    text = read_text(path)
+    if looks_like_json(text):
+        return parse_report_text(text, str(path))
+    from kvaudit.engines import logs  # a log: parse it (no torch, no vllm)
+    return logs.report_from_log_text(text, str(path))
+
+
+def write_report(report: Report, path: Path) -> None:
+    """Write atomically: a run that dies while writing leaves the old file or none, never half."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dumps(report), encoding="utf-8")
+    tmp.replace(path)
+
+
+def with_failure(report: Report, failure: Failure) -> Report:
+    return replace(report, failure=failure)
+
+
+def phase_map(rank: RankReport) -> Mapping[Phase, PhaseRecord]:
+    return {p.name: p for p in rank.phases}

@@ -1,0 +1,59 @@
+"""The one place that turns integer bytes into text and back. Binary units: GiB = 2**30."""
+
+from __future__ import annotations
+
+import re
+
+from kvaudit.errors import UsageError
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
+
+_UNITS = {"": 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB,
+          "t": TiB, "tib": TiB}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def fmt_bytes(n: int | None, *, signed: bool = False) -> str:
+    """`12.34 GiB`, `512.00 MiB`, `-1.10 GiB`; `—` for unknown. Picks the largest unit ≥ 1."""
+    if n is None:
+        return "—"
+    sign = "-" if n < 0 else ("+" if signed and n > 0 else "")
+    a = abs(n)
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if a >= size:
+            return f"{sign}{a / size:.2f} {unit}"
+    return f"{sign}{a} B"
+
+
+def fmt_gib(n: int | None, *, signed: bool = False) -> str:
+    """Always in GiB with two decimals (tables line up): `0.02 GiB`."""
+    if n is None:
+        return "—"
+    return f"{n / GiB:+.2f} GiB" if signed else f"{n / GiB:.2f} GiB"
+
+
+def fmt_gib3(n: int | None, *, signed: bool = False) -> str:
+    """GiB with three decimals (about one MiB), no unit: table cells under a `GiB` header."""
+    if n is None:
+        return "—"
+    return f"{n / GiB:+.3f}" if signed else f"{n / GiB:.3f}"
+
+
+def fmt_tokens(n: int | None) -> str:
+    return "—" if n is None else f"{n:,}"
+
+
+def parse_bytes(text: str) -> int:
+    """`4096`, `512MiB`, `1.5 GiB`, `2G` → bytes. A bad size is a usage error."""
+    m = _SIZE.match(text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UsageError(f"cannot read {text!r} as a size: write bytes (4096) or a binary unit (512MiB, 1.5GiB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def gib_to_bytes(text: str) -> int:
+    """vLLM prints GiB rounded to 2 decimals (`format_gib`); this gives the bytes it stands for."""
+    return round(float(text) * GiB)
