@@ -62,6 +62,52 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
         check_kv_drop(result, limit)
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(ctx: typer.Context,
+        model: Annotated[Optional[str], typer.Option(help="Model directory (config.json). Default: the embedded "
+                                                          "tiny DeepSeek-V3-style model.")] = None,
+        dummy_weights: Annotated[bool, typer.Option("--dummy-weights", help="Random weights of the real shapes: "
+                                                    "audit a checkpoint from its config.json alone.")] = False,
+        tp: Annotated[Optional[int], typer.Option("--tp", help="tensor_parallel_size")] = None,
+        dcp: Annotated[Optional[int], typer.Option("--dcp", help="decode_context_parallel_size")] = None,
+        mtp: Annotated[Optional[int], typer.Option("--mtp", help="MTP speculative tokens (method mtp)")] = None,
+        gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization")] = None,
+        max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
+        max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs")] = None,
+        max_num_batched_tokens: Annotated[Optional[int], typer.Option("--max-num-batched-tokens")] = None,
+        cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8",
+                                                               help="cudagraph_capture_sizes")] = None,
+        kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype")] = None,
+        enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager",
+                                                              help="Default: eager on CPU, graphs on GPU.")] = None,
+        config_file: Annotated[Optional[Path], typer.Option("--config", help="A TOML preset (configs/*.toml).")] = None,
+        verify: Annotated[bool, typer.Option("--verify", help="After boot: a max_model_len prefill + decode, "
+                                             "true peak vs budget.")] = False,
+        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here "
+                                                       "(also when the boot fails).")] = None,
+        fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
+        timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung boot is stopped.")] = 1800.0,
+        log: Annotated[Optional[Path], typer.Option("--log", help="Keep vLLM's own log in this file.")] = None,
+        ) -> None:
+    """Boot vLLM with the fixed profiling order and report every rank's owners and the KV verdict.
+
+    Further vLLM engine arguments go after `--`: kvaudit run --tp 2 -- --enable-expert-parallel
+    """
+    from kvaudit.config import build_run_config
+    from kvaudit.engines.vllm import RunOptions, run_audit
+    from kvaudit.render.progress import Progress
+    from kvaudit.report import exit_code
+    config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
+                              tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
+                              gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                              max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
+                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
+    with Progress(config, log) as progress:
+        report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log), progress.on_event)
+    _emit_report(report, fmt, width, output)
+    raise typer.Exit(int(exit_code(report)))
+
+
 def main() -> None:
     """Console entry point: every KvauditError is one line on stderr and its exit code."""
     try:

@@ -78,6 +78,51 @@ class AuditConfig:
         return data
 
 
+EMBEDDED_MODEL = "tiny-deepseek"
+"""A DeepSeek-V3-shaped model (MLA, 4 routed + 1 shared expert, one MTP layer) shipped as a
+config.json in the package; it boots from dummy weights, offline, on CPU and GPU."""
+
+EMBEDDED_DEFAULTS = {"load_format": "dummy", "max_model_len": 4096, "max_num_batched_tokens": 512,
+                     "max_num_seqs": 8}
+"""Small batches keep each profile pass cheap on a CPU; flags and presets override them."""
+
+
+def embedded_model_path() -> str:
+    from importlib.resources import files
+    return str(files("kvaudit") / "data" / EMBEDDED_MODEL)
+
+
+def parse_passthrough(args: list[str]) -> dict[str, Any]:
+    """vLLM engine flags after `--`: `--enable-prefix-caching`, `--no-enable-prefix-caching`,
+    `--swap-space 4`, `--hf-overrides '{"a": 1}'` → {name: value} in vLLM's underscore names."""
+    import json
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or arg == "--":
+            raise UsageError(f"cannot read {arg!r} after --: pass vLLM engine flags as --name [value]")
+        name, _, inline = arg[2:].partition("=")
+        key = name.replace("-", "_")
+        if inline:
+            value: Any = inline
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            i += 1
+            value = args[i]
+        elif key.startswith("no_"):
+            key, value = key[3:], False
+        else:
+            value = True
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+        out[key] = value
+        i += 1
+    return out
+
+
 CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(AuditConfig))
 """Every config key, in order. `kvaudit diff` compares all but `extra_args` knob by knob."""
 
@@ -112,3 +157,34 @@ def config_from_json(data: Mapping[str, Any]) -> AuditConfig:
     if known.get("cudagraph_capture_sizes") is not None:
         known["cudagraph_capture_sizes"] = tuple(known["cudagraph_capture_sizes"])
     return AuditConfig(**known, extra_args=dict(data.get("extra_args") or {}))
+
+
+def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | None, passthrough: list[str],
+                     mtp: int | None, cudagraph_sizes: str | None, **flags: Any) -> AuditConfig:
+    """Embedded defaults, then the preset, then flags, then pass-through arguments; validated."""
+    config = load_preset(preset) if preset is not None else AuditConfig()
+    config = config.replace(model=model, **flags)
+    if mtp is not None:
+        config = config.replace(speculative_method="mtp", num_speculative_tokens=mtp) if mtp > 0 \
+            else dataclasses.replace(config, speculative_method=None, num_speculative_tokens=None)
+    if cudagraph_sizes is not None:
+        try:
+            sizes = tuple(sorted({int(x) for x in cudagraph_sizes.replace(" ", "").split(",") if x}))
+        except ValueError:
+            raise UsageError(f"--cudagraph-sizes takes integers separated by commas, got {cudagraph_sizes!r}") from None
+        config = config.replace(cudagraph_capture_sizes=sizes)
+    if dummy_weights:
+        config = config.replace(load_format="dummy")
+    if config.model is None:
+        embedded = {k: v for k, v in EMBEDDED_DEFAULTS.items() if getattr(config, k) is None}
+        config = config.replace(model=embedded_model_path(), **embedded)
+    else:
+        path = Path(config.model).expanduser()
+        if path.exists() and not (path / "config.json").exists():
+            raise UsageError(f"{path} has no config.json: pass a model directory")
+        if (path.exists() and config.load_format is None
+                and not any(path.glob("*.safetensors")) and not any(path.glob("*.bin"))):
+            raise UsageError(f"{path} has no weights: pass --dummy-weights to audit it from config.json alone")
+    if passthrough:
+        config = dataclasses.replace(config, extra_args={**config.extra_args, **parse_passthrough(passthrough)})
+    return config.validated()

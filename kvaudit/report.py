@@ -15,12 +15,14 @@ from typing import Iterable, Mapping, Sequence
 from kvaudit import __version__
 from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, ExitCode
-from kvaudit.ledger import KvGeometry, capacity, check_balance, over_committed, overcommit_bytes, rank_ledger
+from kvaudit.ledger import (
+    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, check_balance, over_committed, overcommit_bytes, rank_ledger,
+)
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
     RankReport, Report, Source, Verdict, Verify, dumps, report_from_json,
 )
-from kvaudit.units import fmt_gib, fmt_tokens
+from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
 
 MAX_INPUT_BYTES = 2 << 30
 """Refuse to read more than this from one file (a log of a few hundred MB is normal)."""
@@ -30,7 +32,7 @@ def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None
                 device_total_bytes: int | None, gpu_memory_utilization: float | None, others_bytes: int | None,
                 graph_pool_estimate_bytes: int | None, kv_cache_bytes: int | None,
                 kv_available_bytes: int | None = None, kv_blocks: int | None = None,
-                deferred_steps: Sequence[str] = ()) -> RankReport:
+                deferred_steps: Sequence[str] = (), vllm_kv_available_bytes: int | None = None) -> RankReport:
     """One rank's report from its phase records. `kv_available_bytes` is what the engine really
     returned to vLLM when it differs from a recomputation (it never should; see tests)."""
     phases = tuple(phases)
@@ -44,7 +46,8 @@ def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None
         graph_pool_estimate_bytes=graph_pool_estimate_bytes, graph_pool_actual_bytes=led.graph_pool_actual_bytes,
         kv_available_bytes=kv_available_bytes if kv_available_bytes is not None else led.kv_available_bytes,
         phases=phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
-        free_at_start_bytes=led.free_at_start_bytes, kv_blocks=kv_blocks, deferred_steps=tuple(deferred_steps))
+        free_at_start_bytes=led.free_at_start_bytes, kv_blocks=kv_blocks, deferred_steps=tuple(deferred_steps),
+        vllm_kv_available_bytes=vllm_kv_available_bytes)
 
 
 def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankReport], engine: Engine,
@@ -58,6 +61,10 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
                    graph_bytes_per_size=graph_bytes_per_size)
     verdict, reason = decide_verdict(ranks, cap, config, failure, verify)
     warn = list(warnings)
+    small = overcommit_bytes(ranks)
+    if 0 < small <= OVERCOMMIT_TOLERANCE_BYTES:
+        warn.append(f"a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
+                    f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
         if r.deferred_steps:
             warn.append(f"rank {r.rank}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
@@ -74,6 +81,8 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
     if failure is not None:
         where = f" in {failure.phase.value}" if failure.phase else ""
         rank = f" on rank {failure.rank}" if failure.rank is not None else ""
+        if failure.kind is FailureKind.DOES_NOT_FIT and cap.max_model_len_fits is False:
+            return Verdict.FAIL, _does_not_fit(cap, config)
         if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):
             return Verdict.FAIL, f"boot failed{where}{rank} ({failure.kind.value}): {failure.message}"
         return Verdict.UNKNOWN, f"audit incomplete{where}{rank} ({failure.kind.value}): {failure.message}"
@@ -87,11 +96,15 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         if cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0:
             return Verdict.FAIL, "no memory is left for the KV cache: raise --gmu or lower the other owners"
         return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
-    length = config.max_model_len
     if cap.max_model_len_fits:
         return Verdict.OK, (f"fits: {fmt_gib(cap.kv_available_bytes)} KV on rank {cap.binding_rank} holds "
-                            f"{fmt_tokens(cap.kv_tokens)} tokens; max_model_len {length} needs "
+                            f"{fmt_tokens(cap.kv_tokens)} tokens; max_model_len {config.max_model_len} needs "
                             f"{fmt_gib(cap.kv_needed_bytes)}")
+    return Verdict.FAIL, _does_not_fit(cap, config)
+
+
+def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
+    length = config.max_model_len
     short = (cap.kv_needed_bytes - cap.kv_available_bytes
              if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
     text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
@@ -101,7 +114,7 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         text += f" or free {fmt_gib(short)}"
     if cap.physical_headroom_bytes is not None:
         text += f" (raising --gmu can recover at most {fmt_gib(max(cap.physical_headroom_bytes, 0))} here)"
-    return Verdict.FAIL, text
+    return text
 
 
 def exit_code(report: Report) -> ExitCode:

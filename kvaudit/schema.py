@@ -155,6 +155,8 @@ class RankReport:
     """Extension: KV blocks vLLM allocated on this rank."""
     deferred_steps: tuple[str, ...] = ()
     """Extension: warmup steps that needed KV and ran only after it (their bytes were not budgeted)."""
+    vllm_kv_available_bytes: int | None = None
+    """Extension: what vLLM's own arithmetic gave in the same boot (after kvaudit's warmup ran)."""
 
     def owner(self, owner: Owner) -> int | None:
         return self.owners.get(owner)
@@ -463,7 +465,8 @@ def _rank(o: _Obj) -> RankReport:
         naive_kv_available_bytes=o.int("naive_kv_available_bytes", required=False),
         free_at_start_bytes=o.int("free_at_start_bytes", required=False),
         graph_pool_retained_bytes=o.int("graph_pool_retained_bytes", required=False),
-        kv_blocks=o.int("kv_blocks", required=False), deferred_steps=o.strs("deferred_steps"))
+        kv_blocks=o.int("kv_blocks", required=False), deferred_steps=o.strs("deferred_steps"),
+        vllm_kv_available_bytes=o.int("vllm_kv_available_bytes", required=False))
 
 
 def _lever(o: _Obj) -> Lever:

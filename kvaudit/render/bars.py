@@ -45,12 +45,14 @@ def rank_bar(rank: RankReport, width: int) -> Text | None:
     return text
 
 
-def legend() -> Text:
+def legend(owners: set[Owner]) -> Text:
+    """Only the owners that show in the bars, so the legend fits on one line."""
     text = Text("  ")
     for owner, (letter, style) in STYLE.items():
-        text.append(letter, style=style)
-        text.append(f" {owner.value}  ")
-    text.append("| requested  · beyond the budget", style="dim")
+        if owner in owners:
+            text.append(letter, style=style)
+            text.append(f" {owner.value}  ")
+    text.append("| requested  · past it", style="dim")
     return text
 
 
@@ -65,5 +67,6 @@ def report_bars(report: Report, width: int) -> list[Text]:
             line.append("]")
             lines.append(line)
     if lines:
-        lines.append(legend())
+        shown = {o for r in report.ranks for o in Owner if (r.owners.get(o) or 0) > 0}
+        lines.append(legend(shown))
     return lines

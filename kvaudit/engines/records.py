@@ -1,0 +1,80 @@
+"""Journal events → phase records and rank facts. Pure Python: the driver uses it on journals
+and collective_rpc results alike, the worker uses it to size KV from what it measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from kvaudit.schema import Phase, PhaseRecord, PhaseStatus
+
+_MEASURES = ("torch_allocated_bytes", "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
+             "graph_pool_bytes")
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def phase_record(event: Mapping[str, Any]) -> PhaseRecord | None:
+    try:
+        name = Phase(event.get("name"))
+        status = PhaseStatus(event.get("status", "ok"))
+    except ValueError:
+        return None
+    seconds = event.get("seconds")
+    detail = event.get("detail")
+    return PhaseRecord(name=name, status=status, seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
+                       detail=detail if isinstance(detail, str) else None,
+                       **{k: _int(event.get(k)) for k in _MEASURES})
+
+
+def phase_records(events: Iterable[Mapping[str, Any]]) -> dict[Phase, PhaseRecord]:
+    """The last record of each phase (a retried phase keeps its final outcome)."""
+    out: dict[Phase, PhaseRecord] = {}
+    for event in events:
+        if event.get("type") == "phase":
+            record = phase_record(event)
+            if record is not None:
+                out[record.name] = record
+    return out
+
+
+@dataclass
+class RankEvents:
+    """Everything one rank's journal says, folded: its identity, facts and phases, the phase it
+    was in when it stopped, and its errors."""
+
+    rank: int
+    facts: dict[str, Any] = field(default_factory=dict)
+    phases: dict[Phase, PhaseRecord] = field(default_factory=dict)
+    started: Phase | None = None
+    """The last phase that started; if it has no record the rank died inside it."""
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def died_in(self) -> Phase | None:
+        return self.started if self.started is not None and self.started not in self.phases else None
+
+    def get_int(self, key: str) -> int | None:
+        return _int(self.facts.get(key))
+
+
+def fold(rank: int, events: Iterable[Mapping[str, Any]]) -> RankEvents:
+    out = RankEvents(rank=rank)
+    for event in events:
+        kind = event.get("type")
+        if kind in ("rank", "fact"):
+            out.facts.update({k: v for k, v in event.items() if k not in ("type", "t")})
+        elif kind == "start":
+            try:
+                out.started = Phase(event.get("phase"))
+            except ValueError:
+                pass
+        elif kind == "phase":
+            record = phase_record(event)
+            if record is not None:
+                out.phases[record.name] = record
+        elif kind == "error":
+            out.errors.append(dict(event))
+    return out

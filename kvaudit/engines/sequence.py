@@ -1,0 +1,172 @@
+"""The fixed profiling order's machinery, shared by every engine: phase bracketing, the per-rank
+journal, and the warmup guard.
+
+An engine drives the phases (load → profile → persistent → replay → graphs → kv → capture →
+verify); `RankSequencer.phase()` brackets each one: reset peak stats at the start, settle and
+read the probe at the end, append one journal line. The journal is the rank's whole record: the
+driver tails it for live progress, reads it when the rank dies, and the same list of events
+comes back through collective_rpc when the rank lives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kvaudit.schema import Phase, PhaseStatus
+
+JOURNAL_ENV = "KVAUDIT_JOURNAL_DIR"
+
+
+class Journal:
+    """Append-only JSON lines, one file per rank; each line is flushed as it is written so a
+    rank that dies keeps every line it finished."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.events: list[dict[str, Any]] = []
+        self._fh = open(path, "a", encoding="utf-8", buffering=1) if path is not None else None
+
+    @classmethod
+    def for_rank(cls, rank: int) -> Journal:
+        folder = os.environ.get(JOURNAL_ENV)
+        return cls(Path(folder) / f"rank{rank}.jsonl" if folder else None)
+
+    def write(self, event: dict[str, Any]) -> None:
+        event = {"t": round(time.time(), 3), **event}
+        self.events.append(event)
+        if self._fh is not None:
+            self._fh.write(json.dumps(event, default=str) + "\n")
+            self._fh.flush()
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a journal; a torn last line (the rank died mid-write) is skipped."""
+    events = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return events
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+@dataclass
+class PhaseHandle:
+    """What the code inside a phase may add to its record."""
+
+    status: PhaseStatus = PhaseStatus.OK
+    detail: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def note(self, text: str) -> None:
+        self.detail = text if not self.detail else f"{self.detail}; {text}"
+
+
+class RankSequencer:
+    """One rank's phases, measured by one probe, journaled as they complete."""
+
+    def __init__(self, probe: Any, journal: Journal):
+        self.probe = probe
+        self.journal = journal
+        self.done: set[Phase] = set()
+
+    def fact(self, **facts: Any) -> None:
+        """A rank-level fact (device total, graph estimate, KV bytes, …) for the record."""
+        self.journal.write({"type": "fact", **facts})
+
+    @contextmanager
+    def phase(self, name: Phase, *, settle: bool = True) -> Iterator[PhaseHandle]:
+        handle = PhaseHandle()
+        self.journal.write({"type": "start", "phase": name.value})
+        self.probe.sync()
+        self.probe.reset_peak()
+        start = time.perf_counter()
+        try:
+            yield handle
+        except BaseException as exc:
+            self._record(name, start, PhaseStatus.FAILED, _one_line(exc), settle=False, facts=handle.facts)
+            self.journal.write({"type": "error", "phase": name.value, "error": type(exc).__name__,
+                                "message": _one_line(exc)})
+            raise
+        self._record(name, start, handle.status, handle.detail, settle=settle, facts=handle.facts)
+
+    def _record(self, name: Phase, start: float, status: PhaseStatus, detail: str | None, *, settle: bool,
+                facts: dict[str, Any]) -> None:
+        reading = None
+        try:
+            if settle:
+                self.probe.settle()
+            else:
+                self.probe.sync()
+            reading = self.probe.read()
+        except Exception as exc:  # a dead device cannot be read; the phase still gets its line
+            detail = f"{detail}; probe failed: {_one_line(exc)}" if detail else f"probe failed: {_one_line(exc)}"
+        event: dict[str, Any] = {"type": "phase", "name": name.value, "status": status.value,
+                                 "seconds": round(time.perf_counter() - start, 3), "detail": detail}
+        if reading is not None:
+            event.update(torch_allocated_bytes=reading.allocated_bytes, torch_reserved_bytes=reading.reserved_bytes,
+                         torch_peak_allocated_bytes=reading.peak_allocated_bytes,
+                         device_used_bytes=reading.device_used_bytes, graph_pool_bytes=reading.graph_pool_bytes,
+                         free_bytes=reading.free_bytes)
+        event.update(facts)
+        self.journal.write(event)
+        self.done.add(name)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:2000]
+
+
+class WarmupFailed(RuntimeError):
+    """The persistent warmup failed on its first attempt and on the retry."""
+
+
+class WarmupGuard:
+    """Runs the persistent warmup once.
+
+    Idempotent: after a success, later calls (vLLM's own, inside compile_or_warm_up_model) are
+    no-ops. Retryable: a failed attempt leaves no done mark, and the retry happens on every rank
+    or on none, decided by `agree` (an all-reduce of "did any rank fail?"), because warmups
+    hold collectives (FlashInfer autotune's all_gather_object and barrier) and a retry on one
+    rank alone would hang the others.
+    """
+
+    def __init__(self, agree: Callable[[bool], bool] = lambda failed: failed, attempts: int = 2):
+        self.agree = agree
+        self.max_attempts = attempts
+        self.done = False
+        self.attempts = 0
+        self.errors: list[str] = []
+        self.skipped_calls = 0
+
+    def run(self, fn: Callable[[], Any]) -> bool:
+        """Run fn unless it already succeeded; True when it ran now."""
+        if self.done:
+            self.skipped_calls += 1
+            return False
+        for attempt in range(1, self.max_attempts + 1):
+            self.attempts += 1
+            failure: Exception | None = None
+            try:
+                fn()
+            except Exception as exc:  # KeyboardInterrupt and SystemExit propagate
+                failure = exc
+            if not self.agree(failure is not None):
+                self.done = True
+                return True
+            self.errors.append(f"attempt {attempt}: " + (_one_line(failure) if failure else "another rank failed"))
+        raise WarmupFailed("; ".join(self.errors))

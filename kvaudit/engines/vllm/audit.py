@@ -1,0 +1,159 @@
+"""The audit worker: vLLM's own Worker (or CPUWorker) with the fixed profiling order.
+
+    init_device             → baseline
+    load_model              → load
+    determine_available_memory:
+        profile_run         → profile
+        persistent warmup   → persistent (once, guarded, under the minimal KV cache)
+        vLLM's own sizing   → replay (its profile_run) and graphs (its graph estimate)
+        returns kvaudit's KV figure, from the ledger, to vLLM
+    initialize_from_config  → kv (vLLM allocates what kvaudit returned)
+    compile_or_warm_up_model→ capture (vLLM's later kernel_warmup call is a no-op)
+
+Every phase is journaled; `kvaudit_record` returns the journal through collective_rpc.
+The mixin holds what GPU and CPU share; `worker_gpu` and `worker_cpu` hold the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from kvaudit.engines.sequence import Journal, PhaseHandle, RankSequencer, WarmupGuard
+from kvaudit.engines.vllm import adapter
+from kvaudit.engines.records import phase_records
+from kvaudit.ledger import requested_bytes, size_kv
+from kvaudit.schema import Phase, PhaseStatus
+
+
+class AuditMixin:
+    """Shared by AuditWorker (GPU) and AuditCPUWorker. Attributes are prefixed `_kva_`, RPC
+    methods `kvaudit_`, so nothing collides with vLLM's own names."""
+
+    _kva_backend = "gpu"
+
+    # -- subclass hooks -------------------------------------------------------------------
+    def _kva_make_probe(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _kva_others_bytes(self) -> int | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _kva_persistent_warmup(self, handle: PhaseHandle) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:  # pragma: no cover - abstract
+        """Run the replay and graphs phases; return (graph estimate, vLLM's own KV figure)."""
+        raise NotImplementedError
+
+    def _kva_non_torch_now(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- phases ---------------------------------------------------------------------------
+    def _kva_start_journal(self) -> None:
+        self._kva_journal = Journal.for_rank(self.rank)
+        self._kva_deferred: list[str] = []
+        self._kva_guard = WarmupGuard(agree=adapter.agree_any)
+        self._kva_seq: RankSequencer | None = None
+        self._kva_journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": self.rank})
+
+    def init_device(self) -> None:
+        start = time.perf_counter()
+        try:
+            super().init_device()
+        except BaseException as exc:
+            self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "failed",
+                                     "seconds": round(time.perf_counter() - start, 3), "detail": _line(exc)})
+            self._kva_journal.write({"type": "error", "phase": Phase.BASELINE.value, "error": type(exc).__name__,
+                                     "message": _line(exc)})
+            raise
+        probe = self._kva_make_probe()
+        facts = probe.facts()
+        self._kva_total = facts.total_bytes
+        self._kva_gmu = float(self.cache_config.gpu_memory_utilization)
+        self._kva_requested = requested_bytes(self._kva_total, self._kva_gmu)
+        self._kva_journal.write({
+            "type": "rank", "rank": self.rank, **adapter.parallel_ranks(self), "backend": self._kva_backend,
+            "device_total_bytes": facts.total_bytes, "device_name": facts.device_name, "driver": facts.driver,
+            "cuda": facts.cuda, "others_bytes": self._kva_others_bytes(), "gpu_memory_utilization": self._kva_gmu,
+            "requested_bytes": self._kva_requested, "vllm_requested_bytes": self._kva_vllm_requested(),
+            "model_runner": adapter.model_runner_name(self), "pid": os.getpid(),
+        })
+        self._kva_seq = RankSequencer(probe, self._kva_journal)
+        probe.settle()
+        reading = probe.read()
+        self._kva_journal.write({
+            "type": "phase", "name": Phase.BASELINE.value, "status": "ok",
+            "seconds": round(time.perf_counter() - start, 3), "detail": None,
+            "torch_allocated_bytes": reading.allocated_bytes, "torch_reserved_bytes": reading.reserved_bytes,
+            "torch_peak_allocated_bytes": reading.peak_allocated_bytes, "device_used_bytes": reading.device_used_bytes,
+            "graph_pool_bytes": reading.graph_pool_bytes, "free_bytes": reading.free_bytes})
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        with self._kva_seq.phase(Phase.LOAD):
+            super().load_model(*args, **kwargs)
+
+    def determine_available_memory(self) -> int:
+        import torch
+        seq = self._kva_seq
+        with torch.inference_mode():  # as vLLM's own determine_available_memory
+            with seq.phase(Phase.PROFILE):
+                adapter.profile_run(self)
+            with seq.phase(Phase.PERSISTENT) as handle:
+                self._kva_persistent_warmup(handle)
+            estimate, vllm_available = self._kva_replay_and_graphs()
+        phases = phase_records(self._kva_journal.events)
+        others = self._kva_others_bytes()
+        available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
+                            graph_pool_estimate_bytes=estimate)
+        if available is None:  # a phase could not be read; vLLM's figure is all there is
+            available = vllm_available if vllm_available is not None else 0
+        seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=int(available),
+                 vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
+                 warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
+                 **(adapter.kv_geometry_estimate(self) or {}))
+        # vLLM's "Actual usage" line reports this as the KV cache in use: make it true.
+        self.available_kv_cache_memory_bytes = int(available)
+        return int(available)
+
+    def initialize_from_config(self, kv_cache_config: Any) -> None:
+        with self._kva_seq.phase(Phase.KV) as handle:
+            super().initialize_from_config(kv_cache_config)
+            kv_bytes = adapter.kv_cache_bytes(self)
+            handle.facts.update(kv_cache_bytes=kv_bytes)
+        self._kva_seq.fact(kv_cache_bytes=kv_bytes, attention_backend=adapter.attention_backend(self),
+                           **(adapter.kv_geometry(kv_cache_config, kv_bytes) or {}))
+
+    # -- RPC ------------------------------------------------------------------------------
+    def kvaudit_record(self) -> list[dict[str, Any]]:
+        """This rank's journal events (plain dicts), for collective_rpc."""
+        return list(self._kva_journal.events)
+
+    def kvaudit_verify_begin(self) -> None:
+        self._kva_verify = self._kva_seq.phase(Phase.VERIFY, settle=False)
+        self._kva_verify.__enter__()
+
+    def kvaudit_verify_end(self, error: str | None = None) -> dict[str, Any]:
+        probe = self._kva_seq.probe
+        probe.sync()
+        peak = probe.peak_reserved_bytes() + self._kva_non_torch_now()
+        self._kva_seq.fact(verify_true_peak_bytes=peak)
+        self._kva_verify.__exit__(None, None, None)
+        return {"rank": self.rank, "true_peak_bytes": peak, "requested_bytes": self._kva_requested}
+
+    def _kva_vllm_requested(self) -> int | None:
+        value = getattr(self, "requested_memory", None) or getattr(self, "requested_cpu_memory", None)
+        return int(value) if value is not None else None
+
+
+def _line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:2000]
+
+
+def mark_deferred(worker: AuditMixin, handle: PhaseHandle, step: str, why: str) -> None:
+    worker._kva_deferred.append(step)
+    handle.note(f"{step} deferred: {why}")
+    if handle.status is PhaseStatus.OK:
+        handle.status = PhaseStatus.DEFERRED

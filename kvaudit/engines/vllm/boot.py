@@ -1,0 +1,184 @@
+"""The boot process: `python -m kvaudit.engines.vllm.boot SPEC.json`.
+
+It imports vLLM, boots `LLM(...)` with kvaudit's audit worker, gathers every rank's record
+through collective_rpc, runs the optional verify step, writes RESULT.json and shuts vLLM down.
+The supervisor (`kvaudit.engines.vllm.supervise`) starts it in a session of its own, so a
+timeout or Ctrl-C can take down every vLLM process at once.
+
+Everything this process learns goes into RESULT.json as soon as it is known (rewritten
+atomically), so a boot that dies later still leaves what came before.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kvaudit.config import AuditConfig, config_from_json
+from kvaudit.engines.probes import node_meminfo
+from kvaudit.engines.sequence import Journal
+
+WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
+           "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
+VERIFY_DECODE_TOKENS = 4
+CPU_DEFAULT_REQUEST_BYTES = 3 << 30
+"""On the CPU backend GMU is a fraction of the NUMA node, and vLLM's default 0.92 is refused
+there: kvaudit asks for about 3 GiB per worker (the embedded model needs under 1 GiB besides KV)."""
+
+ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_")
+
+
+def memory_env() -> dict[str, str]:
+    """Environment variables that can change memory, for the report (no kvaudit internals)."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith(ENV_PREFIXES) and k != "VLLM_CPU_OMP_THREADS_BIND_AUTO"}
+
+
+def cpu_defaults(config: AuditConfig) -> AuditConfig:
+    """A GMU that fits this machine's node, and eager mode (torch.compile on two cores takes
+    minutes and changes nothing kvaudit measures on CPU)."""
+    changes: dict[str, Any] = {}
+    if config.gpu_memory_utilization is None:
+        total, available = node_meminfo(0)
+        tp = config.tensor_parallel_size or 1
+        fits = math.floor(0.8 * available / total / tp * 100) / 100
+        wanted = math.ceil(CPU_DEFAULT_REQUEST_BYTES / total * 100) / 100
+        changes["gpu_memory_utilization"] = max(min(wanted, fits), 0.01)
+    if config.enforce_eager is None:
+        changes["enforce_eager"] = True
+    return config.replace(**changes)
+
+
+def bind_cpu_threads(tp: int) -> None:
+    """One OpenMP core group per TP worker ('0|1' on two cores), unless the user set one."""
+    if tp <= 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < tp:
+        raise ValueError(f"tensor_parallel_size {tp} needs {tp} CPU cores on the CPU backend; this machine "
+                         f"allows {len(cores)}: lower --tp")
+    per = len(cores) // tp
+    groups = [cores[i * per:(i + 1) * per] for i in range(tp)]
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+        f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups)
+
+
+def engine_kwargs(config: AuditConfig, worker_cls: str) -> dict[str, Any]:
+    """LLM(...) keyword arguments, vLLM's names; None means vLLM's default and is left out."""
+    kwargs: dict[str, Any] = {
+        "model": config.model, "worker_cls": worker_cls, "skip_tokenizer_init": True,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "decode_context_parallel_size": config.decode_context_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization, "max_model_len": config.max_model_len,
+        "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
+        "cudagraph_capture_sizes": list(config.cudagraph_capture_sizes) if config.cudagraph_capture_sizes else None,
+        "enforce_eager": config.enforce_eager, "kv_cache_dtype": config.kv_cache_dtype,
+        "block_size": config.block_size, "load_format": config.load_format,
+    }
+    if config.speculative_method:
+        kwargs["speculative_config"] = {"method": config.speculative_method,
+                                        "num_speculative_tokens": config.num_speculative_tokens or 1}
+    kwargs.update(config.extra_args)
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+class Result:
+    """RESULT.json, rewritten atomically whenever something is added."""
+
+    def __init__(self, path: Path):
+        self.path, self.data = path, {}
+
+    def set(self, **items: Any) -> None:
+        self.data.update(items)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, default=str), encoding="utf-8")
+        tmp.replace(self.path)
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    return {"type": type(exc).__name__, "message": str(exc)[:4000], "traceback": traceback.format_exc()[-6000:]}
+
+
+def run_verify(llm: Any) -> dict[str, Any]:
+    """One prefill of max_model_len − decode tokens, then a few decode steps; per-rank true peak."""
+    from vllm import SamplingParams
+    model_config = llm.llm_engine.vllm_config.model_config
+    vocab = model_config.get_vocab_size()
+    prompt_tokens = model_config.max_model_len - VERIFY_DECODE_TOKENS
+    ids = [(i * 7919 + 3) % max(vocab - 2, 1) + 2 for i in range(prompt_tokens)]
+    llm.collective_rpc("kvaudit_verify_begin")
+    error = None
+    try:
+        llm.generate([{"prompt_token_ids": ids}],
+                     SamplingParams(max_tokens=VERIFY_DECODE_TOKENS, ignore_eos=True, detokenize=False),
+                     use_tqdm=False)
+    except Exception as exc:  # an OOM here is the finding verify exists for
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    ranks = llm.collective_rpc("kvaudit_verify_end")
+    return {"prompt_tokens": prompt_tokens, "decode_tokens": VERIFY_DECODE_TOKENS, "ranks": ranks, "error": error}
+
+
+def shutdown(llm: Any) -> None:
+    """vLLM 0.26 and 0.32 have no LLM.shutdown(); the engine-core client's shutdown stops the
+    engine process and its workers."""
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:
+        pass
+    del llm
+    gc.collect()
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    os.environ["VLLM_ENABLE_STARTUP_PLAN"] = "0"
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    result = Result(Path(spec["result"]))
+    boot_journal = Journal(Path(spec["journal_dir"]) / "boot.jsonl")
+    config = config_from_json(spec["config"])
+    try:
+        import torch
+        import vllm
+        from vllm import LLM
+        from vllm.platforms import current_platform
+    except Exception as exc:
+        result.set(error=_error(exc), stage="import")
+        return 3
+    backend = "cpu" if current_platform.is_cpu() else "gpu"
+    if backend == "cpu":
+        config = cpu_defaults(config)
+        try:
+            bind_cpu_threads(config.tensor_parallel_size or 1)
+        except ValueError as exc:
+            result.set(error={"type": "UsageError", "message": str(exc)}, stage="boot")
+            return 2
+    versions = {"vllm": getattr(vllm, "__version__", None), "torch": torch.__version__,
+                "cuda": getattr(torch.version, "cuda", None), "backend": backend}
+    result.set(config=config.to_json(), versions=versions, env=memory_env(), stage="boot")
+    boot_journal.write({"type": "boot", "config": config.to_json(), **versions})
+    try:
+        llm = LLM(**engine_kwargs(config, WORKERS[backend]))
+    except BaseException as exc:
+        result.set(error=_error(exc), stage="boot")
+        return 1
+    try:
+        result.set(records=llm.collective_rpc("kvaudit_record"), stage="booted")
+        if spec.get("verify"):
+            result.set(stage="verify")
+            result.set(verify=run_verify(llm), records=llm.collective_rpc("kvaudit_record"), stage="verified")
+    except BaseException as exc:
+        result.set(error=_error(exc))
+        return 1
+    finally:
+        shutdown(llm)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,325 @@
+"""The supervisor: runs the boot process, shows per-rank progress from the journals, enforces
+the timeout, takes every vLLM process down afterwards, and turns what came back into a report.
+
+It imports neither torch nor vllm: the CLI process stays small and can always clean up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kvaudit.config import AuditConfig, config_from_json
+from kvaudit.engines import records
+from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
+from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
+from kvaudit.errors import UsageError
+from kvaudit.ledger import KvGeometry
+from kvaudit.report import build_report, rank_report
+from kvaudit.schema import (
+    PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, RankReport, Report, Source, Verify, VerifyRank,
+)
+
+ProgressFn = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    verify: bool = False
+    timeout_s: float = 1800.0
+    log_path: Path | None = None
+    """Keep vLLM's own log here (otherwise it lives in a temporary folder and is deleted)."""
+
+
+class JournalTailer:
+    """Reads new lines of every rank's journal as they are appended."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.offsets: dict[Path, int] = {}
+
+    def poll(self) -> list[tuple[int, dict[str, Any]]]:
+        out = []
+        for path in sorted(self.folder.glob("rank*.jsonl")):
+            try:
+                rank = int(path.stem[4:])
+                with open(path, "rb") as fh:
+                    fh.seek(self.offsets.get(path, 0))
+                    chunk = fh.read()
+            except (ValueError, OSError):
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self.offsets[path] = self.offsets.get(path, 0) + len(complete)
+            for line in complete.splitlines():
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(event, dict):
+                    out.append((rank, event))
+        return out
+
+
+def session_members(sid: int) -> list[int]:
+    """PIDs in session `sid` (the boot process started one): vLLM's engine core and workers."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def stop_session(proc: subprocess.Popen, grace_s: float = 15.0) -> list[int]:
+    """Take the boot process and everything it started down: SIGTERM, then SIGKILL. Returns
+    the PIDs still alive afterwards (none, unless the kernel refused)."""
+    sid = proc.pid
+    if proc.poll() is None or session_members(sid):
+        try:
+            os.killpg(sid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and (proc.poll() is None or session_members(sid)):
+            time.sleep(0.2)
+        if proc.poll() is None or session_members(sid):
+            try:
+                os.killpg(sid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            for pid in session_members(sid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    time.sleep(0.2)
+    return session_members(sid)
+
+
+def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
+    """Boot vLLM with the audit worker and return the report, complete or partial."""
+    workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
+    journal_dir = workdir / "journal"
+    journal_dir.mkdir()
+    result_path = workdir / "result.json"
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps({"config": config.to_json(), "verify": options.verify,
+                                     "journal_dir": str(journal_dir), "result": str(result_path)}))
+    log_path = options.log_path or workdir / "vllm.log"
+    env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)})
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
+    tailer = JournalTailer(journal_dir)
+    stop: FailureKind | None = None
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.vllm.boot", str(spec_path)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+        try:
+            while proc.poll() is None:
+                for rank, event in tailer.poll():
+                    on_progress(rank, event)
+                if time.monotonic() - started > options.timeout_s:
+                    stop = FailureKind.TIMEOUT
+                    break
+                time.sleep(0.25)
+        except KeyboardInterrupt:
+            stop = FailureKind.INTERRUPTED
+        finally:
+            survivors = stop_session(proc)
+    for rank, event in tailer.poll():
+        on_progress(rank, event)
+    try:
+        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else {}
+    except (json.JSONDecodeError, OSError):
+        result = {}
+    log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+    report = assemble(config, result, journal_dir, log_text, stop=stop, exit_code=proc.returncode,
+                      elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors)
+    if options.log_path is None:
+        _remove(workdir)
+    return report
+
+
+def _remove(folder: Path) -> None:
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Assembly: result.json + journals + vLLM's log → Report
+
+
+def rank_events(result: dict[str, Any], journal_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """Per rank: the collective_rpc record when the boot lived to return it, else the journal."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for path in journal_dir.glob("rank*.jsonl"):
+        try:
+            out[int(path.stem[4:])] = read_journal(path)
+        except ValueError:
+            continue
+    for events in result.get("records") or []:
+        if isinstance(events, list):
+            ranks = [e.get("rank") for e in events if isinstance(e, dict) and e.get("type") == "rank"]
+            if ranks and isinstance(ranks[0], int):
+                out[ranks[0]] = [e for e in events if isinstance(e, dict)]
+    return dict(sorted(out.items()))
+
+
+def _rank_report(folded: records.RankEvents, gmu: float | None) -> RankReport:
+    f = folded.facts
+    ordered = [folded.phases[p] for p in PHASE_ORDER if p in folded.phases]
+    return rank_report(
+        folded.rank, ordered, tp_rank=folded.get_int("tp_rank"), dcp_rank=folded.get_int("dcp_rank"),
+        device_total_bytes=folded.get_int("device_total_bytes"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization", gmu),
+        others_bytes=folded.get_int("others_bytes"),
+        graph_pool_estimate_bytes=folded.get_int("graph_pool_estimate_bytes"),
+        kv_cache_bytes=folded.get_int("kv_cache_bytes"), kv_available_bytes=folded.get_int("kv_available_bytes"),
+        kv_blocks=folded.get_int("kv_blocks"), deferred_steps=tuple(f.get("deferred_steps") or ()),
+        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"))
+
+
+def _geometry(folded: list[records.RankEvents], config: AuditConfig) -> KvGeometry | None:
+    for rank in folded:
+        bpb, bs = rank.get_int("kv_bytes_per_block"), rank.get_int("block_size")
+        if bpb and bs:
+            return KvGeometry(block_size=bs, bytes_per_block=bpb, dcp=config.decode_context_parallel_size or 1)
+    return None
+
+
+def _verify(data: dict[str, Any] | None) -> Verify | None:
+    if not data:
+        return None
+    ranks = []
+    for r in data.get("ranks") or []:
+        peak, req = r.get("true_peak_bytes"), r.get("requested_bytes")
+        ranks.append(VerifyRank(rank=r.get("rank"), true_peak_bytes=peak,
+                                slack_bytes=req - peak if isinstance(peak, int) and isinstance(req, int) else None))
+    slacks = [r.slack_bytes for r in ranks if r.slack_bytes is not None]
+    peaks = [r.true_peak_bytes for r in ranks if r.true_peak_bytes is not None]
+    error = data.get("error")
+    ok = error is None and bool(slacks) and min(slacks) >= 0
+    if error is None and slacks and min(slacks) < 0:
+        error = "true peak above the requested budget"
+    return Verify(ok=ok, prompt_tokens=data.get("prompt_tokens"), true_peak_bytes=max(peaks) if peaks else None,
+                  slack_bytes=min(slacks) if slacks else None, error=error,
+                  decode_tokens=data.get("decode_tokens"), repeats=1, oom_count=int(bool(error and "memory" in error)),
+                  ranks=tuple(ranks))
+
+
+def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log_text: str, *,
+             stop: FailureKind | None, exit_code: int | None, elapsed_s: float, timeout_s: float,
+             survivors: list[int]) -> Report:
+    if isinstance(result.get("config"), dict):
+        config = config_from_json(result["config"])
+    folded = [records.fold(rank, events) for rank, events in rank_events(result, journal_dir).items()]
+    gmu = config.gpu_memory_utilization
+    ranks = [_rank_report(f, gmu) for f in folded]
+    error = result.get("error") if isinstance(result.get("error"), dict) else None
+    if error and error.get("type") == "UsageError":
+        raise UsageError(error.get("message", "bad configuration"))
+    failure = find_failure(folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s)
+    facts = folded[0].facts if folded else {}
+    versions = result.get("versions") or {}
+    warnings = []
+    if survivors:
+        warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
+    for f in folded:
+        if f.facts.get("graph_estimate_missing"):
+            warnings.append(f"rank {f.rank}: vLLM returned no graph memory estimate although graphs are "
+                            f"captured (MRv2 before 0.29 reserves nothing): the graph pool is unbudgeted")
+            break
+    for f in folded:
+        if f.facts.get("warmup_errors"):
+            warnings.append(f"rank {f.rank}: warmup retried: {'; '.join(f.facts['warmup_errors'])}")
+    return build_report(
+        source=Source.RUN, config=config, ranks=ranks,
+        engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
+                      attention_backend=next((x.facts.get("attention_backend") for x in folded
+                                              if x.facts.get("attention_backend")), None)),
+        environment=Environment(device_name=facts.get("device_name"), driver=facts.get("driver"),
+                                cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
+                                vllm=versions.get("vllm"), env=result.get("env") or {}),
+        geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
+        warnings=warnings, known_max_feasible_model_len=estimated_max_model_len(log_text) if failure else None)
+
+
+# ------------------------------------------------------------------------------------------------
+# Failures
+
+
+def _last_phase(folded: list[records.RankEvents]) -> tuple[Phase | None, int | None]:
+    """Where the boot stopped: the earliest phase any rank failed or died in, else the phase
+    after the last one every rank finished."""
+    stopped = []
+    for f in folded:
+        failed = [p for p, rec in f.phases.items() if rec.status.value == "failed"]
+        for phase in failed + ([f.died_in] if f.died_in is not None else []):
+            stopped.append((PHASE_ORDER.index(phase), f.rank, phase))
+    if stopped:
+        _, rank, phase = min(stopped)
+        return phase, rank
+    done = [(max(PHASE_ORDER.index(p) for p in f.phases), f.rank) for f in folded if f.phases]
+    if not done:
+        return None, None
+    idx, rank = min(done)
+    return (PHASE_ORDER[idx + 1] if idx + 1 < len(PHASE_ORDER) else None), rank
+
+
+def find_failure(folded: list[records.RankEvents], error: dict[str, Any] | None, log_text: str, *,
+                 stop: FailureKind | None, exit_code: int | None, timeout_s: float) -> Failure | None:
+    phase, rank = _last_phase(folded)
+    if stop is FailureKind.TIMEOUT:
+        return Failure(phase, rank, stop, f"no result after {timeout_s:.0f} s: raise --timeout if the boot is "
+                                          f"slow, or look at the vLLM log (--log) for a hang")
+    if stop is FailureKind.INTERRUPTED:
+        return Failure(phase, rank, stop, "interrupted (Ctrl-C): every vLLM process was stopped")
+    from_log = find_failure_in_log(log_text)
+    rank_errors = [(f.rank, e) for f in folded for e in f.errors]
+    if from_log is not None:
+        kind, message = from_log
+        if kind is FailureKind.DOES_NOT_FIT:
+            phase = Phase.KV
+        return Failure(phase, rank, kind, message)
+    if rank_errors:
+        r, e = rank_errors[0]
+        return Failure(_phase_or_none(e.get("phase")), r, FailureKind.CRASH, str(e.get("message") or e.get("error")))
+    if error is not None:
+        return Failure(phase, rank, FailureKind.CRASH, f"{error.get('type')}: {_first_line(error.get('message'))}")
+    if exit_code not in (0, None):
+        return Failure(phase, rank, FailureKind.WORKER_DIED,
+                       f"the boot process exited with status {exit_code} and no error: see the vLLM log (--log)")
+    if not folded:
+        return Failure(None, None, FailureKind.CRASH, "vLLM produced no rank records: see the vLLM log (--log)")
+    return None
+
+
+def _phase_or_none(value: Any) -> Phase | None:
+    try:
+        return Phase(value)
+    except ValueError:
+        return None
+
+
+def _first_line(text: Any) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0] if lines else ""
