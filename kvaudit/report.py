@@ -105,7 +105,8 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
 
 def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
     length = config.max_model_len
-    short = (cap.kv_needed_bytes - cap.kv_available_bytes
+    # vLLM's check keeps one block back (the null block), so that much more must be freed.
+    short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
              if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
     text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
             f"{fmt_gib(cap.kv_available_bytes)} available on rank {cap.binding_rank}: lower --max-model-len to "
