@@ -102,8 +102,35 @@ def run(ctx: typer.Context,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                               kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
-    with Progress(config, log) as progress:
+    with Progress.for_run(config, log) as progress:
         report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log), progress.on_event)
+    _emit_report(report, fmt, width, output)
+    raise typer.Exit(int(exit_code(report)))
+
+
+@app.command()
+def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the proof) or cpu (a smoke run).")] = "cuda",
+             tp: Annotated[int, typer.Option("--tp", help="Ranks: one process per GPU (gloo on cpu).")] = 1,
+             gmu: Annotated[float, typer.Option("--gmu", help="gpu_memory_utilization")] = 0.98,
+             verify: Annotated[bool, typer.Option("--verify", help="Allocate KV, replay graphs, run the "
+                                                  "worst-case step; true peak vs budget.")] = False,
+             repeat: Annotated[int, typer.Option("--repeat", help="Verify repeats.")] = 1,
+             inject_warmup_failure: Annotated[bool, typer.Option("--inject-warmup-failure", help="Fail the "
+                                                                 "first warmup attempt (retry, count once).")] = False,
+             sizing: Annotated[str, typer.Option("--sizing", help="kvaudit (fixed order) or naive (one profile "
+                                                 "before warmup: the seed bug).")] = "kvaudit",
+             output: Annotated[Optional[Path], typer.Option("--output", "-o")] = None,
+             fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
+             timeout: Annotated[float, typer.Option("--timeout")] = 900.0) -> None:
+    """Planted-allocation ground truth: a torch workload of known sizes through the same sequence."""
+    from kvaudit.engines.selftest import SelftestOptions, run_selftest
+    from kvaudit.render.progress import Progress
+    from kvaudit.report import exit_code
+    opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
+                           repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,
+                           timeout_s=timeout)
+    with Progress.for_selftest(opts) as progress:
+        report = run_selftest(opts, progress.on_event)
     _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
 

@@ -59,6 +59,8 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
     cap = capacity(ranks, config, geometry, known_kv_tokens=known_kv_tokens,
                    known_max_feasible_model_len=known_max_feasible_model_len,
                    graph_bytes_per_size=graph_bytes_per_size)
+    if source is Source.SELFTEST:  # no vLLM to pass flags to
+        cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, config, failure, verify)
     warn = list(warnings)
     small = overcommit_bytes(ranks)

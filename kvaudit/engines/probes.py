@@ -110,6 +110,49 @@ def nvml_driver() -> str | None:
         return None
 
 
+OTHERS_ENV = "KVAUDIT_NVML_USED"
+"""Device memory in use per physical GPU before any vLLM process existed, measured by the boot
+process and handed to the workers (JSON {index or UUID: bytes})."""
+
+
+def nvml_used_by_device() -> dict[str, int]:
+    """NVML's used bytes of every GPU, keyed by physical index and by UUID; {} without NVML."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    out: dict[str, int] = {}
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            used = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            out[str(i)] = used
+            out[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = used
+    except Exception:
+        pass
+    finally:
+        pynvml.nvmlShutdown()
+    return out
+
+
+def others_for_rank(local_rank: int, *, has_context: bool) -> int | None:
+    """Other processes' device memory for the GPU this rank takes: from the boot process's
+    reading when there is one, else NVML now if this process has no CUDA context yet, else
+    unknown."""
+    import json
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    target = visible[local_rank] if local_rank < len(visible) else str(local_rank)
+    try:
+        table = json.loads(os.environ.get(OTHERS_ENV, "{}"))
+    except json.JSONDecodeError:
+        table = {}
+    if isinstance(table.get(target), int):
+        return table[target]
+    return None if has_context else nvml_device_used(local_rank)
+
+
 def nvml_device_used(local_rank: int) -> int | None:
     """Device memory in use on the GPU this rank will take, by NVML, without touching CUDA.
 

@@ -70,3 +70,16 @@ def diff_ranks(diff: DiffReport) -> pd.DataFrame:
     cells = {(d.owner, d.rank): d.delta_bytes for d in diff.owners if d.rank is not None}
     return pd.DataFrame({f"rank {r}": [fmt_gib3(cells.get((o, r)), signed=True) for o in Owner] for r in ranks},
                         index=[o.value for o in Owner])
+
+
+def accuracy_frame(report: Report) -> pd.DataFrame:
+    """Selftest: planted vs measured per owner per rank, error in bytes and percent."""
+    from kvaudit.units import fmt_bytes
+    rows = []
+    for a in report.accuracy or ():
+        err = None if a.measured_bytes is None else a.measured_bytes - a.planted_bytes
+        rows.append({"rank": a.rank, "owner": a.owner.value, "planted": fmt_gib3(a.planted_bytes),
+                     "measured": fmt_gib3(a.measured_bytes), "error": fmt_bytes(err, signed=True),
+                     "error %": "—" if err is None else f"{100 * err / a.planted_bytes:+.3f}%"})
+    frame = pd.DataFrame(rows, columns=["rank", "owner", "planted", "measured", "error", "error %"])
+    return frame.set_index(["owner"]) if rows else frame

@@ -12,18 +12,26 @@ from kvaudit.units import fmt_gib
 
 
 class Progress:
-    def __init__(self, config: AuditConfig, log: Path | None):
+    def __init__(self, headline: str, waiting: str = "starting vLLM…"):
         self.console = Console(stderr=True, highlight=False)
-        self.config, self.log = config, log
+        self.headline, self.waiting = headline, waiting
         self._status = None
 
+    @classmethod
+    def for_run(cls, c: AuditConfig, log: Path | None) -> Progress:
+        return cls(f"kvaudit: booting vLLM on {c.model} (tp {c.tensor_parallel_size or 1}"
+                   f", dcp {c.decode_context_parallel_size or 1}"
+                   + (f", mtp {c.num_speculative_tokens}" if c.speculative_method else "") + ")"
+                   + (f"; vLLM log: {log}" if log else ""))
+
+    @classmethod
+    def for_selftest(cls, opts: Any) -> Progress:
+        return cls(f"kvaudit: selftest on {opts.device} (tp {opts.tensor_parallel_size}, gmu "
+                   f"{opts.gpu_memory_utilization}, sizing {opts.sizing})", "starting the ranks…")
+
     def __enter__(self) -> Progress:
-        c = self.config
-        self.console.print(f"kvaudit: booting vLLM on {c.model} (tp {c.tensor_parallel_size or 1}"
-                           f", dcp {c.decode_context_parallel_size or 1}"
-                           + (f", mtp {c.num_speculative_tokens}" if c.speculative_method else "") + ")"
-                           + (f"; vLLM log: {self.log}" if self.log else ""), style="dim")
-        self._status = self.console.status("starting vLLM…")
+        self.console.print(self.headline, style="dim")
+        self._status = self.console.status(self.waiting)
         self._status.__enter__()
         return self
 

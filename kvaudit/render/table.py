@@ -37,6 +37,9 @@ class TableReporter:
         con.print(summary.headline(report), style="bold")
         con.print(_table(frames.owners_wide(report), "owner (GiB)"))
         con.print()
+        if report.accuracy:
+            con.print(_table(frames.accuracy_frame(report), "owner", title="planted vs measured (GiB)"))
+            con.print()
         for line in bars.report_bars(report, min(con.width, 100)):
             con.print(line)
         con.print()

@@ -42,6 +42,9 @@ class MarkdownReporter:
         out.write(f"**{summary.headline(report)}**\n\n")
         out.write(markdown_table(frames.owners_wide(report), "owner (GiB)"))
         out.write("\n")
+        if report.accuracy:
+            out.write(markdown_table(frames.accuracy_frame(report), "owner (planted vs measured, GiB)"))
+            out.write("\n")
         for label, value in summary.capacity_lines(report):
             out.write(f"- {label}: {value}\n")
         for line in summary.lever_lines(report):

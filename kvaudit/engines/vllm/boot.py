@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.config import AuditConfig, config_from_json
-from kvaudit.engines.probes import node_meminfo
+from kvaudit.engines.probes import OTHERS_ENV, node_meminfo, nvml_used_by_device
 from kvaudit.engines.sequence import Journal
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
@@ -142,6 +142,8 @@ def main(argv: list[str]) -> int:
     result = Result(Path(spec["result"]))
     boot_journal = Journal(Path(spec["journal_dir"]) / "boot.jsonl")
     config = config_from_json(spec["config"])
+    # Before any vLLM process exists, NVML's device-used is what other processes hold.
+    os.environ[OTHERS_ENV] = json.dumps(nvml_used_by_device())
     try:
         import torch
         import vllm

@@ -21,6 +21,7 @@ from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
 from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
+from kvaudit.engines.supervision import JournalTailer, stop_session, watch
 from kvaudit.errors import UsageError
 from kvaudit.ledger import KvGeometry
 from kvaudit.report import build_report, rank_report
@@ -39,81 +40,6 @@ class RunOptions:
     """Keep vLLM's own log here (otherwise it lives in a temporary folder and is deleted)."""
 
 
-class JournalTailer:
-    """Reads new lines of every rank's journal as they are appended."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.offsets: dict[Path, int] = {}
-
-    def poll(self) -> list[tuple[int, dict[str, Any]]]:
-        out = []
-        for path in sorted(self.folder.glob("rank*.jsonl")):
-            try:
-                rank = int(path.stem[4:])
-                with open(path, "rb") as fh:
-                    fh.seek(self.offsets.get(path, 0))
-                    chunk = fh.read()
-            except (ValueError, OSError):
-                continue
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            self.offsets[path] = self.offsets.get(path, 0) + len(complete)
-            for line in complete.splitlines():
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(event, dict):
-                    out.append((rank, event))
-        return out
-
-
-def session_members(sid: int) -> list[int]:
-    """PIDs in session `sid` (the boot process started one): vLLM's engine core and workers."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def stop_session(proc: subprocess.Popen, grace_s: float = 15.0) -> list[int]:
-    """Take the boot process and everything it started down: SIGTERM, then SIGKILL. Returns
-    the PIDs still alive afterwards (none, unless the kernel refused)."""
-    sid = proc.pid
-    if proc.poll() is None or session_members(sid):
-        try:
-            os.killpg(sid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and (proc.poll() is None or session_members(sid)):
-            time.sleep(0.2)
-        if proc.poll() is None or session_members(sid):
-            try:
-                os.killpg(sid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            for pid in session_members(sid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    time.sleep(0.2)
-    return session_members(sid)
-
-
 def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
     """Boot vLLM with the audit worker and return the report, complete or partial."""
     workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
@@ -127,22 +53,13 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)})
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     tailer = JournalTailer(journal_dir)
-    stop: FailureKind | None = None
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.vllm.boot", str(spec_path)],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
         try:
-            while proc.poll() is None:
-                for rank, event in tailer.poll():
-                    on_progress(rank, event)
-                if time.monotonic() - started > options.timeout_s:
-                    stop = FailureKind.TIMEOUT
-                    break
-                time.sleep(0.25)
-        except KeyboardInterrupt:
-            stop = FailureKind.INTERRUPTED
+            stop = watch(proc, tailer, on_progress, options.timeout_s, started)
         finally:
             survivors = stop_session(proc)
     for rank, event in tailer.poll():

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from vllm.v1.worker.gpu_worker import Worker
 
-from kvaudit.engines.probes import CudaProbe, nvml_device_used
+from kvaudit.engines.probes import CudaProbe, others_for_rank
 from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.vllm.audit import AuditMixin, mark_deferred
@@ -19,9 +19,10 @@ class AuditWorker(AuditMixin, Worker):
     _kva_backend = "cuda"
 
     def __init__(self, *args: Any, **kwargs: Any):
-        # Before this process creates its CUDA context, NVML's device-used is other processes'.
-        local_rank = kwargs.get("local_rank", args[1] if len(args) > 1 else 0)
-        self._kva_others = None if torch.cuda.is_initialized() else nvml_device_used(int(local_rank))
+        # Other processes' memory: the boot process read NVML before any vLLM process existed;
+        # failing that, NVML now is right only before this process's CUDA context.
+        local_rank = int(kwargs.get("local_rank", args[1] if len(args) > 1 else 0))
+        self._kva_others = others_for_rank(local_rank, has_context=torch.cuda.is_initialized())
         super().__init__(*args, **kwargs)
         self._kva_start_journal()
 

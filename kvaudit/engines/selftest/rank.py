@@ -1,0 +1,161 @@
+"""One selftest rank: `python -m kvaudit.engines.selftest.rank SPEC.json RANK`.
+
+The same fixed order, sequencer, probes, warmup guard and ledger as the vLLM engine, driven over
+the planted workload. With `sizing = "naive"` the KV cache is sized the way a single profile
+pass before warmup sizes it (the seed bug); everything else is identical, so the verify step
+shows what that over-allocation does at runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvaudit.engines.probes import CudaProbe, HostProbe, nvml_device_used
+from kvaudit.engines.records import phase_records
+from kvaudit.engines.selftest.workload import Planted, Workload
+from kvaudit.engines.sequence import Journal, RankSequencer, WarmupGuard
+from kvaudit.ledger import naive_kv_available, requested_bytes, size_kv
+from kvaudit.schema import Phase
+
+PROFILE_TOKENS = 512
+
+
+def _agree(torch: Any, device: Any, world: int):
+    def agree(failed: bool) -> bool:
+        if world == 1:
+            return failed
+        import torch.distributed as dist
+        flag = torch.tensor([1.0 if failed else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+    return agree
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    rank, world = int(argv[2]), int(spec["world_size"])
+    cuda = spec["device"] == "cuda"
+    journal = Journal(Path(spec["journal_dir"]) / f"rank{rank}.jsonl")
+    journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": rank})
+    others = nvml_device_used(rank) if cuda else None  # before this process has a CUDA context
+    try:
+        import torch
+        import torch.distributed as dist
+        if cuda:
+            if not torch.cuda.is_available():
+                raise RuntimeError("no CUDA device is visible to torch")
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        else:
+            device = torch.device("cpu")
+        if world > 1:
+            dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+        planted = Planted.for_device("cuda" if cuda else "cpu")
+        workload = Workload(planted, device, group=dist.group.WORLD if world > 1 else None,
+                            inject_warmup_failure=bool(spec.get("inject_warmup_failure")))
+        workload.preload()
+        probe = CudaProbe(device) if cuda else HostProbe()
+    except BaseException as exc:
+        journal.write({"type": "error", "phase": Phase.BASELINE.value, "error": type(exc).__name__,
+                       "message": f"{type(exc).__name__}: {exc}"})
+        raise
+    if not cuda:
+        others = probe.others_bytes
+    facts = probe.facts()
+    gmu = float(spec["gpu_memory_utilization"])
+    requested = requested_bytes(facts.total_bytes, gmu)
+    journal.write({"type": "rank", "rank": rank, "tp_rank": rank, "dcp_rank": 0, "backend": spec["device"],
+                   "device_total_bytes": facts.total_bytes, "device_name": facts.device_name,
+                   "driver": facts.driver, "cuda": facts.cuda, "torch": torch.__version__,
+                   "others_bytes": others, "gpu_memory_utilization": gmu, "requested_bytes": requested,
+                   "pid": os.getpid(), "planted": {"weights": planted.weights, "persistent": planted.persistent,
+                                                   "activation_peak": planted.activation,
+                                                   "non_torch": planted.non_torch,
+                                                   "graph_pool": planted.graph_pool}})
+    seq = RankSequencer(probe, journal)
+    guard = WarmupGuard(agree=_agree(torch, device, world))
+    try:
+        run_sequence(seq, guard, workload, probe, spec, requested=requested, others=others)
+    finally:
+        workload.close()
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, probe: Any, spec: dict[str, Any], *,
+                 requested: int, others: int | None) -> None:
+    with seq.phase(Phase.BASELINE):
+        pass
+    with seq.phase(Phase.LOAD):
+        workload.load()
+    with seq.phase(Phase.PROFILE):
+        workload.step(PROFILE_TOKENS)
+    with seq.phase(Phase.PERSISTENT) as handle:
+        guard.run(workload.kernel_warmup)
+        handle.note(f"kernel warmup attempts: {guard.attempts}" + (f" ({'; '.join(guard.errors)})" if guard.errors else ""))
+    with seq.phase(Phase.REPLAY):
+        workload.step(PROFILE_TOKENS)
+    before = probe.read(pools=False)
+    with seq.phase(Phase.GRAPHS) as handle:
+        workload.capture_graphs()
+        peak = probe.read()
+        # The estimate is the pool's full high-water plus the driver memory of the live graphs.
+        estimate = peak.graph_pool_bytes + max((peak.device_used_bytes - peak.reserved_bytes)
+                                               - (before.device_used_bytes - before.reserved_bytes), 0)
+        workload.drop_graphs()
+        probe.settle()
+        retained = probe.read().graph_pool_bytes
+        handle.note(f"estimate {estimate} bytes; {retained} bytes retained by the pool after the graphs were freed")
+    phases = phase_records(seq.journal.events)
+    kvaudit_kv = size_kv(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
+    naive_kv = naive_kv_available(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
+    available = naive_kv if spec.get("sizing") == "naive" else kvaudit_kv
+    seq.fact(graph_pool_estimate_bytes=estimate, graph_pool_retained_bytes=retained, kv_available_bytes=available,
+             kvaudit_kv_available_bytes=kvaudit_kv, naive_kv_available_bytes=naive_kv, sizing=spec.get("sizing"))
+    with seq.phase(Phase.KV):
+        kv_bytes = workload.allocate_kv(available or 0)
+    block = workload.planted.kv_block
+    seq.fact(kv_cache_bytes=kv_bytes, kv_blocks=kv_bytes // block, kv_bytes_per_block=block, block_size=1)
+    with seq.phase(Phase.CAPTURE) as handle:
+        guard.run(workload.kernel_warmup)  # vLLM's own later call: a no-op after success
+        workload.capture_graphs()
+        handle.note(f"warmup calls skipped by the guard: {guard.skipped_calls}")
+    seq.fact(warmup_attempts=guard.attempts, warmup_skipped_calls=guard.skipped_calls,
+             warmup_errors=list(guard.errors), warmup_calls=workload.warmup_calls)
+    if spec.get("verify"):
+        verify(seq, workload, probe, requested=requested, others=others, repeats=int(spec.get("repeat", 1)))
+
+
+def verify(seq: RankSequencer, workload: Workload, probe: Any, *, requested: int, others: int | None,
+           repeats: int) -> None:
+    """Replay every graph and run the worst-case step on top of the sized KV cache, `repeats`
+    times; each repeat records its true peak (peak reserved + non-torch) and whether it OOMed."""
+    import torch
+    results = []
+    for i in range(repeats):
+        oom = False
+        with seq.phase(Phase.VERIFY, settle=False) as handle:
+            try:
+                workload.replay_graphs()
+                workload.step(PROFILE_TOKENS)
+            except torch.cuda.OutOfMemoryError as exc:
+                oom = True
+                handle.note(f"OOM: {str(exc).splitlines()[0]}")
+            probe.sync()
+            now = probe.read(pools=False)
+            non_torch = now.device_used_bytes - now.reserved_bytes - (others or 0)
+            if isinstance(probe, HostProbe):
+                non_torch = probe.baseline_rss
+            peak = probe.peak_reserved_bytes() + non_torch
+            handle.facts.update(true_peak_bytes=peak, oom=oom)
+        results.append({"repeat": i, "true_peak_bytes": peak, "slack_bytes": requested - peak, "oom": oom})
+    seq.fact(verify=results)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
