@@ -119,6 +119,8 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
                                                                  "first warmup attempt (retry, count once).")] = False,
              sizing: Annotated[str, typer.Option("--sizing", help="kvaudit (fixed order) or naive (one profile "
                                                  "before warmup: the seed bug).")] = "kvaudit",
+             retain_graph_pool: Annotated[bool, typer.Option("--retain-graph-pool", help="Keep the profiling "
+                                                             "graph pool (and its pages) alive.")] = False,
              output: Annotated[Optional[Path], typer.Option("--output", "-o")] = None,
              fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
              timeout: Annotated[float, typer.Option("--timeout")] = 900.0) -> None:
@@ -128,6 +130,7 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
     from kvaudit.report import exit_code
     opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
                            repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,
+                           retain_graph_pool=retain_graph_pool,
                            timeout_s=timeout)
     with Progress.for_selftest(opts) as progress:
         report = run_selftest(opts, progress.on_event)

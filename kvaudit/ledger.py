@@ -83,12 +83,24 @@ def last_measured_phase(phases: Phases) -> Phase | None:
     return None
 
 
+def graphs_non_torch(phases: Phases) -> int:
+    """Non-torch bytes the graph-profiling phase left behind (driver state of pools and graphs
+    that outlive it): graph memory, claimed by graph_pool, not by non_torch."""
+    growth = _sub(_u_minus_r(phases, Phase.GRAPHS), _u_minus_r(phases, Phase.REPLAY))
+    return max(growth or 0, 0)
+
+
+def capture_non_torch(phases: Phases) -> int | None:
+    return _sub(_u_minus_r(phases, Phase.CAPTURE), _u_minus_r(phases, Phase.KV))
+
+
 def graph_pool_actual(phases: Phases) -> int | None:
-    """Pool segments at the end of the real capture (retained pages included) + its non-torch growth."""
+    """Pool segments at the end of the real capture (retained pages included), plus the
+    non-torch growth of the capture and what graph profiling left behind."""
     if Phase.CAPTURE not in phases or Phase.KV not in phases:
         return None
-    growth = _sub(_u_minus_r(phases, Phase.CAPTURE), _u_minus_r(phases, Phase.KV))
-    return None if growth is None else _pool(phases, Phase.CAPTURE) + growth
+    growth = capture_non_torch(phases)
+    return None if growth is None else _pool(phases, Phase.CAPTURE) + growth + graphs_non_torch(phases)
 
 
 def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
@@ -106,14 +118,14 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
     actual = graph_pool_actual(phases) if last is Phase.CAPTURE else None
     known_graph = [g for g in (graph_pool_estimate_bytes, actual) if g is not None]
     graph_pool = max(known_graph) if known_graph else None
-    capture_non_torch = (_sub(_u_minus_r(phases, Phase.CAPTURE), _u_minus_r(phases, Phase.KV))
-                         if last is Phase.CAPTURE else 0)
+    captured_nt = capture_non_torch(phases) if last is Phase.CAPTURE else 0
+    graphs_nt = graphs_non_torch(phases) if last in (Phase.GRAPHS, Phase.KV, Phase.CAPTURE) else 0
 
     kv_held = kv_cache_bytes if last in (Phase.KV, Phase.CAPTURE) else 0
     non_torch = torch_other = None
     if last is not None:
         nt_last = _sub(_u_minus_r(phases, last), others_bytes)
-        non_torch = _sub(nt_last, _sum(persistent_non_torch, capture_non_torch))
+        non_torch = _sub(nt_last, _sum(persistent_non_torch, captured_nt, graphs_nt))
         torch_other = _sub(_r(phases, last), _sum(_pool(phases, last), weights, persistent_torch, kv_held))
 
     owners = {Owner.WEIGHTS: weights, Owner.PERSISTENT: persistent, Owner.ACTIVATION_PEAK: activation,

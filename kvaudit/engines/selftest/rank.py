@@ -107,7 +107,7 @@ def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, pro
         # The estimate is the pool's full high-water plus the driver memory of the live graphs.
         estimate = peak.graph_pool_bytes + max((peak.device_used_bytes - peak.reserved_bytes)
                                                - (before.device_used_bytes - before.reserved_bytes), 0)
-        workload.drop_graphs()
+        workload.drop_graphs(retain=bool(spec.get("retain_graph_pool")))
         probe.settle()
         retained = probe.read().graph_pool_bytes
         handle.note(f"estimate {estimate} bytes; {retained} bytes retained by the pool after the graphs were freed")

@@ -38,6 +38,8 @@ class SelftestOptions:
     inject_warmup_failure: bool = False
     sizing: str = "kvaudit"
     """`kvaudit` (the fixed order) or `naive` (one profile pass before warmup: the seed bug)."""
+    retain_graph_pool: bool = False
+    """Keep the profiling graph pool alive through KV sizing (its pages stay retained)."""
     timeout_s: float = 900.0
 
 
@@ -60,7 +62,8 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
     spec.write_text(json.dumps({"device": opts.device, "world_size": opts.tensor_parallel_size,
                                 "gpu_memory_utilization": opts.gpu_memory_utilization, "verify": opts.verify,
                                 "repeat": opts.repeat, "inject_warmup_failure": opts.inject_warmup_failure,
-                                "sizing": opts.sizing, "journal_dir": str(journal_dir)}))
+                                "sizing": opts.sizing, "retain_graph_pool": opts.retain_graph_pool,
+                                "journal_dir": str(journal_dir)}))
     log_path = workdir / "selftest.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:

@@ -96,6 +96,7 @@ class Workload:
         self.driver: DriverAllocation | None = None
         self.pool = None
         self.anchor = None
+        self.graph_input = None
         self.graphs: list[tuple[Any, Any]] = []
         self.kv = None
         self.warmup_calls = 0
@@ -153,25 +154,19 @@ class Workload:
         self.workspace.fill_(3)
 
     def capture_graphs(self) -> int:
-        """Capture one graph per output size into one private pool (vLLM shares one global pool).
-
-        The first capture also makes an anchor graph that allocates nothing and is never
-        dropped: a private pool lives while a graph uses it, so its pages stay retained after
-        the profiling graphs are freed and the real capture reuses them (what vLLM's fork does
-        to anchor its pool)."""
+        """Capture one graph per output size into one private pool (vLLM shares one pool
+        across graphs); the static input lives as long as the workload."""
         if not self.cuda or not self.planted.graph_outputs:
             return 0
         t = self.torch
         if self.pool is None:
             self.pool = t.cuda.graph_pool_handle()
+        if self.graph_input is None:
+            self.graph_input = t.ones(8, dtype=t.float32, device=self.device)
+        x = self.graph_input
         stream = t.cuda.Stream(self.device)
-        x = t.ones(8, dtype=t.float32, device=self.device)
         t.cuda.synchronize(self.device)
         with t.cuda.stream(stream):
-            if self.anchor is None:
-                self.anchor = t.cuda.CUDAGraph()
-                with t.cuda.graph(self.anchor, pool=self.pool, stream=stream):
-                    x.mul_(1.0)
             for size in self.planted.graph_outputs:
                 graph = t.cuda.CUDAGraph()
                 with t.cuda.graph(graph, pool=self.pool, stream=stream):
@@ -182,9 +177,17 @@ class Workload:
         t.cuda.synchronize(self.device)
         return len(self.graphs)
 
-    def drop_graphs(self) -> None:
-        """Profiling teardown: graphs and outputs go, the pool (and its pages) stays."""
-        self.graphs.clear()
+    def drop_graphs(self, *, retain: bool = False) -> None:
+        """Profiling teardown. By default the graphs and their pool go (vLLM V1 profiles into a
+        temporary pool). With `retain`, one graph is kept alive as an anchor, so the pool and
+        every page it ever held survive (a private pool lives while a graph uses it), as a fork
+        that keeps its profiling pool for the real capture does."""
+        if retain and self.graphs:
+            self.anchor = self.graphs[0]
+            self.graphs = []
+        else:
+            self.graphs.clear()
+            self.pool = None
 
     def replay_graphs(self) -> None:
         for graph, _ in self.graphs:

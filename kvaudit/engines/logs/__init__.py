@@ -1,0 +1,40 @@
+"""Parse existing vLLM startup logs into a `kvaudit.report/1` (source `log`).
+
+    report_from_log_text(text, where)       one log
+    report_from_logs([(text, where), …])    several logs of one boot (one file per node)
+
+The pipeline: `scan` finds the few lines worth reading (single-character passes, no per-line
+loop), `lines` splits each into process tag / level / file / message, `facts` turns messages into
+typed facts (the catalogue of reference §5), `parse` follows worker renames, and `assemble` gives
+each fact to its rank and hands the ranks to `kvaudit.report.build_report`. Nothing here imports
+torch or vllm.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kvaudit.engines.logs.assemble import assemble
+from kvaudit.engines.logs.parse import parse_file
+from kvaudit.errors import BadInputError
+from kvaudit.schema import Report
+
+__all__ = ["report_from_log_text", "report_from_logs"]
+
+
+def report_from_log_text(text: str, where: str) -> Report:
+    return report_from_logs([(text, where)])
+
+
+def report_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = False) -> Report:
+    """One report from the logs of one boot. `exhaustive` reads every line (slow; for tests).
+    A file with no vLLM line at all is a BadInputError naming it."""
+    if not texts:
+        raise BadInputError("no log given: pass at least one vLLM log")
+    scans = []
+    for index, (text, where) in enumerate(texts):
+        scan = parse_file(text, where, index, exhaustive=exhaustive)
+        if not scan.is_vllm:
+            raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found")
+        scans.append(scan)
+    return assemble(scans)

@@ -1,0 +1,191 @@
+"""Knobs from the two config lines vLLM prints at startup.
+
+- `non-default args: {…}` (vllm/entrypoints/serve/utils/api_utils.py `log_non_default_args`): a
+  Python dict repr of what the user changed. It is read with `ast.literal_eval` and never
+  evaluated; values that are not literals (an enum, a config object's repr) make the whole
+  literal fail, so a per-key regex picks out the plain values instead.
+- `Initializing a V1 LLM engine (vX) with config: model='…', speculative_config=…, …`
+  (vllm/config/vllm.py `VllmConfig.__str__`): the resolved config, `key=value` pairs whose values
+  may themselves contain commas, so only the keys kvaudit needs are picked out, each by its own
+  anchored pattern.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import warnings
+from typing import Any, Mapping
+
+LITERAL_CHARS = 200_000
+"""A dict literal longer than this is not parsed as a whole (ast is slow and deep on hostile text)."""
+
+_INT_KEYS = ("tensor_parallel_size", "decode_context_parallel_size", "max_num_seqs", "max_num_batched_tokens",
+             "block_size", "num_speculative_tokens", "pipeline_parallel_size", "data_parallel_size",
+             "prefill_context_parallel_size")
+_STR_KEYS = ("model", "kv_cache_dtype", "load_format")
+
+
+def literal_dict(text: str) -> dict[str, Any] | None:
+    """A dict literal, or None when the text is not one (never raises on any input)."""
+    if len(text) > LITERAL_CHARS:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes in hostile text warn (SyntaxWarning)
+            value = ast.literal_eval(text)
+    except Exception:  # noqa: BLE001 - literal_eval raises ValueError, SyntaxError, TypeError,
+        return None    # MemoryError, RecursionError … on hostile input; any of them means "not a literal".
+    return value if isinstance(value, dict) else None
+
+
+# One `'key': value` pair whose value is a plain literal: a quoted string, a number, a bool/None,
+# or a flat list / dict (no nesting).
+_PAIR = re.compile(
+    r"""['"](\w{1,80})['"]:\s*('(?:[^'\\]|\\.){0,2000}'|"(?:[^"\\]|\\.){0,2000}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][-+]?\d{1,3})?"""
+    r"""|True|False|None|\[[^\[\]]{0,20000}\]|\{[^{}]{0,20000}\})""")
+
+
+def pairs_fallback(text: str) -> dict[str, Any]:
+    """The plain `'key': value` pairs of a dict repr that is not a literal as a whole. The first
+    occurrence of a key wins: top-level keys come before the nested dicts that repeat them."""
+    out: dict[str, Any] = {}
+    for m in _PAIR.finditer(text[: LITERAL_CHARS * 5]):
+        if m.group(1) in out:
+            continue
+        value = _literal(m.group(2))
+        if value is not _BAD:
+            out[m.group(1)] = value
+    return out
+
+
+_BAD = object()
+
+
+def _literal(text: str) -> Any:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.literal_eval(text)
+    except Exception:  # noqa: BLE001 - see literal_dict
+        return _BAD
+
+
+def non_default_args(text: str) -> dict[str, Any]:
+    """The knobs of a `non-default args:` dict, literal or not."""
+    parsed = literal_dict(text)
+    return parsed if parsed is not None else pairs_fallback(text)
+
+
+def _sub_dict(value: Any) -> Mapping[str, Any] | None:
+    """speculative_config / compilation_config arrive as a dict, or as the JSON text given on the CLI."""
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            parsed = literal_dict(value)
+        return parsed if isinstance(parsed, Mapping) else None
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _sizes(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, (list, tuple)) and all(_int(v) is not None for v in value):
+        return tuple(value)
+    return None
+
+
+def knobs_from_args(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """AuditConfig fields (vLLM's names) and the remaining args (for extra_args, JSON-safe)."""
+    known: dict[str, Any] = {}
+    for key in _INT_KEYS:
+        if (v := _int(args.get(key))) is not None:
+            known[key] = v
+    for key in _STR_KEYS:
+        if isinstance(args.get(key), str):
+            known[key] = args[key]
+    if "model" not in known and isinstance(args.get("model_tag"), str):
+        known["model"] = args["model_tag"]  # `vllm serve MODEL` stores the positional here
+    if (v := _int(args.get("max_model_len"))) is not None and v > 0:
+        known["max_model_len"] = v  # -1 asks for auto-fit: the length comes from the auto-fit line
+    gmu = args.get("gpu_memory_utilization")
+    if isinstance(gmu, (int, float)) and not isinstance(gmu, bool) and 0 < gmu <= 1:
+        known["gpu_memory_utilization"] = float(gmu)
+    if isinstance(args.get("enforce_eager"), bool):
+        known["enforce_eager"] = args["enforce_eager"]
+    if (spec := _sub_dict(args.get("speculative_config"))) is not None:
+        if isinstance(spec.get("method"), str):
+            known["speculative_method"] = spec["method"]
+        if (v := _int(spec.get("num_speculative_tokens"))) is not None:
+            known["num_speculative_tokens"] = v
+    if (sizes := _sizes(args.get("cudagraph_capture_sizes"))) is not None:
+        known["cudagraph_capture_sizes"] = sizes
+    if (comp := _sub_dict(args.get("compilation_config"))) is not None:
+        if (sizes := _sizes(comp.get("cudagraph_capture_sizes"))) is not None:
+            known.setdefault("cudagraph_capture_sizes", sizes)
+    modelled = set(_INT_KEYS) | set(_STR_KEYS) | {"model_tag", "max_model_len", "gpu_memory_utilization",
+                                                   "enforce_eager", "cudagraph_capture_sizes"}
+    extra = {str(k): json_safe(v) for k, v in args.items() if k not in modelled}
+    return known, extra
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """Plain JSON values; anything else (sets, bytes, tuples as keys, nan) becomes its repr."""
+    if depth > 20:
+        return repr(value)[:200]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, depth + 1) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    return repr(value)[:200]
+
+
+# VllmConfig.__str__ keys, each as `, key=value` (model is first, with no comma before it).
+_ENGINE_INT = {key: re.compile(rf"(?:^|, ){key}=(\d{{1,12}})(?=,|$)") for key in (
+    "max_seq_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+    "decode_context_parallel_size", "prefill_context_parallel_size")}
+_ENGINE_MODEL = re.compile(r"^model='((?:[^'\\]|\\.){0,2000})'")
+_ENGINE_EAGER = re.compile(r"(?:^|, )enforce_eager=(True|False)(?=,|$)")
+_ENGINE_KV_DTYPE = re.compile(r"(?:^|, )kv_cache_dtype=([\w.]{1,40})(?=,|$)")
+_ENGINE_LOAD = re.compile(r"(?:^|, )load_format=([\w.]{1,40})(?=,|$)")
+# SpeculativeConfig.__repr__ (vllm/config/speculative.py): "SpeculativeConfig(method='mtp', model=…, num_spec_tokens=1)".
+_ENGINE_SPEC = re.compile(r"(?:^|, )speculative_config=SpeculativeConfig\(method='([^']{1,80})'.{0,2000}?num_spec_tokens="
+                          r"(\d{1,6})\)")
+# CompilationConfig.__repr__ is the str() of a dict (single quotes); older releases printed JSON.
+_ENGINE_SIZES = re.compile(r"""compilation_config=.{0,200000}?['"]cudagraph_capture_sizes['"]:\s*\[([\d,\s]{0,20000})\]""")
+
+
+def knobs_from_engine_line(config: str) -> dict[str, Any]:
+    known: dict[str, Any] = {}
+    names = {"max_seq_len": "max_model_len"}
+    for key, rx in _ENGINE_INT.items():
+        if m := rx.search(config):
+            known[names.get(key, key)] = int(m.group(1))
+    if m := _ENGINE_MODEL.search(config):
+        known["model"] = m.group(1)
+    if m := _ENGINE_EAGER.search(config):
+        known["enforce_eager"] = m.group(1) == "True"
+    if m := _ENGINE_KV_DTYPE.search(config):
+        known["kv_cache_dtype"] = m.group(1)
+    if m := _ENGINE_LOAD.search(config):
+        # Older releases printed the enum (`LoadFormat.DUMMY`); vLLM's own spelling is lower case.
+        known["load_format"] = m.group(1).rsplit(".", 1)[-1].lower()
+    if m := _ENGINE_SPEC.search(config):
+        known["speculative_method"] = m.group(1)
+        known["num_speculative_tokens"] = int(m.group(2))
+    elif re.search(r"(?:^|, )speculative_config=None(?=,|$)", config):
+        known["speculative_method"] = None
+    if m := _ENGINE_SIZES.search(config):
+        known["cudagraph_capture_sizes"] = tuple(int(x) for x in re.findall(r"\d{1,12}", m.group(1)))
+    return known

@@ -1,0 +1,152 @@
+"""The shape of one vLLM log line: process tag, level, source file, message.
+
+vLLM 0.32 formats records as (vllm/logger.py, `_FORMAT`)
+
+    {VLLM_LOGGING_PREFIX}({proc} pid={pid}) {LEVEL} {MM-DD HH:MM:SS} [{file}.py:{line}] {message}
+
+and older releases printed `LEVEL MM-DD HH:MM:SS [file.py:line] message` with the
+`({worker} pid={pid}) ` tag added in front of worker output only (`_add_prefix` in
+vllm/utils/system_utils.py). Container runtimes put their own prefix in front
+(`2026-11-30T10:00:00.123456789Z `, `[pod-xyz] `), `VLLM_LOGGING_COLOR` adds ANSI codes, and
+multi-line messages repeat the prefix after `\\r\\n` (NewLineFormatter). So the tag is searched
+near the start of the line instead of anchored to it, and colours are stripped first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+# `(Worker_TP0_DCP1 pid=123)`, `(VllmWorker-0 pid=123)`, `(EngineCore_DP0 pid=123)`, and the
+# older `(VllmWorker rank=0 pid=123)` / `(VllmWorker TP0 pid=123)`.
+_TAG = re.compile(r"\(([A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})\)")
+_HEAD = re.compile(
+    r"\s*(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
+    r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
+_UNTAGGED_HEAD = re.compile(
+    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
+    r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
+
+TAG_SEARCH_CHARS = 400
+"""How far into a line the process tag may sit (container prefixes are short)."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One physical line (a `\\n`- or `\\r`-delimited segment) of a log, split into its parts."""
+
+    pos: int
+    """Offset of the segment in the file's text: orders lines and finds neighbours."""
+    pid: int | None
+    """The pid of the `(tag pid=N)` prefix; None for untagged output (tqdm, tracebacks, V0)."""
+    tag: str | None
+    """The process name printed on this line (a worker is renamed during boot)."""
+    level: str | None
+    src: str | None
+    """`gpu_worker.py`, or a relative path under VLLM_LOGGING_LEVEL=DEBUG."""
+    msg: str
+    """The message after the prefix (the whole line when it has no vLLM prefix)."""
+
+    @property
+    def is_vllm(self) -> bool:
+        """True when the line carries vLLM's logger prefix (a tag, or level + time + file)."""
+        return self.pid is not None or self.src is not None
+
+
+def parse_line(segment: str, pos: int) -> LogLine:
+    if "\x1b" in segment:
+        segment = _ANSI.sub("", segment)
+    head = segment[:TAG_SEARCH_CHARS]
+    tag = _TAG.search(head)
+    if tag is not None:
+        rest = _HEAD.match(segment, tag.end())
+        if rest is not None:
+            return LogLine(pos, int(tag.group(2)), tag.group(1), _level(rest.group(1)), rest.group(3),
+                           segment[rest.end():].strip())
+        # Older releases prefixed raw worker stdout/stderr too (tracebacks, prints).
+        return LogLine(pos, int(tag.group(2)), tag.group(1), None, None, segment[tag.end():].strip())
+    rest = _UNTAGGED_HEAD.search(head)
+    if rest is not None:
+        return LogLine(pos, None, None, _level(rest.group(1)), rest.group(3), segment[rest.end():].strip())
+    return LogLine(pos, None, None, None, None, segment.strip())
+
+
+def _level(text: str) -> str:
+    return "WARNING" if text == "WARN" else text
+
+
+def tag_of(segment: str) -> tuple[str, int] | None:
+    """The `(tag, pid)` a segment carries, if any (used to follow a pid's renames)."""
+    if "\x1b" in segment:
+        segment = _ANSI.sub("", segment)
+    m = _TAG.search(segment[:TAG_SEARCH_CHARS])
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def looks_like_vllm(text: str) -> bool:
+    """Whether any line of `text` has vLLM's logger shape (the slow path: only for inputs in which
+    no memory line was found, to tell "a vLLM log without memory lines" from "not a log")."""
+    return _TAG.search(text) is not None or _UNTAGGED_HEAD.search(text) is not None
+
+
+# --------------------------------------------------------------------------------------------
+# Process tags → roles and parallel coordinates
+
+
+class Role(StrEnum):
+    WORKER = "worker"
+    ENGINE = "engine"
+    """EngineCore: with the `uni` executor (GPU, world size 1) it runs the worker too."""
+    FRONTEND = "frontend"
+    """APIServer / MainProcess / the LLM() process."""
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class ProcTag:
+    """What a process name says about where the process sits.
+
+    Worker names come from `WorkerProc.setup_proc_title_and_log_prefix`
+    (vllm/v1/executor/multiproc_executor.py): `Worker[_DPd][_PPp][_PCPc][_TPt][_DCPd][_EPe]`,
+    each suffix only when that group is larger than 1. Before that runs, a worker is
+    `VllmWorker-{global_rank}` (the multiprocessing name) and then plain `Worker`.
+    """
+
+    role: Role
+    dp: int | None = None
+    pp: int | None = None
+    pcp: int | None = None
+    tp: int | None = None
+    dcp: int | None = None
+    ep: int | None = None
+    global_rank: int | None = None
+    """Only the provisional `VllmWorker-N` (and old `VllmWorker rank=N`) name it outright."""
+
+    @property
+    def provisional(self) -> bool:
+        """A name a worker carries before its parallel groups exist (it will be renamed)."""
+        return self.role is Role.WORKER and self.tp is None and self.pp is None and self.dp is None
+
+
+_SUFFIX = {key: re.compile(rf"_{key.upper()}(\d{{1,6}})") for key in ("dp", "pp", "pcp", "tp", "dcp", "ep")}
+_OLD_RANK = re.compile(r"(?:-| rank=)(\d{1,6})\b")
+_OLD_TP = re.compile(r" TP(\d{1,6})\b")
+_ENGINE_INDEX = re.compile(r"^EngineCore_(\d{1,6})$")
+
+
+def proc_tag(name: str) -> ProcTag:
+    if name.startswith(("Worker", "VllmWorker", "RayWorker")):
+        coords = {key: (int(m.group(1)) if (m := rx.search(name)) else None) for key, rx in _SUFFIX.items()}
+        if coords["tp"] is None and (m := _OLD_TP.search(name)):
+            coords["tp"] = int(m.group(1))
+        old = _OLD_RANK.search(name) if name.startswith("VllmWorker") else None
+        return ProcTag(Role.WORKER, global_rank=int(old.group(1)) if old else None, **coords)
+    if name.startswith("EngineCore"):
+        dp = _SUFFIX["dp"].search(name) or _ENGINE_INDEX.search(name)
+        return ProcTag(Role.ENGINE, dp=int(dp.group(1)) if dp else None)
+    if name.startswith(("APIServer", "ApiServer", "MainProcess", "LLM", "Frontend")):
+        return ProcTag(Role.FRONTEND)
+    return ProcTag(Role.OTHER)

@@ -1,0 +1,79 @@
+"""One log file → its fact-bearing lines and the final name of every process in it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
+from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
+from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
+
+RENAME_HOPS = 64
+"""How many later lines of a provisionally named worker to read to learn its final name."""
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    line: LogLine
+    facts: tuple[Fact, ...]
+
+
+@dataclass(frozen=True)
+class FileScan:
+    index: int
+    """Position of the file among the logs of one boot (one file per node, usually)."""
+    where: str
+    text: str
+    lines: tuple[ParsedLine, ...]
+    """Candidate lines that state at least one fact, in text order."""
+    tags: Mapping[int, str]
+    """pid → the last name that process was seen with (workers are renamed during boot)."""
+    is_vllm: bool
+
+
+def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = False) -> FileScan:
+    cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
+    parsed: dict[int, ParsedLine] = {}
+    seen_vllm = False
+    for start, end in cands.segments + ((cands.backend,) if cands.backend else ()):
+        if start in parsed:
+            continue
+        line = parse_line(text[start:end], start)
+        seen_vllm = seen_vllm or line.is_vllm
+        facts = tuple(facts_from_message(line.msg))
+        if facts:
+            parsed[start] = ParsedLine(line, facts)
+    for start, end in cands.concurrency:
+        if start not in parsed:
+            line = parse_line(text[start:end], start)
+            if facts := tuple(concurrency(line.msg)):
+                parsed[start] = ParsedLine(line, facts)
+    lines = tuple(parsed[k] for k in sorted(parsed))
+    is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
+    return FileScan(index, where, text, lines, _final_tags(text, lines), is_vllm)
+
+
+def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:
+    """Each pid's last name. Fact lines come after a worker's rename almost always; when the last
+    one still carries a provisional name (`VllmWorker-0`, plain `Worker`), the pid's next lines
+    are read until the name settles, so the file is never searched to its end per pid."""
+    last: dict[int, tuple[str, int]] = {}
+    for p in lines:
+        if p.line.pid is not None and p.line.tag is not None:
+            last[p.line.pid] = (p.line.tag, p.line.pos)
+    tags = {}
+    for pid, (tag, pos) in last.items():
+        after = pos + 1
+        for _ in range(RENAME_HOPS):
+            if not proc_tag(tag).provisional:
+                break
+            nxt = next_line_of(text, pid, after)
+            if nxt is None:
+                break
+            found = tag_of(text[nxt[0]:nxt[1]])
+            if found is not None and found[1] == pid:
+                tag = found[0]
+            after = nxt[1]
+        tags[pid] = tag
+    return tags

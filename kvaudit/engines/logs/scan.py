@@ -1,0 +1,144 @@
+"""Find the few lines worth parsing in a log of hundreds of megabytes, without a per-line loop.
+
+A 200 MB startup log of 8 ranks is millions of lines of NCCL chatter, tqdm redraws and
+tracebacks around a few hundred memory lines. Python cannot afford even one regex or one `in`
+per line there, and CPython's `str.find` is fast for a single character (memchr) but several
+times slower for short needles, so the scan runs a handful of single-character passes and checks
+each hit in place:
+
+- `B`, preceded by `Gi` / `Mi` / `G` (or starting `B12X`): every figure vLLM prints in GiB, MiB
+  or, in V0, GB: weights, KV, graphs, "Actual usage", budgets, OOM messages, CPU "Auto set".
+- `V`, starting `V cache size` (the KV size line), `V1 LLM engine` (version and config), `V2
+  Model Runner` / `V1 model runner`, `VLLM_` (the graph profiling advisory, env dumps) or
+  `Vllm` (`VllmWorker-0 died unexpectedly`).
+- `{` after `non-default args: `.
+- `Error: `, one multi-character pass: the exception lines of failures that print no unit
+  (`ValueError: No available memory for the cache blocks`, `AssertionError: Workspace is locked`).
+
+Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
+match wins and the search stops there) and the second half of the two-line KV size form of older
+releases ("Maximum concurrency for …" right after "GPU KV cache size: …").
+
+A segment is a run between `\\n` or `\\r`: tqdm redraws with `\\r`, and vLLM's NewLineFormatter
+continues multi-line messages after `\\r\\n`, so a message may sit behind a progress bar.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvaudit.engines.logs.facts import backend
+
+_V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
+_ARGS = "non-default args: "
+_ERROR = "Error: "
+CONCURRENCY_WINDOW = 4096
+"""How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
+
+
+def _b(text: str, i: int) -> bool:
+    return text[max(i - 2, 0):i] in ("Gi", "Mi") or text[i - 1:i] == "G" or text.startswith("B12X", i)
+
+
+def _v(text: str, i: int) -> bool:
+    return text.startswith(_V_WORDS, i)
+
+
+def _brace(text: str, i: int) -> bool:
+    return i >= len(_ARGS) and text.startswith(_ARGS, i - len(_ARGS))
+
+
+_CHAR_NEEDLES = (("B", _b), ("V", _v), ("{", _brace))
+
+
+def bounds(text: str, i: int) -> tuple[int, int]:
+    """The segment around offset i. Every search is bounded by the line, never by the file."""
+    nl = text.rfind("\n", 0, i) + 1
+    cr = text.rfind("\r", nl, i)
+    start = nl if cr < 0 else cr + 1
+    end = text.find("\n", i)
+    if end < 0:
+        end = len(text)
+    cr = text.find("\r", i, end)
+    return start, (end if cr < 0 else cr)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    segments: tuple[tuple[int, int], ...]
+    """(start, end) of every segment to run the whole catalogue on, in text order."""
+    concurrency: tuple[tuple[int, int], ...]
+    """Segments that hold only the old second line of the KV size pair."""
+    backend: tuple[int, int] | None
+    """The first line that names the attention backend."""
+
+
+def scan(text: str) -> Candidates:
+    found: dict[int, int] = {}
+    for char, check in _CHAR_NEEDLES:
+        i = text.find(char)
+        while i >= 0:
+            if check(text, i):
+                start, end = bounds(text, i)
+                found.setdefault(start, end)
+                i = text.find(char, end)
+            else:
+                i = text.find(char, i + 1)
+    i = text.find(_ERROR)
+    while i >= 0:
+        start, end = bounds(text, i)
+        found.setdefault(start, end)
+        i = text.find(_ERROR, end)
+    segments = tuple(sorted(found.items()))
+    return Candidates(segments, _concurrency(text, segments), _first_backend(text))
+
+
+def scan_exhaustive(text: str) -> Candidates:
+    """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
+    found = []
+    for m in re.finditer(r"[^\r\n]+", text):
+        seg = m.group(0)
+        hit = _ERROR in seg or any(check(seg, i) for char, check in _CHAR_NEEDLES
+                                   for i in _positions(seg, char))
+        if hit:
+            found.append((m.start(), m.end()))
+    segments = tuple(found)
+    first_backend = next(((m.start(), m.end()) for m in re.finditer(r"[^\r\n]+", text)
+                          if " backend" in m.group(0) and any(backend(m.group(0)))), None)
+    return Candidates(segments, _concurrency(text, segments), first_backend)
+
+
+def _positions(seg: str, char: str):
+    i = seg.find(char)
+    while i >= 0:
+        yield i
+        i = seg.find(char, i + 1)
+
+
+def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    out = []
+    for start, end in segments:
+        line = text[start:end]
+        if "KV cache size: " in line and "Maximum concurrency" not in line:
+            j = text.find("Maximum concurrency for", end, end + CONCURRENCY_WINDOW)
+            if j >= 0:
+                out.append(bounds(text, j))
+    return tuple(out)
+
+
+def _first_backend(text: str) -> tuple[int, int] | None:
+    needle = " backend"
+    i = text.find(needle)
+    while i >= 0:
+        start, end = bounds(text, i)
+        if any(backend(text[start:end])):
+            return start, end
+        i = text.find(needle, end)
+    return None
+
+
+def next_line_of(text: str, pid: int, after: int) -> tuple[int, int] | None:
+    """The next segment printed by `pid` after offset `after` (to follow a worker's renames)."""
+    i = text.find(f" pid={pid})", after)
+    return None if i < 0 else bounds(text, i)
