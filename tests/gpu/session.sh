@@ -19,7 +19,7 @@ if [ "$stage" = bench ]; then
 elif [ "$stage" = contract ]; then
   timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"
 else
-  timeout 570 python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+  timeout ${STAGE_TIMEOUT:-570} python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 fi
 tar -czf "$OUT/results-$stage.tar.gz" -C "$OUT" results
 tail -30 "$res"/pytest-*.txt "$res"/bench-run.txt 2>/dev/null > "$OUT/summary-$stage.txt"
