@@ -156,11 +156,12 @@ def gather(scans: Sequence[FileScan]) -> Boot:
             orphans.append((fact, _engine_rank(tag, sizes), tag))
             continue
         ranks.setdefault(rank, _Rank(tag)).facts[fact.kind].append(fact)
-    worker_files = {s.index for s in scans if any(proc_tag(t).role is Role.WORKER for t in s.tags.values())}
+    worker_ranks = {s.index: {sizes.global_rank(t) for t in map(proc_tag, s.tags.values()) if t.role is Role.WORKER}
+                    for s in scans}
     for fact, rank, tag in orphans:
         # Per-rank figures on an engine or untagged line: the uni executor's (or V0 driver's) worker,
-        # unless a worker process of that file already is that rank.
-        if fact.file in worker_files and rank in ranks:
+        # unless a worker process of that file is that rank.
+        if rank in worker_ranks[fact.file]:
             continue
         ranks.setdefault(rank, _Rank(tag)).facts[fact.kind].append(fact)
     return Boot(ranks, engine, tuple(scans))
@@ -193,8 +194,9 @@ def build_config(boot: Boot) -> AuditConfig:
     # The engine line shows what vLLM resolved (defaults filled in, capture sizes expanded), so it
     # wins over what the user typed; gpu_memory_utilization is not on it.
     merged = {**known, **resolved}
-    if "gpu_memory_utilization" not in merged and (gmu := _first(engine, FactKind.GMU)) is not None:
-        merged["gpu_memory_utilization"] = gmu
+    if "gpu_memory_utilization" not in merged:
+        printed = [f.value for f in engine.get(FactKind.GMU, []) if 0 < f.value <= 1]
+        merged["gpu_memory_utilization"] = printed[0] if printed else None
     merged["max_model_len"] = _served_length(engine) or merged.get("max_model_len")
     tags = [proc_tag(t) for s in boot.scans for t in s.tags.values()]
     workers = [t for t in tags if t.role is Role.WORKER and not t.provisional]
@@ -309,9 +311,9 @@ def _graphs(r: _Rank, total: int | None, runner: str | None, estimates_disabled:
     estimates: list[GraphEstimate] = r.all(FactKind.GRAPH_ESTIMATE)
     estimate = next((e.bytes for source in _ESTIMATE_ORDER for e in reversed(estimates) if e.source == source), None)
     if estimate is None and total is not None:
-        if (adv := r.last(FactKind.ADVISORY)) is not None:
+        if (adv := r.last(FactKind.ADVISORY)) is not None and adv[0] >= adv[1]:
             estimate = round((adv[0] - adv[1]) * total)
-        elif (dis := r.last(FactKind.ADVISORY_DISABLED)) is not None and dis[1] < 1.0:
+        elif (dis := r.last(FactKind.ADVISORY_DISABLED)) is not None and dis[0] <= dis[1] < 1.0:
             estimate = round((dis[1] - dis[0]) * total)  # "suggested" is only an estimate below the 1.0 cap
     inferred_zero = False
     if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS)
@@ -351,7 +353,8 @@ def _activation(r: _Rank, graphs: _Graphs, estimates_disabled: bool) -> tuple[in
 
 
 def rank_report(rank: int, r: _Rank, *, gmu: float | None, runner: str | None, estimates_disabled: bool,
-                failure: Failure | None, notes: list[str]) -> RankReport:
+                failure: Failure | None, notes: list[str], tp_size: int | None = None,
+                dcp_size: int | None = None) -> RankReport:
     total = r.last(FactKind.DEVICE_TOTAL)
     requested = r.last(FactKind.REQUESTED)
     if requested is None and total is not None and gmu is not None:
@@ -384,9 +387,12 @@ def rank_report(rank: int, r: _Rank, *, gmu: float | None, runner: str | None, e
         notes.append(f"rank {rank}: vLLM reserved no CUDA graph memory before sizing the KV cache (estimate 0), but "
                      f"capture took {fmt_gib(graphs.actual)}: those bytes were not budgeted")
     tag = r.tag
+    # A name without _TP is a TP=1 worker, or an old / provisional one that names the global rank;
+    # without _DCP the DCP rank is 0 only when there is no DCP.
+    tp_rank = tag.tp if tag.tp is not None else (rank % tp_size if tp_size else None)
+    dcp_rank = tag.dcp if tag.dcp is not None else (0 if dcp_size == 1 else None)
     return RankReport(
-        rank=rank, tp_rank=tag.tp if tag.tp is not None else (0 if tag.role is not Role.OTHER else None),
-        dcp_rank=tag.dcp if tag.dcp is not None else (0 if tag.role is not Role.OTHER else None),
+        rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank,
         device_total_bytes=total, requested_bytes=requested, others_bytes=None, owners=owners,
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure),
@@ -426,7 +432,8 @@ def _phases(rank: int, r: _Rank, graphs: _Graphs, failure: Failure | None) -> tu
     if graphs.retained is not None:
         details[Phase.GRAPHS].append(f"retained {fmt_gib(graphs.retained)}")
     for kind, label in ((FactKind.KV_FIXED, "fixed"), (FactKind.KV_AVAILABLE, "available"),
-                        (FactKind.KV_IN_USE, "in use"), (FactKind.KV_SUGGESTION, "vLLM's --kv-cache-memory suggestion")):
+                        (FactKind.KV_IN_USE, "in use"),
+                        (FactKind.KV_SUGGESTION, "vLLM's --kv-cache-memory suggestion")):
         if (v := r.last(kind)) is not None:
             details[Phase.KV].append(f"{label} {fmt_gib(v)}")
     if graphs.real_capture is not None:
@@ -497,19 +504,14 @@ def assemble(scans: Sequence[FileScan]) -> Report:
         world = config.tensor_parallel_size * int(extra.get("pipeline_parallel_size") or 1) * int(
             extra.get("prefill_context_parallel_size") or 1)
     failure, feasible, notes = find_failure(boot, world)
-    if failure is None:
-        feasible = None
-    if world == 1 and 0 not in boot.ranks and boot.engine.get(FactKind.KV_AVAILABLE_AT_CHECK):
-        boot.ranks[0] = _Rank(ProcTag(Role.ENGINE))
-    if world == 1 and 0 in boot.ranks and not boot.ranks[0].has(FactKind.KV_AVAILABLE, FactKind.KV_FIXED,
-                                                                 FactKind.KV_IN_USE):
-        # The KV check runs in the engine core and names no rank; with one rank it is rank 0's.
-        boot.ranks[0].facts[FactKind.KV_AVAILABLE].extend(boot.engine.get(FactKind.KV_AVAILABLE_AT_CHECK, []))
+    if world == 1:
+        _give_check_figures_to_rank_0(boot)
     runner = _runner(boot)
     disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"
     rank_notes: list[str] = []
     ranks = [rank_report(rank, boot.ranks[rank], gmu=config.gpu_memory_utilization, runner=runner,
-                         estimates_disabled=disabled, failure=failure, notes=rank_notes)
+                         estimates_disabled=disabled, failure=failure, notes=rank_notes,
+                         tp_size=config.tensor_parallel_size, dcp_size=config.decode_context_parallel_size)
              for rank in sorted(boot.ranks)]
     version = _first(boot.engine, FactKind.VERSION)
     backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
@@ -522,6 +524,17 @@ def assemble(scans: Sequence[FileScan]) -> Report:
         known_kv_tokens=_kv_tokens(boot), known_max_feasible_model_len=feasible,
         graph_bytes_per_size=_graph_bytes_per_size(boot.ranks))
     return _passed_kv_check(report, boot)
+
+
+def _give_check_figures_to_rank_0(boot: Boot) -> None:
+    """The KV check runs in the engine core and names no rank; with one rank, its "available KV
+    cache memory" is rank 0's (when rank 0 printed none of its own)."""
+    check = boot.engine.get(FactKind.KV_AVAILABLE_AT_CHECK)
+    if not check:
+        return
+    rank = boot.ranks.setdefault(0, _Rank(ProcTag(Role.ENGINE)))
+    if not rank.has(FactKind.KV_AVAILABLE, FactKind.KV_FIXED, FactKind.KV_IN_USE):
+        rank.facts[FactKind.KV_AVAILABLE].extend(check)
 
 
 def _passed_kv_check(report: Report, boot: Boot) -> Report:

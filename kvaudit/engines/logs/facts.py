@@ -266,7 +266,8 @@ def _per_graph(msg: str) -> Iterable[Fact]:
 _ADVISORY = re.compile(rf"The current --gpu-memory-utilization=({NUM}) is equivalent to --gpu-memory-utilization="
                        rf"({SNUM}) without CUDA graph memory profiling")
 # With VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 the estimate is still profiled, not applied.
-_ADVISORY_DISABLED = re.compile(rf"CUDA graph memory profiling is disabled \(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\)"
+_ADVISORY_DISABLED = re.compile(r"CUDA graph memory profiling is disabled "
+                                r"\(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\)"
                                 rf".{{0,400}}?increasing --gpu-memory-utilization from ({NUM}) to ({NUM})")
 
 
@@ -291,7 +292,8 @@ def _advisory(msg: str) -> Iterable[Fact]:
 _ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) GiB for consumed memory \(weights \+ non-torch\), ({SNUM}) GiB "
                          rf"for peak activation, and ({SNUM}) GiB for CUDAGraph memory")
 _ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) GiB for weights?, ({SNUM}) GiB for peak activation, "
-                         rf"({SNUM}) GiB for non-torch memory,(?: and)? ({SNUM}) GiB for (?:CUDAGraph|NPU graph) memory")
+                         rf"({SNUM}) GiB for non-torch memory,(?: and)? ({SNUM}) GiB for "
+                         r"(?:CUDAGraph|NPU graph) memory")
 _IN_USE = re.compile(rf"Current kv cache memory in use is ({SNUM}) GiB")
 _SUGGESTION = re.compile(r"--kv-cache-memory=(-?\d{1,20})` \([^)]{0,40}\) to fit into requested memory")
 # gpu_worker.py "Free memory on device ({free}/{total} GiB) on startup. Desired GPU memory
@@ -347,8 +349,9 @@ _PROFILE = re.compile(rf"Memory profiling takes ({NUM}) seconds\. Total non KV c
                       rf"forward increase memory): ({SNUM}) ?GiB; weights memory: ({SNUM}) ?GiB")
 # V0 worker.py determine_num_available_blocks printed a multi-line breakdown; each line stands alone.
 _V0_TOTAL = re.compile(rf"total_gpu_memory \(({SNUM}) ?GiB\) x gpu_memory_utilization \(({NUM})\) = ({SNUM}) ?GiB")
-_V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory takes ({SNUM}) ?GiB; PyTorch activation "
-                           rf"peak memory takes ({SNUM}) ?GiB; the rest of the memory reserved for KV Cache is ({SNUM}) ?GiB")
+_V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory takes ({SNUM}) ?GiB; "
+                           rf"PyTorch activation peak memory takes ({SNUM}) ?GiB; "
+                           rf"the rest of the memory reserved for KV Cache is ({SNUM}) ?GiB")
 
 
 def _profile(msg: str) -> Iterable[Fact]:
@@ -382,8 +385,9 @@ def _b12x(msg: str) -> Iterable[Fact]:
 # --------------------------------------------------------------------------------------------
 # CPU backend (§5.5): cpu_worker.py determine_available_memory, per worker. RSS-based:
 # kv = requested − RSS; "node total" plays the device total.
-_CPU_AUTO = re.compile(rf"Auto set \(({SNUM})/({SNUM})\) GiB for KV cache on node ({INT})(?:, with ({SNUM}) GiB requested "
-                       rf"memory for the worker\. ({SNUM}) GiB memory was consumed by non-kv usages)?")
+_CPU_AUTO = re.compile(rf"Auto set \(({SNUM})/({SNUM})\) GiB for KV cache on node ({INT})"
+                       rf"(?:, with ({SNUM}) GiB requested memory for the worker\. "
+                       rf"({SNUM}) GiB memory was consumed by non-kv usages)?")
 _CPU_EXPLICIT = re.compile(rf"Explicitly set \(({SNUM})/({SNUM})\) GiB for KV cache on node ({INT})")
 
 
@@ -409,19 +413,24 @@ _TO_SERVE = re.compile(rf"max seq len \(({INT})\), \(({SNUM}) (?:GiB|GB) KV cach
                        rf"available KV cache memory \(({SNUM}) (?:GiB|GB)\)")
 _ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({INT})")
 # v1/worker/utils.py request_memory and cpu_worker.py __init__ / determine_available_memory.
-_CPU_STARTUP = re.compile(rf"Available memory on node ({INT}) \(({SNUM})/({SNUM}) GiB\) on startup is less than desired "
-                          rf"CPU memory utilization \(({NUM}), ({SNUM}) GiB\)")
-_CPU_KV_ALLOC = re.compile(rf"Available memory on node ({INT}) \(({SNUM})/({SNUM}) GiB\) on kv cache allocation is less "
-                           rf"than requested memory for kv \(({SNUM})(?:/({SNUM}))? GiB\)")
+_NODE = rf"Available memory on node ({INT}) \(({SNUM})/({SNUM}) GiB\)"
+_CPU_STARTUP = re.compile(rf"{_NODE} on startup is less than desired CPU memory utilization \(({NUM}), ({SNUM}) GiB\)")
+_CPU_KV_ALLOC = re.compile(rf"{_NODE} on kv cache allocation is less than requested memory for kv "
+                           rf"\(({SNUM})(?:/({SNUM}))? GiB\)")
+
+
+_EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception): ")
 
 
 def _error_text(msg: str, anchor: str) -> str:
-    """The error as its first line shows it: from the exception class when one precedes the anchor
-    (a container prefix or a `Worker failed with error '…'` wrapper may come before it)."""
+    """The error as its first line shows it: from the exception class printed before the anchor
+    when there is one (a container prefix or a `Worker failed with error '…'` wrapper may precede
+    it), else the whole message."""
     at = msg.find(anchor)
-    head = msg[:at]
-    cls = re.search(r"([A-Za-z_][\w.]{0,80}(?:Error|Exception)): [^:]{0,40}$", head[-200:]) if at > 0 else None
-    return _message(msg[at - len(head[-200:]) + cls.start():] if cls else msg)
+    before = None
+    for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):
+        before = m
+    return _message(msg[before.start():] if before else msg)
 
 
 def _kv_check(msg: str) -> Iterable[Fact]:
@@ -446,7 +455,8 @@ def _startup(msg: str) -> Iterable[Fact]:
         if anchor in msg:
             start = "Free memory on device" if "Free memory on device" in msg else (
                 "Available memory on node" if "Available memory on node" in msg else anchor)
-            yield Fact(FactKind.FAILURE, FailureFact(FailureKind.STARTUP_MEMORY, Phase.BASELINE, _error_text(msg, start)))
+            yield Fact(FactKind.FAILURE,
+                       FailureFact(FailureKind.STARTUP_MEMORY, Phase.BASELINE, _error_text(msg, start)))
             break
     if m := _CPU_STARTUP.search(msg):
         yield Fact(FactKind.FREE_AT_START, _gib(m.group(2)))
@@ -506,10 +516,11 @@ _ENGINE = re.compile(r"(?:Initializing a|Dumping input data for) V1 LLM engine \
                      re.DOTALL)
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
-_BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend|Using ([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
+_BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
+                      r"|Using ([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
                       r"|Using (Flash ?Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA) backend")
 # A shell dump of the environment, or vLLM's own `VLLM_CPU_OMP_THREADS_BIND='auto', …` detail line.
-_ENV = re.compile(r"^(?:export\s+)?(VLLM_[A-Z0-9_]{1,80})=('[^']{0,200}'|\"[^\"]{0,200}\"|[^\s,;]{0,200})")
+_ENV = re.compile(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]{1,80})=('[^']{0,200}'|\"[^\"]{0,200}\"|[^\s,;]{0,200})")
 
 
 def _config(msg: str) -> Iterable[Fact]:
@@ -559,7 +570,8 @@ RULES: tuple[Rule, ...] = (
          r"Graph capturing finished in [0-9]+ secs?, took|CUDA graph pool memory: -?[0-9.]+ GiB \(actual"
          r"|Estimated (MRV2 )?CUDA graph memory: -?[0-9.]+ GiB", _graphs),
     Rule("per_graph", "MiB per-graph", r"MiB first-capture", _per_graph),
-    Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled"), r"is equivalent to --gpu-memory-utilization=|CUDA graph memory "
+    Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled"),
+         r"is equivalent to --gpu-memory-utilization=|CUDA graph memory "
          r"profiling is disabled", _advisory),
     Rule("actual", ("Actual usage", "Current kv cache memory"), r"Actual usage( is|:) |Current kv cache memory in use",
          _actual),

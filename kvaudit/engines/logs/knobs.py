@@ -44,7 +44,8 @@ def literal_dict(text: str) -> dict[str, Any] | None:
 # One `'key': value` pair whose value is a plain literal: a quoted string, a number, a bool/None,
 # or a flat list / dict (no nesting).
 _PAIR = re.compile(
-    r"""['"](\w{1,80})['"]:\s*('(?:[^'\\]|\\.){0,2000}'|"(?:[^"\\]|\\.){0,2000}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][-+]?\d{1,3})?"""
+    r"""['"](\w{1,80})['"]:\s*("""
+    r"""'(?:[^'\\]|\\.){0,2000}'|"(?:[^"\\]|\\.){0,2000}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][-+]?\d{1,3})?"""
     r"""|True|False|None|\[[^\[\]]{0,20000}\]|\{[^{}]{0,20000}\})""")
 
 
@@ -159,11 +160,13 @@ _ENGINE_MODEL = re.compile(r"^model='((?:[^'\\]|\\.){0,2000})'")
 _ENGINE_EAGER = re.compile(r"(?:^|, )enforce_eager=(True|False)(?=,|$)")
 _ENGINE_KV_DTYPE = re.compile(r"(?:^|, )kv_cache_dtype=([\w.]{1,40})(?=,|$)")
 _ENGINE_LOAD = re.compile(r"(?:^|, )load_format=([\w.]{1,40})(?=,|$)")
-# SpeculativeConfig.__repr__ (vllm/config/speculative.py): "SpeculativeConfig(method='mtp', model=…, num_spec_tokens=1)".
-_ENGINE_SPEC = re.compile(r"(?:^|, )speculative_config=SpeculativeConfig\(method='([^']{1,80})'.{0,2000}?num_spec_tokens="
-                          r"(\d{1,6})\)")
+# SpeculativeConfig.__repr__ (vllm/config/speculative.py):
+# "SpeculativeConfig(method='mtp', model=…, num_spec_tokens=1)".
+_ENGINE_SPEC = re.compile(r"(?:^|, )speculative_config=SpeculativeConfig\(method='([^']{1,80})'.{0,2000}?"
+                          r"num_spec_tokens=(\d{1,6})\)")
 # CompilationConfig.__repr__ is the str() of a dict (single quotes); older releases printed JSON.
-_ENGINE_SIZES = re.compile(r"""compilation_config=.{0,200000}?['"]cudagraph_capture_sizes['"]:\s*\[([\d,\s]{0,20000})\]""")
+_ENGINE_SIZES = re.compile(r"""compilation_config=.{0,200000}?['"]cudagraph_capture_sizes['"]:\s*"""
+                           r"""\[([\d,\s]{0,20000})\]""")
 
 
 def knobs_from_engine_line(config: str) -> dict[str, Any]:

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from kvaudit.engines.logs.facts import backend
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
+# `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal
+# first character lets the regex engine skip to each `V` and check the words in C.
+_V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
 _ERROR = "Error: "
 CONCURRENCY_WINDOW = 4096
@@ -41,15 +44,11 @@ def _b(text: str, i: int) -> bool:
     return text[max(i - 2, 0):i] in ("Gi", "Mi") or text[i - 1:i] == "G" or text.startswith("B12X", i)
 
 
-def _v(text: str, i: int) -> bool:
-    return text.startswith(_V_WORDS, i)
-
-
 def _brace(text: str, i: int) -> bool:
     return i >= len(_ARGS) and text.startswith(_ARGS, i - len(_ARGS))
 
 
-_CHAR_NEEDLES = (("B", _b), ("V", _v), ("{", _brace))
+_CHAR_NEEDLES = (("B", _b), ("{", _brace))
 
 
 def bounds(text: str, i: int) -> tuple[int, int]:
@@ -85,6 +84,11 @@ def scan(text: str) -> Candidates:
                 i = text.find(char, end)
             else:
                 i = text.find(char, i + 1)
+    pos = 0
+    while m := _V_RX.search(text, pos):
+        start, end = bounds(text, m.start())
+        found.setdefault(start, end)
+        pos = end
     i = text.find(_ERROR)
     while i >= 0:
         start, end = bounds(text, i)
@@ -99,8 +103,8 @@ def scan_exhaustive(text: str) -> Candidates:
     found = []
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)
-        hit = _ERROR in seg or any(check(seg, i) for char, check in _CHAR_NEEDLES
-                                   for i in _positions(seg, char))
+        hit = _ERROR in seg or _V_RX.search(seg) is not None or any(
+            check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
         if hit:
             found.append((m.start(), m.end()))
     segments = tuple(found)
