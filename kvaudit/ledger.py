@@ -103,6 +103,36 @@ def graph_pool_actual(phases: Phases) -> int | None:
     return None if growth is None else _pool(phases, Phase.CAPTURE) + growth + graphs_non_torch(phases)
 
 
+def activation_peak(phases: Phases) -> int | None:
+    """P(replay) − A(persistent), or the reserved transient PR(replay) − R(persistent) when it is
+    larger: the allocator rounds the transient's blocks up to its segments (2 MiB for small
+    blocks, 20 MiB for 1–10 MiB ones), and the device must hold the segments, not the blocks."""
+    allocated = _sub(_val(phases, Phase.REPLAY, "torch_peak_allocated_bytes"), _a(phases, Phase.PERSISTENT))
+    reserved = _sub(_val(phases, Phase.REPLAY, "torch_peak_reserved_bytes"), _r(phases, Phase.PERSISTENT))
+    if allocated is None or reserved is None:
+        return allocated
+    return max(allocated, reserved)
+
+
+def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
+                        kv_cache_bytes: int | None, requested: int | None) -> dict[Owner, int]:
+    """Per non-KV owner: what it held at the end of the boot minus what KV sizing charged it:
+    the bytes that arrived after the budget was fixed (KV structures, the real capture above
+    its estimate, sampler buffers, deferred warmups). Only owners that grew are listed."""
+    final = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                               kv_cache_bytes=kv_cache_bytes, requested=requested)
+    sizing_phases = {p: r for p, r in phases.items() if p not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
+    sizing = owners_from_phases(sizing_phases, others_bytes=others_bytes,
+                                graph_pool_estimate_bytes=graph_pool_estimate_bytes, kv_cache_bytes=None,
+                                requested=requested)
+    out = {}
+    for owner in NON_KV_OWNERS:
+        delta = _sub(final[owner], sizing[owner])
+        if delta:
+            out[owner] = delta
+    return out
+
+
 def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
                        kv_cache_bytes: int | None, requested: int | None,
                        last: Phase | None = None) -> dict[Owner, int | None]:
@@ -113,7 +143,7 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
     persistent_torch = _sub(_a(phases, pe), _a(phases, pr))
     persistent_non_torch = _sub(_u_minus_r(phases, pe), _u_minus_r(phases, pr))
     persistent = _sum(persistent_torch, persistent_non_torch)
-    activation = _sub(_val(phases, rp, "torch_peak_allocated_bytes"), _a(phases, pe))
+    activation = activation_peak(phases)
 
     actual = graph_pool_actual(phases) if last is Phase.CAPTURE else None
     known_graph = [g for g in (graph_pool_estimate_bytes, actual) if g is not None]

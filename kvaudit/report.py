@@ -16,7 +16,8 @@ from kvaudit import __version__
 from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, ExitCode
 from kvaudit.ledger import (
-    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, check_balance, over_committed, overcommit_bytes, rank_ledger,
+    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, check_balance, growth_after_sizing, over_committed,
+    overcommit_bytes, rank_ledger,
 )
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
@@ -90,8 +91,10 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         return Verdict.UNKNOWN, f"audit incomplete{where}{rank} ({failure.kind.value}): {failure.message}"
     if over_committed(ranks):
         worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
-        return Verdict.FAIL, (f"rank {worst.rank} used {fmt_gib(overcommit_bytes(ranks))} more than it requested "
-                              f"(graph pool above its estimate or warmup after KV): lower the KV cache by that much")
+        return Verdict.FAIL, (f"rank {worst.rank} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
+                              f"after KV was sized ({_growth_text(worst)}): "
+                              + (f"pass {cap.safe_serve_flags[0]}" if cap.safe_serve_flags
+                                 else "lower the KV cache by that much"))
     if verify is not None and not verify.ok:
         return Verdict.FAIL, f"verify failed: {verify.error or 'true peak above the budget'}"
     if cap.max_model_len_fits is None:
@@ -118,6 +121,14 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
     if cap.physical_headroom_bytes is not None:
         text += f" (raising --gmu can recover at most {fmt_gib(max(cap.physical_headroom_bytes, 0))} here)"
     return text
+
+
+def _growth_text(rank: RankReport) -> str:
+    grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
+                                graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
+                                kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes)
+    parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
+    return ", ".join(parts) if parts else "no owner grew: KV itself exceeded its figure"
 
 
 def exit_code(report: Report) -> ExitCode:

@@ -120,6 +120,9 @@ class PhaseRecord:
     detail: str | None = None
     graph_pool_bytes: int | None = None
     """Extension: bytes of allocator segments in private (graph) pools at the end of the phase."""
+    torch_peak_reserved_bytes: int | None = None
+    """Extension: torch peak reserved during the phase: the device memory the allocator needed,
+    segment rounding included."""
 
 
 @dataclass(frozen=True)
@@ -444,7 +447,8 @@ def _phase(o: _Obj) -> PhaseRecord:
         name=o.enum("name", Phase), status=o.enum("status", PhaseStatus), seconds=o.num("seconds"),
         torch_allocated_bytes=o.int("torch_allocated_bytes"), torch_reserved_bytes=o.int("torch_reserved_bytes"),
         torch_peak_allocated_bytes=o.int("torch_peak_allocated_bytes"), device_used_bytes=o.int("device_used_bytes"),
-        detail=o.str("detail"), graph_pool_bytes=o.int("graph_pool_bytes", required=False))
+        detail=o.str("detail"), graph_pool_bytes=o.int("graph_pool_bytes", required=False),
+        torch_peak_reserved_bytes=o.int("torch_peak_reserved_bytes", required=False))
 
 
 def _owners(o: _Obj) -> dict[Owner, int | None]:

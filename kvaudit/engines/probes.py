@@ -26,6 +26,7 @@ class Reading:
     reserved_bytes: int
     peak_allocated_bytes: int
     device_used_bytes: int
+    peak_reserved_bytes: int
     graph_pool_bytes: int
     free_bytes: int
 
@@ -84,6 +85,7 @@ class CudaProbe:
             reserved_bytes=int(cuda.memory_reserved(self.device)),
             peak_allocated_bytes=int(cuda.max_memory_allocated(self.device)),
             device_used_bytes=int(total - free),
+            peak_reserved_bytes=int(cuda.max_memory_reserved(self.device)),
             graph_pool_bytes=self.graph_pool_bytes() if pools else 0,
             free_bytes=int(free))
 
@@ -247,8 +249,8 @@ class HostProbe:
         rss = st["VmRSS"]
         _, available = node_meminfo(self.node)
         grown = rss - self.baseline_rss
-        return Reading(allocated_bytes=grown, reserved_bytes=grown,
-                       peak_allocated_bytes=max(st["VmHWM"], rss) - self.baseline_rss,
+        peak = max(st["VmHWM"], rss) - self.baseline_rss
+        return Reading(allocated_bytes=grown, reserved_bytes=grown, peak_allocated_bytes=peak, peak_reserved_bytes=peak,
                        device_used_bytes=self.others_bytes + rss, graph_pool_bytes=0, free_bytes=available)
 
     def peak_reserved_bytes(self) -> int:

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 from kvaudit.schema import Phase, PhaseRecord, PhaseStatus
 
 _MEASURES = ("torch_allocated_bytes", "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
-             "graph_pool_bytes")
+             "graph_pool_bytes", "torch_peak_reserved_bytes")
 
 
 def _int(v: Any) -> int | None:

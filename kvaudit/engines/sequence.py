@@ -118,6 +118,7 @@ class RankSequencer:
         if reading is not None:
             event.update(torch_allocated_bytes=reading.allocated_bytes, torch_reserved_bytes=reading.reserved_bytes,
                          torch_peak_allocated_bytes=reading.peak_allocated_bytes,
+                         torch_peak_reserved_bytes=reading.peak_reserved_bytes,
                          device_used_bytes=reading.device_used_bytes, graph_pool_bytes=reading.graph_pool_bytes,
                          free_bytes=reading.free_bytes)
         event.update(facts)

@@ -90,21 +90,40 @@ def _rank(f: records.RankEvents) -> RankReport:
 
 
 def accuracy(f: records.RankEvents, rank: RankReport) -> list[AccuracyEntry]:
-    """Planted vs measured. non_torch is compared as its growth over baseline: the CUDA context
-    and NCCL are measured and reported but not planted."""
+    """Planted vs measured, where "measured" is what kvaudit measured of the planted thing:
+
+    - non_torch: the owner minus non-torch at baseline (the CUDA context, cuBLAS and NCCL are
+      measured and reported, not planted);
+    - activation_peak: the allocated transient P(replay) − A(persistent); the owner also charges
+      the allocator's segment rounding of it, which the workload did not ask for;
+    - graph_pool: the pool's segments at the real capture; the owner also charges the driver
+      memory of the graphs (non-torch growth), which the workload did not plant.
+    """
     planted = f.facts.get("planted") or {}
-    base = rank.phase(Phase.BASELINE)
-    base_nt = (base.device_used_bytes - base.torch_reserved_bytes - (rank.others_bytes or 0)
-               if base and base.device_used_bytes is not None and base.torch_reserved_bytes is not None else None)
+    phases = {p.name: p for p in rank.phases}
+
+    def get(phase: Phase, attr: str) -> int | None:
+        rec = phases.get(phase)
+        return None if rec is None else getattr(rec, attr)
+
+    def minus(a: int | None, b: int | None) -> int | None:
+        return None if a is None or b is None else a - b
+
+    base_nt = minus(minus(get(Phase.BASELINE, "device_used_bytes"), get(Phase.BASELINE, "torch_reserved_bytes")),
+                    rank.others_bytes or 0)
+    measured = {
+        Owner.WEIGHTS: rank.owners.get(Owner.WEIGHTS),
+        Owner.PERSISTENT: rank.owners.get(Owner.PERSISTENT),
+        Owner.ACTIVATION_PEAK: minus(get(Phase.REPLAY, "torch_peak_allocated_bytes"),
+                                     get(Phase.PERSISTENT, "torch_allocated_bytes")),
+        Owner.GRAPH_POOL: get(Phase.CAPTURE, "graph_pool_bytes"),
+        Owner.NON_TORCH: minus(rank.owners.get(Owner.NON_TORCH), base_nt),
+    }
     out = []
     for key, owner in ACCURACY_OWNERS.items():
         size = planted.get(key)
-        if not isinstance(size, int) or size <= 0:
-            continue
-        measured = rank.owners.get(owner)
-        if owner is Owner.NON_TORCH and measured is not None:
-            measured = measured - base_nt if base_nt is not None else None
-        out.append(AccuracyEntry(owner=owner, rank=rank.rank, planted_bytes=size, measured_bytes=measured))
+        if isinstance(size, int) and size > 0:
+            out.append(AccuracyEntry(owner=owner, rank=rank.rank, planted_bytes=size, measured_bytes=measured[owner]))
     return out
 
 

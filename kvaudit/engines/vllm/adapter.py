@@ -200,6 +200,24 @@ def agree_any(failed: bool) -> bool:
     return bool(flag.item())
 
 
+def sampler_warmup(worker: Any) -> None:
+    """vLLM V1's post-capture sampler warmup (gpu_worker.compile_or_warm_up_model): a dummy run
+    at min(max_num_seqs, max_num_batched_tokens) tokens with attention and no graphs, then the
+    sampler. Run once under the minimal KV cache before sizing, it makes the attention backend
+    and sampler create their lazy persistent buffers where kvaudit can measure them."""
+    from vllm.config import CUDAGraphMode, set_current_vllm_config
+    runner = worker.model_runner
+    sched = worker.scheduler_config
+    tokens = min(sched.max_num_seqs, sched.max_num_batched_tokens)
+    with set_current_vllm_config(worker.vllm_config):
+        hidden, last_hidden = runner._dummy_run(num_tokens=tokens, skip_eplb=True,
+                                                cudagraph_runtime_mode=CUDAGraphMode.NONE)
+        if getattr(runner, "is_pooling_model", False):
+            runner._dummy_pooler_run(hidden)
+        else:
+            runner._dummy_sampler_run(hidden_states=last_hidden)
+
+
 def kv_block_zeroer(worker: Any) -> Any | None:
     """0.32 V1 warms the KV-block zeroer in kernel_warmup with the real block count; the zeroer
     exists only after KV allocation (runner._init_kv_zero_meta), so this step waits for KV."""

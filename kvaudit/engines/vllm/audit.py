@@ -56,6 +56,9 @@ class AuditMixin:
         self._kva_deferred: list[str] = []
         self._kva_guard = WarmupGuard(agree=adapter.agree_any)
         self._kva_seq: RankSequencer | None = None
+        self._kva_kv_structures = 0
+        """Bytes KV initialisation allocates besides the cache, measured under the minimal KV
+        cache before sizing; kvaudit reserves them (they arrive with the real cache)."""
         self._kva_journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": self.rank})
 
     def init_device(self) -> None:
@@ -88,6 +91,7 @@ class AuditMixin:
             "seconds": round(time.perf_counter() - start, 3), "detail": None,
             "torch_allocated_bytes": reading.allocated_bytes, "torch_reserved_bytes": reading.reserved_bytes,
             "torch_peak_allocated_bytes": reading.peak_allocated_bytes, "device_used_bytes": reading.device_used_bytes,
+            "torch_peak_reserved_bytes": reading.peak_reserved_bytes,
             "graph_pool_bytes": reading.graph_pool_bytes, "free_bytes": reading.free_bytes})
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
@@ -107,9 +111,12 @@ class AuditMixin:
         others = self._kva_others_bytes()
         available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
                             graph_pool_estimate_bytes=estimate)
+        if available is not None:
+            available -= self._kva_kv_structures
         if available is None:  # a phase could not be read; vLLM's figure is all there is
             available = vllm_available if vllm_available is not None else 0
         seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=int(available),
+                 kv_structures_reserve_bytes=self._kva_kv_structures,
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
                  **(adapter.kv_geometry_estimate(self) or {}))

@@ -43,12 +43,27 @@ class AuditWorker(AuditMixin, Worker):
                           "this vLLM has no minimal KV cache for this runner; vLLM runs it after KV")
             return
         real = adapter.gpu_worker_module().kernel_warmup
+        probe = self._kva_seq.probe
 
         def attempt() -> None:
+            probe.settle()
+            before = probe.read(pools=False).allocated_bytes
             with adapter.minimal_kv_cache(self):
+                # What KV initialisation allocates besides the cache (metadata builders, block
+                # tables, input batch): it comes again with the real cache, so it is reserved.
+                built = probe.read(pools=False).allocated_bytes
+                self._kva_kv_structures = max(built - before - adapter.kv_cache_bytes(self), 0)
                 real(self)
+                if not adapter.uses_v2_runner(self):
+                    try:
+                        adapter.sampler_warmup(self)
+                        self._kva_sampler_warmed = True
+                    except Exception as exc:  # a measurement aid, not vLLM's own step: never fatal
+                        self._kva_sampler_warmed = False
+                        handle.note(f"sampler warmup under the minimal KV cache failed: {type(exc).__name__}")
         self._kva_guard.run(attempt)
-        handle.note(f"kernel_warmup ran under the minimal KV cache (attempts: {self._kva_guard.attempts})")
+        handle.note(f"kernel_warmup ran under the minimal KV cache (attempts: {self._kva_guard.attempts}); "
+                    f"KV structures {self._kva_kv_structures} bytes reserved")
         if adapter.v2_warmup_kernels_deferred(self):
             mark_deferred(self, handle, "warmup_kernels", "MRv2 JIT warmup runs scheduler steps on the real KV cache")
 
