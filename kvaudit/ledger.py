@@ -257,8 +257,12 @@ def _gmu_ceil(fraction: float) -> float:
 
 def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeometry | None, *,
              known_kv_tokens: int | None = None, known_max_feasible_model_len: int | None = None,
+             known_max_model_len_fits: bool | None = None, known_kv_needed_bytes: int | None = None,
              graph_bytes_per_size: int | None = None) -> Capacity:
-    """Capacity on the binding rank, the levers when it does not fit, and the flags that are safe."""
+    """Capacity on the binding rank, the levers when it does not fit, and the flags that are safe.
+
+    `known_*`: facts a log states outright (vLLM's KV size line means the check passed; its
+    ValueError names the bytes one request needs); used where the geometry cannot say."""
     sized = [r for r in ranks if r.kv_available_bytes is not None]
     binding = min(sized, key=lambda r: (r.kv_available_bytes, r.rank)) if sized else None
     avail = binding.kv_available_bytes if binding else None
@@ -268,7 +272,8 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
     headroom = min(headrooms) if headrooms and None not in headrooms else None
     length = config.max_model_len
 
-    tokens, needed, fits, feasible, gmu_needed = known_kv_tokens, None, None, known_max_feasible_model_len, None
+    tokens, needed, fits = known_kv_tokens, known_kv_needed_bytes, known_max_model_len_fits
+    feasible, gmu_needed = known_max_feasible_model_len, None
     if geometry is not None and avail is not None:
         tokens = geometry.blocks(avail) * geometry.tokens_per_block
         feasible = geometry.max_len(avail)
@@ -276,7 +281,7 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
             needed = geometry.needed_bytes(length)
             fits = needed <= avail - geometry.bytes_per_block
             gmu_needed = _gmu_needed(ranks, needed + geometry.bytes_per_block)
-    elif length is not None and feasible is not None:
+    elif fits is None and length is not None and feasible is not None:
         fits = feasible >= length
 
     cap = Capacity(

@@ -55,10 +55,11 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
                  environment: Environment, geometry: KvGeometry | None = None, verify: Verify | None = None,
                  failure: Failure | None = None, accuracy: Sequence[AccuracyEntry] | None = None,
                  warnings: Sequence[str] = (), known_kv_tokens: int | None = None,
-                 known_max_feasible_model_len: int | None = None,
-                 graph_bytes_per_size: int | None = None) -> Report:
+                 known_max_feasible_model_len: int | None = None, known_max_model_len_fits: bool | None = None,
+                 known_kv_needed_bytes: int | None = None, graph_bytes_per_size: int | None = None) -> Report:
     cap = capacity(ranks, config, geometry, known_kv_tokens=known_kv_tokens,
                    known_max_feasible_model_len=known_max_feasible_model_len,
+                   known_max_model_len_fits=known_max_model_len_fits, known_kv_needed_bytes=known_kv_needed_bytes,
                    graph_bytes_per_size=graph_bytes_per_size)
     if source is Source.SELFTEST:  # no vLLM to pass flags to
         cap = replace(cap, safe_serve_flags=())
@@ -102,20 +103,29 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
             return Verdict.FAIL, "no memory is left for the KV cache: raise --gmu or lower the other owners"
         return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
     if cap.max_model_len_fits:
-        return Verdict.OK, (f"fits: {fmt_gib(cap.kv_available_bytes)} KV on rank {cap.binding_rank} holds "
-                            f"{fmt_tokens(cap.kv_tokens)} tokens; max_model_len {config.max_model_len} needs "
-                            f"{fmt_gib(cap.kv_needed_bytes)}")
+        text = f"fits: {fmt_gib(cap.kv_available_bytes)} KV on rank {cap.binding_rank}"
+        if cap.kv_tokens is not None:
+            text += f" holds {fmt_tokens(cap.kv_tokens)} tokens"
+        if cap.kv_needed_bytes is not None:
+            text += f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
+        return Verdict.OK, text
     return Verdict.FAIL, _does_not_fit(cap, config)
 
 
 def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
     length = config.max_model_len
+    if cap.max_feasible_model_len == 0 or (cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0):
+        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV on rank {cap.binding_rank}; "
+                f"raise --gmu or free memory from the other owners")
     # vLLM's check keeps one block back (the null block), so that much more must be freed.
     short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
              if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
-    text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
-            f"{fmt_gib(cap.kv_available_bytes)} available on rank {cap.binding_rank}: lower --max-model-len to "
-            f"{cap.max_feasible_model_len}")
+    needs = f" needs {fmt_gib(cap.kv_needed_bytes)} KV," if cap.kv_needed_bytes is not None else ""
+    text = f"does not fit: max_model_len {length}{needs} {fmt_gib(cap.kv_available_bytes)} available"
+    if cap.binding_rank is not None:
+        text += f" on rank {cap.binding_rank}"
+    if cap.max_feasible_model_len is not None:
+        text += f": lower --max-model-len to {cap.max_feasible_model_len}"
     if short is not None:
         text += f" or free {fmt_gib(short)}"
     if cap.physical_headroom_bytes is not None:
@@ -128,7 +138,10 @@ def _growth_text(rank: RankReport) -> str:
                                 graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
                                 kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes)
     parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
-    return ", ".join(parts) if parts else "no owner grew: KV itself exceeded its figure"
+    unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
+    if unexplained > OVERCOMMIT_TOLERANCE_BYTES:
+        parts.append(f"the KV figure itself {fmt_bytes(unexplained)} above what the owners left")
+    return ", ".join(parts) if parts else "no owner grew"
 
 
 def exit_code(report: Report) -> ExitCode:

@@ -18,7 +18,8 @@ so each owner can be checked by hand against DESIGN.md's formulas:
     capture     11.75+K   15+K+pool    12+K      1 + 15+K+pool + 1+g          pool  (+g non-torch)
 
 with K = kv_cache bytes, pool = the graph pool's segments after capture (default 1 GiB) and
-g = the non-torch growth during capture (default 0.25 GiB).
+g = the non-torch growth during capture (default 0.25 GiB). `graphs_nt` (default 0) adds
+non-torch bytes that graph profiling leaves behind to U from graphs on.
 """
 
 from __future__ import annotations
@@ -73,20 +74,21 @@ BOOT_KV = gib(50)
 
 
 def boot_phases(*, kv: int = BOOT_KV, pool: int = gib(1), capture_nt: int = gib(0.25), extra_weights: int = 0,
-                upto: Phase = Phase.CAPTURE) -> dict[Phase, PhaseRecord]:
+                graphs_nt: int = 0, upto: Phase = Phase.CAPTURE) -> dict[Phase, PhaseRecord]:
     """The canonical boot of the module docstring, up to and including `upto`.
-    `extra_weights` adds that many bytes to the weights (torch, from load on)."""
-    w = extra_weights
+    `extra_weights` adds that many bytes to the weights (torch, from load on); `graphs_nt` is
+    non-torch memory graph profiling leaves behind (it stays through capture)."""
+    w, n = extra_weights, graphs_nt
     rows = [
         rec("baseline", gib(0.5), gib(0.5), gib(0.5), gib(2)),
         rec("load", gib(10.5) + w, gib(10.5) + w, gib(10.5) + w, gib(12) + w),
         rec("profile", gib(10.75) + w, gib(14) + w, gib(13.75) + w, gib(15.5) + w),
         rec("persistent", gib(11.75) + w, gib(15) + w, gib(12) + w, gib(17) + w),
         rec("replay", gib(11.75) + w, gib(15) + w, gib(13.75) + w, gib(17) + w),
-        rec("graphs", gib(11.75) + w, gib(15) + w, gib(11.75) + w, gib(17) + w),
-        rec("kv", gib(11.75) + w + kv, gib(15) + w + kv, gib(11.75) + w + kv, gib(17) + w + kv),
+        rec("graphs", gib(11.75) + w, gib(15) + w, gib(11.75) + w, gib(17) + w + n),
+        rec("kv", gib(11.75) + w + kv, gib(15) + w + kv, gib(11.75) + w + kv, gib(17) + w + kv + n),
         rec("capture", gib(11.75) + w + kv, gib(15) + w + kv + pool, gib(12) + w + kv,
-            gib(1) + gib(15) + w + kv + pool + gib(1) + capture_nt, pool=pool),
+            gib(1) + gib(15) + w + kv + pool + gib(1) + capture_nt + n, pool=pool),
     ]
     out = {}
     for row in rows:
@@ -146,7 +148,8 @@ def plain_rank(rank: int, *, kv_available: int | None, total: int | None = BOOT_
                naive: int | None = None, owners: Mapping[Owner, int | None] | None = None, **kwargs: Any) -> RankReport:
     return RankReport(rank=rank, tp_rank=rank, dcp_rank=0, device_total_bytes=total, requested_bytes=requested,
                       others_bytes=BOOT_OTHERS, owners=dict(owners or {o: None for o in Owner}),
-                      kv_available_bytes=kv_available, naive_kv_available_bytes=naive, free_at_start_bytes=free_at_start,
+                      kv_available_bytes=kv_available, naive_kv_available_bytes=naive,
+                      free_at_start_bytes=free_at_start,
                       **kwargs)
 
 
@@ -230,3 +233,21 @@ def real_json(name: str) -> dict[str, Any]:
 def write_json(path: Path, data: Any) -> Path:
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
     return path
+
+
+def assert_superset(written: Any, original: Any, where: str = "$") -> None:
+    """`written` keeps every key and value of `original`; keys it adds (extensions newer than
+    the file) may only hold null, empty or default values: unknown is null, never a guess."""
+    if isinstance(original, dict):
+        assert isinstance(written, dict), where
+        for key, value in original.items():
+            assert key in written, f"{where}.{key} lost"
+            assert_superset(written[key], value, f"{where}.{key}")
+        for key in set(written) - set(original):
+            assert written[key] in (None, [], {}, ""), f"{where}.{key} added with a value: {written[key]!r}"
+    elif isinstance(original, list):
+        assert isinstance(written, list) and len(written) == len(original), where
+        for i, (w, o) in enumerate(zip(written, original)):
+            assert_superset(w, o, f"{where}[{i}]")
+    else:
+        assert written == original and type(written) is type(original), f"{where}: {original!r} → {written!r}"

@@ -522,8 +522,9 @@ def assemble(scans: Sequence[FileScan]) -> Report:
         engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend),
         environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=warnings,
         known_kv_tokens=_kv_tokens(boot), known_max_feasible_model_len=feasible,
+        known_max_model_len_fits=_passed_kv_check(boot, failure, config),
         graph_bytes_per_size=_graph_bytes_per_size(boot.ranks))
-    return _passed_kv_check(report, boot)
+    return report
 
 
 def _give_check_figures_to_rank_0(boot: Boot) -> None:
@@ -537,15 +538,9 @@ def _give_check_figures_to_rank_0(boot: Boot) -> None:
         rank.facts[FactKind.KV_AVAILABLE].extend(check)
 
 
-def _passed_kv_check(report: Report, boot: Boot) -> Report:
+def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -> bool | None:
     """vLLM prints the KV size line only after every rank passed `_check_enough_kv_cache_memory`
-    at the final max_model_len, so a boot that printed it and did not fail fits. The ledger cannot
-    see that without the KV geometry, so the fact is applied here and the verdict re-decided the
-    same way (report.decide_verdict)."""
-    cap = report.capacity
-    if (report.failure is not None or cap.max_model_len_fits is not None or report.config.max_model_len is None
-            or not boot.engine.get(FactKind.KV_TOKENS)):
-        return report
-    cap = replace(cap, max_model_len_fits=True)
-    verdict, reason = decide_verdict(report.ranks, cap, report.config, None, report.verify)
-    return replace(report, capacity=cap, verdict=verdict, verdict_reason=reason)
+    at the final max_model_len, so a boot that printed it and did not fail fits."""
+    if failure is not None or config.max_model_len is None or not boot.engine.get(FactKind.KV_TOKENS):
+        return None
+    return True

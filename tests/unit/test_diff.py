@@ -1,0 +1,244 @@
+"""Diff: owner deltas per rank and on the binding rank, the dominant owner, comparability,
+environment differences, the --fail-on-kv-drop gate and the kvaudit.diff/1 JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_report, real_json, write_json
+from kvaudit.diff import check_kv_drop, diff_reports
+from kvaudit.errors import ExitCode, FindingError
+from kvaudit.report import load_report
+from kvaudit.schema import Engine, Environment, Owner, Verdict, diff_from_json, dumps
+
+# A: two ranks; rank 1 binds (less KV).  B: persistent +2 GiB on both, non_torch +0.25 GiB on rank 0,
+# the KV cache shrinks to match; rank 0 binds in B.
+A0 = owners_of(weights=10, persistent=1, activation_peak=2, graph_pool=1.5, non_torch=0.5, torch_other=4,
+               kv_cache=50, kv_unallocated=1)
+A1 = owners_of(weights=10, persistent=1, activation_peak=2, graph_pool=1.5, non_torch=0.75, torch_other=4,
+               kv_cache=49.5, kv_unallocated=1.25)
+B0 = owners_of(weights=10, persistent=3, activation_peak=2, graph_pool=1.5, non_torch=0.75, torch_other=4,
+               kv_cache=47.5, kv_unallocated=1.25)
+B1 = owners_of(weights=10, persistent=3, activation_peak=2, graph_pool=1.5, non_torch=0.5, torch_other=4,
+               kv_cache=47.75, kv_unallocated=1.25)
+
+
+def rep_a(**kw):
+    return plain_report([plain_rank(0, kv_available=gib(51), owners=A0), plain_rank(1, kv_available=gib(50.5),
+                                                                                   owners=A1)],
+                        binding_rank=1, kv_available=gib(50.5), kv_tokens=413_696, **kw)
+
+
+def rep_b(**kw):
+    return plain_report([plain_rank(0, kv_available=gib(48.5), owners=B0), plain_rank(1, kv_available=gib(48.75),
+                                                                                     owners=B1)],
+                        binding_rank=0, kv_available=gib(48.5), kv_tokens=397_312, **kw)
+
+
+def rows(diff, rank):
+    return {d.owner: d for d in diff.owners if d.rank == rank}
+
+
+def test_per_rank_deltas_are_b_minus_a_for_every_owner():
+    diff = diff_reports(rep_a(), rep_b())
+    for rank, a, b in ((0, A0, B0), (1, A1, B1)):
+        got = rows(diff, rank)
+        assert set(got) == set(Owner)
+        for owner in Owner:
+            assert (got[owner].a_bytes, got[owner].b_bytes) == (a[owner], b[owner])
+            assert got[owner].delta_bytes == b[owner] - a[owner]
+    # by hand: persistent +2 GiB on both ranks, non_torch +0.25 on rank 0 and −0.25 on rank 1
+    assert rows(diff, 0)[Owner.PERSISTENT].delta_bytes == gib(2)
+    assert rows(diff, 0)[Owner.NON_TORCH].delta_bytes == gib(0.25)
+    assert rows(diff, 1)[Owner.NON_TORCH].delta_bytes == gib(-0.25)
+    assert rows(diff, 0)[Owner.KV_CACHE].delta_bytes == gib(47.5 - 50)
+
+
+def test_binding_rows_compare_each_reports_binding_rank():
+    # GIVEN A binds on rank 1 and B on rank 0  WHEN diffed
+    diff = diff_reports(rep_a(), rep_b())
+    binding = rows(diff, None)
+    # THEN the rank-None rows are A's rank 1 against B's rank 0, and they come first
+    assert [d.rank for d in diff.owners[: len(Owner)]] == [None] * len(Owner)
+    assert binding[Owner.NON_TORCH].a_bytes == gib(0.75) and binding[Owner.NON_TORCH].b_bytes == gib(0.75)
+    assert binding[Owner.KV_CACHE].delta_bytes == gib(47.5 - 49.5)
+    assert binding[Owner.PERSISTENT].delta_bytes == gib(3 - 1)
+    assert [d.rank for d in diff.owners] == [None] * 8 + [0] * 8 + [1] * 8
+
+
+def test_the_dominant_owner_is_the_largest_non_kv_change_on_the_binding_rank():
+    # persistent +2 GiB beats every other non-KV owner; kv_cache −2 GiB and kv_unallocated do not count
+    assert diff_reports(rep_a(), rep_b()).dominant_owner is Owner.PERSISTENT
+
+
+def test_a_large_negative_change_can_dominate():
+    b1 = {**A1, Owner.WEIGHTS: gib(6.5), Owner.KV_CACHE: gib(53), Owner.PERSISTENT: gib(1.25),
+          Owner.KV_UNALLOCATED: gib(1)}
+    b = plain_report([plain_rank(0, kv_available=gib(51), owners=A0), plain_rank(1, kv_available=gib(54),
+                                                                                 owners=b1)],
+                     binding_rank=1, kv_available=gib(54))
+    diff = diff_reports(rep_a(), b)
+    # weights −3.5 GiB outweighs persistent +0.25 GiB; kv_cache +3.5 GiB is not a candidate
+    assert diff.dominant_owner is Owner.WEIGHTS
+    assert rows(diff, None)[Owner.KV_CACHE].delta_bytes == gib(3.5)
+
+
+def test_no_dominant_owner_when_nothing_changed():
+    diff = diff_reports(rep_a(), rep_a())
+    assert diff.dominant_owner is None
+    assert all(d.delta_bytes == 0 for d in diff.owners)
+    assert diff.comparable is True and diff.knob_differences == () and diff.environment_differences == ()
+    assert diff.capacity["kv_available_delta_bytes"] == 0
+
+
+def test_a_rank_only_in_one_report_has_unknown_deltas():
+    b = plain_report([plain_rank(0, kv_available=gib(48.5), owners=B0)], binding_rank=0, kv_available=gib(48.5))
+    r1 = rows(diff_reports(rep_a(), b), 1)
+    assert all(d.b_bytes is None and d.delta_bytes is None for d in r1.values())
+    assert r1[Owner.WEIGHTS].a_bytes == gib(10)
+
+
+def test_unknown_owners_give_unknown_deltas_never_zero():
+    b0 = {**B0, Owner.GRAPH_POOL: None}
+    b = plain_report([plain_rank(0, kv_available=gib(48.5), owners=b0)], binding_rank=0, kv_available=gib(48.5))
+    assert rows(diff_reports(rep_a(), b), 0)[Owner.GRAPH_POOL].delta_bytes is None
+
+
+def test_capacity_and_verdicts_are_carried():
+    diff = diff_reports(rep_a(), rep_b(verdict=Verdict.FAIL))
+    assert diff.capacity["kv_available_delta_bytes"] == gib(48.5 - 50.5)
+    assert diff.capacity["kv_tokens_delta"] == 397_312 - 413_696
+    assert diff.verdict == {"a": Verdict.OK, "b": Verdict.FAIL}
+
+
+def test_different_configs_are_not_comparable_and_say_how():
+    a = rep_a(cfg=config(tensor_parallel_size=2, cudagraph_capture_sizes=(1, 2, 4)))
+    b = rep_b(cfg=config(tensor_parallel_size=4, cudagraph_capture_sizes=(1, 2, 4, 8), gpu_memory_utilization=0.9))
+    diff = diff_reports(a, b)
+    assert diff.comparable is False
+    knobs = {k.knob: (k.a, k.b) for k in diff.knob_differences}
+    assert knobs == {"tensor_parallel_size": (2, 4), "gpu_memory_utilization": (0.875, 0.9),
+                     "cudagraph_capture_sizes": ([1, 2, 4], [1, 2, 4, 8])}
+
+
+def test_the_same_model_in_two_folders_is_the_same_knob():
+    a = rep_a(cfg=config(model="/mnt/a/DeepSeek-V3/"))
+    b = rep_b(cfg=config(model="/home/me/models/DeepSeek-V3"))
+    assert diff_reports(a, b).comparable is True
+    assert diff_reports(a, rep_b(cfg=config(model="/home/me/models/Kimi-K2"))).knob_differences[0].knob == "model"
+
+
+def test_extra_args_and_load_format_do_not_make_runs_incomparable():
+    a = rep_a(cfg=config(load_format="dummy", extra_args={"enable_expert_parallel": True}))
+    b = rep_b(cfg=config(load_format="auto"))
+    assert diff_reports(a, b).comparable is True
+
+
+def test_environment_differences_list_engine_versions_and_env_vars():
+    a = rep_a(engine=Engine(name="vllm", version="0.31.0", attention_backend="FLASHINFER"),
+              environment=Environment(device_name="NVIDIA H200", torch="2.8.0",
+                                      env={"VLLM_USE_V1": "1", "NCCL_CUMEM_ENABLE": "0"}))
+    b = rep_b(engine=Engine(name="vllm", version="0.32.0", attention_backend="FLASHINFER"),
+              environment=Environment(device_name="NVIDIA H200", torch="2.9.0",
+                                      env={"VLLM_USE_V1": "1", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}))
+    diff = diff_reports(a, b)
+    assert [(e.key, e.a, e.b) for e in diff.environment_differences] == [
+        ("engine.version", "0.31.0", "0.32.0"),
+        ("torch", "2.8.0", "2.9.0"),
+        ("env.NCCL_CUMEM_ENABLE", "0", None),
+        ("env.VLLM_ALLOW_LONG_MAX_MODEL_LEN", None, "1"),
+    ]
+    assert diff.comparable is True  # environment is not a knob
+
+
+# ------------------------------------------------------------------------------------------
+# the KV gate
+
+
+def test_check_kv_drop_is_a_finding_only_beyond_the_limit():
+    diff = diff_reports(rep_a(), rep_b())         # KV fell by 2 GiB
+    check_kv_drop(diff, gib(2))                   # exactly the limit: fine
+    with pytest.raises(FindingError, match=r"KV cache fell by 2.00 GiB .*dominant owner: persistent") as info:
+        check_kv_drop(diff, gib(2) - 1)
+    assert info.value.exit_code is ExitCode.FINDING
+    check_kv_drop(diff_reports(rep_b(), rep_a()), 0)   # KV grew: never a finding
+
+
+def test_check_kv_drop_when_b_never_reached_kv_sizing():
+    b = plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))], verdict=Verdict.UNKNOWN)
+    with pytest.raises(FindingError, match=r"has no KV figure \(unknown\)"):
+        check_kv_drop(diff_reports(rep_a(), b, "a.json", "b.json"), gib(100))
+
+
+def pair(tmp_path, drop: int):
+    """run1 and a copy whose binding-rank KV figure is `drop` bytes lower (owners untouched)."""
+    a = DATA / "run1.json"
+    data = real_json("run1")
+    data["capacity"]["kv_available_bytes"] -= drop
+    return a, write_json(tmp_path / "b.json", data)
+
+
+@pytest.mark.parametrize("drop, limit, code", [
+    (512 * MiB, "512MiB", 0),          # fell exactly the limit
+    (512 * MiB + 1, "512MiB", 1),      # one byte more
+    (512 * MiB + 1, "0.5GiB", 1),
+    (512 * MiB + 1, "536870913", 0),   # plain bytes
+    (gib(2), "1.5 GiB", 1),
+    (-gib(1), "0", 0),                 # KV grew
+])
+def test_fail_on_kv_drop_gate_exit_codes(tmp_path, cli, drop, limit, code):
+    a, b = pair(tmp_path, drop)
+    result = cli("diff", str(a), str(b), "--fail-on-kv-drop", limit, "--width", "100")
+    assert result.code == code
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "dominant owner" in result.stdout   # the diff is printed either way
+    if code == 1:
+        assert len(result.stderr_lines) == 1 and "KV cache fell by" in result.stderr
+    else:
+        assert result.stderr == ""
+
+
+def test_a_bad_gate_size_is_a_usage_error(tmp_path, cli):
+    a, b = pair(tmp_path, 0)
+    result = cli("diff", str(a), str(b), "--fail-on-kv-drop", "lots")
+    assert result.code == 2
+    assert result.stderr_lines == [result.stderr.strip()] and "cannot read 'lots' as a size" in result.stderr
+    assert result.stdout == ""
+
+
+def test_diff_json_follows_the_contract_and_round_trips(tmp_path, cli):
+    a, b = pair(tmp_path, 512 * MiB)
+    result = cli("diff", str(a), str(b), "-f", "json")
+    assert result.code == 0 and result.stderr == ""
+    data = json.loads(result.stdout)
+    assert data["schema"] == "kvaudit.diff/1"
+    assert data["capacity"]["kv_available_delta_bytes"] == -512 * MiB
+    assert data["comparable"] is True and data["knob_differences"] == []
+    assert {row["rank"] for row in data["owners"]} == {None, 0}
+    expected = diff_reports(load_report(a), load_report(b), a_name=a.name, b_name=b.name)
+    assert diff_from_json(data) == expected
+    assert json.loads(dumps(expected)) == data
+
+
+def test_an_incomparable_diff_warns_on_stderr_and_keeps_stdout_json(cli):
+    result = cli("diff", str(DATA / "run1.json"), str(DATA / "run2.json"), "-f", "json")
+    assert result.code == 0
+    assert len(result.stderr_lines) == 1
+    assert result.stderr.startswith("kvaudit: warning: the runs differ in tensor_parallel_size")
+    data = json.loads(result.stdout)
+    assert data["comparable"] is False
+    assert {k["knob"] for k in data["knob_differences"]} == {
+        "tensor_parallel_size", "speculative_method", "num_speculative_tokens", "gpu_memory_utilization"}
+
+
+def test_diff_of_real_reports_by_hand(real_reports):
+    # run1 (TP1, fits) against run5 (does not fit, died before KV): KV unknown in b
+    diff = diff_reports(real_reports["run1"], real_reports["run5"])
+    binding = rows(diff, None)
+    assert binding[Owner.WEIGHTS].delta_bytes == 41996288 - 42639360
+    assert binding[Owner.KV_CACHE].b_bytes is None and binding[Owner.KV_CACHE].delta_bytes is None
+    assert diff.capacity["kv_available_delta_bytes"] == 304377201 - 6884101325
+    # non_torch +642875392 is the largest |delta| among the non-KV owners (torch_other −634036224)
+    assert diff.dominant_owner is Owner.NON_TORCH

@@ -1,0 +1,93 @@
+"""Failure lines of vLLM startup logs, classified (engines/failures.py), on real and template lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from factories import DATA
+from kvaudit.engines.failures import classify_line, estimated_max_model_len, find_failure_in_log
+from kvaudit.schema import FailureKind
+
+PREFIX = "(EngineCore pid=9612) ERROR 12-02 21:04:01 [core.py:1510] "
+DOES_NOT_FIT = (PREFIX + "ValueError: To serve at least one request with the model's max seq len (160000), (0.34 "
+                "GiB KV cache is needed, which is larger than the available KV cache memory (0.28 GiB). Based on the "
+                "available memory, the estimated maximum model length is 131968. Try increasing "
+                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+DCP = (PREFIX + "RuntimeError: Worker failed with error 'Decode Context Parallelism (DCP) requires attention "
+       "implementations to return the softmax LSE during decode, but AMXMLAImpl does not. Try a different backend "
+       "by setting --attention-backend or disable DCP.', please check the stack trace above for the root cause")
+
+
+@pytest.mark.parametrize("line, kind", [
+    (DOES_NOT_FIT, FailureKind.DOES_NOT_FIT),
+    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+     "initializing the engine.", FailureKind.DOES_NOT_FIT),
+    ("ValueError: Cannot auto-fit max_model_len: not enough KV cache memory", FailureKind.DOES_NOT_FIT),
+    ("ValueError: Free memory on device (70.1/79.2 GiB) on startup is less than desired GPU memory utilization "
+     "(0.9, 71.3 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+     FailureKind.STARTUP_MEMORY),
+    ("ValueError: Free memory on device on startup is less than desired CPU memory utilization",
+     FailureKind.STARTUP_MEMORY),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+     "139.81 GiB of which 1.02 GiB is free.", FailureKind.OOM),
+    ("AssertionError: Error in memory profiling. Initial free memory 80.0 GiB, current free memory 81.0 GiB.",
+     FailureKind.CRASH),
+    (DCP, FailureKind.REFUSED),
+    ("NotImplementedError: FP8 KV cache with MLA is not supported on this backend", FailureKind.REFUSED),
+    ("ValueError: chunked prefill is not supported by the CPU backend", FailureKind.REFUSED),
+    ("INFO 12-02 21:04:01 [gpu_worker.py:201] Available KV cache memory: 0.28 GiB", None),
+    ("WARNING: error-free line about memory", None),
+])
+def test_classify_line(line, kind):
+    assert classify_line(line) is kind
+
+
+def test_the_message_starts_at_the_exception_name():
+    kind, message = find_failure_in_log(f"INFO starting\n{DCP}\n")
+    assert kind is FailureKind.REFUSED
+    assert message.startswith("RuntimeError: Worker failed with error 'Decode Context Parallelism (DCP)")
+    assert "[core.py:1510]" not in message and "\n" not in message
+
+
+def test_does_not_fit_wins_over_a_later_crash_line_that_reports_it():
+    log = "\n".join([DOES_NOT_FIT, PREFIX + "AssertionError: Error in memory profiling. whatever", "done"])
+    kind, message = find_failure_in_log(log)
+    assert kind is FailureKind.DOES_NOT_FIT and message.startswith("ValueError: To serve at least one request")
+
+
+def test_among_equally_telling_lines_the_last_wins():
+    log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert find_failure_in_log(log) == (FailureKind.OOM, "OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                                                         "2.00 GiB")
+
+
+def test_colour_codes_are_stripped():
+    kind, message = find_failure_in_log("\x1b[1;31mERROR\x1b[0m ValueError: No available memory for the cache "
+                                        "blocks.\x1b[0m")
+    assert kind is FailureKind.DOES_NOT_FIT and "\x1b" not in message
+
+
+def test_lines_too_long_to_be_a_message_are_skipped_and_messages_are_capped():
+    assert find_failure_in_log("ValueError: No available memory for the cache blocks " + "x" * 20_001) is None
+    _, message = find_failure_in_log("ValueError: No available memory for the cache blocks " + "x" * 5000)
+    assert len(message) == 600
+
+
+def test_a_clean_log_has_no_failure():
+    assert find_failure_in_log("INFO all good\nINFO Available KV cache memory: 10 GiB\n") is None
+    assert estimated_max_model_len("INFO all good") is None
+
+
+def test_the_real_does_not_fit_log():
+    # GIVEN the real vLLM log of a boot that did not fit (kvaudit run5)
+    text = (DATA / "run5.vllm.log").read_text(encoding="utf-8")
+    kind, message = find_failure_in_log(text)
+    assert kind is FailureKind.DOES_NOT_FIT
+    assert message.startswith("ValueError: To serve at least one request with the model's max seq len (160000)")
+    assert estimated_max_model_len(text) == 131968
+
+
+def test_estimated_max_model_len_takes_the_last_estimate():
+    text = "the estimated maximum model length is 1000.\n...\nthe estimated maximum model length is 2048."
+    assert estimated_max_model_len(text) == 2048

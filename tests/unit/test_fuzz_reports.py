@@ -1,0 +1,301 @@
+"""Fuzzing the report loader and `kvaudit show` with damaged real reports.
+
+Contract (DESIGN.md, STYLE.md): any file is either a report (load_report returns one; `kvaudit
+show` exits 0 with nothing on stderr) or bad input (BadInputError; exit 2 with exactly one line
+on stderr). Never a traceback, never an internal error (exit 3).
+
+The passing families below (1300 examples in all) leave out the few inputs that hit a known,
+xfail-marked bug (null required objects, integers beyond float range, rich-markup and surrogate
+text, corrupt deflate streams, negative device totals) and let the balance error go without the
+file name; `test_everything_at_once` puts all of them back and is xfail until those bugs are
+fixed. Inputs that do not look like JSON go to the log parser (kvaudit.engines.logs): their
+family is skipped while that parser does not exist.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import gzip
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+
+from conftest import run_cli
+from factories import REAL_REPORTS, real_json
+from kvaudit.errors import BadInputError
+from kvaudit.report import load_report, looks_like_json
+from kvaudit.schema import Report
+
+BASES = {name: real_json(name) for name in REAL_REPORTS}
+NOT_NULL = {"name", "status", "source", "verdict", "kind", "owner", "schema",
+            "engine", "environment", "config", "capacity", "owners"}
+"""Keys of a required enum or object: a null there is a known bug (see test_schema)."""
+
+WORK = Path(tempfile.mkdtemp(prefix="kvaudit-fuzz-"))
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)
+COMMON = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ------------------------------------------------------------------------------------------
+# the contract
+
+
+UNNAMED_BALANCE = re.compile(r"^rank -?\d+: owners sum to -?\d+ bytes but requested is -?\d+ \([+-]\d+\): the "
+                             r"ledger does not balance$")
+"""The balance error does not name the file yet (known bug, see test_schema)."""
+
+
+def _not_json(literal: str):
+    raise ValueError(f"{literal} is not JSON (RFC 8259)")
+
+
+def check_contract(raw: bytes, *, fmt: str = "table", strict_json_out: bool = False,
+                   all_bugs_fixed: bool = False) -> str:
+    """Write raw to a file; load it and show it; assert the contract. Returns the outcome."""
+    path = WORK / "input.json"
+    path.write_bytes(raw)
+    try:
+        report = load_report(path)
+        outcome = "report"
+        assert isinstance(report, Report)
+    except BadInputError as exc:
+        outcome = "bad"
+        message = str(exc)
+        assert message and "\n" not in message, f"not one line: {message!r}"
+        if not (UNNAMED_BALANCE.match(message) and not all_bugs_fixed):
+            assert str(path) in message, f"does not name the file: {message!r}"
+    args = ["show", str(path), "--width", "100"] + (["-f", fmt] if fmt != "table" else [])
+    result = run_cli(*args)
+    assert "Traceback" not in result.stdout + result.stderr
+    if outcome == "report":
+        assert result.code == 0, f"a loadable report must show: exit {result.code}: {result.stderr!r}"
+        assert result.stderr == ""
+        if strict_json_out and fmt == "json":
+            json.loads(result.stdout, parse_constant=_not_json)
+    else:
+        assert result.code == 2, f"bad input must exit 2: exit {result.code}: {result.stderr!r}"
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert result.stderr.startswith("kvaudit: error: ") and result.stdout == ""
+    return outcome
+
+
+# ------------------------------------------------------------------------------------------
+# generators
+
+
+def all_paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
+    out = []
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            out.append(prefix + (key,))
+            out.extend(all_paths(value, prefix + (key,)))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            out.append(prefix + (i,))
+            out.extend(all_paths(value, prefix + (i,)))
+    return out
+
+
+def parent_of(doc: Any, path: tuple) -> Any:
+    for key in path[:-1]:
+        doc = doc[key]
+    return doc
+
+
+SAFE_TEXT = st.text(alphabet=st.characters(blacklist_characters="[]", blacklist_categories=("Cs",)), max_size=30)
+"""Random unicode, without rich-markup brackets and lone surrogates (both known bugs)."""
+
+CLEAN_VALUES = st.one_of(
+    st.booleans(), st.integers(min_value=0, max_value=2 ** 62), st.integers(min_value=0, max_value=64),
+    st.floats(allow_nan=False, allow_infinity=False), SAFE_TEXT, st.just([]), st.just({}),
+    st.lists(st.integers(min_value=0, max_value=1 << 20), max_size=4),
+    st.dictionaries(SAFE_TEXT, SAFE_TEXT, max_size=3),
+)
+
+MARKUP_TEXT = st.sampled_from(["[/model]", "[bold]x", "a [/] b", "[red]", "\\[x]"])
+FULL_VALUES = st.one_of(
+    CLEAN_VALUES, st.none(),
+    st.integers(min_value=19, max_value=400).map(lambda k: 10 ** k),
+    st.integers(min_value=19, max_value=400).map(lambda k: -(10 ** k)),
+    st.text(max_size=20), MARKUP_TEXT,
+)
+
+
+@st.composite
+def mutated_document(draw, values=CLEAN_VALUES, full: bool = False) -> dict:
+    """A real report with 1–3 keys deleted, retyped or given random text."""
+    doc = copy.deepcopy(BASES[draw(st.sampled_from(REAL_REPORTS))])
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        paths = all_paths(doc)
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent, key = parent_of(doc, path), path[-1]
+        current = parent[key]
+        op = draw(st.sampled_from(["delete", "retype", "text"]))
+        if op == "delete":
+            del parent[key]
+        elif op == "text" and isinstance(current, str):
+            parent[key] = draw(st.text(max_size=40) if full else SAFE_TEXT)
+        else:
+            value = draw(st.one_of(st.none(), values))
+            if value is None and not full and key in NOT_NULL:
+                value = 0  # a null only where it is legal
+            if not full and key == "device_total_bytes" and isinstance(value, int) and value < 0:
+                value = 1
+            parent[key] = value
+    return doc
+
+
+def dump(doc: dict, ascii_only: bool) -> bytes:
+    return json.dumps(doc, allow_nan=True, ensure_ascii=ascii_only, indent=None).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------
+# families that must hold now
+
+
+@settings(max_examples=600, **COMMON)
+@given(doc=mutated_document(), ascii_only=st.booleans())
+def test_mutated_documents_load_or_are_refused(doc, ascii_only):
+    check_contract(dump(doc, ascii_only))
+
+
+@st.composite
+def damaged_bytes(draw) -> bytes:
+    text = dump(BASES[draw(st.sampled_from(REAL_REPORTS))], ascii_only=draw(st.booleans()))
+    how = draw(st.sampled_from(["truncate", "garbage", "gzip", "gzip-truncated", "gzip-mutated"]))
+    if how == "truncate":
+        return text[: draw(st.integers(min_value=1, max_value=len(text) - 1))]
+    if how == "garbage":
+        at = draw(st.integers(min_value=1, max_value=len(text)))
+        junk = draw(st.binary(min_size=1, max_size=16).map(lambda b: b.replace(b"[", b"(").replace(b"\\", b"/")))
+        cut = draw(st.integers(min_value=0, max_value=8))
+        return text[:at] + junk + text[at + cut:]
+    if how == "gzip":
+        return gzip.compress(text)
+    if how == "gzip-truncated":
+        packed = gzip.compress(text)
+        return packed[: draw(st.integers(min_value=2, max_value=len(packed) - 1))]
+    return gzip.compress(dump(draw(mutated_document()), ascii_only=True))
+
+
+@settings(max_examples=400, **COMMON)
+@given(raw=damaged_bytes())
+def test_damaged_bytes_load_or_are_refused(raw):
+    # every input is gzip (told by its magic bytes) or looks like JSON: none goes to the log parser
+    assert raw[:2] == b"\x1f\x8b" or looks_like_json(raw.decode("utf-8", "replace"))
+    check_contract(raw)
+
+
+@st.composite
+def odd_literals(draw) -> bytes:
+    """NaN / Infinity / 1e999 in place of a number, or deep nesting in place of any value."""
+    doc = copy.deepcopy(BASES[draw(st.sampled_from(REAL_REPORTS))])
+    paths = all_paths(doc)
+    path = draw(st.sampled_from(paths))
+    parent = parent_of(doc, path)
+    numeric = [p for p in paths if isinstance(parent_of(doc, p)[p[-1]], (int, float))
+               and not isinstance(parent_of(doc, p)[p[-1]], bool)]
+    if draw(st.booleans()) and numeric:
+        path = draw(st.sampled_from(numeric))
+        parent = parent_of(doc, path)
+        literal = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1E400"]))
+    else:
+        depth = draw(st.integers(min_value=1, max_value=3000))
+        literal = draw(st.sampled_from(["[" * depth + "1" + "]" * depth,
+                                        '{"a":' * depth + "1" + "}" * depth]))
+    parent[path[-1]] = "__FUZZ__"
+    return dump(doc, ascii_only=True).replace(b'"__FUZZ__"', literal.encode())
+
+
+@settings(max_examples=300, **COMMON)
+@given(raw=odd_literals())
+def test_non_finite_numbers_and_deep_nesting_load_or_are_refused(raw):
+    check_contract(raw)
+
+
+def test_the_passing_families_sum_to_at_least_a_thousand_examples():
+    families = (test_mutated_documents_load_or_are_refused, test_damaged_bytes_load_or_are_refused,
+                test_non_finite_numbers_and_deep_nesting_load_or_are_refused)
+    assert sum(f._hypothesis_internal_use_settings.max_examples for f in families) >= 1000
+
+
+# ------------------------------------------------------------------------------------------
+# everything at once: xfail until the known bugs are fixed
+
+
+@st.composite
+def anything(draw) -> tuple[bytes, str]:
+    how = draw(st.sampled_from(["mutated", "surrogate", "deflate-garbage", "deep-extra-args"]))
+    fmt = draw(st.sampled_from(["table", "json", "csv", "markdown"]))
+    if how == "mutated":
+        return dump(draw(mutated_document(values=FULL_VALUES, full=True)), ascii_only=draw(st.booleans())), fmt
+    if how == "surrogate":
+        doc = copy.deepcopy(BASES[draw(st.sampled_from(REAL_REPORTS))])
+        doc["config"]["model"] = "__FUZZ__"
+        return dump(doc, ascii_only=True).replace(b'"__FUZZ__"', b'"m\\ud800"'), fmt
+    if how == "deflate-garbage":
+        return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + draw(st.binary(min_size=1, max_size=64)), fmt
+    doc = copy.deepcopy(BASES[draw(st.sampled_from(REAL_REPORTS))])
+    doc["config"]["extra_args"] = "__FUZZ__"
+    depth = draw(st.integers(min_value=400, max_value=900))
+    return dump(doc, ascii_only=True).replace(b'"__FUZZ__"', b'{"a":' * depth + b"1" + b"}" * depth), "json"
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: the known loader/renderer/CLI bugs break the contract: null required "
+                                       "objects, huge integers, rich markup, lone surrogates, zlib.error, deep "
+                                       "extra_args and Infinity under -f json, the balance error without the file "
+                                       "name, and cli.main's `import click` turning internal errors into "
+                                       "tracebacks; see test_schema, test_render, test_config")
+@settings(max_examples=300, phases=[Phase.generate], **COMMON)
+@given(case=anything())
+def test_everything_at_once(case):
+    raw, fmt = case
+    check_contract(raw, fmt=fmt, strict_json_out=True, all_bugs_fixed=True)
+
+
+# ------------------------------------------------------------------------------------------
+# inputs that are not JSON: the log parser's side (another engineer is writing it)
+
+
+def _log_parser():
+    logs = pytest.importorskip("kvaudit.engines.logs")
+    if not hasattr(logs, "report_from_log_text"):
+        pytest.skip("kvaudit.engines.logs.report_from_log_text does not exist yet")
+    return logs
+
+
+@st.composite
+def not_json(draw) -> bytes:
+    kind = draw(st.sampled_from(["text", "binary", "log-ish"]))
+    if kind == "binary":
+        raw = draw(st.binary(max_size=512))
+    elif kind == "text":
+        raw = draw(st.text(max_size=200)).encode("utf-8", "surrogatepass")
+    else:
+        lines = draw(st.lists(st.sampled_from([
+            "INFO 12-02 21:04:00 [gpu_worker.py:201] Available KV cache memory: 0.28 GiB",
+            "ERROR ValueError: To serve at least one request with the model's max seq len (160000)",
+            "the estimated maximum model length is 131968.",
+            "INFO Model loading took 0.04 GiB memory and 1.9 seconds",
+            "torch.OutOfMemoryError: CUDA out of memory.",
+        ]), max_size=8))
+        raw = "\n".join(lines).encode()
+    if looks_like_json(raw.decode("utf-8", "replace")) or raw[:2] == b"\x1f\x8b":
+        raw = b"x" + raw
+    return raw
+
+
+@settings(max_examples=150, **COMMON)
+@given(raw=not_json())
+def test_non_json_inputs_go_to_the_log_parser_and_keep_the_contract(raw):
+    _log_parser()
+    check_contract(raw)
