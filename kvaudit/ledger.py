@@ -57,8 +57,9 @@ def _u_minus_r(ph: Phases, p: Phase) -> int | None:
     return _sub(_val(ph, p, "device_used_bytes"), _r(ph, p))
 
 
-def _pool(ph: Phases, p: Phase) -> int:
-    return _val(ph, p, "graph_pool_bytes") or 0
+def _pool(ph: Phases, p: Phase) -> int | None:
+    """Graph private-pool segments at the end of p; None when they were not read."""
+    return _val(ph, p, "graph_pool_bytes")
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,7 @@ def graph_pool_actual(phases: Phases) -> int | None:
     non-torch growth of the capture and what graph profiling left behind."""
     if Phase.CAPTURE not in phases or Phase.KV not in phases:
         return None
-    growth = capture_non_torch(phases)
-    return None if growth is None else _pool(phases, Phase.CAPTURE) + growth + graphs_non_torch(phases)
+    return _sum(_pool(phases, Phase.CAPTURE), capture_non_torch(phases), graphs_non_torch(phases))
 
 
 def activation_peak(phases: Phases) -> int | None:
@@ -146,10 +146,13 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
     activation = activation_peak(phases)
 
     actual = graph_pool_actual(phases) if last is Phase.CAPTURE else None
-    known_graph = [g for g in (graph_pool_estimate_bytes, actual) if g is not None]
+    graphs_nt = graphs_non_torch(phases) if last in (Phase.GRAPHS, Phase.KV, Phase.CAPTURE) else 0
+    # Before capture, graph profiling's non-torch residue is already resident: the owner holds at
+    # least that, even when vLLM's estimate is smaller, or those bytes would be charged to nobody.
+    resident_graph = graphs_nt if last in (Phase.GRAPHS, Phase.KV) else None
+    known_graph = [g for g in (graph_pool_estimate_bytes, actual, resident_graph) if g is not None]
     graph_pool = max(known_graph) if known_graph else None
     captured_nt = capture_non_torch(phases) if last is Phase.CAPTURE else 0
-    graphs_nt = graphs_non_torch(phases) if last in (Phase.GRAPHS, Phase.KV, Phase.CAPTURE) else 0
 
     kv_held = kv_cache_bytes if last in (Phase.KV, Phase.CAPTURE) else 0
     non_torch = torch_other = None
@@ -258,11 +261,12 @@ def _gmu_ceil(fraction: float) -> float:
 def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeometry | None, *,
              known_kv_tokens: int | None = None, known_max_feasible_model_len: int | None = None,
              known_max_model_len_fits: bool | None = None, known_kv_needed_bytes: int | None = None,
-             graph_bytes_per_size: int | None = None) -> Capacity:
+             graph_bytes_per_size: int | None = None, verify_overrun_bytes: int = 0) -> Capacity:
     """Capacity on the binding rank, the levers when it does not fit, and the flags that are safe.
 
     `known_*`: facts a log states outright (vLLM's KV size line means the check passed; its
-    ValueError names the bytes one request needs); used where the geometry cannot say."""
+    ValueError names the bytes one request needs); used where the geometry cannot say.
+    `verify_overrun_bytes`: how far a verify's true peak went above the budget (0 if it did not)."""
     sized = [r for r in ranks if r.kv_available_bytes is not None]
     binding = min(sized, key=lambda r: (r.kv_available_bytes, r.rank)) if sized else None
     avail = binding.kv_available_bytes if binding else None
@@ -294,7 +298,8 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
         over_allocation_bytes=_sub(naive, avail))
     levers = (compute_levers(cap, binding, ranks, config, geometry, graph_bytes_per_size)
               if binding is not None and (fits is False or over_committed(ranks)) else ())
-    return _with(cap, levers=levers, safe_serve_flags=safe_serve_flags(cap, binding, ranks, config, geometry))
+    flags = safe_serve_flags(cap, binding, ranks, config, geometry, verify_overrun_bytes=verify_overrun_bytes)
+    return _with(cap, levers=levers, safe_serve_flags=flags)
 
 
 def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int) -> float | None:
@@ -392,15 +397,17 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
 
 
 def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[RankReport],
-                     config: AuditConfig, geometry: KvGeometry | None) -> tuple[str, ...]:
+                     config: AuditConfig, geometry: KvGeometry | None, *,
+                     verify_overrun_bytes: int = 0) -> tuple[str, ...]:
     """`vllm serve` flags that reproduce the audited budget: whole blocks of the binding rank,
     at a GMU and length that fit."""
     if binding is None or cap.kv_available_bytes is None or binding.requested_bytes is None:
         return ()
     gmu, kv, length = config.gpu_memory_utilization, cap.kv_available_bytes, config.max_model_len
-    # A boot that used more than it requested (graphs above their estimate, deferred warmups)
-    # proved the KV figure too large by that much.
-    kv -= overcommit_bytes(ranks)
+    # A boot that used more than it requested (graphs above their estimate, deferred warmups), or
+    # a verify whose true peak went over the budget, proved the KV figure too large by that much.
+    # Both measure the same excess from different ends: the larger one is taken, not the sum.
+    kv -= max(overcommit_bytes(ranks), verify_overrun_bytes)
     if cap.max_model_len_fits is False:
         ceiling_ok = (cap.gmu_needed is not None and cap.physical_headroom_bytes is not None
                       and binding.device_total_bytes is not None
@@ -413,6 +420,8 @@ def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[
             length = cap.max_feasible_model_len
     if geometry is not None:
         kv = geometry.blocks(kv) * geometry.bytes_per_block
+        if length and geometry.needed_bytes(length) + geometry.bytes_per_block > kv:
+            length = geometry.max_len(kv)  # the reduced cache must still hold one request
     if kv <= 0 or not length:
         return ()
     flags = [f"--kv-cache-memory-bytes={kv}"]

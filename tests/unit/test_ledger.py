@@ -188,11 +188,6 @@ def test_what_graph_profiling_leaves_behind_is_graph_memory():
     assert led.owners[Owner.GRAPH_POOL] == gib(1.5) and led.owners[Owner.NON_TORCH] == gib(0.5)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (since e4a4bc3): graph profiling's non-torch residue is taken out of "
-                                       "non_torch already at sizing time, but graph_pool holds only the estimate "
-                                       "until capture; when the estimate is below the residue, bytes resident "
-                                       "at sizing are charged to no owner and the KV figure is too large by the "
-                                       "difference")
 def test_the_kv_figure_leaves_room_for_everything_resident_at_sizing():
     # GIVEN graph profiling left 0.25 GiB of non-torch memory, and vLLM's estimate is 0.125 GiB
     phases = boot_phases(graphs_nt=gib(0.25), upto=Phase.GRAPHS)
@@ -333,9 +328,6 @@ def test_a_missing_measurement_in_one_phase_propagates():
     assert owners[Owner.WEIGHTS] == gib(10)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ledger._pool turns an unknown graph_pool_bytes into 0, so an "
-                                       "unmeasured pool reports graph_pool_actual = capture's non-torch growth "
-                                       "as if it were measured (unknown must stay None)")
 def test_unknown_capture_pool_bytes_leave_the_graph_actual_unknown():
     # GIVEN a capture phase whose pool bytes could not be read (U and R are known)
     phases = boot_phases()
@@ -579,9 +571,6 @@ def test_safe_flags_take_the_overcommit_off_the_kv_figure():
     assert cap.safe_serve_flags[0] == f"--kv-cache-memory-bytes={kv}"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ledger.safe_serve_flags subtracts the overcommit from the KV figure "
-                                       "but keeps --max-model-len unchanged, so the 'safe' flags can ask vLLM for "
-                                       "a length the reduced cache cannot hold (vLLM refuses to start)")
 def test_safe_flags_always_describe_a_boot_that_fits():
     # GIVEN KV available for exactly max_model_len + the null block, and a 20 MiB overcommit
     length = (gib(50.5) // (2 * MiB) - 1) * 16           # 413,680: fits with nothing to spare
@@ -594,9 +583,6 @@ def test_safe_flags_always_describe_a_boot_that_fits():
     assert GEOMETRY.needed_bytes(flag_length) + GEOMETRY.bytes_per_block <= kv
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: report.build_report computes safe_serve_flags without looking at verify: "
-                                       "a verify that measured the true peak above the budget (real run2: slack "
-                                       "-39.6 MB) still recommends the full, unreduced KV figure")
 def test_safe_flags_leave_room_for_a_verify_that_went_over_budget():
     verify = Verify(ok=False, prompt_tokens=4092, true_peak_bytes=BOOT_REQUESTED + 40 * MiB, slack_bytes=-40 * MiB,
                     error="true peak above the requested budget")
