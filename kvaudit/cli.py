@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from kvaudit.errors import ExitCode, KvauditError
+from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.render import Format, reporter
 
 app = typer.Typer(
@@ -27,7 +27,10 @@ WidthOpt = Annotated[Optional[int], typer.Option("--width", help="Table width (d
 def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
     from kvaudit.report import write_report
     if output is not None:
-        write_report(report, output)
+        try:
+            write_report(report, output)
+        except OSError as exc:
+            raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
         typer.echo(f"kvaudit: report written to {output}", err=True)
     reporter(fmt, width=width).report(report, sys.stdout)
 
@@ -60,6 +63,19 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
     reporter(fmt, width=width).diff(result, sys.stdout)
     if limit is not None:
         check_kv_drop(result, limit)
+
+
+@app.command()
+def ingest(logs: Annotated[list[Path], typer.Argument(help="The vLLM startup logs of one boot, one file per node "
+                                                            "(gzip too).")],
+           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
+           fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
+    """Turn the raw vLLM startup logs of one boot into a report (source log): every rank's owners and the verdict."""
+    from kvaudit.engines.logs import report_from_logs
+    from kvaudit.report import exit_code, read_text
+    report = report_from_logs([(read_text(path), str(path)) for path in logs])
+    _emit_report(report, fmt, width, output)
+    raise typer.Exit(int(exit_code(report)))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -141,7 +157,8 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
 def main() -> None:
     """Console entry point: every KvauditError is one line on stderr and its exit code."""
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="kvaudit")  # not "python -m kvaudit"
+        sys.stdout.flush()  # a closed pipe shows here when the data fit in the buffer
     except KvauditError as exc:
         typer.echo(f"kvaudit: error: {exc}", err=True)
         sys.exit(int(exc.exit_code))
@@ -150,11 +167,16 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("kvaudit: interrupted", err=True)
         sys.exit(int(ExitCode.INCOMPLETE))
-    except _click_errors() as exc:
-        exc.show()
-        sys.exit(int(ExitCode.USAGE))
+    except _PARSE_ERRORS as exc:
+        _usage_error(exc)
     except BrokenPipeError:
-        sys.exit(0)
+        _stdout_closed()
+    except SystemExit as exc:
+        # typer answers a closed pipe inside a command with sys.exit(1), a finding; the reader
+        # (`kvaudit show … | head`) stopping is no failure of ours.
+        if isinstance(exc.__context__, BrokenPipeError):
+            _stdout_closed()
+        raise
     except Exception as exc:  # a bug: still one line, the traceback on request
         if os.environ.get("KVAUDIT_DEBUG"):
             raise
@@ -164,6 +186,34 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _click_errors() -> type[Exception]:
-    import click
-    return click.ClickException
+# What typer raises for a command line it cannot parse. typer >= 0.2x vendors click and roots it at
+# typer.TyperException; older typer re-exports click's classes (click.ClickException). Either way it
+# is the base of typer.BadParameter right under Exception, found without importing click.
+_PARSE_ERRORS: type[Exception] = next(c for c in typer.BadParameter.__mro__ if Exception in c.__bases__)
+
+
+def _usage_error(exc: Exception) -> NoReturn:
+    """One line and the help to read, exit 2. Bare `kvaudit` raises one that carries the help,
+    which typer has printed already (its message is then empty) or not (the message is the help)."""
+    message = exc.format_message().strip()  # type: ignore[attr-defined]
+    if "\n" in message:
+        typer.echo(message, err=True)
+    elif message:
+        # typer >= 0.2x checks values with pydantic, whose message leaves out the value it refused
+        cause = exc.__cause__
+        given = [e.get("input") for e in cause.errors()] if callable(getattr(cause, "errors", None)) else []
+        if len(given) == 1 and repr(given[0]) not in message:
+            message += f": got {given[0]!r}"
+        ctx = getattr(exc, "ctx", None)
+        typer.echo(f"kvaudit: error: {message} (see {ctx.command_path if ctx else 'kvaudit'} --help)", err=True)
+    sys.exit(int(ExitCode.USAGE))
+
+
+def _stdout_closed() -> NoReturn:
+    # Python's advice (signal docs, "Note on SIGPIPE"): point stdout at devnull, so the flush at
+    # interpreter exit does not raise again, and exit quietly.
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (tests, an embedding program): nothing will flush it to a pipe
+    sys.exit(0)

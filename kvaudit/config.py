@@ -56,8 +56,21 @@ class AuditConfig:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")
         gmu = self.gpu_memory_utilization
+        # A preset or a pass-through value can be any TOML/JSON type: "0.9" must not reach the comparison.
+        if gmu is not None and (not isinstance(gmu, (int, float)) or isinstance(gmu, bool)):
+            raise UsageError(f"gpu_memory_utilization must be a number in (0, 1], got {gmu!r}")
         if gmu is not None and not 0.0 < gmu <= 1.0:
             raise UsageError(f"gpu_memory_utilization must be in (0, 1], got {gmu}")
+        for name in ("model", "speculative_method", "kv_cache_dtype", "load_format"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise UsageError(f"{name} must be a string, got {value!r}")
+        sizes = self.cudagraph_capture_sizes
+        if sizes is not None and not (isinstance(sizes, tuple)
+                                      and all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)):
+            raise UsageError(f"cudagraph_capture_sizes must be a list of integers, got {sizes!r}")
+        if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
+            raise UsageError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
         tp, dcp = self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1
         if tp % dcp:
             raise UsageError(f"decode_context_parallel_size {dcp} must divide tensor_parallel_size {tp}: "
@@ -71,7 +84,9 @@ class AuditConfig:
         return self
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        # Shallow on purpose: dataclasses.asdict deep-copies extra_args recursively, and a loaded
+        # report's extra_args (plain JSON already) can nest deeper than the recursion limit.
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["cudagraph_capture_sizes"] = (list(self.cudagraph_capture_sizes)
                                            if self.cudagraph_capture_sizes is not None else None)
         data["extra_args"] = dict(self.extra_args)
@@ -159,6 +174,16 @@ def config_from_json(data: Mapping[str, Any]) -> AuditConfig:
     return AuditConfig(**known, extra_args=dict(data.get("extra_args") or {}))
 
 
+def with_passthrough(config: AuditConfig, args: Mapping[str, Any]) -> AuditConfig:
+    """Pass-through arguments last. A knob kvaudit models (`--max-model-len`) replaces the field:
+    vLLM boots with the pass-through value, so the report's config and capacity must use it too."""
+    modelled = {k: v for k, v in args.items() if k in CONFIG_KEYS and k != "extra_args"}
+    if isinstance(modelled.get("cudagraph_capture_sizes"), list):
+        modelled["cudagraph_capture_sizes"] = tuple(modelled["cudagraph_capture_sizes"])
+    extra = {k: v for k, v in args.items() if k not in modelled}
+    return dataclasses.replace(config, **modelled, extra_args={**config.extra_args, **extra})
+
+
 def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | None, passthrough: list[str],
                      mtp: int | None, cudagraph_sizes: str | None, **flags: Any) -> AuditConfig:
     """Embedded defaults, then the preset, then flags, then pass-through arguments; validated."""
@@ -175,16 +200,16 @@ def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | N
         config = config.replace(cudagraph_capture_sizes=sizes)
     if dummy_weights:
         config = config.replace(load_format="dummy")
+    if passthrough:
+        config = with_passthrough(config, parse_passthrough(passthrough))
     if config.model is None:
         embedded = {k: v for k, v in EMBEDDED_DEFAULTS.items() if getattr(config, k) is None}
         config = config.replace(model=embedded_model_path(), **embedded)
-    else:
+    elif isinstance(config.model, str):  # anything else: validated() names it
         path = Path(config.model).expanduser()
         if path.exists() and not (path / "config.json").exists():
             raise UsageError(f"{path} has no config.json: pass a model directory")
         if (path.exists() and config.load_format is None
                 and not any(path.glob("*.safetensors")) and not any(path.glob("*.bin"))):
             raise UsageError(f"{path} has no weights: pass --dummy-weights to audit it from config.json alone")
-    if passthrough:
-        config = dataclasses.replace(config, extra_args={**config.extra_args, **parse_passthrough(passthrough)})
     return config.validated()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -21,7 +22,7 @@ from kvaudit.ledger import (
 )
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankReport, Report, Source, Verdict, Verify, dumps, report_from_json,
+    RankReport, Report, Site, Source, Verdict, Verify, dumps, report_from_json,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
 
@@ -33,7 +34,8 @@ def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None
                 device_total_bytes: int | None, gpu_memory_utilization: float | None, others_bytes: int | None,
                 graph_pool_estimate_bytes: int | None, kv_cache_bytes: int | None,
                 kv_available_bytes: int | None = None, kv_blocks: int | None = None,
-                deferred_steps: Sequence[str] = (), vllm_kv_available_bytes: int | None = None) -> RankReport:
+                deferred_steps: Sequence[str] = (), vllm_kv_available_bytes: int | None = None,
+                sites: Sequence[Site] | None = None) -> RankReport:
     """One rank's report from its phase records. `kv_available_bytes` is what the engine really
     returned to vLLM when it differs from a recomputation (it never should; see tests)."""
     phases = tuple(phases)
@@ -48,7 +50,7 @@ def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None
         kv_available_bytes=kv_available_bytes if kv_available_bytes is not None else led.kv_available_bytes,
         phases=phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
         free_at_start_bytes=led.free_at_start_bytes, kv_blocks=kv_blocks, deferred_steps=tuple(deferred_steps),
-        vllm_kv_available_bytes=vllm_kv_available_bytes)
+        vllm_kv_available_bytes=vllm_kv_available_bytes, sites=tuple(sites) if sites is not None else None)
 
 
 def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankReport], engine: Engine,
@@ -60,7 +62,8 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
     cap = capacity(ranks, config, geometry, known_kv_tokens=known_kv_tokens,
                    known_max_feasible_model_len=known_max_feasible_model_len,
                    known_max_model_len_fits=known_max_model_len_fits, known_kv_needed_bytes=known_kv_needed_bytes,
-                   graph_bytes_per_size=graph_bytes_per_size)
+                   graph_bytes_per_size=graph_bytes_per_size,
+                   verify_overrun_bytes=max(-(verify.slack_bytes or 0), 0) if verify is not None else 0)
     if source is Source.SELFTEST:  # no vLLM to pass flags to
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, config, failure, verify)
@@ -173,7 +176,7 @@ def read_text(path: Path) -> str:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # a bad deflate stream raises zlib.error
             raise BadInputError(f"{path}: truncated or corrupt gzip ({exc})") from None
     if len(raw) > MAX_INPUT_BYTES:
         raise BadInputError(f"{path}: larger than {MAX_INPUT_BYTES >> 30} GiB; pass the startup part of the log")
@@ -183,15 +186,19 @@ def read_text(path: Path) -> str:
 def parse_report_text(text: str, where: str) -> Report:
     """A report from JSON text; every problem is one BadInputError line."""
     try:
-        data = json.loads(text)
+        # Editors on Windows save a UTF-8 BOM; looks_like_json skips it, so json.loads must too.
+        data = json.loads(text.removeprefix("\ufeff"))
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise BadInputError(f"{where}: not valid JSON ({_json_error(exc)})") from None
     try:
         report = report_from_json(data, where)
     except RecursionError:
         raise BadInputError(f"{where}: nested too deeply to be a report") from None
-    for rank in report.ranks:
-        check_balance(rank)
+    try:
+        for rank in report.ranks:
+            check_balance(rank)
+    except BadInputError as exc:  # name the file: `kvaudit diff` reads two
+        raise BadInputError(f"{where}: {exc}") from None
     return report
 
 

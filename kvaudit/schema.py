@@ -12,6 +12,7 @@ module adds are optional. A document that is not one gives a one-line `BadInputE
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum, StrEnum
 from typing import Any, Mapping
@@ -126,6 +127,22 @@ class PhaseRecord:
 
 
 @dataclass(frozen=True)
+class Site:
+    """`--trace`: one allocation site's blocks at the end of a phase, or at the phase's peak."""
+
+    phase: str
+    owner: str
+    """An owner name, or `unattributed` (no rule matched: named by its frame, never guessed)."""
+    site: str
+    bytes: int
+    """Block sizes as the allocator handed them out (its 512-byte granularity)."""
+    blocks: int
+    at: str = "end"
+    """`end`: live at the end of the phase. `peak`: allocated during the phase and live when the
+    phase's allocated total was highest (the transient, e.g. the activation peak)."""
+
+
+@dataclass(frozen=True)
 class RankReport:
     """Everything one rank measured, and the owners the ledger made of it."""
 
@@ -160,6 +177,8 @@ class RankReport:
     """Extension: warmup steps that needed KV and ran only after it (their bytes were not budgeted)."""
     vllm_kv_available_bytes: int | None = None
     """Extension: what vLLM's own arithmetic gave in the same boot (after kvaudit's warmup ran)."""
+    sites: tuple[Site, ...] | None = None
+    """Extension (`--trace`): aggregated allocation sites per phase; null when not traced."""
 
     def owner(self, owner: Owner) -> int | None:
         return self.owners.get(owner)
@@ -325,6 +344,21 @@ class DiffReport:
     a_name: str = "a"
     b_name: str = "b"
     schema: str = DIFF_SCHEMA
+    sites: tuple[SiteDelta, ...] = ()
+    """Extension: site-level deltas, when both reports carry `--trace` sites; largest |delta| first."""
+
+
+@dataclass(frozen=True)
+class SiteDelta:
+    """One allocation site's change between two traced runs, at the last phase both reached."""
+
+    owner: str
+    site: str
+    rank: int
+    phase: str
+    a_bytes: int
+    b_bytes: int
+    delta_bytes: int
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,12 +395,17 @@ class _Obj:
             raise BadInputError(f"{where}: expected an object, got {_kind(data)}")
         self.data, self.where = data, where
 
-    def _get(self, key: str, required: bool) -> Any:
+    def _get(self, key: str, required: bool, nullable: bool = True) -> Any:
         if key not in self.data:
             if required:
                 raise BadInputError(f"{self.where}: missing key {key!r}")
             return None
-        return self.data[key]
+        v = self.data[key]
+        # Unknown numbers and strings are null, but a section or a name the report is built
+        # around is not: null there would crash the loader or every renderer downstream.
+        if v is None and required and not nullable:
+            raise BadInputError(f"{self.where}.{key}: must not be null")
+        return v
 
     def _bad(self, key: str, want: str, value: Any) -> BadInputError:
         return BadInputError(f"{self.where}.{key}: expected {want}, got {_kind(value)}")
@@ -383,9 +422,17 @@ class _Obj:
         v = self._get(key, required)
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self._bad(key, "a number or null", v)
-        return float(v)
+        # json.loads reads NaN, Infinity and 1e999 as non-finite floats, which json.dumps would
+        # write back as non-JSON literals; an integer beyond float range cannot become a float.
+        try:
+            f = float(v)
+        except OverflowError:
+            f = math.inf
+        if not math.isfinite(f):
+            raise BadInputError(f"{self.where}.{key}: expected a number or null, got {_short(v)} (not finite)")
+        return f
 
     def str(self, key: str, required: bool = True) -> str | None:
         v = self._get(key, required)
@@ -399,8 +446,8 @@ class _Obj:
             raise self._bad(key, "true, false or null", v)
         return v
 
-    def enum(self, key: str, kind: type[Enum], required: bool = True) -> Any:
-        v = self._get(key, required)
+    def enum(self, key: str, kind: type[Enum], required: bool = True, nullable: bool = False) -> Any:
+        v = self._get(key, required, nullable)
         if v is None:
             return None
         try:
@@ -415,8 +462,8 @@ class _Obj:
             raise self._bad(key, "a list or null", v)
         return v
 
-    def obj(self, key: str, required: bool = True) -> _Obj | None:
-        v = self._get(key, required)
+    def obj(self, key: str, required: bool = True, nullable: bool = False) -> _Obj | None:
+        v = self._get(key, required, nullable)
         return None if v is None else _Obj(v, f"{self.where}.{key}")
 
     def objs(self, key: str, required: bool = True) -> list[_Obj]:
@@ -470,7 +517,21 @@ def _rank(o: _Obj) -> RankReport:
         free_at_start_bytes=o.int("free_at_start_bytes", required=False),
         graph_pool_retained_bytes=o.int("graph_pool_retained_bytes", required=False),
         kv_blocks=o.int("kv_blocks", required=False), deferred_steps=o.strs("deferred_steps"),
-        vllm_kv_available_bytes=o.int("vllm_kv_available_bytes", required=False))
+        vllm_kv_available_bytes=o.int("vllm_kv_available_bytes", required=False),
+        sites=_sites(o))
+
+
+def _sites(o: _Obj) -> tuple[Site, ...] | None:
+    if o.list("sites", required=False) is None:
+        return None
+    out = []
+    for s in o.objs("sites"):
+        at = s.str("at", required=False) or "end"
+        if at not in ("end", "peak"):
+            raise BadInputError(f"{s.where}.at: expected end or peak, got {_short(at)}")
+        out.append(Site(phase=s.str("phase"), owner=s.str("owner"), site=s.str("site"), bytes=s.int("bytes"),
+                        blocks=s.int("blocks"), at=at))
+    return tuple(out)
 
 
 def _lever(o: _Obj) -> Lever:
@@ -530,10 +591,10 @@ def report_from_json(data: Any, where: str = "report") -> Report:
         raise BadInputError(f"{where}: schema {schema!r} is not {REPORT_SCHEMA!r}"
                             + (": a diff, not a report" if schema == DIFF_SCHEMA else ""))
     eng, env = o.obj("engine"), o.obj("environment")
-    env_vars = env.obj("env")
+    env_vars = env.obj("env", nullable=True)
     if env_vars is not None and not all(isinstance(v, str) for v in env_vars.data.values()):
         raise BadInputError(f"{env_vars.where}: expected string values")
-    verify, failure = o.obj("verify"), o.obj("failure")
+    verify, failure = o.obj("verify", nullable=True), o.obj("failure", nullable=True)
     accuracy = o.list("accuracy", required=False)
     return Report(
         schema=schema, source=o.enum("source", Source),
@@ -551,8 +612,8 @@ def report_from_json(data: Any, where: str = "report") -> Report:
                           measured_bytes=a.int("measured_bytes")) for a in o.objs("accuracy", required=False)),
         verdict=o.enum("verdict", Verdict),
         failure=None if failure is None else Failure(
-            phase=failure.enum("phase", Phase), rank=failure.int("rank"), kind=failure.enum("kind", FailureKind),
-            message=failure.str("message") or ""),
+            phase=failure.enum("phase", Phase, nullable=True), rank=failure.int("rank"),
+            kind=failure.enum("kind", FailureKind), message=failure.str("message") or ""),
         verdict_reason=o.str("verdict_reason", required=False) or "",
         warnings=o.strs("warnings"), kvaudit_version=o.str("kvaudit_version", required=False))
 
@@ -562,6 +623,7 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
     if o.str("schema") != DIFF_SCHEMA:
         raise BadInputError(f"{where}: schema {o.data.get('schema')!r} is not {DIFF_SCHEMA!r}")
     cap = o.obj("capacity")
+    cap_a, cap_b = cap.obj("a", nullable=True), cap.obj("b", nullable=True)
     verdict = o.obj("verdict")
     return DiffReport(
         comparable=bool(o.bool("comparable")),
@@ -571,10 +633,12 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
                                       for e in o.objs("environment_differences")),
         owners=tuple(OwnerDelta(owner=d.enum("owner", Owner), rank=d.int("rank"), a_bytes=d.int("a_bytes"),
                                 b_bytes=d.int("b_bytes"), delta_bytes=d.int("delta_bytes")) for d in o.objs("owners")),
-        dominant_owner=o.enum("dominant_owner", Owner),
-        capacity={"a": _capacity(cap.obj("a")) if cap.obj("a") else None,
-                  "b": _capacity(cap.obj("b")) if cap.obj("b") else None,
+        dominant_owner=o.enum("dominant_owner", Owner, nullable=True),
+        capacity={"a": _capacity(cap_a) if cap_a else None, "b": _capacity(cap_b) if cap_b else None,
                   "kv_available_delta_bytes": cap.int("kv_available_delta_bytes"),
                   "kv_tokens_delta": cap.int("kv_tokens_delta", required=False)},
         verdict={"a": verdict.enum("a", Verdict), "b": verdict.enum("b", Verdict)},
-        a_name=o.str("a_name", required=False) or "a", b_name=o.str("b_name", required=False) or "b")
+        a_name=o.str("a_name", required=False) or "a", b_name=o.str("b_name", required=False) or "b",
+        sites=tuple(SiteDelta(owner=d.str("owner"), site=d.str("site"), rank=d.int("rank"), phase=d.str("phase"),
+                              a_bytes=d.int("a_bytes"), b_bytes=d.int("b_bytes"), delta_bytes=d.int("delta_bytes"))
+                    for d in o.objs("sites", required=False)))

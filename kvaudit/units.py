@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from kvaudit.errors import UsageError
 
@@ -51,7 +52,8 @@ def parse_bytes(text: str) -> int:
     m = _SIZE.match(text)
     if not m or m.group(2).lower() not in _UNITS:
         raise UsageError(f"cannot read {text!r} as a size: write bytes (4096) or a binary unit (512MiB, 1.5GiB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    # Fraction, not float: a plain byte count above 2**53 must stay exact, and "1.5GiB" is exact too.
+    return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
 def gib_to_bytes(text: str) -> int:

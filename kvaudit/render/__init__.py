@@ -7,7 +7,7 @@ stdout is data, stderr is chatter: a reporter writes only what its format promis
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Protocol, TextIO, assert_never
+from typing import Any, Protocol, TextIO, assert_never
 
 from kvaudit.schema import DiffReport, Report
 
@@ -26,6 +26,37 @@ class Reporter(Protocol):
 
 
 def reporter(fmt: Format, *, width: int | None = None, color: bool | None = None) -> Reporter:
+    return _Encodable(_reporter(fmt, width=width, color=color))
+
+
+class _EscapedSurrogates:
+    """A text stream that writes lone surrogates as the JSON escapes they came from ('\\ud800'):
+    the report loader accepts them, and no UTF-8 stream can encode them."""
+
+    def __init__(self, out: TextIO):
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno…: the real stream's
+        return getattr(self._out, name)
+
+
+class _Encodable:
+    """Any reporter, writing through _EscapedSurrogates."""
+
+    def __init__(self, inner: Reporter):
+        self._inner = inner
+
+    def report(self, report: Report, out: TextIO) -> None:
+        self._inner.report(report, _EscapedSurrogates(out))
+
+    def diff(self, diff: DiffReport, out: TextIO) -> None:
+        self._inner.diff(diff, _EscapedSurrogates(out))
+
+
+def _reporter(fmt: Format, *, width: int | None, color: bool | None) -> Reporter:
     match fmt:
         case Format.TABLE:
             from kvaudit.render.table import TableReporter

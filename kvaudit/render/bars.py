@@ -17,12 +17,14 @@ STYLE = {
 
 
 def _cells(value: int, total: int, width: int) -> int:
-    return round(value / total * width) if value > 0 else 0
+    # Capped at the total: an owner past it fills the bar, and the quotient (<= 1) cannot overflow a float.
+    return round(min(value, total) / total * width) if value > 0 else 0
 
 
 def rank_bar(rank: RankReport, width: int) -> Text | None:
     total = rank.device_total_bytes
-    if not total or rank.requested_bytes is None:
+    # The loader accepts any integer: a total of 0 or less has no bar (cell counts would go negative).
+    if total is None or total <= 0 or rank.requested_bytes is None:
         return None
     text = Text()
     used = 0

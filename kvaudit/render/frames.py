@@ -15,8 +15,9 @@ def owners_long(report: Report) -> pd.DataFrame:
     """One row per (rank, owner): the CSV form, exact integer bytes."""
     rows = [{"rank": r.rank, "tp_rank": r.tp_rank, "dcp_rank": r.dcp_rank, "owner": o.value,
              "bytes": r.owners.get(o)} for r in report.ranks for o in Owner]
-    frame = pd.DataFrame(rows, columns=["rank", "tp_rank", "dcp_rank", "owner", "bytes"])
-    return frame.astype({"rank": "Int64", "tp_rank": "Int64", "dcp_rank": "Int64", "bytes": "Int64"})
+    # object columns keep Python ints and None as they are: Int64 overflows past 2**63 (which the
+    # loader accepts), and a float column would write 1234.0 next to a null.
+    return pd.DataFrame(rows, columns=["rank", "tp_rank", "dcp_rank", "owner", "bytes"], dtype=object)
 
 
 def owners_wide(report: Report) -> pd.DataFrame:
@@ -51,8 +52,7 @@ def phases_long(report: Report) -> pd.DataFrame:
 def diff_long(diff: DiffReport) -> pd.DataFrame:
     rows = [{"rank": "binding" if d.rank is None else d.rank, "owner": d.owner.value, "a_bytes": d.a_bytes,
              "b_bytes": d.b_bytes, "delta_bytes": d.delta_bytes} for d in diff.owners]
-    frame = pd.DataFrame(rows, columns=["rank", "owner", "a_bytes", "b_bytes", "delta_bytes"])
-    return frame.astype({"a_bytes": "Int64", "b_bytes": "Int64", "delta_bytes": "Int64"})
+    return pd.DataFrame(rows, columns=["rank", "owner", "a_bytes", "b_bytes", "delta_bytes"], dtype=object)  # exact
 
 
 def diff_binding(diff: DiffReport) -> pd.DataFrame:
@@ -77,9 +77,12 @@ def accuracy_frame(report: Report) -> pd.DataFrame:
     from kvaudit.units import fmt_bytes
     rows = []
     for a in report.accuracy or ():
-        err = None if a.measured_bytes is None else a.measured_bytes - a.planted_bytes
+        known = a.measured_bytes is not None and a.planted_bytes is not None
+        err = a.measured_bytes - a.planted_bytes if known else None
         rows.append({"rank": a.rank, "owner": a.owner.value, "planted": fmt_gib3(a.planted_bytes),
                      "measured": fmt_gib3(a.measured_bytes), "error": fmt_bytes(err, signed=True),
-                     "error %": "—" if err is None else f"{100 * err / a.planted_bytes:+.3f}%"})
+                     # nothing planted (0): an error in percent of nothing has no meaning
+                     "error %": f"{100 * err / a.planted_bytes:+.3f}%" if err is not None and a.planted_bytes
+                     else "—"})
     frame = pd.DataFrame(rows, columns=["rank", "owner", "planted", "measured", "error", "error %"])
     return frame.set_index(["owner"]) if rows else frame

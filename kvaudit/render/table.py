@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import TextIO
 
 import pandas as pd
@@ -24,13 +25,22 @@ def _table(frame: pd.DataFrame, index_name: str, title: str | None = None) -> Ta
     return table
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's default redirects sys.stdout and exits 1 (a finding); the stream was injected, so
+        # its closing is the caller's to handle (the CLI exits 0 when a reader like `head` stops).
+        raise BrokenPipeError(errno.EPIPE, "output closed")
+
+
 class TableReporter:
     def __init__(self, width: int | None = None, color: bool | None = None):
         self.width, self.color = width, color
 
     def _console(self, out: TextIO) -> Console:
-        return Console(file=out, width=self.width, no_color=self.color is False,
-                       force_terminal=self.color, highlight=False, soft_wrap=False)
+        # markup and emoji off: report strings (failure messages, paths, warnings) print verbatim,
+        # '[/models/x]' is no closing tag and ':memo:' no emoji.
+        return _Console(file=out, width=self.width, no_color=self.color is False, force_terminal=self.color,
+                        highlight=False, soft_wrap=False, markup=False, emoji=False)
 
     def report(self, report: Report, out: TextIO) -> None:
         con = self._console(out)

@@ -3,7 +3,6 @@ pass-through), pass-through parsing, refused arguments and validation, each a on
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -110,10 +109,6 @@ def test_pass_through_arguments_beat_the_preset_extra_args(tmp_path):
     assert cfg.extra_args == {"swap_space": 8, "enable_prefix_caching": False, "seed": 7}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: build_run_config puts a pass-through knob kvaudit models "
-                                       "(--max-model-len, --gpu-memory-utilization, ...) into extra_args only: "
-                                       "vLLM boots with it (engine_kwargs applies extra_args last) but the "
-                                       "report's config and capacity use the stale flag value")
 def test_a_pass_through_knob_kvaudit_models_beats_the_flag():
     cfg = build(max_model_len=4096, passthrough=["--max-model-len", "2048"])
     assert cfg.max_model_len == 2048
@@ -214,11 +209,6 @@ def test_the_cli_refuses_with_one_line_and_exit_2_before_booting(cli, monkeypatc
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cli.main catches click.ClickException via `import click`, but typer "
-                                       ">= 0.2x vendors click as typer._click (click is no dependency): without "
-                                       "click installed a mistyped flag escapes as a ModuleNotFoundError traceback; "
-                                       "with it, typer's UsageError is no click.ClickException and exits 3 as an "
-                                       "internal error. Either way not exit 2")
 @pytest.mark.parametrize("args, text", [
     (["show", "--bogus", "x.json"], "No such option: --bogus"),
     (["show"], "Missing"),
@@ -231,10 +221,6 @@ def test_a_command_line_kvaudit_cannot_parse_is_a_usage_error(cli, args, text):
     assert "Traceback" not in result.stderr and text in result.stderr and result.stdout == ""
 
 
-@pytest.mark.xfail(importlib.util.find_spec("click") is None, strict=True,
-                   reason="BUG: cli.main evaluates `except _click_errors()` (import click) before `except "
-                          "Exception`; without click installed every internal error becomes a "
-                          "ModuleNotFoundError traceback instead of one line and exit 3")
 def test_an_internal_error_is_one_line_and_exit_3(cli, monkeypatch):
     import kvaudit.report
 
@@ -287,9 +273,6 @@ def test_flags_are_validated_too():
         build(tensor_parallel_size=2, decode_context_parallel_size=4)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: AuditConfig.validated compares gpu_memory_utilization without "
-                                       "checking its type: a TOML string (\"0.9\") raises TypeError instead of a "
-                                       "one-line UsageError (the CLI then reports an internal error, exit 3)")
 def test_a_preset_with_a_string_gmu_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match=r"gpu_memory_utilization"):
         build(preset=preset(tmp_path, 'gpu_memory_utilization = "0.9"\n'))

@@ -4,12 +4,11 @@ Contract (DESIGN.md, STYLE.md): any file is either a report (load_report returns
 show` exits 0 with nothing on stderr) or bad input (BadInputError; exit 2 with exactly one line
 on stderr). Never a traceback, never an internal error (exit 3).
 
-The passing families below (1300 examples in all) leave out the few inputs that hit a known,
-xfail-marked bug (null required objects, integers beyond float range, rich-markup and surrogate
-text, corrupt deflate streams, negative device totals) and let the balance error go without the
-file name; `test_everything_at_once` puts all of them back and is xfail until those bugs are
-fixed. Inputs that do not look like JSON go to the log parser (kvaudit.engines.logs): their
-family is skipped while that parser does not exist.
+The families below (1300 examples in all) each damage real reports one way;
+`test_everything_at_once` mixes every kind of damage, including the ones that once broke the
+contract (null required objects, integers beyond float range, rich-markup and surrogate text,
+corrupt deflate streams, negative device totals, a balance error without the file name). Inputs
+that do not look like JSON go to the log parser (kvaudit.engines.logs).
 """
 
 from __future__ import annotations
@@ -229,7 +228,7 @@ def test_the_passing_families_sum_to_at_least_a_thousand_examples():
 
 
 # ------------------------------------------------------------------------------------------
-# everything at once: xfail until the known bugs are fixed
+# everything at once
 
 
 @st.composite
@@ -250,11 +249,6 @@ def anything(draw) -> tuple[bytes, str]:
     return dump(doc, ascii_only=True).replace(b'"__FUZZ__"', b'{"a":' * depth + b"1" + b"}" * depth), "json"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the known loader/renderer/CLI bugs break the contract: null required "
-                                       "objects, huge integers, rich markup, lone surrogates, zlib.error, deep "
-                                       "extra_args and Infinity under -f json, the balance error without the file "
-                                       "name, and cli.main's `import click` turning internal errors into "
-                                       "tracebacks; see test_schema, test_render, test_config")
 @settings(max_examples=300, phases=[Phase.generate], **COMMON)
 @given(case=anything())
 def test_everything_at_once(case):

@@ -193,9 +193,6 @@ def test_progress_goes_to_stderr_only(capsys):
     assert "rank 1  kv         error    ValueError: does not fit" in err
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cli.main's `except BrokenPipeError: sys.exit(0)` never runs: rich's "
-                                       "Console turns the broken pipe into SystemExit(1), so `kvaudit show … | head` "
-                                       "exits 1 (a finding) with click installed, or dies in `import click` without")
 def test_a_closed_pipe_on_stdout_exits_zero(monkeypatch):
     from kvaudit import cli
     monkeypatch.setattr(sys, "argv", ["kvaudit", "show", str(DATA / "run2.json")])
@@ -220,9 +217,6 @@ def test_show_of_a_partial_report_exits_zero(cli):
 # Bugs
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: render/table.py prints report strings (failure message, warnings, "
-                                       "verdict reason, model) through rich markup: '[/...]' raises MarkupError, "
-                                       "'[bold]' is swallowed")
 @pytest.mark.parametrize("message", ["OSError: cannot open [/models/ds-v3]", "ValueError: shape [bold] mismatch"])
 def test_the_table_prints_report_text_verbatim(tmp_path, message):
     data = real_json("run5")
@@ -231,9 +225,6 @@ def test_the_table_prints_report_text_verbatim(tmp_path, message):
     assert message in render_report(rep, Format.TABLE).replace("\n", "")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: render/bars.rank_bar guards only a zero device total; a negative one "
-                                       "(bad input the loader accepts) makes negative cell counts and a bar far "
-                                       "wider than asked (at -5 bytes, a MemoryError)")
 def test_a_bar_never_exceeds_its_width():
     rank = plain_rank(0, kv_available=gib(50), total=-gib(70), requested=gib(70),
                       owners=owners_of(weights=10, kv_cache=50))
@@ -241,9 +232,6 @@ def test_a_bar_never_exceeds_its_width():
     assert bar is None or len(bar.plain) <= 40
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: render/frames.accuracy_frame divides by planted_bytes and subtracts "
-                                       "it: a loaded selftest report with planted_bytes 0 or null crashes "
-                                       "(ZeroDivisionError / TypeError); the loader accepts both")
 @pytest.mark.parametrize("planted", [0, None])
 def test_accuracy_with_unknown_or_zero_planted_bytes_renders(planted):
     rep = dataclasses.replace(report([boot_rank()], source=Source.SELFTEST),
@@ -252,8 +240,6 @@ def test_accuracy_with_unknown_or_zero_planted_bytes_renders(planted):
         assert "weights" in render_report(rep, fmt)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the CSV reporter casts bytes to pandas Int64; integers beyond int64, "
-                                       "which the loader accepts, raise OverflowError")
 def test_csv_of_an_accepted_report_with_huge_integers(tmp_path):
     data = real_json("run1")
     owners = data["ranks"][0]["owners"]
@@ -263,9 +249,6 @@ def test_csv_of_an_accepted_report_with_huge_integers(tmp_path):
     assert str(owners["weights"]) in render_report(rep, Format.CSV)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the loader accepts lone surrogates (JSON \\ud800 escapes) in strings; "
-                                       "printing them to a UTF-8 stdout raises UnicodeEncodeError (`kvaudit show` "
-                                       "dies with an internal error instead of exit 0 or 2)")
 def test_a_report_with_a_lone_surrogate_renders_or_is_refused(tmp_path):
     text = (DATA / "run1.json").read_text(encoding="utf-8").replace("/data/tiny-deepseek", "/data/tiny-\\ud800")
     assert "\\ud800" in text
@@ -279,9 +262,6 @@ def test_a_report_with_a_lone_surrogate_renders_or_is_refused(tmp_path):
     reporter(Format.TABLE, width=WIDTH, color=False).report(rep, stdout)   # as a real stdout would
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: extra_args nested a few hundred levels deep load (json.loads copes) but "
-                                       "schema.to_jsonable recurses two frames per level: `show -f json` dies of "
-                                       "RecursionError (internal error, exit 3)")
 def test_deeply_nested_extra_args_survive_json_output(tmp_path):
     depth = 600
     text = (DATA / "run1.json").read_text(encoding="utf-8")

@@ -99,7 +99,5 @@ def test_parse_bytes_reads_whole_units_exactly(count, unit):
         assert parse_bytes(f"{count}{unit}") == count * size
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: units.parse_bytes goes through float(): a plain byte count above "
-                                       "2**53 loses its last digits (exact integers are the project's rule)")
 def test_parse_bytes_keeps_large_byte_counts_exact():
     assert parse_bytes("9007199254740993") == 9007199254740993

@@ -1,0 +1,103 @@
+"""`kvaudit ingest LOG [LOG…]`: raw vLLM startup logs of one boot → a kvaudit.report/1 (source log),
+written with -o and rendered on stdout like `show`; the exit code is the report's."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvaudit.report import read_text
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
+TP2_OK = FIXTURES / "gpu-0.32-v1-tp2-ok.log"
+
+
+def test_ingest_writes_a_log_report_and_prints_json(cli, tmp_path):
+    # GIVEN the log of a TP=2 boot that fit
+    out = tmp_path / "x.json"
+    # WHEN it is ingested as JSON with -o
+    result = cli("ingest", str(TP2_OK), "-o", str(out), "-f", "json")
+    # THEN stdout is the report, the file holds the same, chatter is on stderr only, and it fits
+    assert result.code == 0
+    data = json.loads(result.stdout)
+    assert data["schema"] == "kvaudit.report/1" and data["source"] == "log"
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert json.loads(out.read_text(encoding="utf-8")) == data
+    assert result.stderr_lines == [f"kvaudit: report written to {out}"]
+
+
+def test_the_written_report_loads_with_show(cli, tmp_path):
+    out = tmp_path / "x.json"
+    assert cli("ingest", str(TP2_OK), "-o", str(out), "-f", "csv").code == 0
+    shown = cli("show", str(out), "-f", "json")
+    assert shown.code == 0 and json.loads(shown.stdout) == json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_ingest_without_output_renders_a_table(cli):
+    result = cli("ingest", str(TP2_OK), "--width", "100")
+    assert result.code == 0 and result.stderr == ""
+    assert result.stdout.startswith("kvaudit log") and result.stdout.rstrip().splitlines()[-1].startswith("OK")
+
+
+def test_one_file_per_node_gives_one_report(cli, tmp_path):
+    # GIVEN the same boot split into two files (one per node), the second one gzipped
+    lines = read_text(TP2_OK).splitlines()
+    node0, node1 = tmp_path / "node0.log", tmp_path / "node1.log.gz"
+    node0.write_text("\n".join(line for line in lines if "Worker_TP1" not in line), encoding="utf-8")
+    node1.write_bytes(gzip.compress("\n".join(line for line in lines if "Worker_TP1" in line).encode()))
+    # WHEN both are ingested together THEN the ranks of both are in one report, as from the whole log
+    merged = cli("ingest", str(node0), str(node1), "-f", "json")
+    whole = cli("ingest", str(TP2_OK), "-f", "json")
+    assert merged.code == 0
+    assert json.loads(merged.stdout)["ranks"] == json.loads(whole.stdout)["ranks"]
+
+
+@pytest.mark.parametrize("name, code", [
+    ("gpu-0.32-v1-tp4-does-not-fit.log", 1),   # a finding
+    ("cpu-0.32-load-crash.log", 3),            # the boot never got far enough to decide
+])
+def test_the_exit_code_is_the_reports(cli, name, code):
+    result = cli("ingest", str(FIXTURES / name), "-f", "json")
+    assert result.code == code
+    assert json.loads(result.stdout)["source"] == "log"
+
+
+@pytest.mark.parametrize("content", ["just some text\nno vllm here\n", '{"schema": "kvaudit.report/1"}'])
+def test_a_file_that_is_not_a_log_is_bad_input(cli, tmp_path, content):
+    path = tmp_path / "notes.txt"
+    path.write_text(content, encoding="utf-8")
+    out = tmp_path / "x.json"
+    result = cli("ingest", str(path), "-o", str(out))
+    assert result.code == 2
+    assert len(result.stderr_lines) == 1 and result.stderr.startswith("kvaudit: error: ")
+    assert str(path) in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == "" and not out.exists()
+
+
+def test_a_missing_log_and_no_log_are_usage_errors(cli, tmp_path):
+    missing = cli("ingest", str(tmp_path / "nope.log"))
+    assert missing.code == 2 and missing.stderr_lines == [f"kvaudit: error: {tmp_path / 'nope.log'}: no such file"]
+    none = cli("ingest")
+    assert none.code == 2 and len(none.stderr_lines) == 1 and "Missing argument" in none.stderr
+
+
+def test_an_unwritable_output_is_one_line(cli, tmp_path):
+    result = cli("ingest", str(TP2_OK), "-o", str(tmp_path / "no-such-dir" / "x.json"))
+    assert result.code == 2 and len(result.stderr_lines) == 1
+    assert result.stderr.startswith("kvaudit: error: cannot write the report to")
+
+
+def test_ingest_imports_neither_torch_nor_vllm(tmp_path):
+    # a fresh interpreter: whatever other tests imported does not count
+    probe = ("import sys; sys.argv = ['kvaudit', 'ingest', sys.argv[1], '-f', 'json']\n"
+             "from kvaudit.cli import main\n"
+             "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+             "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm')]\n"
+             "print(code, heavy, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(TP2_OK)], capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "0 []"
