@@ -22,6 +22,11 @@ app = typer.Typer(
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
 WidthOpt = Annotated[Optional[int], typer.Option("--width", help="Table width (default: the terminal's).")]
+TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocator's history and attribute every "
+                                        "block to an owner and an allocation site (module/function).")]
+OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--owners", metavar="FILE", help="Extra owner rules for --trace (TOML, tried before kvaudit's defaults; "
+                                     "see configs/owners.toml). Repeatable.")]
 
 
 def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
@@ -104,6 +109,7 @@ def run(ctx: typer.Context,
         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
         timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung boot is stopped.")] = 1800.0,
         log: Annotated[Optional[Path], typer.Option("--log", help="Keep vLLM's own log in this file.")] = None,
+        trace: TraceOpt = False, owners: OwnersOpt = None,
         ) -> None:
     """Boot vLLM with the fixed profiling order and report every rank's owners and the KV verdict.
 
@@ -119,7 +125,8 @@ def run(ctx: typer.Context,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                               kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     with Progress.for_run(config, log) as progress:
-        report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log), progress.on_event)
+        report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace,
+                                              owners=tuple(owners or ())), progress.on_event)
     _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
 
@@ -139,15 +146,16 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
                                                              "graph pool (and its pages) alive.")] = False,
              output: Annotated[Optional[Path], typer.Option("--output", "-o")] = None,
              fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
-             timeout: Annotated[float, typer.Option("--timeout")] = 900.0) -> None:
+             timeout: Annotated[float, typer.Option("--timeout")] = 900.0,
+             trace: TraceOpt = False, owners: OwnersOpt = None) -> None:
     """Planted-allocation ground truth: a torch workload of known sizes through the same sequence."""
     from kvaudit.engines.selftest import SelftestOptions, run_selftest
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
                            repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,
-                           retain_graph_pool=retain_graph_pool,
-                           timeout_s=timeout)
+                           retain_graph_pool=retain_graph_pool, timeout_s=timeout, trace=trace,
+                           owners=tuple(owners or ()))
     with Progress.for_selftest(opts) as progress:
         report = run_selftest(opts, progress.on_event)
     _emit_report(report, fmt, width, output)

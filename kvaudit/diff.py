@@ -10,6 +10,7 @@ from kvaudit.errors import FindingError
 from kvaudit.schema import (
     NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report,
 )
+from kvaudit.sites import site_deltas
 from kvaudit.units import fmt_gib
 
 
@@ -64,13 +65,16 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
     dominant = max(binding_rows, key=lambda d: abs(d.delta_bytes)).owner if binding_rows else None
     knobs = _knobs(a, b)
     ca, cb = a.capacity, b.capacity
+    sites = tuple(d for rank in sorted(set(a_ranks) & set(b_ranks))
+                  if a_ranks[rank].sites is not None and b_ranks[rank].sites is not None
+                  for d in site_deltas(a_ranks[rank].sites, b_ranks[rank].sites, rank))
     return DiffReport(
         comparable=not knobs, knob_differences=tuple(knobs), environment_differences=tuple(_environment(a, b)),
         owners=tuple(owners), dominant_owner=dominant,
         capacity={"a": ca, "b": cb,
                   "kv_available_delta_bytes": _delta(ca.kv_available_bytes, cb.kv_available_bytes),
                   "kv_tokens_delta": _delta(ca.kv_tokens, cb.kv_tokens)},
-        verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name)
+        verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites)
 
 
 def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from kvaudit.schema import Phase, PhaseRecord, PhaseStatus
+from kvaudit.schema import Phase, PhaseRecord, PhaseStatus, Site
 
 _MEASURES = ("torch_allocated_bytes", "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
              "graph_pool_bytes", "torch_peak_reserved_bytes")
@@ -51,6 +51,8 @@ class RankEvents:
     started: Phase | None = None
     """The last phase that started; if it has no record the rank died inside it."""
     errors: list[dict[str, Any]] = field(default_factory=list)
+    sites: list[dict[str, Any]] | None = None
+    """`--trace`: the site aggregates of every phase (None when the rank was not traced)."""
 
     @property
     def died_in(self) -> Phase | None:
@@ -58,6 +60,19 @@ class RankEvents:
 
     def get_int(self, key: str) -> int | None:
         return _int(self.facts.get(key))
+
+    def site_records(self) -> tuple[Site, ...] | None:
+        """The traced sites as report records (malformed entries skipped: journals are data)."""
+        if self.sites is None:
+            return None
+        out = []
+        for s in self.sites:
+            nbytes, blocks = _int(s.get("bytes")), _int(s.get("blocks"))
+            if nbytes is None or blocks is None or not all(isinstance(s.get(k), str) for k in ("phase", "owner", "site")):
+                continue
+            out.append(Site(phase=s["phase"], owner=s["owner"], site=s["site"], bytes=nbytes, blocks=blocks,
+                            at="peak" if s.get("at") == "peak" else "end"))
+        return tuple(out)
 
 
 def fold(rank: int, events: Iterable[Mapping[str, Any]]) -> RankEvents:
@@ -75,6 +90,10 @@ def fold(rank: int, events: Iterable[Mapping[str, Any]]) -> RankEvents:
             record = phase_record(event)
             if record is not None:
                 out.phases[record.name] = record
+                if isinstance(event.get("sites"), list):
+                    # a retried phase keeps only its final aggregates
+                    out.sites = [s for s in (out.sites or []) if s.get("phase") != record.name.value]
+                    out.sites += [s for s in event["sites"] if isinstance(s, dict)]
         elif kind == "error":
             out.errors.append(dict(event))
     return out

@@ -77,9 +77,11 @@ class PhaseHandle:
 class RankSequencer:
     """One rank's phases, measured by one probe, journaled as they complete."""
 
-    def __init__(self, probe: Any, journal: Journal):
+    def __init__(self, probe: Any, journal: Journal, tracer: Any = None):
         self.probe = probe
         self.journal = journal
+        self.tracer = tracer
+        """An engines.trace.AllocationTracer (`--trace`), or None."""
         self.done: set[Phase] = set()
 
     def fact(self, **facts: Any) -> None:
@@ -92,6 +94,8 @@ class RankSequencer:
         self.journal.write({"type": "start", "phase": name.value})
         self.probe.sync()
         self.probe.reset_peak()
+        if self.tracer is not None:
+            self.tracer.begin()
         start = time.perf_counter()
         try:
             yield handle
@@ -121,6 +125,11 @@ class RankSequencer:
                          torch_peak_reserved_bytes=reading.peak_reserved_bytes,
                          device_used_bytes=reading.device_used_bytes, graph_pool_bytes=reading.graph_pool_bytes,
                          free_bytes=reading.free_bytes)
+            if self.tracer is not None:
+                try:
+                    event["sites"] = self.tracer.sites(name.value)
+                except Exception as exc:  # a trace is an aid: the phase keeps its measurement
+                    event["trace_error"] = _one_line(exc)
         event.update(facts)
         self.journal.write(event)
         self.done.add(name)

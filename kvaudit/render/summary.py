@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from kvaudit.schema import DiffReport, Report
-from kvaudit.units import fmt_gib, fmt_tokens
+from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
+
+SITES_SHOWN = 3
+"""Per owner, the largest sites named in a line; the rest are summed as "+ N more"."""
 
 
 def headline(report: Report) -> str:
@@ -58,6 +63,43 @@ def lever_lines(report: Report) -> list[str]:
 def verdict_line(report: Report) -> str:
     return f"{report.verdict.value.upper()}: {report.verdict_reason}" if report.verdict_reason \
         else report.verdict.value.upper()
+
+
+def _owner_sum(owner: str, total: int, parts: list[tuple[str, int]], signed: bool) -> str:
+    shown = " + ".join(f"{fmt_bytes(b, signed=signed)} {s}" for s, b in parts[:SITES_SHOWN])
+    rest = parts[SITES_SHOWN:]
+    more = f" + {fmt_bytes(sum(b for _, b in rest), signed=signed)} in {len(rest)} more" if rest else ""
+    return f"{owner} {fmt_bytes(total, signed=signed)} = {shown}{more}"
+
+
+def site_lines(report: Report) -> list[str]:
+    """`--trace`: on the binding rank, at the last traced phase, each owner's bytes by site, and
+    the transients at the replay peak (the activation peak's sites)."""
+    rank = report.binding() or (report.ranks[0] if report.ranks else None)
+    if rank is None or not rank.sites:
+        return []
+    ends = [s for s in rank.sites if s.at == "end"]
+    last = ends[-1].phase if ends else None
+    lines = []
+    for label, chosen in ((f"at {last}", [s for s in ends if s.phase == last]),
+                          ("at the replay peak", [s for s in rank.sites if s.at == "peak" and s.phase == "replay"])):
+        chosen = sorted(chosen, key=lambda s: (s.owner, -s.bytes))
+        for owner, group in groupby(chosen, key=lambda s: s.owner):
+            parts = [(s.site, s.bytes) for s in group]
+            lines.append(f"rank {rank.rank} {label}: " + _owner_sum(owner, sum(b for _, b in parts), parts, False))
+    return lines
+
+
+def diff_site_lines(diff: DiffReport) -> list[str]:
+    """`--trace` on both sides: per rank and owner, the owner's change as the sum of its sites'."""
+    lines = []
+    for (rank, owner), group in groupby(sorted(diff.sites, key=lambda d: (d.rank, d.owner)),
+                                        key=lambda d: (d.rank, d.owner)):
+        deltas = sorted(group, key=lambda d: -abs(d.delta_bytes))
+        parts = [(d.site, d.delta_bytes) for d in deltas]
+        lines.append(f"rank {rank} at {deltas[0].phase}: "
+                     + _owner_sum(owner, sum(b for _, b in parts), parts, True))
+    return lines
 
 
 def diff_summary(diff: DiffReport) -> list[str]:

@@ -57,6 +57,8 @@ class TableReporter:
             con.print(f"{label:>30}: {value}")
         for line in summary.lever_lines(report):
             con.print(f"{'lever':>30}: {line}")
+        for line in summary.site_lines(report):
+            con.print(f"sites: {line}")
         for line in report.warnings:
             con.print(f"warning: {line}", style="yellow")
         if report.failure is not None:
@@ -75,3 +77,5 @@ class TableReporter:
             con.print()
         for line in summary.diff_summary(diff):
             con.print(line, style="yellow" if line.startswith("NOT comparable") else None)
+        for line in summary.diff_site_lines(diff):
+            con.print(f"sites: {line}")

@@ -49,6 +49,8 @@ class MarkdownReporter:
             out.write(f"- {label}: {value}\n")
         for line in summary.lever_lines(report):
             out.write(f"- lever: `{line}`\n")
+        for line in summary.site_lines(report):
+            out.write(f"- sites: {line}\n")
         for line in report.warnings:
             out.write(f"- warning: {line}\n")
         out.write(f"\n**{summary.verdict_line(report)}**\n")
@@ -61,3 +63,5 @@ class MarkdownReporter:
         out.write("\n")
         for line in summary.diff_summary(diff):
             out.write(f"- {line}\n")
+        for line in summary.diff_site_lines(diff):
+            out.write(f"- sites: {line}\n")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
-#   bash tests/gpu/session.sh selftest|vllm1|vllm2|bench
+#   bash tests/gpu/session.sh selftest|vllm1|vllm2|bench|trace|contract
 # Everything lands in $OUT/results.tar.gz (reports, vLLM logs, pytest output) plus $OUT/summary.txt.
 set -uo pipefail
 stage=${1:?stage}
@@ -13,8 +13,12 @@ case $stage in
   vllm1) sel="graphs or eager" ;;
   vllm2) sel="mtp or llama" ;;
   contract) sel="" ;;
+  trace) sel="trace" ;;
 esac
-if [ "$stage" = bench ]; then
+if [ "$stage" = trace ]; then
+  timeout ${STAGE_TIMEOUT:-380} python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -p no:cacheprovider 2>&1 | tee "$res/pytest-trace.txt"
+  timeout 150 python3 tests/benchmarks/bench_trace.py --pairs 2 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
+elif [ "$stage" = bench ]; then
   timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/h200-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
 elif [ "$stage" = contract ]; then
   timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"

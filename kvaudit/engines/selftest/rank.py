@@ -76,7 +76,12 @@ def main(argv: list[str]) -> int:
                                                    "activation_peak": planted.activation,
                                                    "non_torch": planted.non_torch,
                                                    "graph_pool": planted.graph_pool}})
-    seq = RankSequencer(probe, journal)
+    tracer = None
+    if spec.get("trace") and cuda:
+        from kvaudit.engines.trace import AllocationTracer
+        tracer = AllocationTracer(device, tuple(Path(p) for p in spec.get("owners") or ()))
+        tracer.start()
+    seq = RankSequencer(probe, journal, tracer)
     guard = WarmupGuard(agree=_agree(torch, device, world))
     try:
         run_sequence(seq, guard, workload, probe, spec, requested=requested, others=others)

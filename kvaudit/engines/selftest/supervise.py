@@ -41,6 +41,10 @@ class SelftestOptions:
     retain_graph_pool: bool = False
     """Keep the profiling graph pool alive through KV sizing (its pages stay retained)."""
     timeout_s: float = 900.0
+    trace: bool = False
+    """Record the allocator's history and attribute every block to an owner and site."""
+    owners: tuple[Path, ...] = ()
+    """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
 
 
 def has_nvidia_gpu() -> bool:
@@ -52,6 +56,11 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
         raise UsageError(f"--device must be cuda or cpu, got {opts.device!r}")
     if opts.sizing not in ("kvaudit", "naive"):
         raise UsageError(f"--sizing must be kvaudit or naive, got {opts.sizing!r}")
+    if opts.trace and opts.device != "cuda":
+        raise UsageError("--trace needs --device cuda: it reads PyTorch's CUDA allocator history")
+    if opts.trace:
+        from kvaudit.sites import load_rules
+        load_rules(opts.owners)  # a bad rule file is a usage error now, not a dead rank later
     if opts.device == "cuda" and not has_nvidia_gpu():
         raise AuditIncompleteError("kvaudit selftest needs a CUDA GPU and this machine has none: "
                                    "run the CPU smoke with --device cpu")
@@ -63,6 +72,7 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
                                 "gpu_memory_utilization": opts.gpu_memory_utilization, "verify": opts.verify,
                                 "repeat": opts.repeat, "inject_warmup_failure": opts.inject_warmup_failure,
                                 "sizing": opts.sizing, "retain_graph_pool": opts.retain_graph_pool,
+                                "trace": opts.trace, "owners": [str(p.resolve()) for p in opts.owners],
                                 "journal_dir": str(journal_dir)}))
     log_path = workdir / "selftest.log"
     started = time.monotonic()
@@ -86,7 +96,8 @@ def _rank(f: records.RankEvents) -> RankReport:
         dcp_rank=f.get_int("dcp_rank"), device_total_bytes=f.get_int("device_total_bytes"),
         gpu_memory_utilization=f.facts.get("gpu_memory_utilization"), others_bytes=f.get_int("others_bytes"),
         graph_pool_estimate_bytes=f.get_int("graph_pool_estimate_bytes"), kv_cache_bytes=f.get_int("kv_cache_bytes"),
-        kv_available_bytes=f.get_int("kv_available_bytes"), kv_blocks=f.get_int("kv_blocks"))
+        kv_available_bytes=f.get_int("kv_available_bytes"), kv_blocks=f.get_int("kv_blocks"),
+        sites=f.site_records())
 
 
 def accuracy(f: records.RankEvents, rank: RankReport) -> list[AccuracyEntry]:

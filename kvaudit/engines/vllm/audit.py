@@ -50,6 +50,10 @@ class AuditMixin:
     def _kva_non_torch_now(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _kva_make_tracer(self) -> Any:
+        """An AllocationTracer when `--trace` asked for one and the backend has allocator history."""
+        return None
+
     # -- phases ---------------------------------------------------------------------------
     def _kva_start_journal(self) -> None:
         self._kva_journal = Journal.for_rank(self.rank)
@@ -83,7 +87,10 @@ class AuditMixin:
             "requested_bytes": self._kva_requested, "vllm_requested_bytes": self._kva_vllm_requested(),
             "model_runner": adapter.model_runner_name(self), "pid": os.getpid(),
         })
-        self._kva_seq = RankSequencer(probe, self._kva_journal)
+        tracer = self._kva_make_tracer()
+        if tracer is not None:
+            tracer.start()
+        self._kva_seq = RankSequencer(probe, self._kva_journal, tracer)
         probe.settle()
         reading = probe.read()
         self._kva_journal.write({
@@ -92,7 +99,8 @@ class AuditMixin:
             "torch_allocated_bytes": reading.allocated_bytes, "torch_reserved_bytes": reading.reserved_bytes,
             "torch_peak_allocated_bytes": reading.peak_allocated_bytes, "device_used_bytes": reading.device_used_bytes,
             "torch_peak_reserved_bytes": reading.peak_reserved_bytes,
-            "graph_pool_bytes": reading.graph_pool_bytes, "free_bytes": reading.free_bytes})
+            "graph_pool_bytes": reading.graph_pool_bytes, "free_bytes": reading.free_bytes,
+            **({"sites": tracer.sites(Phase.BASELINE.value)} if tracer is not None else {})})
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         with self._kva_seq.phase(Phase.LOAD):

@@ -21,10 +21,12 @@ from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
 from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
+from kvaudit.engines.trace import trace_env
 from kvaudit.engines.supervision import JournalTailer, stop_session, watch
 from kvaudit.errors import UsageError
 from kvaudit.ledger import KvGeometry
 from kvaudit.report import build_report, rank_report
+from kvaudit.sites import load_rules
 from kvaudit.schema import (
     PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, RankReport, Report, Source, Verify, VerifyRank,
 )
@@ -38,10 +40,16 @@ class RunOptions:
     timeout_s: float = 1800.0
     log_path: Path | None = None
     """Keep vLLM's own log here (otherwise it lives in a temporary folder and is deleted)."""
+    trace: bool = False
+    """Record the CUDA allocator's history and attribute every block to an owner and site."""
+    owners: tuple[Path, ...] = ()
+    """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
 
 
 def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
     """Boot vLLM with the audit worker and return the report, complete or partial."""
+    if options.trace:
+        load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
     workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
     journal_dir = workdir / "journal"
     journal_dir.mkdir()
@@ -50,7 +58,8 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     spec_path.write_text(json.dumps({"config": config.to_json(), "verify": options.verify,
                                      "journal_dir": str(journal_dir), "result": str(result_path)}))
     log_path = options.log_path or workdir / "vllm.log"
-    env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)})
+    env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)},
+               **trace_env(options.trace, tuple(p.resolve() for p in options.owners)))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     tailer = JournalTailer(journal_dir)
     started = time.monotonic()
@@ -70,7 +79,8 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
         result = {}
     log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     report = assemble(config, result, journal_dir, log_text, stop=stop, exit_code=proc.returncode,
-                      elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors)
+                      elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors,
+                      traced=options.trace)
     if options.log_path is None:
         _remove(workdir)
     return report
@@ -112,7 +122,7 @@ def _rank_report(folded: records.RankEvents, gmu: float | None) -> RankReport:
         graph_pool_estimate_bytes=folded.get_int("graph_pool_estimate_bytes"),
         kv_cache_bytes=folded.get_int("kv_cache_bytes"), kv_available_bytes=folded.get_int("kv_available_bytes"),
         kv_blocks=folded.get_int("kv_blocks"), deferred_steps=tuple(f.get("deferred_steps") or ()),
-        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"))
+        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records())
 
 
 def _geometry(folded: list[records.RankEvents], config: AuditConfig) -> KvGeometry | None:
@@ -145,7 +155,7 @@ def _verify(data: dict[str, Any] | None) -> Verify | None:
 
 def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log_text: str, *,
              stop: FailureKind | None, exit_code: int | None, elapsed_s: float, timeout_s: float,
-             survivors: list[int]) -> Report:
+             survivors: list[int], traced: bool = False) -> Report:
     if isinstance(result.get("config"), dict):
         config = config_from_json(result["config"])
     folded = [records.fold(rank, events) for rank, events in rank_events(result, journal_dir).items()]
@@ -168,6 +178,9 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
     for f in folded:
         if f.facts.get("warmup_errors"):
             warnings.append(f"rank {f.rank}: warmup retried: {'; '.join(f.facts['warmup_errors'])}")
+    if traced and folded and all(f.sites is None for f in folded):
+        warnings.append("--trace recorded no sites: it reads PyTorch's CUDA allocator history, which the "
+                        f"{facts.get('backend') or 'this'} backend does not have")
     return build_report(
         source=Source.RUN, config=config, ranks=ranks,
         engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),

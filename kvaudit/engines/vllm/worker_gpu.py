@@ -10,6 +10,7 @@ from vllm.v1.worker.gpu_worker import Worker
 
 from kvaudit.engines.probes import CudaProbe, others_for_rank
 from kvaudit.engines.sequence import PhaseHandle
+from kvaudit.engines.trace import AllocationTracer
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.vllm.audit import AuditMixin, mark_deferred
 from kvaudit.schema import Phase
@@ -31,6 +32,9 @@ class AuditWorker(AuditMixin, Worker):
 
     def _kva_others_bytes(self) -> int | None:
         return self._kva_others
+
+    def _kva_make_tracer(self) -> AllocationTracer | None:
+        return AllocationTracer.from_env(self.device)
 
     def _kva_non_torch_now(self) -> int:
         reading = self._kva_seq.probe.read(pools=False)
