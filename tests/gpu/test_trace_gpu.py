@@ -59,9 +59,13 @@ def test_every_planted_allocation_is_attributed_to_its_owner_and_site(traced):
 
 @requires_vllm
 def test_a_traced_vllm_boot_breaks_owners_down_by_site(results_dir):
-    code, report, err = kvaudit("run", "--gmu", "0.9", "--trace", "--timeout", "500",
-                                "--log", str(results_dir / "h200-vllm-trace.log"),
-                                "-o", str(results_dir / "h200-vllm-trace.json"), "-f", "json", timeout=620)
+    os.environ["KVAUDIT_TRACE_DUMP"] = str(results_dir / "trace-dump-vllm")
+    try:
+        code, report, err = kvaudit("run", "--gmu", "0.9", "--trace", "--timeout", "500",
+                                    "--log", str(results_dir / "h200-vllm-trace.log"),
+                                    "-o", str(results_dir / "h200-vllm-trace.json"), "-f", "json", timeout=620)
+    finally:
+        del os.environ["KVAUDIT_TRACE_DUMP"]
     assert report is not None, err
     rank = report["ranks"][0]
     assert rank["sites"], "no sites recorded"
