@@ -41,7 +41,9 @@ SITES_PER_PHASE = 24
 """Cap: the largest sites of each phase are kept by name; the rest are summed into one row."""
 
 _LIBRARY = re.compile(r"(/|^)(torch|contextlib|functools|threading|kvaudit/engines/trace)(/|\.py)|"
-                      r"/lib/python3\.\d+/[^/]+\.py$|^<")
+                      r"/lib/python3\.\d+/[^/]+\.py$|^<|/inductor_cache/|vllm/model_executor/parameter\.py$")
+"""Frames that are never "the code that asked": torch itself, the standard library, the code
+torch.compile generates and vLLM's Parameter dispatch (their caller, a model layer, is the site)."""
 
 
 @dataclass(frozen=True)
@@ -150,9 +152,13 @@ def classify(frames: Sequence[Mapping[str, Any]], pool: tuple[int, int], rules: 
 
 def live_blocks(segments: Iterable[Mapping[str, Any]]) -> Iterable[tuple[int, tuple[int, int], list]]:
     """(size, pool id, frames) of every allocated block in the allocator's segments (the
-    `segments` of torch.cuda.memory._snapshot())."""
+    `segments` of torch.cuda.memory._snapshot()). A private pool's segment counts whole, as the
+    ledger charges it: graphs free their blocks into the pool, which keeps every page."""
     for seg in segments:
         pool = tuple(seg.get("segment_pool_id") or (0, 0))
+        if pool != (0, 0):
+            yield int(seg.get("total_size", 0)), (int(pool[0]), int(pool[1])), []
+            continue
         for block in seg.get("blocks", ()):
             if block.get("state") == "active_allocated":
                 yield int(block.get("size", 0)), (int(pool[0]), int(pool[1])), list(block.get("frames") or ())

@@ -95,7 +95,7 @@ class RankSequencer:
         self.probe.sync()
         self.probe.reset_peak()
         if self.tracer is not None:
-            self.tracer.begin()
+            self.tracer.begin(name.value)
         start = time.perf_counter()
         try:
             yield handle

@@ -72,5 +72,10 @@ def test_a_traced_vllm_boot_breaks_owners_down_by_site(results_dir):
     # every weight byte the loader made is under a weights site, named by the layer code
     weights = site_bytes(rank, phase="load", at="end", owner="weights")
     assert abs(weights - rank["owners"]["weights"]) <= 2 << 20, (weights, rank["owners"]["weights"])
-    assert any(s["owner"] == "graph_pool" for s in rank["sites"] if s["phase"] == "capture")
-    assert site_bytes(rank, phase="kv", at="end", owner="kv_cache") == rank["owners"]["kv_cache"]
+    capture = next(p for p in rank["phases"] if p["name"] == "capture")
+    assert site_bytes(rank, phase="capture", at="end", owner="graph_pool") == capture["graph_pool_bytes"] > 0
+    # the KV tensors' blocks: vLLM's bytes, rounded up by the allocator to whole 2 MiB pages
+    kv = site_bytes(rank, phase="kv", at="end", owner="kv_cache")
+    assert rank["owners"]["kv_cache"] <= kv < rank["owners"]["kv_cache"] + (2 << 20)
+    # the budget held: the capture reserve covered what the real capture kept outside the pool
+    assert code == 0, report["verdict_reason"]

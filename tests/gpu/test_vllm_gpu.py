@@ -40,16 +40,16 @@ def llama(results_dir):
                 "--dummy-weights", "--gmu", "0.9", "--max-model-len", "4096")
 
 
-def check_boot(code, report):
-    """Booted, all six owners measured, the ledger balances, vLLM allocated kvaudit's figure.
-    A finding (exit 1) is accepted only when it is the one kvaudit exists to show: the real
-    graph capture or a deferred warmup took more than was budgeted (kv_unallocated < 0)."""
-    assert code in (0, 1), report.get("verdict_reason")
+def check_boot(code, report, *, unbudgeted_graphs: bool = False):
+    """Booted inside its budget, all six owners measured, the ledger balances, vLLM allocated
+    kvaudit's figure. `unbudgeted_graphs`: vLLM gave no graph estimate (MRv2 in 0.26) and could
+    not run the warmup before KV, so the boot may go over, and the verdict must say why."""
     rank = report["ranks"][0]
-    if code == 1:
+    if unbudgeted_graphs and code == 1:
         assert rank["owners"]["kv_unallocated"] < 0, report["verdict_reason"]
-        assert (rank["graph_pool_actual_bytes"] or 0) > (rank["graph_pool_estimate_bytes"] or 0) \
-            or rank["deferred_steps"], report["verdict_reason"]
+        assert any("no graph memory estimate" in w for w in report["warnings"]), report["warnings"]
+    else:
+        assert code == 0, report.get("verdict_reason")
     for owner in SIX:
         assert rank["owners"][owner] is not None, owner
     assert sum(rank["owners"].values()) == rank["requested_bytes"]
@@ -81,4 +81,4 @@ def test_mtp_at_gmu_098_verifies_without_oom(mtp):
 def test_llama_boots_through_model_runner_v2(llama):
     code, report = llama
     assert report["engine"]["model_runner"] == "V2"
-    check_boot(code, report)
+    check_boot(code, report, unbudgeted_graphs=True)

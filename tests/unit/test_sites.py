@@ -98,10 +98,17 @@ def test_a_bad_rule_file_is_one_line_of_bad_input(text, message):
     assert "\n" not in str(err.value) and str(err.value).startswith("mine.toml")
 
 
-def test_live_blocks_skip_free_and_pending_blocks_and_carry_the_pool():
-    segments = [seg((64 * MiB, LOADER, "active_allocated"), (2 * MiB, [], "inactive")),
-                seg((8 * MiB, [], "active_pending_free"), (24 * MiB, KV, "active_allocated"), pool=(1, 2))]
-    assert [(size, pool) for size, pool, _ in live_blocks(segments)] == [(64 * MiB, (0, 0)), (24 * MiB, (1, 2))]
+def test_live_blocks_skip_free_and_pending_blocks():
+    segments = [seg((64 * MiB, LOADER, "active_allocated"), (2 * MiB, [], "inactive"),
+                    (8 * MiB, [], "active_pending_free"), (24 * MiB, KV, "active_allocated"))]
+    assert [size for size, _, _ in live_blocks(segments)] == [64 * MiB, 24 * MiB]
+
+
+def test_a_private_pool_counts_whole_segments_free_blocks_included():
+    # GIVEN a graph pool whose graphs freed most of their blocks back into it (vLLM keeps outputs
+    # as weak references): the pool still holds every page, and the ledger charges them
+    segments = [seg((20 * MiB, [], "inactive"), (4 * MiB, KV, "active_allocated"), pool=(1, 2))]
+    assert list(live_blocks(segments)) == [(24 * MiB, (1, 2), [])]
 
 
 def test_aggregate_sums_per_site_largest_first(rules):
@@ -166,3 +173,47 @@ def test_the_transient_is_what_was_live_at_the_phases_peak(rules):
 def test_a_phase_that_only_frees_has_no_transient(rules):
     from kvaudit.sites import peak_transient
     assert peak_transient("kv", [ev("free_completed", 1, MiB)], rules) == ()
+
+
+# ------------------------------------------------------------------------------------------
+# recorded traces: live blocks of real H200 runs (KVAUDIT_TRACE_DUMP), torch 2.11
+
+
+TRACES = Path(__file__).parent.parent / "fixtures" / "traces"
+
+
+def recorded(run: str, phase: str, rules) -> dict[tuple[str, str], int]:
+    import json
+    blocks = [(b["size"], tuple(b["pool"]), b["frames"]) for b in
+              json.loads((TRACES / run / f"rank0-{phase}.json").read_text())]
+    return {(s.owner, s.site): s.bytes for s in aggregate(phase, blocks, rules)}
+
+
+def test_recorded_selftest_every_planted_allocation_on_its_site(rules):
+    # The H200 selftest planted 8 GiB of weights (load) and a 1.5 GiB warmup workspace, and at
+    # capture its graph outputs (64 + 128 + 256 + 512 MiB) sit in one private pool
+    assert recorded("h200-selftest", "load", rules)[("weights", "selftest:load")] == 8 << 30
+    persistent = recorded("h200-selftest", "persistent", rules)
+    assert persistent[("persistent", "selftest:kernel_warmup")] == 1536 * MiB
+    capture = recorded("h200-selftest", "capture", rules)
+    pools = {k: v for k, v in capture.items() if k[0] == "graph_pool"}
+    assert sum(pools.values()) == 960 * MiB and len(pools) == 1
+    # nothing the selftest made is left unattributed
+    assert not [k for k in capture if k[0] == UNATTRIBUTED and k[1] != "(allocated before tracing began)"]
+
+
+def test_recorded_vllm_boot_names_weights_kv_and_the_capture_buffer(rules):
+    load = recorded("h200-vllm-0.26", "load", rules)
+    weights = {site: b for (owner, site), b in load.items() if owner == "weights"}
+    # the model's layers, by the code that created them
+    assert "weights:layers/linear:create_weights" in weights
+    assert "weights:fused_moe/unquantized_fused_moe_method:create_weights" in weights
+    kv = recorded("h200-vllm-0.26", "kv", rules)
+    assert kv[("kv_cache", "kv cache tensors")] > 100 << 30
+    # the real capture's buffer outside the graph pool: made by torch.compile's generated code,
+    # named by the layer that called it; one per capture session (profiling's and the real one)
+    graphs, capture = recorded("h200-vllm-0.26", "graphs", rules), recorded("h200-vllm-0.26", "capture", rules)
+    site = ("torch_other", "capture:attention/mla_attention:forward")
+    assert graphs[site] == 32 * MiB and capture[site] == 64 * MiB
+    # kvaudit's own sampler warmup before sizing is persistent memory, as the ledger charges it
+    assert capture[("persistent", "sampler warmup:layers/utils:default_unquantized_gemm")] == 64 * MiB

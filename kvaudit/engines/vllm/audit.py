@@ -23,7 +23,7 @@ from typing import Any
 from kvaudit.engines.sequence import Journal, PhaseHandle, RankSequencer, WarmupGuard
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.records import phase_records
-from kvaudit.ledger import requested_bytes, size_kv
+from kvaudit.ledger import capture_leftovers, requested_bytes, size_kv
 from kvaudit.schema import Phase, PhaseStatus
 
 
@@ -119,12 +119,13 @@ class AuditMixin:
         others = self._kva_others_bytes()
         available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
                             graph_pool_estimate_bytes=estimate)
+        capture_reserve = capture_leftovers(phases) if estimate else 0
         if available is not None:
-            available -= self._kva_kv_structures
+            available -= self._kva_kv_structures + capture_reserve
         if available is None:  # a phase could not be read; vLLM's figure is all there is
             available = vllm_available if vllm_available is not None else 0
         seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=int(available),
-                 kv_structures_reserve_bytes=self._kva_kv_structures,
+                 kv_structures_reserve_bytes=self._kva_kv_structures, capture_reserve_bytes=capture_reserve,
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
                  **(adapter.kv_geometry_estimate(self) or {}))
