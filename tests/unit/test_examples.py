@@ -33,9 +33,10 @@ DIFF_KEYS = {"schema", "comparable", "knob_differences", "environment_difference
 
 # Where each example came from: a run name in h200-vllm-run.json, or a log in the results folder.
 SOURCES = {
+    # the pair comes from one commit (7bc06e4), kept under "before" in the results
     "h200-eager.json": ("h200-vllm-run.json", "eager"),
     "h200-graphs.json": ("h200-vllm-run.json", "graphs_before_reserve"),
-    "h200-eager.vllm.log": ("h200-vllm-eager.log", None),
+    "h200-eager.vllm.log": ("h200-vllm-eager-7bc06e4.log", None),
     "h200-graphs.vllm.log": ("h200-vllm-graphs-before-reserve.log", None),
 }
 
@@ -81,7 +82,7 @@ def test_examples_are_the_recorded_h200_runs_unchanged(name):
     if key is None:
         assert example(name).read_bytes() == (RESULTS / source).read_bytes()
     else:
-        recorded = json.loads((RESULTS / source).read_text(encoding="utf-8"))[key]["report"]
+        recorded = json.loads((RESULTS / source).read_text(encoding="utf-8"))["before"][key]["report"]
         assert json.loads(example(name).read_text(encoding="utf-8")) == recorded
 
 
