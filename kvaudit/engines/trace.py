@@ -68,9 +68,6 @@ class AllocationTracer:
                                                       max_entries=self.MAX_EVENTS, device=self.device,
                                                       clear_history=True)
 
-    def stop(self) -> None:
-        self.torch.cuda.memory._record_memory_history(enabled=None, device=self.device)
-
     def sites(self, phase: str) -> list[dict[str, Any]]:
         index = self.torch.device(self.device).index
         if index is None:
