@@ -1,0 +1,67 @@
+"""The tracer's snapshot does not import torch's compiler stack (the first-snapshot cost of --trace).
+
+torch's frame symbolizer asks `hasattr(torch, "_inductor")` during every snapshot; each check runs
+in a fresh interpreter with torch.cuda.memory._snapshot replaced by a stand-in that asks the same
+question the way torch's C++ does (hasattr on the module, then on the answer's `codecache`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+
+PRELUDE = textwrap.dedent("""
+    import json, sys
+    import torch
+    from kvaudit.engines.trace import AllocationTracer
+
+    seen = {}
+    def symbolizer_like(device=None):
+        found = hasattr(torch, "_inductor")
+        seen["codecache"] = found and hasattr(torch._inductor, "codecache")
+        return {"segments": [], "device_traces": []}
+    torch.cuda.memory._snapshot = symbolizer_like
+    tracer = AllocationTracer("cpu")
+""")
+
+
+def run(body: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_torchs_own_question_imports_inductor():
+    # the premise: asking the lazy attribute imports torch._inductor (what cost 3.2-5.0 s on the H200)
+    out = run("""
+        before = "torch._inductor" in sys.modules
+        torch.cuda.memory._snapshot()
+        print(json.dumps({"before": before, "after": "torch._inductor" in sys.modules}))
+    """)
+    assert out == {"before": False, "after": True}
+
+
+def test_the_tracers_snapshot_leaves_inductor_unimported_and_torch_as_it_was():
+    out = run("""
+        tracer._snapshot()
+        tracer._snapshot()
+        print(json.dumps({"imported": "torch._inductor" in sys.modules, "codecache": seen["codecache"],
+                          "left": "_inductor" in vars(torch)}))
+    """)
+    assert out == {"imported": False, "codecache": False, "left": False}
+
+
+def test_once_inductor_is_imported_the_snapshot_sees_the_real_module():
+    out = run("""
+        import torch._inductor.codecache
+        real = torch._inductor
+        tracer._snapshot()
+        print(json.dumps({"codecache": seen["codecache"], "same": torch._inductor is real}))
+    """)
+    assert out == {"codecache": True, "same": True}
