@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,19 @@ def _agree(torch: Any, device: Any, world: int):
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
     return agree
+
+
+def _fewest(torch: Any, device: Any, world: int):
+    """The smallest of every rank's KV block count: vLLM's engine allocates that many on every
+    rank, so the rank with the least room binds them all."""
+    def fewest(blocks: int) -> int:
+        if world == 1:
+            return blocks
+        import torch.distributed as dist
+        count = torch.tensor([blocks], dtype=torch.int64, device=device)
+        dist.all_reduce(count, op=dist.ReduceOp.MIN)
+        return int(count.item())
+    return fewest
 
 
 def main(argv: list[str]) -> int:
@@ -84,7 +98,8 @@ def main(argv: list[str]) -> int:
     seq = RankSequencer(probe, journal, tracer)
     guard = WarmupGuard(agree=_agree(torch, device, world))
     try:
-        run_sequence(seq, guard, workload, probe, spec, requested=requested, others=others)
+        run_sequence(seq, guard, workload, probe, spec, requested=requested, others=others,
+                     fewest=_fewest(torch, device, world))
     finally:
         workload.close()
         if world > 1 and dist.is_initialized():
@@ -93,7 +108,7 @@ def main(argv: list[str]) -> int:
 
 
 def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, probe: Any, spec: dict[str, Any], *,
-                 requested: int, others: int | None) -> None:
+                 requested: int, others: int | None, fewest: Callable[[int], int]) -> None:
     with seq.phase(Phase.BASELINE):
         pass
     with seq.phase(Phase.LOAD):
@@ -122,9 +137,10 @@ def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, pro
     available = naive_kv if spec.get("sizing") == "naive" else kvaudit_kv
     seq.fact(graph_pool_estimate_bytes=estimate, graph_pool_retained_bytes=retained, kv_available_bytes=available,
              kvaudit_kv_available_bytes=kvaudit_kv, naive_kv_available_bytes=naive_kv, sizing=spec.get("sizing"))
-    with seq.phase(Phase.KV):
-        kv_bytes = workload.allocate_kv(available or 0)
     block = workload.planted.kv_block
+    blocks = fewest(max(available or 0, 0) // block)
+    with seq.phase(Phase.KV):
+        kv_bytes = workload.allocate_kv(blocks * block)
     seq.fact(kv_cache_bytes=kv_bytes, kv_blocks=kv_bytes // block, kv_bytes_per_block=block, block_size=1)
     with seq.phase(Phase.CAPTURE) as handle:
         guard.run(workload.kernel_warmup)  # vLLM's own later call: a no-op after success
