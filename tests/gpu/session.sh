@@ -31,4 +31,4 @@ else
   timeout ${STAGE_TIMEOUT:-570} python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 fi
 tar -czf "$OUT/results-$stage.tar.gz" -C "$OUT" results
-tail -30 "$res"/pytest-*.txt "$res"/bench-run.txt 2>/dev/null > "$OUT/summary-$stage.txt"
+tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/*.jsonl 2>/dev/null > "$OUT/summary-$stage.txt"
