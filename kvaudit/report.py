@@ -72,6 +72,9 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
     if 0 < small <= OVERCOMMIT_TOLERANCE_BYTES:
         warn.append(f"a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
                     f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
+    if verify is not None and verify.ok and verify.slack_bytes is not None and verify.slack_bytes < 0:
+        warn.append(f"verify's true peak was {fmt_bytes(-verify.slack_bytes)} above the requested budget (within "
+                    f"the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
         if r.deferred_steps:
             warn.append(f"rank {r.rank}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "

@@ -103,6 +103,18 @@ def test_a_verify_above_budget_is_a_finding(tmp_path):
     assert exit_code(rep) is ExitCode.FINDING
 
 
+def test_a_verify_overrun_within_the_tolerance_is_a_warning(tmp_path):
+    # 3 MiB over: the size of the RSS noise between profile and verify on the CPU backend
+    result = {"verify": {"prompt_tokens": 131068, "decode_tokens": 4,
+                         "ranks": [{"rank": 0, "true_peak_bytes": BOOT_REQUESTED + 3 * MiB,
+                                    "requested_bytes": BOOT_REQUESTED}]}}
+    rep = run(tmp_path, {0: rank_journal(0)}, result=result)
+    assert rep.verify.ok is True and rep.verify.slack_bytes == -3 * MiB and rep.verify.error is None
+    assert rep.verdict is Verdict.OK and exit_code(rep) is ExitCode.OK
+    assert any("true peak was 3.00 MiB above the requested budget (within the 16.00 MiB tolerance)" in w
+               for w in rep.warnings), rep.warnings
+
+
 # ------------------------------------------------------------------------------------------
 # partial boots
 

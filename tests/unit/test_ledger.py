@@ -641,3 +641,11 @@ def test_capture_leftovers_are_reserved_growth_of_graph_profiling_outside_the_po
     phases[Phase.GRAPHS] = dataclasses.replace(phases[Phase.GRAPHS], torch_reserved_bytes=replay_r - MiB,
                                                graph_pool_bytes=0)
     assert capture_leftovers(phases) == 0
+
+
+def test_verify_holds_up_to_the_overcommit_tolerance():
+    from kvaudit.ledger import OVERCOMMIT_TOLERANCE_BYTES, verify_holds
+    assert verify_holds([5 * MiB, 0])
+    assert verify_holds([-OVERCOMMIT_TOLERANCE_BYTES, 1])
+    assert not verify_holds([-OVERCOMMIT_TOLERANCE_BYTES - 1, 1])
+    assert not verify_holds([])  # no measurement holds nothing

@@ -24,7 +24,7 @@ from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
 from kvaudit.engines.trace import trace_env
 from kvaudit.engines.supervision import JournalTailer, stop_session, watch
 from kvaudit.errors import UsageError
-from kvaudit.ledger import KvGeometry
+from kvaudit.ledger import KvGeometry, verify_holds
 from kvaudit.report import build_report, rank_report
 from kvaudit.sites import load_rules
 from kvaudit.schema import (
@@ -144,8 +144,8 @@ def _verify(data: dict[str, Any] | None) -> Verify | None:
     slacks = [r.slack_bytes for r in ranks if r.slack_bytes is not None]
     peaks = [r.true_peak_bytes for r in ranks if r.true_peak_bytes is not None]
     error = data.get("error")
-    ok = error is None and bool(slacks) and min(slacks) >= 0
-    if error is None and slacks and min(slacks) < 0:
+    ok = error is None and verify_holds(slacks)
+    if error is None and slacks and not verify_holds(slacks):
         error = "true peak above the requested budget"
     return Verify(ok=ok, prompt_tokens=data.get("prompt_tokens"), true_peak_bytes=max(peaks) if peaks else None,
                   slack_bytes=min(slacks) if slacks else None, error=error,
