@@ -15,6 +15,7 @@ record real traces for the rule engine's tests.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -35,6 +36,18 @@ def trace_env(trace: bool, owners: tuple[Path, ...]) -> dict[str, str]:
     if not trace:
         return {}
     return {TRACE_ENV: "1", OWNERS_ENV: os.pathsep.join(str(p) for p in owners)}
+
+
+class _InductorStandIn(types.ModuleType):
+    """torch._inductor while the tracer's snapshot runs in a process that never imported it. It has
+    no `codecache`, so torch's symbolizer skips the mapping; any other attribute (another thread
+    reaching for inductor in that instant) imports the real module, which also replaces this one
+    on torch, and comes from it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "codecache":
+            raise AttributeError(name)
+        return getattr(importlib.import_module("torch._inductor"), name)
 
 
 class AllocationTracer:
@@ -96,7 +109,7 @@ class AllocationTracer:
         torch = self.torch
         if "torch._inductor" in sys.modules or "_inductor" in vars(torch):
             return torch.cuda.memory._snapshot(self.device)
-        stand_in = types.SimpleNamespace()
+        stand_in = _InductorStandIn("torch._inductor")
         torch._inductor = stand_in
         try:
             return torch.cuda.memory._snapshot(self.device)

@@ -22,7 +22,7 @@ if [ "$stage" = trace ]; then
 elif [ "$stage" = trace-selftest ]; then
   timeout 120 python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -k planted -p no:cacheprovider 2>&1 | tee "$res/pytest-trace-selftest.txt"
   timeout 150 python3 tests/benchmarks/bench_trace.py --pairs 2 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
-  timeout 60 python3 tests/benchmarks/probe_snapshot.py history tracer 2>&1 | tee "$res/h200-probe-snapshot-fix.jsonl"
+  timeout 220 python3 tests/benchmarks/probe_snapshot.py history tracer 2>&1 | tee "$res/h200-probe-snapshot-fix.jsonl"
 elif [ "$stage" = bench ]; then
   timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/h200-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
 elif [ "$stage" = contract ]; then

@@ -14,6 +14,7 @@ from kvaudit.engines import records
 from kvaudit.engines.supervision import JournalTailer
 from kvaudit.engines.vllm.supervise import assemble, find_failure, rank_events
 from kvaudit.errors import ExitCode, UsageError
+from kvaudit.render.summary import capacity_lines
 from kvaudit.report import exit_code
 from kvaudit.schema import Failure, FailureKind, Owner, Phase, PhaseStatus, Verdict
 
@@ -113,6 +114,14 @@ def test_a_verify_overrun_within_the_tolerance_is_a_warning(tmp_path):
     assert rep.verdict is Verdict.OK and exit_code(rep) is ExitCode.OK
     assert any("true peak was 3.00 MiB above the requested budget (within the 16.00 MiB tolerance)" in w
                for w in rep.warnings), rep.warnings
+    assert dict(capacity_lines(rep))["verify"].endswith("(over by less than the tolerance)")
+
+
+def test_a_verify_without_a_measured_peak_says_so(tmp_path):
+    result = {"verify": {"prompt_tokens": 131068, "decode_tokens": 4, "ranks": [{"rank": 0}]}}
+    rep = run(tmp_path, {0: rank_journal(0)}, result=result)
+    assert rep.verify.ok is False and rep.verify.error == "no true peak was measured"
+    assert rep.verdict_reason == "verify failed: no true peak was measured"
 
 
 # ------------------------------------------------------------------------------------------

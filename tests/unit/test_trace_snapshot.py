@@ -65,3 +65,31 @@ def test_once_inductor_is_imported_the_snapshot_sees_the_real_module():
         print(json.dumps({"codecache": seen["codecache"], "same": torch._inductor is real}))
     """)
     assert out == {"codecache": True, "same": True}
+
+
+def test_the_stand_in_is_removed_when_the_snapshot_raises():
+    out = run("""
+        def failing(device=None):
+            hasattr(torch, "_inductor")
+            raise RuntimeError("allocator")
+        torch.cuda.memory._snapshot = failing
+        try:
+            tracer._snapshot()
+        except RuntimeError:
+            pass
+        print(json.dumps({"left": "_inductor" in vars(torch), "imported": "torch._inductor" in sys.modules}))
+    """)
+    assert out == {"left": False, "imported": False}
+
+
+def test_another_thread_reaching_for_inductor_meanwhile_gets_the_real_module():
+    out = run("""
+        def reaching(device=None):
+            found = torch._inductor.config  # what inductor code elsewhere could touch in that instant
+            return {"segments": [], "device_traces": [], "found": found is sys.modules["torch._inductor.config"]}
+        torch.cuda.memory._snapshot = reaching
+        snap = tracer._snapshot()
+        print(json.dumps({"found": snap["found"], "real": type(torch._inductor).__name__,
+                          "imported": "torch._inductor" in sys.modules}))
+    """)
+    assert out == {"found": True, "real": "module", "imported": True}

@@ -154,8 +154,8 @@ def _verify(folded: list[records.RankEvents], ranks: list[RankReport]) -> Verify
     slacks = [r.slack_bytes for r in per_rank if r.slack_bytes is not None]
     peaks = [r.true_peak_bytes for r in per_rank if r.true_peak_bytes is not None]
     ok = ooms == 0 and verify_holds(slacks)
-    error = (f"{ooms} OOM in {repeats} repeats" if ooms else
-             ("true peak above the requested budget" if slacks and not verify_holds(slacks) else None))
+    error = (f"{ooms} OOM in {repeats} repeats" if ooms else "no true peak was measured" if not slacks else
+             "true peak above the requested budget" if not verify_holds(slacks) else None)
     return Verify(ok=ok, prompt_tokens=None, true_peak_bytes=max(peaks) if peaks else None,
                   slack_bytes=min(slacks) if slacks else None, error=error, repeats=repeats, oom_count=ooms,
                   ranks=tuple(per_rank))

@@ -145,7 +145,9 @@ def _verify(data: dict[str, Any] | None) -> Verify | None:
     peaks = [r.true_peak_bytes for r in ranks if r.true_peak_bytes is not None]
     error = data.get("error")
     ok = error is None and verify_holds(slacks)
-    if error is None and slacks and not verify_holds(slacks):
+    if error is None and not slacks:
+        error = "no true peak was measured"
+    elif error is None and not verify_holds(slacks):
         error = "true peak above the requested budget"
     return Verify(ok=ok, prompt_tokens=data.get("prompt_tokens"), true_peak_bytes=max(peaks) if peaks else None,
                   slack_bytes=min(slacks) if slacks else None, error=error,
