@@ -336,6 +336,13 @@ def verify_holds(slacks: Sequence[int]) -> bool:
     return bool(slacks) and min(slacks) >= -OVERCOMMIT_TOLERANCE_BYTES
 
 
+def verify_error(slacks: Sequence[int]) -> str | None:
+    """Why a verify that ran without an error of its own failed, or None when it held."""
+    if not slacks:
+        return "no true peak was measured"
+    return None if verify_holds(slacks) else "true peak above the requested budget"
+
+
 def overcommit_bytes(ranks: Sequence[RankReport]) -> int:
     """How far the worst rank used more than it requested (a negative kv_unallocated), else 0."""
     return max([0] + [-(r.owners.get(Owner.KV_UNALLOCATED) or 0) for r in ranks])

@@ -15,7 +15,7 @@ wording: {peak} − the applied graph estimate; old wording: {peak}), non_torch 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from kvaudit.config import AuditConfig
@@ -24,7 +24,7 @@ from kvaudit.engines.logs.knobs import knobs_from_args, knobs_from_engine_line, 
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
 from kvaudit.ledger import requested_bytes as request_memory
-from kvaudit.report import build_report, decide_verdict
+from kvaudit.report import build_report
 from kvaudit.schema import (
     NON_KV_OWNERS, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord, PhaseStatus, RankReport,
     Report, Source,

@@ -16,7 +16,7 @@ from kvaudit.engines import records
 from kvaudit.engines.sequence import read_journal
 from kvaudit.engines.supervision import JournalTailer, ProgressFn, stop_session, watch
 from kvaudit.errors import AuditIncompleteError, UsageError
-from kvaudit.ledger import KvGeometry, verify_holds
+from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
 from kvaudit.schema import (
     PHASE_ORDER, AccuracyEntry, Engine, Environment, Failure, FailureKind, Owner, Phase, RankReport, Report,
@@ -153,10 +153,8 @@ def _verify(folded: list[records.RankEvents], ranks: list[RankReport]) -> Verify
                                    and rank.requested_bytes is not None else None))
     slacks = [r.slack_bytes for r in per_rank if r.slack_bytes is not None]
     peaks = [r.true_peak_bytes for r in per_rank if r.true_peak_bytes is not None]
-    ok = ooms == 0 and verify_holds(slacks)
-    error = (f"{ooms} OOM in {repeats} repeats" if ooms else "no true peak was measured" if not slacks else
-             "true peak above the requested budget" if not verify_holds(slacks) else None)
-    return Verify(ok=ok, prompt_tokens=None, true_peak_bytes=max(peaks) if peaks else None,
+    error = f"{ooms} OOM in {repeats} repeats" if ooms else verify_error(slacks)
+    return Verify(ok=error is None, prompt_tokens=None, true_peak_bytes=max(peaks) if peaks else None,
                   slack_bytes=min(slacks) if slacks else None, error=error, repeats=repeats, oom_count=ooms,
                   ranks=tuple(per_rank))
 

@@ -24,7 +24,7 @@ from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
 from kvaudit.engines.trace import trace_env
 from kvaudit.engines.supervision import JournalTailer, stop_session, watch
 from kvaudit.errors import UsageError
-from kvaudit.ledger import KvGeometry, verify_holds
+from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
 from kvaudit.sites import load_rules
 from kvaudit.schema import (
@@ -144,12 +144,9 @@ def _verify(data: dict[str, Any] | None) -> Verify | None:
     slacks = [r.slack_bytes for r in ranks if r.slack_bytes is not None]
     peaks = [r.true_peak_bytes for r in ranks if r.true_peak_bytes is not None]
     error = data.get("error")
-    ok = error is None and verify_holds(slacks)
-    if error is None and not slacks:
-        error = "no true peak was measured"
-    elif error is None and not verify_holds(slacks):
-        error = "true peak above the requested budget"
-    return Verify(ok=ok, prompt_tokens=data.get("prompt_tokens"), true_peak_bytes=max(peaks) if peaks else None,
+    if error is None:
+        error = verify_error(slacks)
+    return Verify(ok=error is None, prompt_tokens=data.get("prompt_tokens"), true_peak_bytes=max(peaks) if peaks else None,
                   slack_bytes=min(slacks) if slacks else None, error=error,
                   decode_tokens=data.get("decode_tokens"), repeats=1, oom_count=int(bool(error and "memory" in error)),
                   ranks=tuple(ranks))
