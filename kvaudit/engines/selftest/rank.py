@@ -25,28 +25,16 @@ from kvaudit.schema import Phase
 PROFILE_TOKENS = 512
 
 
-def _agree(torch: Any, device: Any, world: int):
-    def agree(failed: bool) -> bool:
+def _across_ranks(torch: Any, device: Any, world: int, op: str) -> Callable[[int], int]:
+    """An integer reduced over every rank (op: a torch.distributed.ReduceOp name); alone, itself."""
+    def reduce(value: int) -> int:
         if world == 1:
-            return failed
+            return value
         import torch.distributed as dist
-        flag = torch.tensor([1.0 if failed else 0.0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-    return agree
-
-
-def _fewest(torch: Any, device: Any, world: int):
-    """The smallest of every rank's KV block count: vLLM's engine allocates that many on every
-    rank, so the rank with the least room binds them all."""
-    def fewest(blocks: int) -> int:
-        if world == 1:
-            return blocks
-        import torch.distributed as dist
-        count = torch.tensor([blocks], dtype=torch.int64, device=device)
-        dist.all_reduce(count, op=dist.ReduceOp.MIN)
-        return int(count.item())
-    return fewest
+        t = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        return int(t.item())
+    return reduce
 
 
 def main(argv: list[str]) -> int:
@@ -96,10 +84,12 @@ def main(argv: list[str]) -> int:
         tracer = AllocationTracer(device, tuple(Path(p) for p in spec.get("owners") or ()))
         tracer.start()
     seq = RankSequencer(probe, journal, tracer)
-    guard = WarmupGuard(agree=_agree(torch, device, world))
+    any_failed = _across_ranks(torch, device, world, "MAX")
+    guard = WarmupGuard(agree=lambda failed: bool(any_failed(int(failed))))
     try:
         run_sequence(seq, guard, workload, probe, spec, requested=requested, others=others,
-                     fewest=_fewest(torch, device, world))
+                     # vLLM's engine allocates the fewest blocks any rank has room for, on every rank
+                     fewest=_across_ranks(torch, device, world, "MIN"))
     finally:
         workload.close()
         if world > 1 and dist.is_initialized():
