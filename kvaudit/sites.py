@@ -170,19 +170,20 @@ def aggregate(phase: str, blocks: Iterable[tuple[int, tuple[int, int], list]], r
     return _ranked(phase, ((classify(frames, pool, rules), size) for size, pool, frames in blocks), cap, at)
 
 
+def _tally(items: Iterable[tuple[Any, int, int]]) -> dict[Any, tuple[int, int]]:
+    """key → (bytes, blocks), summed over (key, bytes, blocks) items."""
+    sums: dict[Any, tuple[int, int]] = {}
+    for key, nbytes, count in items:
+        b, c = sums.get(key, (0, 0))
+        sums[key] = (b + nbytes, c + count)
+    return sums
+
+
 def _ranked(phase: str, attributed: Iterable[tuple[tuple[str, str], int]], cap: int, at: str) -> tuple[Site, ...]:
-    sums: dict[tuple[str, str], list[int]] = {}
-    for key, size in attributed:
-        entry = sums.setdefault(key, [0, 0])
-        entry[0] += size
-        entry[1] += 1
+    sums = _tally((key, size, 1) for key, size in attributed)
     ranked = sorted(sums.items(), key=lambda kv: (-kv[1][0], kv[0]))
     kept = [Site(phase, owner, site, nbytes, count, at) for (owner, site), (nbytes, count) in ranked[:cap]]
-    rest: dict[str, list[int]] = {}
-    for (owner, _), (nbytes, count) in ranked[cap:]:
-        entry = rest.setdefault(owner, [0, 0])
-        entry[0] += nbytes
-        entry[1] += count
+    rest = _tally((owner, nbytes, count) for (owner, _), (nbytes, count) in ranked[cap:])
     kept += [Site(phase, owner, OTHER_SITES, nbytes, count, at) for owner, (nbytes, count) in sorted(rest.items())]
     return tuple(kept)
 
