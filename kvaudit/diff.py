@@ -80,7 +80,7 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
 def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
     """The CI gate: KV on the binding rank fell by more than limit_bytes → a finding (exit 1)."""
     delta = diff.capacity["kv_available_delta_bytes"]
-    a, b = diff.capacity["a"], diff.capacity["b"]
+    a = diff.capacity["a"]
     if delta is None and a is not None and a.kv_available_bytes is not None:
         raise FindingError(f"{diff.b_name} has no KV figure ({diff.verdict['b'].value}): it never reached KV sizing")
     if delta is not None and -delta > limit_bytes:

@@ -148,7 +148,7 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
                        last: Phase | None = None) -> dict[Owner, int | None]:
     """DESIGN.md's owner formulas, with every process byte claimed once (see `Owner.TORCH_OTHER`)."""
     last = last or last_measured_phase(phases)
-    b, ld, pr, pe, rp = Phase.BASELINE, Phase.LOAD, Phase.PROFILE, Phase.PERSISTENT, Phase.REPLAY
+    b, ld, pr, pe = Phase.BASELINE, Phase.LOAD, Phase.PROFILE, Phase.PERSISTENT
     weights = _sub(_a(phases, ld), _a(phases, b))
     persistent_torch = _sub(_a(phases, pe), _a(phases, pr))
     persistent_non_torch = _sub(_u_minus_r(phases, pe), _u_minus_r(phases, pr))
