@@ -12,10 +12,14 @@ torch is imported inside the CUDA probe only: this module is importable without 
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import re
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,40 @@ class DeviceFacts:
     total_bytes: int
     driver: str | None = None
     cuda: str | None = None
+
+
+class _InductorStandIn(types.ModuleType):
+    """torch._inductor while an allocator snapshot runs in a process that never imported it. It
+    has no `codecache`, so torch's symbolizer skips the mapping; any other attribute (another
+    thread reaching for inductor in that instant) imports the real module, which also replaces
+    this one on torch, and comes from it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "codecache":
+            raise AttributeError(name)
+        return getattr(importlib.import_module("torch._inductor"), name)
+
+
+def allocator_snapshot(torch: Any, device: Any = None) -> dict[str, Any]:
+    """torch.cuda.memory._snapshot(), without importing torch's compiler stack as a side effect.
+
+    With allocator history on, a snapshot symbolizes the stacks of live blocks, and to name the
+    source lines of inductor-generated code torch's symbolizer asks `hasattr(torch, "_inductor")`
+    (torch/csrc/profiler/python/combined_traceback.cpp). torch answers that lazy attribute by
+    importing torch._inductor and torch._dynamo: 3.2–6.2 s on the H200 image (it compiles them
+    from source), paid by the first snapshot that has stacks to symbolize in any process that
+    has not imported them. Such a process has run no inductor code, so no stack can hold any: for
+    the length of the call a stand-in without `codecache` answers the question, and torch skips
+    the mapping it would have found empty."""
+    if "torch._inductor" in sys.modules or "_inductor" in vars(torch):
+        return torch.cuda.memory._snapshot(device)
+    stand_in = _InductorStandIn("torch._inductor")
+    torch._inductor = stand_in
+    try:
+        return torch.cuda.memory._snapshot(device)
+    finally:
+        if vars(torch).get("_inductor") is stand_in:
+            del torch._inductor
 
 
 class CudaProbe:
@@ -65,7 +103,7 @@ class CudaProbe:
         default pool). Segments a live graph or a held pool handle uses survive empty_cache, so
         this is the pool's retained high-water, not gross − retained."""
         total = 0
-        for seg in self.torch.cuda.memory_snapshot():
+        for seg in allocator_snapshot(self.torch)["segments"]:
             if seg.get("device") not in (None, self._index()):
                 continue
             pool = tuple(seg.get("segment_pool_id") or (0, 0))

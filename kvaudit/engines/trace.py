@@ -15,15 +15,13 @@ record real traces for the rule engine's tests.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import sys
-import types
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kvaudit.engines.probes import allocator_snapshot
 from kvaudit.sites import aggregate, live_blocks, load_rules, peak_transient
 
 TRACE_ENV = "KVAUDIT_TRACE"
@@ -36,18 +34,6 @@ def trace_env(trace: bool, owners: tuple[Path, ...]) -> dict[str, str]:
     if not trace:
         return {}
     return {TRACE_ENV: "1", OWNERS_ENV: os.pathsep.join(str(p) for p in owners)}
-
-
-class _InductorStandIn(types.ModuleType):
-    """torch._inductor while the tracer's snapshot runs in a process that never imported it. It has
-    no `codecache`, so torch's symbolizer skips the mapping; any other attribute (another thread
-    reaching for inductor in that instant) imports the real module, which also replaces this one
-    on torch, and comes from it."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "codecache":
-            raise AttributeError(name)
-        return getattr(importlib.import_module("torch._inductor"), name)
 
 
 class AllocationTracer:
@@ -87,7 +73,7 @@ class AllocationTracer:
         index = self.torch.device(self.device).index
         if index is None:
             index = self.torch.cuda.current_device()
-        snapshot = self._snapshot()
+        snapshot = allocator_snapshot(self.torch, self.device)
         segments = [s for s in snapshot["segments"] if s.get("device", index) == index]
         traces = snapshot.get("device_traces") or []
         events = traces[index] if index < len(traces) else []
@@ -95,27 +81,6 @@ class AllocationTracer:
         self._dump(phase, blocks)
         sites = aggregate(phase, blocks, self.rules) + peak_transient(phase, events, self.rules)
         return [asdict(s) for s in sites]
-
-    def _snapshot(self) -> dict[str, Any]:
-        """The allocator snapshot, without importing torch's compiler stack as a side effect.
-
-        To name the source lines of inductor-generated code, torch's frame symbolizer asks
-        `hasattr(torch, "_inductor")`, and torch answers that lazy attribute by importing
-        torch._inductor and torch._dynamo: 3.2–5.0 s on the H200 image (it compiles them from
-        source), paid by the first snapshot of any process that has not imported them. Such a
-        process has run no inductor code, so no stack can hold any: for the length of the call a
-        stand-in without `codecache` answers the question, and torch skips the mapping it would
-        have found empty."""
-        torch = self.torch
-        if "torch._inductor" in sys.modules or "_inductor" in vars(torch):
-            return torch.cuda.memory._snapshot(self.device)
-        stand_in = _InductorStandIn("torch._inductor")
-        torch._inductor = stand_in
-        try:
-            return torch.cuda.memory._snapshot(self.device)
-        finally:
-            if vars(torch).get("_inductor") is stand_in:
-                del torch._inductor
 
     def _dump(self, phase: str, blocks: list) -> None:
         folder = os.environ.get(DUMP_ENV)
