@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
 #   bash tests/gpu/session.sh selftest|vllm1|vllm2|bench|trace|trace-selftest|contract
-# (trace-selftest needs no vLLM: the planted attribution, the overhead benchmark, the snapshot probe)
+# (trace-selftest needs no vLLM: the planted attribution, the overhead benchmark, the per-phase probe)
 # Everything lands in $OUT/results.tar.gz (reports, vLLM logs, pytest output) plus $OUT/summary.txt.
 set -uo pipefail
 stage=${1:?stage}
@@ -21,8 +21,8 @@ if [ "$stage" = trace ]; then
   timeout 150 python3 tests/benchmarks/bench_trace.py --pairs 2 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
 elif [ "$stage" = trace-selftest ]; then
   timeout 120 python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -k planted -p no:cacheprovider 2>&1 | tee "$res/pytest-trace-selftest.txt"
-  timeout 150 python3 tests/benchmarks/bench_trace.py --pairs 2 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
-  timeout 220 python3 tests/benchmarks/probe_snapshot.py history tracer 2>&1 | tee "$res/h200-probe-snapshot-fix.jsonl"
+  timeout 200 python3 tests/benchmarks/bench_trace.py --pairs 3 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
+  timeout 120 python3 tests/benchmarks/probe_trace.py --out /tmp untraced traced > "$res/h200-probe-trace.jsonl"
 elif [ "$stage" = bench ]; then
   timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/h200-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
 elif [ "$stage" = contract ]; then
