@@ -13,7 +13,7 @@ in a fresh process (the cost is once per process) and prints one JSON line of ti
     profile    `history` under cProfile: the Python code the first snapshot runs
     thread     history on, a warm-up snapshot in a thread while the main thread computes
     gdb        `history`, with cuda-gdb attached 1.5 s into the first snapshot (native stack)
-    tracer     `history`, the snapshots taken by kvaudit's AllocationTracer (the fix: no
+    tracer     `history`, the snapshots kvaudit takes (probes.allocator_snapshot; the fix: no
                torch._inductor import); reports whether inductor got imported
 
 Run: python tests/benchmarks/probe_snapshot.py [VARIANT…] > results.jsonl
@@ -107,11 +107,11 @@ def variant(name: str) -> dict:
         out["wall_s"] = round(time.perf_counter() - start, 3)
         out["second_s"] = _timed(snap)
     elif name == "tracer":
-        from kvaudit.engines.trace import AllocationTracer
-        tracer = AllocationTracer(torch.device("cuda", 0))
+        from kvaudit.engines.probes import allocator_snapshot
         _enable(torch)
         alloc()
-        out["first_s"], out["second_s"] = _timed(tracer._snapshot), _timed(tracer._snapshot)
+        out["first_s"], out["second_s"] = (_timed(lambda: allocator_snapshot(torch)),
+                                           _timed(lambda: allocator_snapshot(torch)))
         out["inductor_imported"] = "torch._inductor" in sys.modules
     elif name == "gdb":
         _enable(torch)
