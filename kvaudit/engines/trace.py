@@ -54,9 +54,11 @@ class AllocationTracer:
     """The event log of one phase; a phase with more allocations loses its oldest events."""
 
     QUIET_PHASES = ("load", "kv")
-    """Phases recorded in "state" mode (live blocks keep their stacks, no event log): they make
-    new segments by the hundred (weights, the KV cache) and have no transient worth a peak; with
-    the event log on, each new segment cost ~25 ms on an H200 (torch 2.11)."""
+    """Phases recorded in "state" mode (live blocks keep their stacks, no event log): they allocate
+    by the hundred (one tensor per parameter, per KV layer) and have no transient worth a peak, so
+    an event log would only hold a stack per allocation for nothing. (Allocation itself costs
+    nothing extra in either mode: 128 new 64 MiB segments took 8 ms on the H200 with or without
+    history, tests/benchmarks/results/h200-probe-segments.jsonl.)"""
 
     def start(self) -> None:
         self.begin(None)
