@@ -10,6 +10,7 @@ untraced, and prints one JSON line per mode:
                    record (the phase, the probe's settle and, when traced, `tracer.sites`)
     top_cumulative the 25 functions with the most cumulative time (cProfile)
     top_imports    the 15 slowest imports (-X importtime, cumulative µs)
+    compiler_modules_imported  how many torch._inductor / torch._dynamo modules were imported
 
 Run: python tests/benchmarks/probe_trace.py [--out DIR] > probe-trace.jsonl
 """
@@ -74,7 +75,8 @@ def run(mode: str, out: Path, device: str = "cuda") -> dict:
                 imports.append((int(parts[1]), parts[2]))
     imports.sort(reverse=True)
     result["top_imports"] = [f"{us / 1e6:.3f}s {name}" for us, name in imports[:15]]
-    result["imported_inductor"] = any(name.strip() == "torch._inductor" for _us, name in imports)
+    result["compiler_modules_imported"] = sum(name.strip().startswith(("torch._inductor", "torch._dynamo"))
+                                              for _us, name in imports)
     return result
 
 
