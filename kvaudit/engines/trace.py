@@ -57,7 +57,7 @@ class AllocationTracer:
     """Phases recorded in "state" mode (live blocks keep their stacks, no event log): they allocate
     by the hundred (one tensor per parameter, per KV layer) and have no transient worth a peak, so
     an event log would only hold a stack per allocation for nothing. (Allocation itself costs
-    nothing extra in either mode: 128 new 64 MiB segments took 8 ms on the H200 with or without
+    nothing extra in either mode: 128 new 64 MiB segments took 8–14 ms on the H200 with or without
     history, tests/benchmarks/results/h200-probe-segments.jsonl.)"""
 
     def start(self) -> None:
