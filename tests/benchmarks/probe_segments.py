@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
+
+from fresh_process import each_in_fresh_process
 
 VARIANTS = ("off", "state", "all", "nostack", "cpp", "tracer", "tracer-nosnap", "state-snap", "reuse")
 MiB = 1 << 20
@@ -91,20 +92,12 @@ def variant(name: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) > 2 and argv[1] == "--one":
-        print(json.dumps(variant(argv[2])), flush=True)
+    if argv[:1] == ["--child"]:
+        print(json.dumps(variant(argv[1])), flush=True)
         return 0
-    for name in argv[1:] or VARIANTS:
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True,
-                              timeout=300)
-        line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else json.dumps(
-            {"variant": name, "rc": proc.returncode, "stderr": proc.stderr[-1500:]})
-        record = json.loads(line)
-        record["process_wall_s"] = round(time.perf_counter() - start, 2)
-        print(json.dumps(record), flush=True)
+    each_in_fresh_process(__file__, argv or list(VARIANTS), timeout_s=300)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv[1:]))

@@ -29,6 +29,8 @@ import sys
 import threading
 import time
 
+from fresh_process import each_in_fresh_process
+
 VARIANTS = ("off", "history", "small", "state", "nostack", "warm-off", "profile", "thread", "gdb", "tracer")
 
 
@@ -138,19 +140,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         print(json.dumps(variant(argv[1])), flush=True)
         return 0
-    for name in argv or VARIANTS:
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True,
-                                  timeout=100)
-        except subprocess.TimeoutExpired:
-            print(json.dumps({"variant": name, "timeout_s": 100}), flush=True)
-            continue
-        line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else json.dumps(
-            {"variant": name, "rc": proc.returncode, "stderr": proc.stderr[-2000:]})
-        record = json.loads(line)
-        record["process_wall_s"] = round(time.perf_counter() - start, 2)
-        print(json.dumps(record), flush=True)
+    each_in_fresh_process(__file__, argv or list(VARIANTS), timeout_s=100)
     return 0
 
 
