@@ -63,7 +63,7 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
                    known_max_feasible_model_len=known_max_feasible_model_len,
                    known_max_model_len_fits=known_max_model_len_fits, known_kv_needed_bytes=known_kv_needed_bytes,
                    graph_bytes_per_size=graph_bytes_per_size,
-                   verify_overrun_bytes=max(-(verify.slack_bytes or 0), 0) if verify is not None else 0)
+                   verify_overrun_bytes=verify.overrun_bytes if verify is not None else 0)
     if source is Source.SELFTEST:  # no vLLM to pass flags to
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, config, failure, verify)
@@ -72,8 +72,8 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
     if 0 < small <= OVERCOMMIT_TOLERANCE_BYTES:
         warn.append(f"a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
                     f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
-    if verify is not None and verify.ok and verify.slack_bytes is not None and verify.slack_bytes < 0:
-        warn.append(f"verify's true peak was {fmt_bytes(-verify.slack_bytes)} above the requested budget (within "
+    if verify is not None and verify.ok and verify.overrun_bytes:
+        warn.append(f"verify's true peak was {fmt_bytes(verify.overrun_bytes)} above the requested budget (within "
                     f"the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
         if r.deferred_steps:

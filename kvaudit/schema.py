@@ -249,6 +249,11 @@ class Verify:
     oom_count: int | None = None
     ranks: tuple[VerifyRank, ...] = ()
 
+    @property
+    def overrun_bytes(self) -> int:
+        """How far the true peak went above the budget (0 when it stayed inside or is unknown)."""
+        return max(-(self.slack_bytes or 0), 0)
+
 
 @dataclass(frozen=True)
 class AccuracyEntry:

@@ -49,7 +49,7 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
         v = report.verify
         lines.append(("verify", ("ok" if v.ok else "FAILED") + f": true peak {fmt_gib(v.true_peak_bytes)}, "
                       f"slack {fmt_gib(v.slack_bytes)}" + (f" ({v.error})" if v.error else "")
-                      + (" (over by less than the tolerance)" if v.ok and (v.slack_bytes or 0) < 0 else "")))
+                      + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
         lines.append(("safe vllm serve flags", " ".join(cap.safe_serve_flags)))
     return lines
