@@ -75,6 +75,74 @@ class RankLedger:
     free_at_start_bytes: int | None
 
 
+@dataclass(frozen=True)
+class GraphMeasurement:
+    """kvaudit's own profiling capture before KV: every configured graph (the speculator's too)
+    captured into a temporary private pool under a minimal KV cache, then torn down. All bytes."""
+
+    pool_bytes: int
+    """The temporary pool's segments at the end of capture: its full high-water, pages freed
+    inside the pool included (a pool never returns segments while it is alive)."""
+    live_non_torch_bytes: int
+    """Device memory outside the allocator that the live graphs held (driver graph objects)."""
+    transient_bytes: int
+    """The capture's peak above what was resident before it and the final pool: warmup runs and
+    capture inputs outside the pool, freed before KV is used."""
+    retained_pool_bytes: int = 0
+    """Private-pool segments still resident after the teardown (a pool something keeps alive)."""
+    retained_live_bytes: int = 0
+    """Of those, bytes still in use by live blocks."""
+    residue_bytes: int = 0
+    """Torch reserved after the teardown minus before the minimal cache was built: what one
+    capture session keeps outside its pool (measured on the H200: a 32 MiB buffer of
+    torch.compile's generated code per session). The real capture keeps the same again."""
+    residue_non_torch_bytes: int = 0
+    """Non-torch bytes the teardown did not give back."""
+
+    @property
+    def estimate_bytes(self) -> int:
+        """What the real capture will hold: the pool's high-water and the graphs' driver memory.
+        A retained pool with live blocks may have none of its pages reused, so it is charged on
+        top; a retained pool whose pages are all free holds the same capture again, so only its
+        part above the high-water is."""
+        if self.retained_live_bytes:
+            retained = self.retained_pool_bytes
+        else:
+            retained = max(self.retained_pool_bytes - self.pool_bytes, 0)
+        return self.pool_bytes + max(self.live_non_torch_bytes, 0) + retained
+
+    @property
+    def capture_reserve_bytes(self) -> int:
+        """What the real capture leaves outside the pool: the residue of this session."""
+        return max(self.residue_bytes, 0)
+
+    def facts(self) -> dict[str, int]:
+        return {"graph_pool_measured_bytes": self.pool_bytes, "graph_live_non_torch_bytes": self.live_non_torch_bytes,
+                "graph_capture_transient_bytes": self.transient_bytes,
+                "graph_retained_pool_bytes": self.retained_pool_bytes,
+                "graph_retained_live_bytes": self.retained_live_bytes,
+                "graph_profiling_residue_bytes": self.residue_bytes,
+                "graph_profiling_residue_non_torch_bytes": self.residue_non_torch_bytes}
+
+
+def measure_graphs(*, resident: tuple[int, int], start: tuple[int, int], end: tuple[int, int],
+                   peak_reserved: int, pool: int, after: tuple[int, int],
+                   retained: tuple[int, int] = (0, 0)) -> GraphMeasurement:
+    """GraphMeasurement from (torch reserved, device used) pairs read around the capture:
+    `resident` before the minimal cache was built, `start` just before capture (cache built),
+    `end` just after it (graphs live), `after` once everything was torn down and the cache
+    emptied; `peak_reserved` the allocator's peak during capture (reset at `start`), `pool` the
+    temporary pool's segments at `end`, `retained` (reserved, allocated) of private pools after."""
+    non_torch = lambda reading: reading[1] - reading[0]  # noqa: E731
+    return GraphMeasurement(
+        pool_bytes=pool,
+        live_non_torch_bytes=non_torch(end) - non_torch(start),
+        transient_bytes=max(peak_reserved - start[0] - pool, 0),
+        retained_pool_bytes=retained[0], retained_live_bytes=retained[1],
+        residue_bytes=after[0] - resident[0],
+        residue_non_torch_bytes=non_torch(after) - non_torch(resident))
+
+
 def last_measured_phase(phases: Phases) -> Phase | None:
     """The latest phase up to capture with a device measurement (verify is a separate check)."""
     for phase in (Phase.CAPTURE, Phase.KV, Phase.GRAPHS, Phase.REPLAY, Phase.PERSISTENT, Phase.PROFILE,
@@ -113,15 +181,18 @@ def graph_pool_actual(phases: Phases) -> int | None:
     return _sum(_pool(phases, Phase.CAPTURE), capture_non_torch(phases), graphs_non_torch(phases))
 
 
-def activation_peak(phases: Phases) -> int | None:
+def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) -> int | None:
     """P(replay) − A(persistent), or the reserved transient PR(replay) − R(persistent) when it is
     larger: the allocator rounds the transient's blocks up to its segments (2 MiB for small
-    blocks, 20 MiB for 1–10 MiB ones), and the device must hold the segments, not the blocks."""
+    blocks, 20 MiB for 1–10 MiB ones), and the device must hold the segments, not the blocks.
+    The graph capture's own transient (outside its pool) is charged only where it is larger:
+    the capture runs after KV, inside the same activation budget."""
     allocated = _sub(_val(phases, Phase.REPLAY, "torch_peak_allocated_bytes"), _a(phases, Phase.PERSISTENT))
     reserved = _sub(_val(phases, Phase.REPLAY, "torch_peak_reserved_bytes"), _r(phases, Phase.PERSISTENT))
-    if allocated is None or reserved is None:
-        return allocated
-    return max(allocated, reserved)
+    peak = allocated if allocated is None or reserved is None else max(allocated, reserved)
+    if peak is None or capture_transient_bytes is None:
+        return peak
+    return max(peak, capture_transient_bytes)
 
 
 def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
@@ -145,7 +216,8 @@ def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_
 
 def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
                        kv_cache_bytes: int | None, requested: int | None,
-                       last: Phase | None = None) -> dict[Owner, int | None]:
+                       last: Phase | None = None,
+                       capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
     """DESIGN.md's owner formulas, with every process byte claimed once (see `Owner.TORCH_OTHER`)."""
     last = last or last_measured_phase(phases)
     b, ld, pr, pe = Phase.BASELINE, Phase.LOAD, Phase.PROFILE, Phase.PERSISTENT
@@ -153,7 +225,7 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
     persistent_torch = _sub(_a(phases, pe), _a(phases, pr))
     persistent_non_torch = _sub(_u_minus_r(phases, pe), _u_minus_r(phases, pr))
     persistent = _sum(persistent_torch, persistent_non_torch)
-    activation = activation_peak(phases)
+    activation = activation_peak(phases, capture_transient_bytes)
 
     actual = graph_pool_actual(phases) if last is Phase.CAPTURE else None
     graphs_nt = graphs_non_torch(phases) if last in (Phase.GRAPHS, Phase.KV, Phase.CAPTURE) else 0
@@ -190,27 +262,30 @@ def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: i
 
 
 def size_kv(phases: Phases, *, requested: int, others_bytes: int | None,
-            graph_pool_estimate_bytes: int | None) -> int | None:
+            graph_pool_estimate_bytes: int | None, capture_transient_bytes: int | None = None) -> int | None:
     """kvaudit's KV figure for one rank, from the phases up to `graphs`: requested − non-KV owners."""
     owners = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                                 kv_cache_bytes=None, requested=requested, last=last_measured_phase(
-                                    {p: r for p, r in phases.items() if p not in (Phase.KV, Phase.CAPTURE)}))
+                                    {p: r for p, r in phases.items() if p not in (Phase.KV, Phase.CAPTURE)}),
+                                capture_transient_bytes=capture_transient_bytes)
     return _sub(requested, _sum(*(owners[o] for o in NON_KV_OWNERS)))
 
 
 def rank_ledger(phases: Phases, *, device_total_bytes: int | None, gpu_memory_utilization: float | None,
                 others_bytes: int | None, graph_pool_estimate_bytes: int | None,
-                kv_cache_bytes: int | None) -> RankLedger:
+                kv_cache_bytes: int | None, capture_transient_bytes: int | None = None) -> RankLedger:
     """Everything the report says of one rank that arithmetic can say."""
     requested = (requested_bytes(device_total_bytes, gpu_memory_utilization)
                  if device_total_bytes is not None and gpu_memory_utilization is not None else None)
     kv_available = (size_kv(phases, requested=requested, others_bytes=others_bytes,
-                            graph_pool_estimate_bytes=graph_pool_estimate_bytes)
+                            graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                            capture_transient_bytes=capture_transient_bytes)
                     if requested is not None and Phase.REPLAY in phases else None)
     return RankLedger(
         owners=owners_from_phases(phases, others_bytes=others_bytes,
                                   graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                                  kv_cache_bytes=kv_cache_bytes, requested=requested),
+                                  kv_cache_bytes=kv_cache_bytes, requested=requested,
+                                  capture_transient_bytes=capture_transient_bytes),
         requested_bytes=requested,
         kv_available_bytes=kv_available,
         naive_kv_available_bytes=naive_kv_available(phases, requested=requested, others_bytes=others_bytes,

@@ -35,14 +35,15 @@ def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None
                 graph_pool_estimate_bytes: int | None, kv_cache_bytes: int | None,
                 kv_available_bytes: int | None = None, kv_blocks: int | None = None,
                 deferred_steps: Sequence[str] = (), vllm_kv_available_bytes: int | None = None,
-                sites: Sequence[Site] | None = None) -> RankReport:
+                sites: Sequence[Site] | None = None, vllm_graph_estimate_bytes: int | None = None,
+                graph_capture_transient_bytes: int | None = None) -> RankReport:
     """One rank's report from its phase records. `kv_available_bytes` is what the engine really
     returned to vLLM when it differs from a recomputation (it never should; see tests)."""
     phases = tuple(phases)
     by_name = {p.name: p for p in phases}
     led = rank_ledger(by_name, device_total_bytes=device_total_bytes, gpu_memory_utilization=gpu_memory_utilization,
                       others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                      kv_cache_bytes=kv_cache_bytes)
+                      kv_cache_bytes=kv_cache_bytes, capture_transient_bytes=graph_capture_transient_bytes)
     return RankReport(
         rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank, device_total_bytes=device_total_bytes,
         requested_bytes=led.requested_bytes, others_bytes=others_bytes, owners=led.owners,
@@ -50,7 +51,8 @@ def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None
         kv_available_bytes=kv_available_bytes if kv_available_bytes is not None else led.kv_available_bytes,
         phases=phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
         free_at_start_bytes=led.free_at_start_bytes, kv_blocks=kv_blocks, deferred_steps=tuple(deferred_steps),
-        vllm_kv_available_bytes=vllm_kv_available_bytes, sites=tuple(sites) if sites is not None else None)
+        vllm_kv_available_bytes=vllm_kv_available_bytes, sites=tuple(sites) if sites is not None else None,
+        vllm_graph_estimate_bytes=vllm_graph_estimate_bytes, graph_capture_transient_bytes=graph_capture_transient_bytes)
 
 
 def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankReport], engine: Engine,

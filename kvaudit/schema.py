@@ -159,7 +159,9 @@ class RankReport:
     owners: Mapping[Owner, int | None] = field(default_factory=dict)
     """Bytes per owner; every Owner key is present, None where unknown."""
     graph_pool_estimate_bytes: int | None = None
-    """vLLM's graph memory estimate, profiled before KV and used for sizing."""
+    """The graph pool charged at KV sizing: kvaudit's own profiling capture before KV (every
+    configured graph into a temporary pool: its full high-water plus the graphs' driver memory).
+    Reports from logs carry vLLM's logged estimate here, the only figure a log has."""
     graph_pool_actual_bytes: int | None = None
     """Graph pool high-water of the real capture after KV, plus its non-torch growth."""
     kv_available_bytes: int | None = None
@@ -177,6 +179,12 @@ class RankReport:
     """Extension: warmup steps that needed KV and ran only after it (their bytes were not budgeted)."""
     vllm_kv_available_bytes: int | None = None
     """Extension: what vLLM's own arithmetic gave in the same boot (after kvaudit's warmup ran)."""
+    vllm_graph_estimate_bytes: int | None = None
+    """Extension: vLLM's own graph memory estimate in the same boot (profile_cudagraph_memory;
+    0 from MRv2 before 0.29), beside kvaudit's measured `graph_pool_estimate_bytes`."""
+    graph_capture_transient_bytes: int | None = None
+    """Extension: the profiling capture's peak outside its pool; charged to activation_peak
+    only where it exceeds the replay's transient."""
     sites: tuple[Site, ...] | None = None
     """Extension (`--trace`): aggregated allocation sites per phase; null when not traced."""
 
@@ -523,6 +531,8 @@ def _rank(o: _Obj) -> RankReport:
         graph_pool_retained_bytes=o.int("graph_pool_retained_bytes", required=False),
         kv_blocks=o.int("kv_blocks", required=False), deferred_steps=o.strs("deferred_steps"),
         vllm_kv_available_bytes=o.int("vllm_kv_available_bytes", required=False),
+        vllm_graph_estimate_bytes=o.int("vllm_graph_estimate_bytes", required=False),
+        graph_capture_transient_bytes=o.int("graph_capture_transient_bytes", required=False),
         sites=_sites(o))
 
 

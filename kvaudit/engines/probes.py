@@ -77,6 +77,24 @@ def allocator_snapshot(torch: Any, device: Any = None) -> dict[str, Any]:
             del torch._inductor
 
 
+def pool_totals(segments: list[dict[str, Any]], device: int, pool: Any = None) -> tuple[int, int]:
+    """(reserved, allocated) bytes of the allocator segments (a snapshot's `segments`) of one
+    private pool on one device, or of every private pool when `pool` is None; pool (0, 0) is the
+    default pool. Reserved counts the pages a pool holds free (a live pool never returns them);
+    allocated, the blocks still in use."""
+    want = tuple(pool) if pool is not None else None
+    reserved = allocated = 0
+    for seg in segments:
+        if seg.get("device") not in (None, device):
+            continue
+        seg_pool = tuple(seg.get("segment_pool_id") or (0, 0))
+        if seg_pool == (0, 0) or (want is not None and seg_pool != want):
+            continue
+        reserved += int(seg.get("total_size") or 0)
+        allocated += int(seg.get("allocated_size") or 0)
+    return reserved, allocated
+
+
 class CudaProbe:
     """Reads one CUDA device. `others_bytes()` must be asked before this process creates its
     CUDA context (NVML's device-used then holds only other processes)."""
@@ -102,14 +120,12 @@ class CudaProbe:
         """Bytes of allocator segments in private pools (CUDA graph pools; pool id (0, 0) is the
         default pool). Segments a live graph or a held pool handle uses survive empty_cache, so
         this is the pool's retained high-water, not gross − retained."""
-        total = 0
-        for seg in allocator_snapshot(self.torch)["segments"]:
-            if seg.get("device") not in (None, self._index()):
-                continue
-            pool = tuple(seg.get("segment_pool_id") or (0, 0))
-            if pool != (0, 0):
-                total += int(seg.get("total_size", 0))
-        return total
+        return self.pool_segments()[0]
+
+    def pool_segments(self, pool: Any = None) -> tuple[int, int]:
+        """(reserved, allocated) bytes of one private pool's segments (`pool`, a
+        graph_pool_handle()), or of every private pool's when `pool` is None."""
+        return pool_totals(allocator_snapshot(self.torch)["segments"], self._index(), pool)
 
     def _index(self) -> int:
         dev = self.device if self.device is not None else self.torch.cuda.current_device()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
-#   bash tests/gpu/session.sh selftest|vllm1|vllm2|bench|trace|trace-selftest|contract
+#   bash tests/gpu/session.sh selftest|vllm1|vllm2|real1|real2|bench|trace|trace-selftest|contract
+# (real1: dense 8B and MLA+MoE 16B on MRv2; real2: MLA+MoE+MTP on V1, the retained-pool selftest and
+#  an allocator-snapshot fixture; see tests/gpu/test_real_scale_gpu.py)
 # (trace-selftest needs no vLLM: the planted attribution, the overhead benchmark, the per-phase probe)
 # Everything lands in $OUT/results.tar.gz (reports, vLLM logs, pytest output) plus $OUT/summary.txt.
 set -uo pipefail
@@ -15,6 +17,8 @@ case $stage in
   vllm2) sel="mtp or llama" ;;
   contract) sel="" ;;
   trace) sel="trace" ;;
+  real1) sel="dense_8b or mla_moe_16b" ;;
+  real2) sel="mtp_over_40" ;;
 esac
 if [ "$stage" = trace ]; then
   timeout ${STAGE_TIMEOUT:-380} python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -p no:cacheprovider 2>&1 | tee "$res/pytest-trace.txt"
@@ -23,6 +27,12 @@ elif [ "$stage" = trace-selftest ]; then
   timeout 120 python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -k planted -p no:cacheprovider 2>&1 | tee "$res/pytest-trace-selftest.txt"
   timeout 200 python3 tests/benchmarks/bench_trace.py --pairs 3 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
   timeout 120 python3 tests/benchmarks/probe_trace.py --out /tmp untraced traced > "$res/h200-probe-trace.jsonl"
+elif [ "$stage" = real1 ]; then
+  timeout ${STAGE_TIMEOUT:-560} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+elif [ "$stage" = real2 ]; then
+  timeout 330 python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+  timeout 90 python3 -m pytest -q -rA tests/gpu/test_selftest_gpu.py -k retained -p no:cacheprovider 2>&1 | tee "$res/pytest-retained.txt"
+  timeout 60 python3 tests/gpu/record_pool_snapshot.py "$res/h200-pool-snapshot.json" 2>&1 | tail -3
 elif [ "$stage" = bench ]; then
   timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/h200-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
 elif [ "$stage" = contract ]; then

@@ -86,12 +86,14 @@ def test_the_config_of_the_boot_wins_over_the_requested_one(tmp_path):
 
 
 def test_warnings_from_the_supervisor(tmp_path):
-    journal = rank_journal(0) + [{"type": "fact", "graph_estimate_missing": True,
+    journal = rank_journal(0) + [{"type": "fact", "vllm_graph_estimate_bytes": 0,
+                                  "graph_pool_measured_bytes": 82 * MiB,
                                   "warmup_errors": ["attempt 1: RuntimeError: autotune"]}]
     rep = run(tmp_path, {0: journal}, survivors=[4242])
     text = " | ".join(rep.warnings)
     assert "1 vLLM processes survived SIGKILL: [4242]" in text
-    assert "returned no graph memory estimate" in text and "warmup retried: attempt 1: RuntimeError" in text
+    assert "vLLM's own graph memory estimate is 0" in text and "(82.00 MiB)" in text
+    assert "warmup retried: attempt 1: RuntimeError" in text
 
 
 def test_a_verify_above_budget_is_a_finding(tmp_path):

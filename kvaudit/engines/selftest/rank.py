@@ -19,7 +19,7 @@ from kvaudit.engines.probes import CudaProbe, HostProbe, nvml_device_used
 from kvaudit.engines.records import phase_records
 from kvaudit.engines.selftest.workload import Planted, Workload
 from kvaudit.engines.sequence import Journal, RankSequencer, WarmupGuard
-from kvaudit.ledger import naive_kv_available, requested_bytes, size_kv
+from kvaudit.ledger import GraphMeasurement, measure_graphs, naive_kv_available, requested_bytes, size_kv
 from kvaudit.schema import Phase
 
 PROFILE_TOKENS = 512
@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
                    "pid": os.getpid(), "planted": {"weights": planted.weights, "persistent": planted.persistent,
                                                    "activation_peak": planted.activation,
                                                    "non_torch": planted.non_torch,
-                                                   "graph_pool": planted.graph_pool}})
+                                                   # retained: the profiling graphs stay, the real capture adds its own
+                                                   "graph_pool": planted.graph_pool * (2 if spec.get("retain_graph_pool") else 1)}})
     tracer = None
     if spec.get("trace") and cuda:
         from kvaudit.engines.trace import AllocationTracer
@@ -110,17 +111,12 @@ def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, pro
         handle.note(f"kernel warmup attempts: {guard.attempts}" + (f" ({'; '.join(guard.errors)})" if guard.errors else ""))
     with seq.phase(Phase.REPLAY):
         workload.step(PROFILE_TOKENS)
-    before = probe.read(pools=False)
     with seq.phase(Phase.GRAPHS) as handle:
-        workload.capture_graphs()
-        peak = probe.read()
-        # The estimate is the pool's full high-water plus the driver memory of the live graphs.
-        estimate = peak.graph_pool_bytes + max((peak.device_used_bytes - peak.reserved_bytes)
-                                               - (before.device_used_bytes - before.reserved_bytes), 0)
-        workload.drop_graphs(retain=bool(spec.get("retain_graph_pool")))
-        probe.settle()
-        retained = probe.read().graph_pool_bytes
-        handle.note(f"estimate {estimate} bytes; {retained} bytes retained by the pool after the graphs were freed")
+        graphs = profile_graphs(workload, probe, retain=bool(spec.get("retain_graph_pool")))
+        estimate, retained = graphs.estimate_bytes, graphs.retained_pool_bytes
+        handle.facts.update(graphs.facts())
+        handle.note(f"estimate {estimate} bytes; {retained} bytes retained by the pool after the graphs were freed "
+                    f"({graphs.retained_live_bytes} of them still in use)")
     phases = phase_records(seq.journal.events)
     kvaudit_kv = size_kv(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
     naive_kv = naive_kv_available(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
@@ -140,6 +136,25 @@ def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, pro
              warmup_errors=list(guard.errors), warmup_calls=workload.warmup_calls)
     if spec.get("verify"):
         verify(seq, workload, probe, requested=requested, others=others, repeats=int(spec.get("repeat", 1)))
+
+
+def profile_graphs(workload: Workload, probe: Any, *, retain: bool) -> GraphMeasurement:
+    """The profiling capture, measured the way the vLLM engine measures its own: the pool's
+    segments at the end of capture, the graphs' driver memory, what is left after teardown."""
+    pair = lambda r: (r.reserved_bytes, r.device_used_bytes)  # noqa: E731
+    probe.settle()
+    start = pair(probe.read(pools=False))
+    probe.reset_peak()
+    workload.capture_graphs()
+    probe.sync()
+    end = probe.read()
+    peak = probe.peak_reserved_bytes()
+    workload.drop_graphs(retain=retain)
+    probe.settle()
+    after = pair(probe.read(pools=False))
+    retained = probe.pool_segments() if isinstance(probe, CudaProbe) else (0, 0)
+    return measure_graphs(resident=start, start=start, end=pair(end), peak_reserved=peak,
+                          pool=end.graph_pool_bytes, after=after, retained=retained)
 
 
 def verify(seq: RankSequencer, workload: Workload, probe: Any, *, requested: int, others: int | None,

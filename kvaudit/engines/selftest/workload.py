@@ -178,12 +178,13 @@ class Workload:
         return len(self.graphs)
 
     def drop_graphs(self, *, retain: bool = False) -> None:
-        """Profiling teardown. By default the graphs and their pool go (vLLM V1 profiles into a
-        temporary pool). With `retain`, one graph is kept alive as an anchor, so the pool and
-        every page it ever held survive (a private pool lives while a graph uses it), as a fork
-        that keeps its profiling pool for the real capture does."""
+        """Profiling teardown. By default the graphs and their pool go (kvaudit and vLLM V1
+        profile into a temporary pool). With `retain`, the profiling graphs stay alive as the
+        pool's anchor, so the pool and every page in it survive into the real capture, which
+        captures into the same pool and finds no free page to reuse: a fork that keeps its
+        profiling pool alive for the real capture, at its worst."""
         if retain and self.graphs:
-            self.anchor = self.graphs[0]
+            self.anchor = list(self.graphs)
             self.graphs = []
         else:
             self.graphs.clear()

@@ -57,37 +57,209 @@ def graphs_enabled(worker: Any) -> bool:
 
 @contextmanager
 def minimal_kv_cache(worker: Any) -> Iterator[None]:
-    """The minimal KV cache vLLM builds for graph profiling, for warmups that need KV structures
-    (attn_groups, kv_cache_config) before the real cache exists; torn down on exit.
+    """A minimal KV cache of the real KV spec, built through the runner's own
+    initialize_kv_cache, for the steps that need KV structures before the real cache exists
+    (kernel warmups that read attn_groups and kv_cache_config, MRv2's scheduler-step warmup,
+    graph capture); torn down on exit, so the real initialisation starts from a clean slate.
 
     V1 (0.26 and 0.32): runner._init_minimal_kv_cache_for_profiling / _cleanup_profiling_kv_cache.
     V2 (0.32): cudagraph_utils._init_minimal_kv_cache_for_profiling / _teardown_profiling_state.
-    V2 (0.26) has neither: `has_minimal_kv_cache` says so and the caller defers the warmup."""
+    V2 (0.26) has neither: kvaudit builds the cache from vLLM's own KV config functions and
+    tears down what MRv2's initialize_kv_cache created (`_v2_build`, `_v2_teardown`)."""
     from vllm.config import set_current_vllm_config
     runner = worker.model_runner
-    if uses_v2_runner(worker):
-        from vllm.v1.worker.gpu import cudagraph_utils as cg
-        build, teardown = (lambda: cg._init_minimal_kv_cache_for_profiling(runner),
-                           lambda: cg._teardown_profiling_state(runner))
-    else:
+    if not uses_v2_runner(worker):
         build, teardown = runner._init_minimal_kv_cache_for_profiling, runner._cleanup_profiling_kv_cache
+    else:
+        cg = _v2_cudagraph_utils()
+        if cg is not None and hasattr(cg, "_init_minimal_kv_cache_for_profiling"):
+            build, teardown = (lambda: cg._init_minimal_kv_cache_for_profiling(runner),
+                               lambda: cg._teardown_profiling_state(runner))
+        else:
+            build, teardown = (lambda: _v2_build(runner, warmup_blocks(runner)), lambda: _v2_teardown(runner))
     with set_current_vllm_config(worker.vllm_config):
-        build()
+        try:
+            build()
+        except BaseException:
+            teardown()  # a half-built cache must not survive into sizing
+            raise
     try:
         yield
     finally:
-        teardown()
+        with set_current_vllm_config(worker.vllm_config):
+            teardown()
 
 
 def has_minimal_kv_cache(worker: Any) -> bool:
     runner = worker.model_runner
     if uses_v2_runner(worker):
         try:
-            from vllm.v1.worker.gpu import cudagraph_utils as cg
+            from vllm.v1.core import kv_cache_utils
         except ImportError:
             return False
-        return hasattr(cg, "_init_minimal_kv_cache_for_profiling") and hasattr(cg, "_teardown_profiling_state")
+        return hasattr(runner, "initialize_kv_cache") and hasattr(kv_cache_utils, "get_kv_cache_config_from_groups")
     return hasattr(runner, "_init_minimal_kv_cache_for_profiling") and hasattr(runner, "_cleanup_profiling_kv_cache")
+
+
+def _v2_cudagraph_utils() -> Any | None:
+    try:
+        from vllm.v1.worker.gpu import cudagraph_utils
+    except ImportError:
+        return None
+    return cudagraph_utils
+
+
+def warmup_blocks(runner: Any) -> int:
+    """Blocks the MRv2 minimal cache gets: one per sequence for graph capture (what vLLM's own
+    profiling cache holds), and enough for MRv2's warmup_kernels to schedule every sequence
+    (vllm/v1/worker/gpu/warmup.py caps its request count at (num_blocks − 1) / blocks per
+    request; a request there spans at most 2 blocks per group), plus the null block."""
+    capture = min(runner.max_num_reqs, runner.compilation_config.max_cudagraph_capture_size or 0) or 1
+    return max(capture, 2 * runner.max_num_reqs) + 1
+
+
+def _v2_build(runner: Any, blocks: int) -> None:
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
+    groups = get_kv_cache_groups(runner.vllm_config, runner.get_kv_cache_spec())
+    saved = runner.cache_config.num_gpu_blocks_override
+    runner.cache_config.num_gpu_blocks_override = blocks
+    try:
+        config = get_kv_cache_config_from_groups(runner.vllm_config, groups, available_memory=0)
+    finally:
+        runner.cache_config.num_gpu_blocks_override = saved
+    runner.initialize_kv_cache(config)
+    runner.cache_config.num_gpu_blocks = config.num_blocks
+
+
+def _v2_teardown(runner: Any) -> None:
+    """Release what MRv2's initialize_kv_cache created (vllm/v1/worker/gpu/model_runner.py, 0.26):
+    the KV tensors and the layers' views of them, the attention groups, block tables, the graph
+    managers (the model's and the speculator's) with their graphs, the KV connector and the
+    zeroer. The weights, the model state and the request state stay."""
+    import gc
+
+    import torch
+    torch.cuda.synchronize()
+    runner.kv_caches = []
+    if hasattr(runner, "attn_groups"):
+        runner.attn_groups = []
+    if hasattr(runner, "kv_cache_config"):
+        del runner.kv_cache_config
+    for name in ("cudagraph_manager", "block_tables", "pcp_manager", "kv_block_zeroer"):
+        if hasattr(runner, name):
+            setattr(runner, name, None)
+    cg = _v2_cudagraph_utils()
+    speculator = getattr(runner, "speculator", None)
+    if speculator is not None and cg is not None:
+        for name, value in list(vars(speculator).items()):
+            if isinstance(value, cg.CudaGraphManager):
+                setattr(speculator, name, None)
+    try:
+        from vllm.v1.worker.gpu.kv_connector import NO_OP_KV_CONNECTOR
+        runner.kv_connector = NO_OP_KV_CONNECTOR
+    except ImportError:
+        pass
+    _clear_layer_kv_caches(runner)
+    runner.cache_config.num_gpu_blocks = None
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _clear_layer_kv_caches(runner: Any) -> None:
+    """The attention layers hold views of the KV tensors (bind_kv_cache): drop them, or the
+    minimal cache outlives its teardown."""
+    import torch
+    for layer in runner.compilation_config.static_forward_context.values():
+        if hasattr(layer, "kv_cache"):
+            layer.kv_cache = torch.tensor([]) if isinstance(layer.kv_cache, torch.Tensor) else []
+        impl = getattr(layer, "impl", None)
+        for scale in ("_k_scale_cache", "_v_scale_cache"):
+            if impl is not None and hasattr(impl, scale):
+                setattr(impl, scale, None)
+
+
+def v2_scheduler_warmup(worker: Any) -> bool:
+    """MRv2's warmup_kernels (vllm/v1/worker/gpu/warmup.py): a prefill and a decode step through
+    the worker's own execute_model / sample_tokens, which JIT-compiles the Triton kernels and
+    creates the sampler's lazy buffers. vLLM runs it after capture; under the minimal cache it
+    runs before KV sizing, where kvaudit can measure what it keeps. False when this vLLM has
+    no such step."""
+    if not uses_v2_runner(worker):
+        return False
+    try:
+        from vllm.v1.worker.gpu.warmup import warmup_kernels
+    except ImportError:
+        return False
+    warmup_kernels(worker.model_runner, worker.execute_model, worker.sample_tokens)
+    return True
+
+
+# -- kvaudit's own graph-pool measurement --------------------------------------------------------
+
+
+@contextmanager
+def temporary_graph_pool() -> Iterator[Any]:
+    """Point every CUDA graph vLLM captures at a fresh private pool for the duration: the
+    platform's global pool singleton (MRv2's graph managers and the speculator's take it when
+    initialize_kv_cache builds them) and every piecewise / breakable wrapper (they bound the
+    global pool when the model was compiled). On exit every wrapper's graphs are cleared and
+    its pool restored, so nothing of the pool is referenced and the real capture starts in the
+    global pool as vLLM would have it (vLLM's own V1 profiling does the same with its wrappers)."""
+    from vllm.compilation.cuda_graph import CUDAGraphWrapper
+    from vllm.platforms import current_platform
+    wrapper_classes: list[Any] = [CUDAGraphWrapper]
+    try:
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
+        wrapper_classes.append(BreakableCUDAGraphWrapper)
+    except ImportError:
+        pass
+    platform_cls = type(current_platform)
+    saved_global = platform_cls.__dict__.get("_global_graph_pool", None)
+    pool = current_platform.graph_pool_handle()
+    wrappers = [w for cls in wrapper_classes for w in list(cls._all_instances)]
+    saved_pools = {id(w): w.graph_pool for w in wrappers}
+    platform_cls._global_graph_pool = pool
+    for w in wrappers:
+        w.graph_pool = pool
+    try:
+        yield pool
+    finally:
+        for cls in wrapper_classes:
+            cls.clear_all_graphs()
+        for w in wrappers:
+            w.graph_pool = saved_pools[id(w)]
+        platform_cls._global_graph_pool = saved_global
+
+
+def capture_all_graphs(worker: Any) -> None:
+    """The runner's own capture_model, every configured size and mode and the speculator's
+    graphs, into whatever pool is current (see temporary_graph_pool). Compilation counters are
+    restored so vLLM's later real capture is counted as its first.
+
+    V1 (0.26 and 0.32) locks the workspace at the end of capture_model (lock_workspace): that
+    would freeze it before KV, so it is a no-op for this one call; its capture keys are
+    cleared after, as vLLM's own profiling does, so the real capture builds them again."""
+    from vllm.compilation.counter import compilation_counter
+    saved = (compilation_counter.num_cudagraph_captured, compilation_counter.num_gpu_runner_capture_triggers)
+    runner = worker.model_runner
+    try:
+        if uses_v2_runner(worker):
+            runner.capture_model()
+        else:
+            from vllm.v1.worker import gpu_model_runner
+            with patched(gpu_model_runner, "lock_workspace", lambda *a, **k: None):
+                runner.capture_model()
+    finally:
+        compilation_counter.num_cudagraph_captured, compilation_counter.num_gpu_runner_capture_triggers = saved
+        dispatcher = getattr(runner, "cudagraph_dispatcher", None)
+        if dispatcher is not None and not uses_v2_runner(worker):
+            for keys in getattr(dispatcher, "cudagraph_keys", {}).values():
+                keys.clear()
+            if hasattr(dispatcher, "keys_initialized"):
+                dispatcher.keys_initialized = False
+        encoder = getattr(runner, "encoder_cudagraph_manager", None)
+        if encoder is not None and hasattr(encoder, "clear"):
+            encoder.clear()
 
 
 def gpu_worker_module() -> Any:
@@ -225,12 +397,3 @@ def kv_block_zeroer(worker: Any) -> Any | None:
         return None
     zeroer = getattr(worker.model_runner, "_kv_block_zeroer", None)
     return zeroer if zeroer is not None and hasattr(zeroer, "warmup") else None
-
-
-def v2_warmup_kernels_deferred(worker: Any) -> bool:
-    """MRv2's warmup_kernels runs scheduler-realistic steps and needs the real KV cache: vLLM
-    0.32 runs it before capture when JIT warmup is on, 0.26 always after capture. Either way
-    it is after KV sizing, so kvaudit records it as deferred and measures it in capture."""
-    if not uses_v2_runner(worker) or worker.model_config.enforce_eager:
-        return False
-    return bool(getattr(getattr(worker.vllm_config, "kernel_config", None), "enable_jit_warmup", True))

@@ -23,7 +23,7 @@ from typing import Any
 from kvaudit.engines.sequence import Journal, PhaseHandle, RankSequencer, WarmupGuard
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.records import phase_records
-from kvaudit.ledger import capture_leftovers, requested_bytes, size_kv
+from kvaudit.ledger import requested_bytes, size_kv
 from kvaudit.schema import Phase, PhaseStatus
 
 
@@ -61,6 +61,8 @@ class AuditMixin:
         self._kva_guard = WarmupGuard(agree=adapter.agree_any)
         self._kva_seq: RankSequencer | None = None
         self._kva_kv_structures = 0
+        self._kva_graphs: Any = None
+        """kvaudit's graph measurement (ledger.GraphMeasurement), or None without graphs."""
         """Bytes KV initialisation allocates besides the cache, measured under the minimal KV
         cache before sizing; kvaudit reserves them (they arrive with the real cache)."""
         self._kva_journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": self.rank})
@@ -117,9 +119,12 @@ class AuditMixin:
             estimate, vllm_available = self._kva_replay_and_graphs()
         phases = phase_records(self._kva_journal.events)
         others = self._kva_others_bytes()
+        graphs = self._kva_graphs
         available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
-                            graph_pool_estimate_bytes=estimate)
-        capture_reserve = capture_leftovers(phases) if estimate else 0
+                            graph_pool_estimate_bytes=estimate,
+                            capture_transient_bytes=graphs.transient_bytes if graphs else None)
+        # What the real capture keeps outside its pool, as kvaudit's own capture session did.
+        capture_reserve = graphs.capture_reserve_bytes if graphs else 0
         if available is not None:
             available -= self._kva_kv_structures + capture_reserve
         if available is None:  # a phase could not be read; vLLM's figure is all there is

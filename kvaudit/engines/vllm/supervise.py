@@ -26,6 +26,7 @@ from kvaudit.errors import UsageError
 from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
 from kvaudit.sites import load_rules
+from kvaudit.units import fmt_bytes
 from kvaudit.schema import (
     PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, RankReport, Report, Source, Verify, VerifyRank,
 )
@@ -121,7 +122,9 @@ def _rank_report(folded: records.RankEvents, gmu: float | None) -> RankReport:
         graph_pool_estimate_bytes=folded.get_int("graph_pool_estimate_bytes"),
         kv_cache_bytes=folded.get_int("kv_cache_bytes"), kv_available_bytes=folded.get_int("kv_available_bytes"),
         kv_blocks=folded.get_int("kv_blocks"), deferred_steps=tuple(f.get("deferred_steps") or ()),
-        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records())
+        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records(),
+        vllm_graph_estimate_bytes=folded.get_int("vllm_graph_estimate_bytes"),
+        graph_capture_transient_bytes=folded.get_int("graph_capture_transient_bytes"))
 
 
 def _geometry(folded: list[records.RankEvents], config: AuditConfig) -> KvGeometry | None:
@@ -169,9 +172,11 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
     if survivors:
         warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
     for f in folded:
-        if f.facts.get("graph_estimate_missing"):
-            warnings.append(f"rank {f.rank}: vLLM returned no graph memory estimate although graphs are "
-                            f"captured (MRv2 before 0.29 reserves nothing): the graph pool is unbudgeted")
+        measured = f.get_int("graph_pool_measured_bytes")
+        if f.get_int("vllm_graph_estimate_bytes") == 0 and measured:
+            warnings.append(f"rank {f.rank}: vLLM's own graph memory estimate is 0 (MRv2 before 0.29 reserves "
+                            f"nothing); kvaudit measured the pool ({fmt_bytes(measured)}) and budgeted it: plain "
+                            f"vLLM with this config would over-allocate KV by at least that much")
             break
     for f in folded:
         if f.facts.get("warmup_errors"):

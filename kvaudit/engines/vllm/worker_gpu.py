@@ -13,6 +13,7 @@ from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.trace import AllocationTracer
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.vllm.audit import AuditMixin, mark_deferred
+from kvaudit.ledger import GraphMeasurement, measure_graphs
 from kvaudit.schema import Phase
 
 
@@ -41,15 +42,19 @@ class AuditWorker(AuditMixin, Worker):
         return reading.device_used_bytes - reading.reserved_bytes - (self._kva_others or 0)
 
     def _kva_persistent_warmup(self, handle: PhaseHandle) -> None:
-        """vLLM's kernel_warmup, once, against the minimal KV cache graph profiling uses."""
+        """vLLM's kernel_warmup, once, under a minimal KV cache of the real spec; with it the
+        runner's own warmup step that needs KV (V1: the sampler warmup; MRv2: warmup_kernels'
+        prefill and decode steps), so what they keep is measured before sizing."""
         if not adapter.has_minimal_kv_cache(self):
             mark_deferred(self, handle, "kernel_warmup",
                           "this vLLM has no minimal KV cache for this runner; vLLM runs it after KV")
             return
         real = adapter.gpu_worker_module().kernel_warmup
         probe = self._kva_seq.probe
+        steps: list[str] = []
 
         def attempt() -> None:
+            steps.clear()
             probe.settle()
             before = probe.read(pools=False).reserved_bytes
             with adapter.minimal_kv_cache(self):
@@ -61,25 +66,50 @@ class AuditWorker(AuditMixin, Worker):
                 built = probe.read(pools=False).reserved_bytes
                 self._kva_kv_structures = max(built - before - adapter.kv_cache_bytes(self), 0)
                 real(self)
-                if not adapter.uses_v2_runner(self):
+                steps.append("kernel_warmup")
+                if adapter.v2_scheduler_warmup(self):
+                    steps.append("warmup_kernels")
+                elif not adapter.uses_v2_runner(self):
                     try:
                         adapter.sampler_warmup(self)
-                        self._kva_sampler_warmed = True
+                        steps.append("sampler")
                     except Exception as exc:  # a measurement aid, not vLLM's own step: never fatal
-                        self._kva_sampler_warmed = False
                         handle.note(f"sampler warmup under the minimal KV cache failed: {type(exc).__name__}")
         self._kva_guard.run(attempt)
-        handle.note(f"kernel_warmup ran under the minimal KV cache (attempts: {self._kva_guard.attempts}); "
+        handle.note(f"{', '.join(steps)} ran under the minimal KV cache (attempts: {self._kva_guard.attempts}); "
                     f"KV structures {self._kva_kv_structures} bytes reserved")
-        if adapter.v2_warmup_kernels_deferred(self):
-            mark_deferred(self, handle, "warmup_kernels", "MRv2 JIT warmup runs scheduler steps on the real KV cache")
+
+    def _kva_measure_graphs(self) -> GraphMeasurement:
+        """kvaudit's own graph-pool figure: the runner's capture_model (every configured size, the
+        speculator's graphs too) into a temporary private pool under a minimal KV cache, read
+        from the allocator's segments of that pool, then everything torn down and the device
+        checked back to where it was (what is left is reported, never hidden)."""
+        probe = self._kva_seq.probe
+        pair = lambda r: (r.reserved_bytes, r.device_used_bytes)  # noqa: E731
+        probe.settle()
+        resident = pair(probe.read(pools=False))
+        with adapter.temporary_graph_pool() as pool:
+            with adapter.minimal_kv_cache(self):
+                probe.settle()
+                start = pair(probe.read(pools=False))
+                probe.reset_peak()
+                adapter.capture_all_graphs(self)
+                probe.sync()
+                end = pair(probe.read(pools=False))
+                peak = probe.peak_reserved_bytes()
+                pool_bytes = probe.pool_segments(pool)[0]
+        probe.settle()
+        after = pair(probe.read(pools=False))
+        return measure_graphs(resident=resident, start=start, end=end, peak_reserved=peak, pool=pool_bytes,
+                              after=after, retained=probe.pool_segments())
 
     def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:
         """vLLM's own determine_available_memory is the replay: its profile_run (on top of the
-        persistent pools) and its graph estimate, each bracketed as a phase by wrapping the
-        runner's methods for this one call."""
+        persistent pools) brackets the replay phase; its graph estimate call brackets the graphs
+        phase, where kvaudit records vLLM's estimate and then measures the pool itself. vLLM gets
+        its own estimate back, so its KV figure stays its own for comparison."""
         runner, seq = self.model_runner, self._kva_seq
-        box: dict[str, int] = {}
+        box: dict[str, Any] = {}
 
         def replay(*args: Any, **kwargs: Any) -> Any:
             with seq.phase(Phase.REPLAY):
@@ -87,9 +117,16 @@ class AuditWorker(AuditMixin, Worker):
 
         def graphs(*args: Any, **kwargs: Any) -> int:
             with seq.phase(Phase.GRAPHS) as handle:
-                box["estimate"] = int(original_graphs(*args, **kwargs))
-                handle.note(f"vLLM graph estimate {box['estimate']} bytes")
-            return box["estimate"]
+                vllm_estimate = int(original_graphs(*args, **kwargs))
+                measured = self._kva_measure_graphs() if adapter.graphs_enabled(self) else None
+                box.update(vllm=vllm_estimate, measured=measured)
+                handle.facts.update(vllm_graph_estimate_bytes=vllm_estimate, **(measured.facts() if measured else {}))
+                handle.note(f"vLLM graph estimate {vllm_estimate} bytes"
+                            + (f"; kvaudit measured {measured.estimate_bytes} bytes (pool {measured.pool_bytes}, "
+                               f"driver {measured.live_non_torch_bytes}, transient {measured.transient_bytes}, "
+                               f"left after teardown {measured.residue_bytes} torch + "
+                               f"{measured.residue_non_torch_bytes} non-torch)" if measured else ""))
+            return vllm_estimate
 
         with adapter.patched(runner, "profile_run", replay) as original_profile_run, \
                 adapter.patched(runner, "profile_cudagraph_memory", graphs) as original_graphs:
@@ -97,10 +134,10 @@ class AuditWorker(AuditMixin, Worker):
         if Phase.GRAPHS not in seq.done:
             with seq.phase(Phase.GRAPHS) as handle:
                 handle.note("no CUDA graphs (enforce_eager or cudagraph_mode NONE)")
-            box["estimate"] = 0
-        if box["estimate"] == 0 and adapter.graphs_enabled(self):
-            seq.fact(graph_estimate_missing=True)
-        return box["estimate"], vllm_available
+        measured = box.get("measured")
+        self._kva_graphs = measured
+        seq.fact(vllm_graph_estimate_bytes=box.get("vllm", 0), **(measured.facts() if measured else {}))
+        return (measured.estimate_bytes if measured else 0), vllm_available
 
     def compile_or_warm_up_model(self) -> Any:
         """vLLM's own warmup and capture; its kernel_warmup call is a no-op once kvaudit's ran,
