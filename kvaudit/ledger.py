@@ -113,8 +113,9 @@ class GraphMeasurement:
 
     @property
     def capture_reserve_bytes(self) -> int:
-        """What the real capture leaves outside the pool: the residue of this session."""
-        return max(self.residue_bytes, 0)
+        """What the real capture leaves outside the pool: the residue of this session, less the
+        retained pool segments, which the estimate already charges."""
+        return max(self.residue_bytes - self.retained_pool_bytes, 0)
 
     def facts(self) -> dict[str, int]:
         return {"graph_pool_measured_bytes": self.pool_bytes, "graph_live_non_torch_bytes": self.live_non_torch_bytes,
@@ -141,6 +142,39 @@ def measure_graphs(*, resident: tuple[int, int], start: tuple[int, int], end: tu
         retained_pool_bytes=retained[0], retained_live_bytes=retained[1],
         residue_bytes=after[0] - resident[0],
         residue_non_torch_bytes=non_torch(after) - non_torch(resident))
+
+
+ALLOCATOR_ROUND_BYTES = 2 << 20
+"""PyTorch's CUDA caching allocator gives an allocation of 10 MiB or more a segment rounded up to
+2 MiB (kRoundLarge, c10/cuda/CUDACachingAllocator.cpp): what a KV tensor really takes."""
+
+
+def _round_up(n: int, granularity: int) -> int:
+    return -(-n // granularity) * granularity
+
+
+def kv_blocks_within(available_bytes: int, tensor_block_bytes: Sequence[int],
+                     granularity: int = ALLOCATOR_ROUND_BYTES) -> int:
+    """The most KV blocks N whose tensors' allocator segments fit in `available_bytes`: vLLM
+    allocates one tensor of N × p bytes per entry of `tensor_block_bytes` (0.26: one per
+    KVCacheTensor), and each takes its size rounded up to the allocator's granularity. On an
+    8B dense model (32 tensors) the rounding is 52 MiB, which a bytes-only budget misses."""
+    per_block = sum(tensor_block_bytes)
+    if per_block <= 0 or available_bytes <= 0:
+        return 0
+
+    def fits(n: int) -> bool:
+        return sum(_round_up(n * p, granularity) for p in tensor_block_bytes) <= available_bytes
+
+    lo = max((available_bytes - len(tensor_block_bytes) * granularity) // per_block, 0)
+    hi = available_bytes // per_block
+    while lo < hi:  # fits(lo) holds; find the largest n that fits
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def last_measured_phase(phases: Phases) -> Phase | None:

@@ -649,3 +649,24 @@ def test_verify_holds_up_to_the_overcommit_tolerance():
     assert verify_holds([-OVERCOMMIT_TOLERANCE_BYTES, 1])
     assert not verify_holds([-OVERCOMMIT_TOLERANCE_BYTES - 1, 1])
     assert not verify_holds([])  # no measurement holds nothing
+
+
+def test_kv_blocks_within_counts_each_tensors_allocator_rounding():
+    from kvaudit.ledger import kv_blocks_within
+    # An 8B dense model on the H200: 32 tensors of 64 KiB per block; 123280 MiB of budget.
+    pages = [64 * 1024] * 32
+    budget = 123280 * MiB
+    n = kv_blocks_within(budget, pages)
+    segments = sum(-(-n * p // (2 * MiB)) * 2 * MiB for p in pages)
+    assert segments <= budget
+    assert sum(-(-(n + 1) * p // (2 * MiB)) * 2 * MiB for p in pages) > budget
+    # 61640 blocks fit by bytes; at 61632 (a multiple of 32) every tensor is whole 2 MiB pages,
+    # where vLLM's byte figure (61640) would have taken 32 × 0.25 MiB more than it has
+    assert n == 61632
+    assert kv_blocks_within(0, pages) == 0 and kv_blocks_within(budget, []) == 0
+
+
+def test_kv_blocks_within_loses_nothing_when_tensors_are_whole_segments():
+    from kvaudit.ledger import kv_blocks_within
+    assert kv_blocks_within(64 * MiB, [2 * MiB]) == 32
+    assert kv_blocks_within(64 * MiB + 1, [2 * MiB]) == 32

@@ -329,6 +329,25 @@ def kv_geometry_estimate(worker: Any) -> dict[str, int] | None:
     return {"block_size": int(min(sizes)), "kv_bytes_per_block": int(sum(pages))}
 
 
+def kv_tensor_block_bytes(worker: Any, trial_blocks: int = 1024) -> list[int] | None:
+    """Bytes per block of each KV tensor vLLM will allocate: vLLM's own KV config for a trial
+    block count (the call its minimal profiling cache makes), each KVCacheTensor's size over it.
+    None when this vLLM's config cannot be built that way."""
+    try:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
+        runner = worker.model_runner
+        groups = get_kv_cache_groups(worker.vllm_config, runner.get_kv_cache_spec())
+        saved = worker.cache_config.num_gpu_blocks_override
+        worker.cache_config.num_gpu_blocks_override = trial_blocks
+        try:
+            config = get_kv_cache_config_from_groups(worker.vllm_config, groups, available_memory=0)
+        finally:
+            worker.cache_config.num_gpu_blocks_override = saved
+        return [int(t.size) // int(config.num_blocks) for t in config.kv_cache_tensors] or None
+    except Exception:  # an aid to exactness: without it KV is sized in bytes, as before
+        return None
+
+
 def attention_backend(worker: Any) -> str | None:
     groups = getattr(worker.model_runner, "attn_groups", None) or []
     for per_group in groups:

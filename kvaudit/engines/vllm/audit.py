@@ -23,7 +23,7 @@ from typing import Any
 from kvaudit.engines.sequence import Journal, PhaseHandle, RankSequencer, WarmupGuard
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.records import phase_records
-from kvaudit.ledger import requested_bytes, size_kv
+from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
 from kvaudit.schema import Phase, PhaseStatus
 
 
@@ -49,6 +49,11 @@ class AuditMixin:
 
     def _kva_non_torch_now(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _kva_kv_tensor_pages(self) -> list[int] | None:
+        """Bytes per block of each KV tensor vLLM will allocate, where the allocator rounds
+        tensors (CUDA); None where it does not (host RSS)."""
+        return None
 
     def _kva_make_tracer(self) -> Any:
         """An AllocationTracer when `--trace` asked for one and the backend has allocator history."""
@@ -129,8 +134,14 @@ class AuditMixin:
             available -= self._kva_kv_structures + capture_reserve
         if available is None:  # a phase could not be read; vLLM's figure is all there is
             available = vllm_available if vllm_available is not None else 0
+        pages = self._kva_kv_tensor_pages()
+        rounding = 0
+        if pages:  # whole blocks whose tensors' allocator segments fit, not just their bytes
+            fitted = kv_blocks_within(int(available), pages) * sum(pages)
+            rounding, available = int(available) - fitted, fitted
         seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=int(available),
                  kv_structures_reserve_bytes=self._kva_kv_structures, capture_reserve_bytes=capture_reserve,
+                 kv_segment_rounding_bytes=rounding,
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
                  **(adapter.kv_geometry_estimate(self) or {}))

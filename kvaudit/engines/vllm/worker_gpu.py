@@ -37,6 +37,9 @@ class AuditWorker(AuditMixin, Worker):
     def _kva_make_tracer(self) -> AllocationTracer | None:
         return AllocationTracer.from_env(self.device)
 
+    def _kva_kv_tensor_pages(self) -> list[int] | None:
+        return adapter.kv_tensor_block_bytes(self)
+
     def _kva_non_torch_now(self) -> int:
         reading = self._kva_seq.probe.read(pools=False)
         return reading.device_used_bytes - reading.reserved_bytes - (self._kva_others or 0)
