@@ -193,16 +193,6 @@ def graphs_non_torch(phases: Phases) -> int:
     return max(growth or 0, 0)
 
 
-def capture_leftovers(phases: Phases) -> int:
-    """Torch segments outside the graph pool that graph profiling left behind: R(graphs) −
-    R(replay) − the pool still held. vLLM's real capture leaves the same again (measured with
-    --trace on an H200, vLLM 0.26: the compiled graph's `call` keeps one 32 MiB buffer per capture
-    session, once in profiling and once in the real capture), and it is not in the graph
-    estimate, so the engine reserves it when it sizes KV."""
-    growth = _sub(_sub(_r(phases, Phase.GRAPHS), _r(phases, Phase.REPLAY)), _pool(phases, Phase.GRAPHS) or 0)
-    return max(growth or 0, 0)
-
-
 def capture_non_torch(phases: Phases) -> int | None:
     return _sub(_u_minus_r(phases, Phase.CAPTURE), _u_minus_r(phases, Phase.KV))
 

@@ -6,6 +6,9 @@ is from process start to a ready engine that has shut down again, for both.
 
     python tests/benchmarks/bench_run.py                      # embedded model, CPU defaults
     python tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json out.json
+    python tests/benchmarks/bench_run.py --model tests/gpu/models/deepseek-v3-2layer-mtp --dummy-weights \
+        --mtp 1 --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
+        --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders pkkp      # a real-dimension model (H200)
 """
 
 from __future__ import annotations
@@ -42,13 +45,22 @@ def main() -> int:
     ap.add_argument("--gmu", type=float)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--enforce-eager", action="store_true", default=None)
+    ap.add_argument("--model", help="a model directory (config.json); default: the embedded model")
+    ap.add_argument("--dummy-weights", action="store_true")
+    ap.add_argument("--mtp", type=int)
+    ap.add_argument("--max-model-len", type=int)
+    ap.add_argument("--max-num-seqs", type=int)
+    ap.add_argument("--max-num-batched-tokens", type=int)
+    ap.add_argument("--cudagraph-sizes")
     ap.add_argument("--orders", default="pkkp", help="p = plain LLM boot, k = kvaudit run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     from kvaudit.config import build_run_config
-    config = build_run_config(model=None, dummy_weights=False, preset=None, passthrough=[], mtp=None,
-                              cudagraph_sizes=None, tensor_parallel_size=args.tp, gpu_memory_utilization=args.gmu,
-                              enforce_eager=args.enforce_eager)
+    config = build_run_config(model=args.model, dummy_weights=args.dummy_weights, preset=None, passthrough=[],
+                              mtp=args.mtp, cudagraph_sizes=args.cudagraph_sizes, tensor_parallel_size=args.tp,
+                              gpu_memory_utilization=args.gmu, enforce_eager=args.enforce_eager,
+                              max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                              max_num_batched_tokens=args.max_num_batched_tokens)
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0")
     walls: dict[str, list[float]] = {"p": [], "k": []}
     tmp = Path(tempfile.mkdtemp(prefix="kvaudit-bench-"))
@@ -57,12 +69,18 @@ def main() -> int:
             cmd = [sys.executable, "-c", PLAIN, json.dumps(config.to_json())]
         else:
             cmd = [sys.executable, "-m", "kvaudit", "run", "-f", "json", "-o", str(tmp / f"k{i}.json")]
-            if args.gmu is not None:
-                cmd += ["--gmu", str(args.gmu)]
+            for flag, value in (("--model", args.model), ("--gmu", args.gmu), ("--mtp", args.mtp),
+                                ("--max-model-len", args.max_model_len), ("--max-num-seqs", args.max_num_seqs),
+                                ("--max-num-batched-tokens", args.max_num_batched_tokens),
+                                ("--cudagraph-sizes", args.cudagraph_sizes)):
+                if value is not None:
+                    cmd += [flag, str(value)]
             if args.tp != 1:
                 cmd += ["--tp", str(args.tp)]
             if args.enforce_eager:
                 cmd += ["--enforce-eager"]
+            if args.dummy_weights:
+                cmd += ["--dummy-weights"]
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / f"{kind}{i}.log", "w"))
         wall = time.perf_counter() - start

@@ -624,25 +624,6 @@ def test_the_real_does_not_fit_report_agrees_with_vllms_estimate(real_reports):
 # the capture reserve (what graph profiling left outside the pool comes again with the real capture)
 
 
-def test_capture_leftovers_are_reserved_growth_of_graph_profiling_outside_the_pool():
-    from kvaudit.ledger import capture_leftovers
-    # GIVEN graph profiling grew torch reserved by 32 MiB (the H200 boot: the compiled graph's
-    # buffer) and holds no pool afterwards
-    phases = boot_phases(upto=Phase.GRAPHS)
-    replay_r = phases[Phase.REPLAY].torch_reserved_bytes
-    phases[Phase.GRAPHS] = dataclasses.replace(phases[Phase.GRAPHS], torch_reserved_bytes=replay_r + 32 * MiB,
-                                               graph_pool_bytes=0)
-    assert capture_leftovers(phases) == 32 * MiB
-    # WHEN the profiling pool is still held (a fork keeps it for the real capture) THEN its
-    # segments are graph memory, not leftovers
-    phases[Phase.GRAPHS] = dataclasses.replace(phases[Phase.GRAPHS], graph_pool_bytes=24 * MiB)
-    assert capture_leftovers(phases) == 8 * MiB
-    # and shrinking reserved memory (empty_cache released profiling's segments) reserves nothing
-    phases[Phase.GRAPHS] = dataclasses.replace(phases[Phase.GRAPHS], torch_reserved_bytes=replay_r - MiB,
-                                               graph_pool_bytes=0)
-    assert capture_leftovers(phases) == 0
-
-
 def test_verify_holds_up_to_the_overcommit_tolerance():
     from kvaudit.ledger import OVERCOMMIT_TOLERANCE_BYTES, verify_holds
     assert verify_holds([5 * MiB, 0])
