@@ -116,6 +116,7 @@ def run(ctx: typer.Context,
     Further vLLM engine arguments go after `--`: kvaudit run --tp 2 -- --enable-expert-parallel
     """
     from kvaudit.config import build_run_config
+    from kvaudit.engines.supervision import StopSignals
     from kvaudit.engines.vllm import RunOptions, run_audit
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
@@ -124,10 +125,12 @@ def run(ctx: typer.Context,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                               kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
-    with Progress.for_run(config, log) as progress:
-        report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace,
-                                              owners=tuple(owners or ())), progress.on_event)
-    _emit_report(report, fmt, width, output)
+    # SIGINT, SIGTERM and SIGHUP stop the boot; they stay deferred until the report is written
+    with StopSignals() as signals:
+        with Progress.for_run(config, log) as progress:
+            report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace,
+                                                  owners=tuple(owners or ())), progress.on_event, signals)
+        _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 from kvaudit.config import AuditConfig
 from kvaudit.engines import records
 from kvaudit.engines.sequence import read_journal
-from kvaudit.engines.supervision import JournalTailer, ProgressFn, stop_session, watch
+from kvaudit.engines.supervision import (
+    JournalTailer, ProgressFn, StopSignals, release_guard, start_guard, stop_session, watch,
+)
 from kvaudit.errors import AuditIncompleteError, UsageError
 from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
@@ -76,14 +78,16 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
                                 "journal_dir": str(journal_dir)}))
     log_path = workdir / "selftest.log"
     started = time.monotonic()
-    with open(log_path, "wb") as log:
+    with open(log_path, "wb") as log, StopSignals() as signals:
         proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.selftest.launch", str(spec)],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
+        guard = start_guard(proc.pid)
         try:
-            stop = watch(proc, JournalTailer(journal_dir), on_progress, opts.timeout_s, started)
+            stop = watch(proc, JournalTailer(journal_dir), on_progress, opts.timeout_s, started, signals)
         finally:
-            survivors = stop_session(proc)
+            survivors = stop_session(proc, signals=signals)
+            release_guard(guard)
     log_text = log_path.read_text(encoding="utf-8", errors="replace")
     folded = [records.fold(int(p.stem[4:]), read_journal(p)) for p in sorted(journal_dir.glob("rank*.jsonl"))]
     return assemble(opts, folded, stop=stop, exit_code=proc.returncode, log_tail=log_text[-3000:],

@@ -6,6 +6,7 @@ It imports neither torch nor vllm: the CLI process stays small and can always cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,7 +22,9 @@ from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
 from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
 from kvaudit.engines.trace import trace_env
-from kvaudit.engines.supervision import JournalTailer, stop_session, watch
+from kvaudit.engines.supervision import (
+    JournalTailer, StopSignals, release_guard, start_guard, stop_session, watch,
+)
 from kvaudit.errors import UsageError
 from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
@@ -45,11 +48,24 @@ class RunOptions:
     """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
 
 
-def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
-    """Boot vLLM with the audit worker and return the report, complete or partial."""
+def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None,
+              signals: StopSignals | None = None) -> Report:
+    """Boot vLLM with the audit worker and return the report, complete or partial.
+
+    SIGINT, SIGTERM and SIGHUP stop the boot and still return the partial report; pass the
+    caller's StopSignals to keep them deferred until the report is written."""
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
-    workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
+    with StopSignals() if signals is None else contextlib.nullcontext(signals) as stop_signals:
+        workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
+        try:
+            return _run(config, options, on_progress, stop_signals, workdir)
+        finally:
+            _remove(workdir)  # never left behind, with or without --log (that file lives elsewhere)
+
+
+def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals,
+         workdir: Path) -> Report:
     journal_dir = workdir / "journal"
     journal_dir.mkdir()
     result_path = workdir / "result.json"
@@ -62,14 +78,19 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     tailer = JournalTailer(journal_dir)
     started = time.monotonic()
+    stop: FailureKind | None = None
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.vllm.boot", str(spec_path)],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
+        guard = start_guard(proc.pid)
         try:
-            stop = watch(proc, tailer, on_progress, options.timeout_s, started)
+            stop = watch(proc, tailer, on_progress, options.timeout_s, started, signals)
         finally:
-            survivors = stop_session(proc)
+            on_progress(-1, {"type": "stopping", "reason": signals.name if stop is FailureKind.INTERRUPTED
+                             else (stop.value if stop else "finished")})
+            survivors = stop_session(proc, signals=signals)
+            release_guard(guard)
     for rank, event in tailer.poll():
         on_progress(rank, event)
     try:
@@ -77,12 +98,9 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     except (json.JSONDecodeError, OSError):
         result = {}
     log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
-    report = assemble(config, result, journal_dir, log_text, stop=stop, exit_code=proc.returncode,
-                      elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors,
-                      traced=options.trace)
-    if options.log_path is None:
-        _remove(workdir)
-    return report
+    return assemble(config, result, journal_dir, log_text, stop=stop, exit_code=proc.returncode,
+                    elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors,
+                    traced=options.trace, stop_signal=signals.name)
 
 
 def _remove(folder: Path) -> None:
@@ -153,7 +171,7 @@ def _verify(data: dict[str, Any] | None) -> Verify | None:
 
 def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log_text: str, *,
              stop: FailureKind | None, exit_code: int | None, elapsed_s: float, timeout_s: float,
-             survivors: list[int], traced: bool = False) -> Report:
+             survivors: list[int], traced: bool = False, stop_signal: str | None = None) -> Report:
     if isinstance(result.get("config"), dict):
         config = config_from_json(result["config"])
     folded = [records.fold(rank, events) for rank, events in rank_events(result, journal_dir).items()]
@@ -162,7 +180,8 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
     error = result.get("error") if isinstance(result.get("error"), dict) else None
     if error and error.get("type") == "UsageError":
         raise UsageError(error.get("message", "bad configuration"))
-    failure = find_failure(folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s)
+    failure = find_failure(folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s,
+                           stop_signal=stop_signal)
     facts = folded[0].facts if folded else {}
     versions = result.get("versions") or {}
     warnings = []
@@ -214,13 +233,15 @@ def _last_phase(folded: list[records.RankEvents]) -> tuple[Phase | None, int | N
 
 
 def find_failure(folded: list[records.RankEvents], error: dict[str, Any] | None, log_text: str, *,
-                 stop: FailureKind | None, exit_code: int | None, timeout_s: float) -> Failure | None:
+                 stop: FailureKind | None, exit_code: int | None, timeout_s: float,
+                 stop_signal: str | None = None) -> Failure | None:
     phase, rank = _last_phase(folded)
     if stop is FailureKind.TIMEOUT:
         return Failure(phase, rank, stop, f"no result after {timeout_s:.0f} s: raise --timeout if the boot is "
                                           f"slow, or look at the vLLM log (--log) for a hang")
     if stop is FailureKind.INTERRUPTED:
-        return Failure(phase, rank, stop, "interrupted (Ctrl-C): every vLLM process was stopped")
+        how = "Ctrl-C" if stop_signal in (None, "SIGINT") else stop_signal
+        return Failure(phase, rank, stop, f"interrupted ({how}): every vLLM process was stopped")
     from_log = find_failure_in_log(log_text)
     rank_errors = [(f.rank, e) for f in folded for e in f.errors]
     if from_log is not None:
