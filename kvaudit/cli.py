@@ -30,10 +30,11 @@ OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
 
 
 def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
-    from kvaudit.report import write_report
+    from kvaudit.render.output import write_output
+    from kvaudit.schema import dumps
     if output is not None:
         try:
-            write_report(report, output)
+            write_output(output, dumps(report))
         except OSError as exc:
             raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
         typer.echo(f"kvaudit: report written to {output}", err=True)
