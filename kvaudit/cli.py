@@ -15,6 +15,7 @@ import typer
 
 from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.render import Format, reporter
+from kvaudit.render.printable import one_line
 
 app = typer.Typer(
     name="kvaudit", add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -58,10 +59,9 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
              help="Exit 1 when KV on the binding rank fell by more than this (4096, 512MiB, 1.5GiB).")] = None,
          ) -> None:
     """Per-owner deltas per rank, the dominant owner, knob and environment differences, KV change."""
-    from kvaudit.diff import check_kv_drop, diff_reports
+    from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit
     from kvaudit.report import load_report
-    from kvaudit.units import parse_bytes
-    limit = parse_bytes(fail_on_kv_drop) if fail_on_kv_drop is not None else None
+    limit = kv_drop_limit(fail_on_kv_drop) if fail_on_kv_drop is not None else None
     result = diff_reports(load_report(a), load_report(b), a_name=a.name, b_name=b.name)
     if not result.comparable:
         typer.echo("kvaudit: warning: the runs differ in " + ", ".join(k.knob for k in result.knob_differences)
@@ -172,7 +172,7 @@ def main() -> None:
         code = app(standalone_mode=False, prog_name="kvaudit")  # not "python -m kvaudit"
         sys.stdout.flush()  # a closed pipe shows here when the data fit in the buffer
     except KvauditError as exc:
-        typer.echo(f"kvaudit: error: {exc}", err=True)
+        typer.echo(f"kvaudit: error: {one_line(str(exc))}", err=True)
         sys.exit(int(exc.exit_code))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -192,7 +192,8 @@ def main() -> None:
     except Exception as exc:  # a bug: still one line, the traceback on request
         if os.environ.get("KVAUDIT_DEBUG"):
             raise
-        typer.echo(f"kvaudit: internal error: {type(exc).__name__}: {exc} (KVAUDIT_DEBUG=1 shows the traceback)",
+        typer.echo(f"kvaudit: internal error: {type(exc).__name__}: {one_line(str(exc))} (KVAUDIT_DEBUG=1 shows "
+                   f"the traceback)",
                    err=True)
         sys.exit(int(ExitCode.INCOMPLETE))
     sys.exit(code if isinstance(code, int) else 0)
@@ -217,7 +218,7 @@ def _usage_error(exc: Exception) -> NoReturn:
         if len(given) == 1 and repr(given[0]) not in message:
             message += f": got {given[0]!r}"
         ctx = getattr(exc, "ctx", None)
-        typer.echo(f"kvaudit: error: {message} (see {ctx.command_path if ctx else 'kvaudit'} --help)", err=True)
+        typer.echo(f"kvaudit: error: {one_line(message)} (see {ctx.command_path if ctx else 'kvaudit'} --help)", err=True)
     sys.exit(int(ExitCode.USAGE))
 
 

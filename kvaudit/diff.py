@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from kvaudit.config import COMPARED_KNOBS
-from kvaudit.errors import FindingError
+from kvaudit.errors import FindingError, UsageError
 from kvaudit.schema import (
     NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report,
 )
 from kvaudit.sites import site_deltas
-from kvaudit.units import fmt_gib
+from kvaudit.units import fmt_gib, parse_bytes
 
 
 def _delta(a: int | None, b: int | None) -> int | None:
@@ -58,7 +58,10 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
 
 def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> DiffReport:
     owners = _owner_rows(a.binding(), b.binding(), None)
-    a_ranks, b_ranks = {r.rank: r for r in a.ranks}, {r.rank: r for r in b.ranks}
+    # A rank whose number is unknown (null) cannot be paired with the other side's: it counts
+    # only through the binding rank, and a per-rank row of rank None would read as the binding's.
+    a_ranks = {r.rank: r for r in a.ranks if r.rank is not None}
+    b_ranks = {r.rank: r for r in b.ranks if r.rank is not None}
     for rank in sorted(set(a_ranks) | set(b_ranks)):
         owners += _owner_rows(a_ranks.get(rank), b_ranks.get(rank), rank)
     binding_rows = [d for d in owners if d.rank is None and d.owner in NON_KV_OWNERS and d.delta_bytes]
@@ -87,3 +90,16 @@ def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
         raise FindingError(f"KV cache fell by {fmt_gib(-delta)} ({diff.a_name} → {diff.b_name}), more than the "
                            f"allowed {fmt_gib(limit_bytes)}"
                            + (f"; dominant owner: {diff.dominant_owner.value}" if diff.dominant_owner else ""))
+
+
+MAX_SIZE_CHARS = 40
+"""A size longer than this is no size of memory (2**64 bytes has 20 digits): refused before
+Python is asked to convert thousands of digits (it refuses past 4300, with a ValueError)."""
+
+
+def kv_drop_limit(text: str) -> int:
+    """`--fail-on-kv-drop`'s value in bytes; anything else is a usage error (exit 2)."""
+    if len(text) > MAX_SIZE_CHARS:
+        raise UsageError(f"--fail-on-kv-drop takes a size such as 4096, 512MiB or 1.5GiB; got {len(text)} "
+                         f"characters")
+    return parse_bytes(text)

@@ -79,11 +79,12 @@ def site_lines(report: Report) -> list[str]:
     rank = report.binding() or (report.ranks[0] if report.ranks else None)
     if rank is None or not rank.sites:
         return []
-    ends = [s for s in rank.sites if s.at == "end"]
+    known = [s for s in rank.sites if s.bytes is not None]  # a site of unknown size adds nothing to a sum
+    ends = [s for s in known if s.at == "end"]
     last = ends[-1].phase if ends else None
     lines = []
     for label, chosen in ((f"at {last}", [s for s in ends if s.phase == last]),
-                          ("at the replay peak", [s for s in rank.sites if s.at == "peak" and s.phase == "replay"])):
+                          ("at the replay peak", [s for s in known if s.at == "peak" and s.phase == "replay"])):
         chosen = sorted(chosen, key=lambda s: (s.owner, -s.bytes))
         for owner, group in groupby(chosen, key=lambda s: s.owner):
             parts = [(s.site, s.bytes) for s in group]
@@ -94,7 +95,8 @@ def site_lines(report: Report) -> list[str]:
 def diff_site_lines(diff: DiffReport) -> list[str]:
     """`--trace` on both sides: per rank and owner, the owner's change as the sum of its sites'."""
     lines = []
-    for (rank, owner), group in groupby(sorted(diff.sites, key=lambda d: (d.rank, d.owner)),
+    known = [d for d in diff.sites if d.delta_bytes is not None and d.rank is not None]
+    for (rank, owner), group in groupby(sorted(known, key=lambda d: (d.rank, d.owner)),
                                         key=lambda d: (d.rank, d.owner)):
         deltas = sorted(group, key=lambda d: -abs(d.delta_bytes))
         parts = [(d.site, d.delta_bytes) for d in deltas]
