@@ -59,10 +59,11 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
              help="Exit 1 when KV on the binding rank fell by more than this (4096, 512MiB, 1.5GiB).")] = None,
          ) -> None:
     """Per-owner deltas per rank, the dominant owner, knob and environment differences, KV change."""
-    from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit
+    from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit, side_labels
     from kvaudit.report import load_report
     limit = kv_drop_limit(fail_on_kv_drop) if fail_on_kv_drop is not None else None
-    result = diff_reports(load_report(a), load_report(b), a_name=a.name, b_name=b.name)
+    a_name, b_name = side_labels(str(a), str(b))
+    result = diff_reports(load_report(a), load_report(b), a_name=a_name, b_name=b_name)
     if not result.comparable:
         typer.echo("kvaudit: warning: the runs differ in " + ", ".join(k.knob for k in result.knob_differences)
                    + "; owner deltas mix config and code changes", err=True)

@@ -3,6 +3,7 @@ whether the knobs are comparable, what changed in the environment, and what happ
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 from kvaudit.config import COMPARED_KNOBS
@@ -103,3 +104,15 @@ def kv_drop_limit(text: str) -> int:
         raise UsageError(f"--fail-on-kv-drop takes a size such as 4096, 512MiB or 1.5GiB; got {len(text)} "
                          f"characters")
     return parse_bytes(text)
+
+
+def side_labels(a: str, b: str) -> tuple[str, str]:
+    """Column labels for the two sides: the shortest trailing paths that tell them apart
+    (`before/run.json`, `after/run.json`: the usual CI layout), `A:`/`B:` for one file twice."""
+    pa, pb = PurePath(a).parts, PurePath(b).parts
+    for n in range(1, max(len(pa), len(pb)) + 1):
+        la, lb = str(PurePath(*pa[-n:])), str(PurePath(*pb[-n:]))
+        if la != lb:
+            return la, lb
+    name = str(PurePath(*pa[-1:])) if pa else a
+    return f"A:{name}", f"B:{name}"

@@ -12,6 +12,7 @@ from kvaudit.diff import check_kv_drop, diff_reports
 from kvaudit.errors import ExitCode, FindingError
 from kvaudit.report import load_report
 from kvaudit.schema import Engine, Environment, Owner, Verdict, diff_from_json, dumps
+from kvaudit.units import fmt_gib3
 
 # A: two ranks; rank 1 binds (less KV).  B: persistent +2 GiB on both, non_torch +0.25 GiB on rank 0,
 # the KV cache shrinks to match; rank 0 binds in B.
@@ -242,3 +243,28 @@ def test_diff_of_real_reports_by_hand(real_reports):
     assert diff.capacity["kv_available_delta_bytes"] == 304377201 - 6884101325
     # non_torch +642875392 is the largest |delta| among the non-KV owners (torch_other −634036224)
     assert diff.dominant_owner is Owner.NON_TORCH
+
+
+# issue 15 item 6: the CI layout, before/run.json against after/run.json
+
+
+def test_same_file_names_in_different_folders_keep_both_sides(tmp_path, cli):
+    (tmp_path / "before").mkdir()
+    (tmp_path / "after").mkdir()
+    a = write_json(tmp_path / "before" / "run.json", real_json("run1"))
+    b = write_json(tmp_path / "after" / "run.json", real_json("run3"))
+    weights_a = fmt_gib3(load_report(a).binding().owners[Owner.WEIGHTS])
+    table = cli("diff", str(a), str(b), "--width", "120")
+    assert table.code == 0, table.stderr
+    assert "kvaudit diff before/run.json → after/run.json" in table.stdout
+    header = next(line for line in table.stdout.splitlines() if line.startswith("owner, binding rank"))
+    assert [cell.strip() for cell in header.split("┃")[1:]] == ["before/run.json", "after/run.json", "delta"]
+    markdown = cli("diff", str(a), str(b), "-f", "markdown")
+    assert "| owner, binding rank (GiB) | before/run.json | after/run.json | delta |" in markdown.stdout
+    row = next(line for line in markdown.stdout.splitlines() if line.startswith("| weights |"))
+    assert row.split(" | ")[1] == weights_a
+
+
+def test_one_file_twice_is_labelled_a_and_b(cli):
+    result = cli("diff", str(DATA / "run1.json"), str(DATA / "run1.json"), "-f", "markdown")
+    assert "| owner, binding rank (GiB) | A:run1.json | B:run1.json | delta |" in result.stdout
