@@ -19,6 +19,7 @@ from kvaudit.render.printable import one_line
 
 app = typer.Typer(
     name="kvaudit", add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # plain click help: no box that truncates option names at 80 columns
     help="Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe.")
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
@@ -91,16 +92,22 @@ def run(ctx: typer.Context,
                                                           "tiny DeepSeek-V3-style model.")] = None,
         dummy_weights: Annotated[bool, typer.Option("--dummy-weights", help="Random weights of the real shapes: "
                                                     "audit a checkpoint from its config.json alone.")] = False,
-        tp: Annotated[Optional[int], typer.Option("--tp", help="tensor_parallel_size")] = None,
-        dcp: Annotated[Optional[int], typer.Option("--dcp", help="decode_context_parallel_size")] = None,
+        tp: Annotated[Optional[int], typer.Option("--tp", help="tensor_parallel_size  [default: 1]")] = None,
+        dcp: Annotated[Optional[int], typer.Option("--dcp", help="decode_context_parallel_size  [default: 1]")] = None,
         mtp: Annotated[Optional[int], typer.Option("--mtp", help="MTP speculative tokens (method mtp)")] = None,
-        gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization")] = None,
-        max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
-        max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs")] = None,
-        max_num_batched_tokens: Annotated[Optional[int], typer.Option("--max-num-batched-tokens")] = None,
+        gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization. Default: vLLM's on a "
+                                                     "GPU; on CPU a fraction of NUMA node 0, about 3 GiB per worker and "
+                                                     "at most 80% of the node's available memory / tp (the report "
+                                                     "says which).")] = None,
+        max_model_len: Annotated[Optional[int], typer.Option(
+            "--max-model-len", help="Default: the model's (4096 for the embedded model).")] = None,
+        max_num_seqs: Annotated[Optional[int], typer.Option(
+            "--max-num-seqs", help="Default: vLLM's (8 for the embedded model).")] = None,
+        max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+            "--max-num-batched-tokens", help="Default: vLLM's (512 for the embedded model).")] = None,
         cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8",
                                                                help="cudagraph_capture_sizes")] = None,
-        kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype")] = None,
+        kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype", help="Default: vLLM's (auto).")] = None,
         enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager",
                                                               help="Default: eager on CPU, graphs on GPU.")] = None,
         config_file: Annotated[Optional[Path], typer.Option("--config", help="A TOML preset (configs/*.toml).")] = None,
@@ -139,7 +146,10 @@ def run(ctx: typer.Context,
 @app.command()
 def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the proof) or cpu (a smoke run).")] = "cuda",
              tp: Annotated[int, typer.Option("--tp", help="Ranks: one process per GPU (gloo on cpu).")] = 1,
-             gmu: Annotated[float, typer.Option("--gmu", help="gpu_memory_utilization")] = 0.98,
+             gmu: Annotated[Optional[float], typer.Option(
+                 "--gmu", help="gpu_memory_utilization. Default: 0.98 on cuda; on cpu a fraction of the host's "
+                               "memory, about 2 GiB per rank and at most 80% of the available memory / tp "
+                               "(the report says which).")] = None,
              verify: Annotated[bool, typer.Option("--verify", help="Allocate KV, replay graphs, run the "
                                                   "worst-case step; true peak vs budget.")] = False,
              repeat: Annotated[int, typer.Option("--repeat", help="Verify repeats.")] = 1,

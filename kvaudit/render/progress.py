@@ -26,8 +26,9 @@ class Progress:
 
     @classmethod
     def for_selftest(cls, opts: Any) -> Progress:
+        gmu = "default" if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
         return cls(f"kvaudit: selftest on {opts.device} (tp {opts.tensor_parallel_size}, gmu "
-                   f"{opts.gpu_memory_utilization}, sizing {opts.sizing})", "starting the ranks…")
+                   f"{gmu}, sizing {opts.sizing})", "starting the ranks…")
 
     def __enter__(self) -> Progress:
         self.console.print(self.headline, style="dim")

@@ -61,6 +61,23 @@ def lever_lines(report: Report) -> list[str]:
             + (f" ({lv.note})" if lv.note else "") for lv in report.capacity.levers]
 
 
+NOTE_PREFIX = "note: "
+
+
+def notes_and_warnings(report: Report) -> tuple[list[str], list[str]]:
+    """The report's `warnings`, split: notes are information (where a default came from, an
+    over-commit within the tolerance, which the verdict already accepted), warnings want action."""
+    notes, warnings = [], []
+    for line in report.warnings:
+        if line.startswith(NOTE_PREFIX):
+            notes.append(line[len(NOTE_PREFIX):])
+        elif "(within the " in line and line.endswith(" tolerance)"):
+            notes.append(line)
+        else:
+            warnings.append(line)
+    return notes, warnings
+
+
 def verdict_line(report: Report) -> str:
     return f"{report.verdict.value.upper()}: {report.verdict_reason}" if report.verdict_reason \
         else report.verdict.value.upper()

@@ -64,7 +64,10 @@ class TableReporter:
             con.print(f"{'lever':>30}: {line}")
         for line in summary.site_lines(report):
             con.print(f"sites: {line}")
-        for line in report.warnings:
+        notes, warnings = summary.notes_and_warnings(report)
+        for line in notes:
+            con.print(f"note: {line}")
+        for line in warnings:
             con.print(f"warning: {line}", style="yellow")
         if report.failure is not None:
             f = report.failure

@@ -51,7 +51,10 @@ class MarkdownReporter:
             out.write(f"- lever: `{line}`\n")
         for line in summary.site_lines(report):
             out.write(f"- sites: {line}\n")
-        for line in report.warnings:
+        notes, warnings = summary.notes_and_warnings(report)
+        for line in notes:
+            out.write(f"- note: {line}\n")
+        for line in warnings:
             out.write(f"- warning: {line}\n")
         out.write(f"\n**{summary.verdict_line(report)}**\n")
 

@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-from kvaudit.config import AuditConfig, config_from_json
+from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines.probes import OTHERS_ENV, node_meminfo, nvml_used_by_device
 from kvaudit.engines.sequence import Journal
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
 VERIFY_DECODE_TOKENS = 4
-CPU_DEFAULT_REQUEST_BYTES = 3 << 30
-"""On the CPU backend GMU is a fraction of the NUMA node, and vLLM's default 0.92 is refused
-there: kvaudit asks for about 3 GiB per worker (the embedded model needs under 1 GiB besides KV)."""
-
 ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_")
 
 
@@ -40,19 +35,21 @@ def memory_env() -> dict[str, str]:
             if k.startswith(ENV_PREFIXES) and k != "VLLM_CPU_OMP_THREADS_BIND_AUTO"}
 
 
-def cpu_defaults(config: AuditConfig) -> AuditConfig:
-    """A GMU that fits this machine's node, and eager mode (torch.compile on two cores takes
-    minutes and changes nothing kvaudit measures on CPU)."""
+def cpu_defaults(config: AuditConfig) -> tuple[AuditConfig, str | None]:
+    """A GMU that fits this machine's node (config.cpu_default_gmu), and eager mode (torch.compile
+    on two cores takes minutes and changes nothing kvaudit measures on CPU). The note says where
+    a default GMU came from, for the report: it differs from machine to machine."""
     changes: dict[str, Any] = {}
+    note = None
     if config.gpu_memory_utilization is None:
         total, available = node_meminfo(0)
         tp = config.tensor_parallel_size or 1
-        fits = math.floor(0.8 * available / total / tp * 100) / 100
-        wanted = math.ceil(CPU_DEFAULT_REQUEST_BYTES / total * 100) / 100
-        changes["gpu_memory_utilization"] = max(min(wanted, fits), 0.01)
+        gmu = cpu_default_gmu(total, available, tp, CPU_RUN_REQUEST_BYTES)
+        changes["gpu_memory_utilization"] = gmu
+        note = cpu_gmu_note(gmu, total, available, tp, CPU_RUN_REQUEST_BYTES)
     if config.enforce_eager is None:
         changes["enforce_eager"] = True
-    return config.replace(**changes)
+    return config.replace(**changes), note
 
 
 def bind_cpu_threads(tp: int) -> None:
@@ -153,8 +150,10 @@ def main(argv: list[str]) -> int:
         result.set(error=_error(exc), stage="import")
         return 3
     backend = "cpu" if current_platform.is_cpu() else "gpu"
+    notes: list[str] = []
     if backend == "cpu":
-        config = cpu_defaults(config)
+        config, note = cpu_defaults(config)
+        notes += [note] if note else []
         try:
             bind_cpu_threads(config.tensor_parallel_size or 1)
         except ValueError as exc:
@@ -162,7 +161,7 @@ def main(argv: list[str]) -> int:
             return 2
     versions = {"vllm": getattr(vllm, "__version__", None), "torch": torch.__version__,
                 "cuda": getattr(torch.version, "cuda", None), "backend": backend}
-    result.set(config=config.to_json(), versions=versions, env=memory_env(), stage="boot")
+    result.set(config=config.to_json(), versions=versions, env=memory_env(), notes=notes, stage="boot")
     boot_journal.write({"type": "boot", "config": config.to_json(), **versions})
     try:
         llm = LLM(**engine_kwargs(config, WORKERS[backend]))

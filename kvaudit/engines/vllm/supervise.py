@@ -184,7 +184,7 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
                            stop_signal=stop_signal)
     facts = folded[0].facts if folded else {}
     versions = result.get("versions") or {}
-    warnings = []
+    warnings = [n for n in result.get("notes") or [] if isinstance(n, str)]
     if survivors:
         warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
     for f in folded:
