@@ -23,7 +23,7 @@ app = typer.Typer(
     help="Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe.")
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
-WidthOpt = Annotated[Optional[int], typer.Option("--width", help="Table width (default: the terminal's).")]
+WidthOpt = Annotated[Optional[int], typer.Option("--width", min=1, help="Table width (default: the terminal's).")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocator's history and attribute every "
                                         "block to an owner and an allocation site (module/function).")]
 OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
@@ -41,6 +41,19 @@ def _emit_report(report, fmt: Format, width: int | None, output: Path | None = N
             raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
         typer.echo(f"kvaudit: report written to {output}", err=True)
     reporter(fmt, width=width).report(report, sys.stdout)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from kvaudit import __version__
+        typer.echo(f"kvaudit {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print kvaudit's version and exit.")] = False) -> None:
+    """Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe."""
 
 
 @app.command()

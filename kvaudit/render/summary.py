@@ -51,14 +51,38 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
                       f"slack {fmt_gib(v.slack_bytes)}" + (f" ({v.error})" if v.error else "")
                       + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
-        lines.append(("safe vllm serve flags", " ".join(cap.safe_serve_flags)))
+        lines.append((SAFE_FLAGS_LABEL, " ".join(cap.safe_serve_flags)))
     return lines
 
 
+SAFE_FLAGS_LABEL = "safe vllm serve flags"
+
+
+def useful_levers(report: Report) -> list:
+    """The levers worth pulling. A max_model_len lever to a length of 0 (no request fits at
+    all, e.g. at --gmu 0.01) serves nothing: the verdict says to raise --gmu instead."""
+    cap = report.capacity
+    return [lv for lv in cap.levers
+            if not (lv.name == "max_model_len" and (cap.max_feasible_model_len or 0) < 1)]
+
+
+def lever_parts(report: Report) -> list[tuple[str, str]]:
+    """Per lever: the flag to paste, and what it frees."""
+    return [(lv.flag, f"frees {fmt_gib(lv.frees_bytes)}"
+             + (f" / {fmt_tokens(lv.frees_tokens)} tokens" if lv.frees_tokens is not None else "")
+             + (f" ({lv.note})" if lv.note else "")) for lv in useful_levers(report)]
+
+
 def lever_lines(report: Report) -> list[str]:
-    return [f"{lv.flag}: frees {fmt_gib(lv.frees_bytes)}"
-            + (f" / {fmt_tokens(lv.frees_tokens)} tokens" if lv.frees_tokens is not None else "")
-            + (f" ({lv.note})" if lv.note else "") for lv in report.capacity.levers]
+    return [f"{flag}: {rest}" for flag, rest in lever_parts(report)]
+
+
+def binding_note(report: Report) -> str | None:
+    """What the `*` beside a rank means, when the owner table shows one."""
+    if len(report.ranks) < 2 or report.capacity.binding_rank is None:
+        return None
+    return (f"* the binding rank ({report.capacity.binding_rank}): it has the least KV, and every rank "
+            f"allocates its block count")
 
 
 NOTE_PREFIX = "note: "

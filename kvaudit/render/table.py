@@ -51,6 +51,8 @@ class TableReporter:
         con = self._console(out)
         con.print(summary.headline(report), style="bold")
         con.print(_table(frames.owners_wide(report), "owner (GiB)"))
+        if (note := summary.binding_note(report)) is not None:
+            con.print(note)
         con.print()
         if report.accuracy:
             con.print(_table(frames.accuracy_frame(report), "owner", title="planted vs measured (GiB)"))
@@ -59,9 +61,11 @@ class TableReporter:
             con.print(line)
         con.print()
         for label, value in summary.capacity_lines(report):
-            con.print(f"{label:>30}: {value}")
-        for line in summary.lever_lines(report):
-            con.print(f"{'lever':>30}: {line}")
+            # flags meant for pasting stay on one line whatever the width: a wrap would split them
+            con.print(f"{label:>30}: {value}", soft_wrap=label == summary.SAFE_FLAGS_LABEL)
+        for flag, rest in summary.lever_parts(report):
+            con.print(f"{'lever':>30}: {flag}", soft_wrap=True)
+            con.print(f"{'':>30}  {rest}")
         for line in summary.site_lines(report):
             con.print(f"sites: {line}")
         notes, warnings = summary.notes_and_warnings(report)
