@@ -139,7 +139,7 @@ def run(ctx: typer.Context,
     """
     from kvaudit.config import build_run_config
     from kvaudit.engines.supervision import StopSignals
-    from kvaudit.engines.vllm import RunOptions, run_audit
+    from kvaudit.engines.vllm import RunOptions, preflight, run_audit
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
@@ -147,6 +147,7 @@ def run(ctx: typer.Context,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                               kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
+    preflight(config)  # what can be refused without booting is refused now, before any output
     # SIGINT, SIGTERM and SIGHUP stop the boot; they stay deferred until the report is written
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:

@@ -85,6 +85,41 @@ def engine_kwargs(config: AuditConfig, worker_cls: str) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+RESOLVED = {
+    # AuditConfig field: (vllm_config attribute, field)
+    "max_model_len": ("model_config", "max_model_len"),
+    "enforce_eager": ("model_config", "enforce_eager"),
+    "kv_cache_dtype": ("cache_config", "cache_dtype"),
+    "block_size": ("cache_config", "block_size"),
+    "max_num_seqs": ("scheduler_config", "max_num_seqs"),
+    "max_num_batched_tokens": ("scheduler_config", "max_num_batched_tokens"),
+    "cudagraph_capture_sizes": ("compilation_config", "cudagraph_capture_sizes"),
+}
+"""Knobs left to vLLM's default (None) are read back from the engine's resolved config, so the
+report says what ran (`enforce_eager false`, `kv_cache_dtype auto`), and a diff does not take a
+default for an unknown."""
+
+
+def resolved_config(config: AuditConfig, vllm_config: Any) -> AuditConfig:
+    changes: dict[str, Any] = {}
+    for name, (section, attr) in RESOLVED.items():
+        if getattr(config, name) is not None:
+            continue  # what the user asked for stays as asked
+        value = getattr(getattr(vllm_config, section, None), attr, None)
+        if name == "cudagraph_capture_sizes" and isinstance(value, list):
+            value = tuple(sorted(int(x) for x in value))
+        elif name == "enforce_eager" and not isinstance(value, bool):
+            value = None
+        elif name == "kv_cache_dtype" and not isinstance(value, str):
+            value = str(value) if value is not None else None
+        elif name not in ("cudagraph_capture_sizes", "enforce_eager", "kv_cache_dtype") and \
+                (not isinstance(value, int) or isinstance(value, bool)):
+            value = None
+        if value is not None:
+            changes[name] = value
+    return config.replace(**changes)
+
+
 class Result:
     """RESULT.json, rewritten atomically whenever something is added."""
 
@@ -96,6 +131,33 @@ class Result:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, default=str), encoding="utf-8")
         tmp.replace(self.path)
+
+
+def refused_config(exc: BaseException, journal_dir: Path) -> bool:
+    """vLLM checks its arguments in this process (EngineArgs, the pydantic configs) before any
+    worker starts: a ValueError or TypeError then is the configuration's fault (exit 2), not a
+    failed audit. Once a worker has written its journal, errors are the boot's (the does-not-fit
+    check, a refused backend), and they are reported with the partial report."""
+    return isinstance(exc, (ValueError, TypeError)) and not any(journal_dir.glob("rank*.jsonl"))
+
+
+def reason(exc: BaseException) -> str:
+    """The whole reason on one line: pydantic's "1 validation error for ModelConfig" is only the
+    heading; what counts is each error's message (without the input echo, which can be huge)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            parts = []
+            for e in errors():
+                where = ".".join(str(x) for x in e.get("loc") or ())
+                msg = str(e.get("msg", "")).removeprefix("Value error, ")
+                parts.append(f"{where}: {msg}" if where and where != "__root__" else msg)
+            if parts:
+                title = getattr(exc, "title", None)
+                return (f"{title}: " if title else "") + "; ".join(" ".join(p.split()) for p in parts)
+        except Exception:
+            pass
+    return " ".join(str(exc).split())[:2000] or type(exc).__name__
 
 
 def _error(exc: BaseException) -> dict[str, str]:
@@ -166,9 +228,18 @@ def main(argv: list[str]) -> int:
     try:
         llm = LLM(**engine_kwargs(config, WORKERS[backend]))
     except BaseException as exc:
+        if refused_config(exc, Path(spec["journal_dir"])):
+            result.set(error={"type": "UsageError", "message": f"vLLM refused the configuration: {reason(exc)}"},
+                       stage="boot")
+            return 2
         result.set(error=_error(exc), stage="boot")
         return 1
     try:
+        try:
+            config = resolved_config(config, llm.llm_engine.vllm_config)
+            result.set(config=config.to_json())
+        except Exception:  # an engine without the attribute: the report keeps the config as given
+            pass
         result.set(records=llm.collective_rpc("kvaudit_record"), stage="booted")
         if spec.get("verify"):
             result.set(stage="verify")

@@ -48,6 +48,72 @@ class RunOptions:
     """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
 
 
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+"""The config.json keys vLLM derives a model's length limit from (vllm/transformers_utils/
+model_arch_config_convertor.py derive_max_model_len_and_key): the smallest, model_max_length first."""
+LENGTH_CHANGERS = ("rope_scaling", "rope_parameters", "sliding_window", "text_config")
+"""Keys that make vLLM's derivation more than a minimum (scaling, windows, nested configs): with
+any of them the check is left to vLLM, whose reason then comes back whole."""
+
+
+def preflight(config: AuditConfig) -> None:
+    """What can be checked in this process before a 10-second vLLM import: the model folder,
+    --tp against the devices and the model's heads, --max-model-len against the model's limit.
+    Each failure is a usage error (exit 2) that names the fix."""
+    model = config.model
+    if isinstance(model, str) and not Path(model).expanduser().exists() and _looks_like_path(model):
+        raise UsageError(f"model {model} does not exist: pass a model directory with a config.json "
+                         f"(or a Hugging Face model id)")
+    tp = config.tensor_parallel_size or 1
+    devices = _device_count()
+    if devices is not None and tp > devices[0]:
+        raise UsageError(f"tensor_parallel_size {tp} needs {tp} {devices[1]}; this machine has {devices[0]}: lower --tp")
+    hf = _model_config(model)
+    heads = hf.get("num_attention_heads")
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads % tp:
+        raise UsageError(f"tensor_parallel_size {tp} does not divide the model's {heads} attention heads: "
+                         f"pass a --tp that divides {heads}")
+    length = config.max_model_len
+    if length is not None and not any(k in hf for k in LENGTH_CHANGERS) \
+            and not os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+        limits = {k: hf[k] for k in MAX_LEN_KEYS if isinstance(hf.get(k), int) and not isinstance(hf.get(k), bool)}
+        if limits:
+            key = "model_max_length" if "model_max_length" in limits else min(limits, key=limits.__getitem__)
+            if length > limits[key]:
+                raise UsageError(f"max_model_len {length} is above the model's limit ({key} {limits[key]} in "
+                                 f"config.json): lower --max-model-len to {limits[key]} or less")
+
+
+def _looks_like_path(model: str) -> bool:
+    """A folder, not a Hugging Face id (`org/name`, `gpt2`): absolute, relative to here or home,
+    or deeper than org/name."""
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+
+
+def _device_count() -> tuple[int, str] | None:
+    """(devices, their name) of the backend vLLM will pick, from files alone; None if unknown."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.exists():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        count = len(list(gpus.iterdir()))
+        if visible is not None:
+            count = min(count, len([d for d in visible.split(",") if d.strip()]))
+        return count, "GPUs"
+    if Path("/dev/nvidiactl").exists():
+        return None
+    # vLLM's CPU backend: one OpenMP core group per TP worker (boot.bind_cpu_threads)
+    return len(os.sched_getaffinity(0)), "CPU cores on the CPU backend"
+
+
+def _model_config(model: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(model).expanduser() / "config.json").read_text(encoding="utf-8")) if model else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None,
               signals: StopSignals | None = None) -> Report:
     """Boot vLLM with the audit worker and return the report, complete or partial.
@@ -56,6 +122,7 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     caller's StopSignals to keep them deferred until the report is written."""
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
+    preflight(config)
     with StopSignals() if signals is None else contextlib.nullcontext(signals) as stop_signals:
         workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
         try:
