@@ -9,7 +9,7 @@ from typing import Any
 from kvaudit.config import COMPARED_KNOBS
 from kvaudit.errors import FindingError, UsageError
 from kvaudit.schema import (
-    NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report,
+    NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report, Source,
 )
 from kvaudit.sites import site_deltas
 from kvaudit.units import fmt_gib, parse_bytes
@@ -28,10 +28,18 @@ def _owner_rows(a: RankReport | None, b: RankReport | None, rank: int | None) ->
     return rows
 
 
+NONE_IS_KNOWN = ("speculative_method", "num_speculative_tokens")
+"""Knobs whose None is a value: no speculative decoding."""
+
+
 def _knobs(a: Report, b: Report) -> list[KnobDifference]:
+    """Knobs both sides know and that differ. Unknown (None: a log that does not say, a run
+    that left vLLM its default) is no difference: it must not make two runs incomparable."""
     out = []
     for knob in COMPARED_KNOBS:
         av, bv = getattr(a.config, knob), getattr(b.config, knob)
+        if (av is None or bv is None) and knob not in NONE_IS_KNOWN:
+            continue
         if knob == "model" and av and bv:
             # Two checkouts of the same model in different folders are the same model.
             av, bv = av.rstrip("/").rsplit("/", 1)[-1], bv.rstrip("/").rsplit("/", 1)[-1]
@@ -52,9 +60,18 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
     ]
     for key in ("device_name", "driver", "cuda", "torch", "vllm"):
         pairs.append((key, getattr(a.environment, key), getattr(b.environment, key)))
+    known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
     for key in sorted(set(a.environment.env) | set(b.environment.env)):
-        pairs.append((f"env.{key}", a.environment.env.get(key), b.environment.env.get(key)))
-    return [EnvDifference(k, av, bv) for k, av, bv in pairs if av != bv]
+        if _env_known(a, key) and _env_known(b, key):
+            known.append((f"env.{key}", a.environment.env.get(key), b.environment.env.get(key)))
+    # unknown on either side is no difference (a log records no environment, a CPU run no driver)
+    return [EnvDifference(k, av, bv) for k, av, bv in known if av != bv]
+
+
+def _env_known(report: Report, key: str) -> bool:
+    """A run or selftest records its whole memory environment: a variable it does not list was
+    unset (None, known). A log records none of it: there a missing variable is unknown."""
+    return key in report.environment.env or report.source is not Source.LOG
 
 
 def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> DiffReport:

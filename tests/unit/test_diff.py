@@ -3,6 +3,7 @@ environment differences, the --fail-on-kv-drop gate and the kvaudit.diff/1 JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_repor
 from kvaudit.diff import check_kv_drop, diff_reports
 from kvaudit.errors import ExitCode, FindingError
 from kvaudit.report import load_report
-from kvaudit.schema import Engine, Environment, Owner, Verdict, diff_from_json, dumps
+from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, diff_from_json, dumps
 from kvaudit.units import fmt_gib3
 
 # A: two ranks; rank 1 binds (less KV).  B: persistent +2 GiB on both, non_torch +0.25 GiB on rank 0,
@@ -268,3 +269,36 @@ def test_same_file_names_in_different_folders_keep_both_sides(tmp_path, cli):
 def test_one_file_twice_is_labelled_a_and_b(cli):
     result = cli("diff", str(DATA / "run1.json"), str(DATA / "run1.json"), "-f", "markdown")
     assert "| owner, binding rank (GiB) | A:run1.json | B:run1.json | delta |" in result.stdout
+
+
+# issue 15 item 9: unknown (None) is no difference
+
+
+def test_an_unknown_knob_is_no_difference_and_keeps_the_runs_comparable():
+    a = rep_a(cfg=config(kv_cache_dtype=None, cudagraph_capture_sizes=None, enforce_eager=True))
+    b = rep_b(cfg=config(kv_cache_dtype="auto", cudagraph_capture_sizes=(), enforce_eager=None))
+    diff = diff_reports(a, b)
+    assert diff.knob_differences == () and diff.comparable is True
+
+
+def test_no_speculation_against_mtp_is_a_difference():
+    a = rep_a(cfg=config())
+    b = rep_b(cfg=config(speculative_method="mtp", num_speculative_tokens=1))
+    assert [(k.knob, k.a, k.b) for k in diff_reports(a, b).knob_differences] == [
+        ("speculative_method", None, "mtp"), ("num_speculative_tokens", None, 1)]
+
+
+def test_what_a_log_does_not_record_is_no_environment_difference():
+    run = rep_a(environment=Environment(device_name="NVIDIA H200", driver="570.1", torch="2.9.0",
+                                        env={"VLLM_USE_V1": "1", "NCCL_CUMEM_ENABLE": "0"}))
+    log = dataclasses.replace(rep_b(environment=Environment(device_name=None, env={"VLLM_USE_V1": "0"})),
+                              source=Source.LOG)
+    assert [(e.key, e.a, e.b) for e in diff_reports(run, log).environment_differences] == [
+        ("env.VLLM_USE_V1", "1", "0")]
+
+
+def test_a_variable_one_run_sets_and_the_other_does_not_is_a_difference():
+    a = rep_a(environment=Environment(env={"NCCL_CUMEM_ENABLE": "0"}))
+    b = rep_b(environment=Environment(env={}))
+    assert [(e.key, e.a, e.b) for e in diff_reports(a, b).environment_differences] == [
+        ("env.NCCL_CUMEM_ENABLE", "0", None)]
