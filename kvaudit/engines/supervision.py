@@ -98,6 +98,63 @@ class JournalTailer:
         return out
 
 
+VLLM_STAGES = (
+    # (a phrase vLLM 0.26–0.32 logs, the stage it starts): what the boot waits on before the
+    # audit worker's first phase and between its phases
+    ("Resolved architecture", "vLLM: resolving the model config"),
+    ("Initializing a V1 LLM engine", "vLLM: starting the engine core"),
+    ("Starting to load model", "vLLM: loading the model"),
+    ("Loading weights took", "vLLM: model loaded"),
+    ("Model loading took", "vLLM: model loaded"),
+    ("init engine", "vLLM: engine ready"),
+)
+STAGE_BYTES = 1 << 16
+"""The most of vLLM's log read per poll: a stage phrase is near a line's start; a long line (an
+engine config dump) is not searched whole."""
+
+
+class StageTailer:
+    """The stage the boot is waiting on: the boot process's own journal (`boot.jsonl`: "stage"
+    events) and a few phrases of vLLM's log, read as they are appended."""
+
+    def __init__(self, log_path: Path, boot_journal: Path):
+        self.log_path, self.boot_journal = log_path, boot_journal
+        self.offsets = {log_path: 0, boot_journal: 0}
+        self.stage: str | None = None
+
+    def _new(self, path: Path) -> bytes:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self.offsets[path])
+                chunk = fh.read(STAGE_BYTES)
+        except OSError:
+            return b""
+        complete = chunk[: chunk.rfind(b"\n") + 1] if len(chunk) < STAGE_BYTES else chunk
+        self.offsets[path] += len(complete)
+        return complete
+
+    def poll(self) -> str | None:
+        """The new stage, or None when it did not change."""
+        found = None
+        text = self._new(self.log_path).decode("utf-8", "replace")
+        for phrase, stage in VLLM_STAGES:
+            at = text.rfind(phrase)
+            if at >= 0 and (found is None or at > found[0]):
+                found = (at, stage)
+        stage = found[1] if found else None
+        for line in self._new(self.boot_journal).splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get("stage"), str):
+                stage = event["stage"]  # the boot process knows better than the log
+        if stage is None or stage == self.stage:
+            return None
+        self.stage = stage
+        return stage
+
+
 def start_guard(sid: int) -> subprocess.Popen:
     """A small process outside the boot's session (and outside kvaudit's process group) that
     holds the read end of a pipe from kvaudit. EOF without "done" means kvaudit died without
@@ -194,12 +251,16 @@ def stop_session(proc: subprocess.Popen, grace_s: float = GRACE_S, signals: Stop
 
 
 def watch(proc: subprocess.Popen, tailer: JournalTailer, on_progress: ProgressFn, timeout_s: float,
-          started: float, signals: StopSignals | None = None) -> FailureKind | None:
-    """Wait for the process, reporting journal lines; TIMEOUT or INTERRUPTED if it had to stop."""
+          started: float, signals: StopSignals | None = None,
+          stages: StageTailer | None = None) -> FailureKind | None:
+    """Wait for the process, reporting journal lines (and stages, as rank -1 "stage" events);
+    TIMEOUT or INTERRUPTED if it had to stop."""
     try:
         while proc.poll() is None:
             if signals is not None and signals.requested:
                 return FailureKind.INTERRUPTED
+            if stages is not None and (stage := stages.poll()) is not None:
+                on_progress(-1, {"type": "stage", "stage": stage})
             for rank, event in tailer.poll():
                 on_progress(rank, event)
             if time.monotonic() - started > timeout_s:

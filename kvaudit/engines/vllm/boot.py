@@ -200,6 +200,7 @@ def main(argv: list[str]) -> int:
     os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
     result = Result(Path(spec["result"]))
     boot_journal = Journal(Path(spec["journal_dir"]) / "boot.jsonl")
+    boot_journal.write({"type": "stage", "stage": "importing vLLM"})
     config = config_from_json(spec["config"])
     # Before any vLLM process exists, NVML's device-used is what other processes hold.
     os.environ[OTHERS_ENV] = json.dumps(nvml_used_by_device())
@@ -224,7 +225,7 @@ def main(argv: list[str]) -> int:
     versions = {"vllm": getattr(vllm, "__version__", None), "torch": torch.__version__,
                 "cuda": getattr(torch.version, "cuda", None), "backend": backend}
     result.set(config=config.to_json(), versions=versions, env=memory_env(), notes=notes, stage="boot")
-    boot_journal.write({"type": "boot", "config": config.to_json(), **versions})
+    boot_journal.write({"type": "boot", "config": config.to_json(), **versions, "stage": "vLLM: creating the engine"})
     try:
         llm = LLM(**engine_kwargs(config, WORKERS[backend]))
     except BaseException as exc:
@@ -242,12 +243,14 @@ def main(argv: list[str]) -> int:
             pass
         result.set(records=llm.collective_rpc("kvaudit_record"), stage="booted")
         if spec.get("verify"):
+            boot_journal.write({"type": "stage", "stage": "verify: a max_model_len prefill + decode"})
             result.set(stage="verify")
             result.set(verify=run_verify(llm), records=llm.collective_rpc("kvaudit_record"), stage="verified")
     except BaseException as exc:
         result.set(error=_error(exc))
         return 1
     finally:
+        boot_journal.write({"type": "stage", "stage": "vLLM: shutting down"})
         shutdown(llm)
     return 0
 

@@ -23,7 +23,7 @@ from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_lo
 from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
 from kvaudit.engines.trace import trace_env
 from kvaudit.engines.supervision import (
-    JournalTailer, StopSignals, release_guard, start_guard, stop_session, watch,
+    JournalTailer, StageTailer, StopSignals, release_guard, start_guard, stop_session, watch,
 )
 from kvaudit.errors import UsageError
 from kvaudit.ledger import KvGeometry, verify_error
@@ -152,10 +152,11 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
                                 start_new_session=True, env=env)
         guard = start_guard(proc.pid)
         try:
-            stop = watch(proc, tailer, on_progress, options.timeout_s, started, signals)
+            stop = watch(proc, tailer, on_progress, options.timeout_s, started, signals,
+                         StageTailer(log_path, journal_dir / "boot.jsonl"))
         finally:
-            on_progress(-1, {"type": "stopping", "reason": signals.name if stop is FailureKind.INTERRUPTED
-                             else (stop.value if stop else "finished")})
+            if stop is not None:  # a boot that ended by itself shut vLLM down already
+                on_progress(-1, {"type": "stage", "stage": f"stopping vLLM ({signals.name or stop.value})"})
             survivors = stop_session(proc, signals=signals)
             release_guard(guard)
     for rank, event in tailer.poll():
