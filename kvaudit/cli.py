@@ -15,13 +15,15 @@ import typer
 
 from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.render import Format, reporter
+from kvaudit.render.printable import one_line
 
 app = typer.Typer(
     name="kvaudit", add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # plain click help: no box that truncates option names at 80 columns
     help="Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe.")
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
-WidthOpt = Annotated[Optional[int], typer.Option("--width", help="Table width (default: the terminal's).")]
+WidthOpt = Annotated[Optional[int], typer.Option("--width", min=1, help="Table width (default: the terminal's).")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocator's history and attribute every "
                                         "block to an owner and an allocation site (module/function).")]
 OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
@@ -30,14 +32,28 @@ OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
 
 
 def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
-    from kvaudit.report import write_report
+    from kvaudit.render.output import write_output
+    from kvaudit.schema import dumps
     if output is not None:
         try:
-            write_report(report, output)
+            write_output(output, dumps(report))
         except OSError as exc:
             raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
         typer.echo(f"kvaudit: report written to {output}", err=True)
     reporter(fmt, width=width).report(report, sys.stdout)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from kvaudit import __version__
+        typer.echo(f"kvaudit {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print kvaudit's version and exit.")] = False) -> None:
+    """Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe."""
 
 
 @app.command()
@@ -57,11 +73,11 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
              help="Exit 1 when KV on the binding rank fell by more than this (4096, 512MiB, 1.5GiB).")] = None,
          ) -> None:
     """Per-owner deltas per rank, the dominant owner, knob and environment differences, KV change."""
-    from kvaudit.diff import check_kv_drop, diff_reports
+    from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit, side_labels
     from kvaudit.report import load_report
-    from kvaudit.units import parse_bytes
-    limit = parse_bytes(fail_on_kv_drop) if fail_on_kv_drop is not None else None
-    result = diff_reports(load_report(a), load_report(b), a_name=a.name, b_name=b.name)
+    limit = kv_drop_limit(fail_on_kv_drop) if fail_on_kv_drop is not None else None
+    a_name, b_name = side_labels(str(a), str(b))
+    result = diff_reports(load_report(a), load_report(b), a_name=a_name, b_name=b_name)
     if not result.comparable:
         typer.echo("kvaudit: warning: the runs differ in " + ", ".join(k.knob for k in result.knob_differences)
                    + "; owner deltas mix config and code changes", err=True)
@@ -89,16 +105,22 @@ def run(ctx: typer.Context,
                                                           "tiny DeepSeek-V3-style model.")] = None,
         dummy_weights: Annotated[bool, typer.Option("--dummy-weights", help="Random weights of the real shapes: "
                                                     "audit a checkpoint from its config.json alone.")] = False,
-        tp: Annotated[Optional[int], typer.Option("--tp", help="tensor_parallel_size")] = None,
-        dcp: Annotated[Optional[int], typer.Option("--dcp", help="decode_context_parallel_size")] = None,
+        tp: Annotated[Optional[int], typer.Option("--tp", help="tensor_parallel_size  [default: 1]")] = None,
+        dcp: Annotated[Optional[int], typer.Option("--dcp", help="decode_context_parallel_size  [default: 1]")] = None,
         mtp: Annotated[Optional[int], typer.Option("--mtp", help="MTP speculative tokens (method mtp)")] = None,
-        gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization")] = None,
-        max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
-        max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs")] = None,
-        max_num_batched_tokens: Annotated[Optional[int], typer.Option("--max-num-batched-tokens")] = None,
+        gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization. Default: vLLM's on a "
+                                                     "GPU; on CPU a fraction of NUMA node 0, about 3 GiB per worker and "
+                                                     "at most 80% of the node's available memory / tp (the report "
+                                                     "says which).")] = None,
+        max_model_len: Annotated[Optional[int], typer.Option(
+            "--max-model-len", help="Default: the model's (4096 for the embedded model).")] = None,
+        max_num_seqs: Annotated[Optional[int], typer.Option(
+            "--max-num-seqs", help="Default: vLLM's (8 for the embedded model).")] = None,
+        max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+            "--max-num-batched-tokens", help="Default: vLLM's (512 for the embedded model).")] = None,
         cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8",
                                                                help="cudagraph_capture_sizes")] = None,
-        kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype")] = None,
+        kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype", help="Default: vLLM's (auto).")] = None,
         enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager",
                                                               help="Default: eager on CPU, graphs on GPU.")] = None,
         config_file: Annotated[Optional[Path], typer.Option("--config", help="A TOML preset (configs/*.toml).")] = None,
@@ -116,7 +138,8 @@ def run(ctx: typer.Context,
     Further vLLM engine arguments go after `--`: kvaudit run --tp 2 -- --enable-expert-parallel
     """
     from kvaudit.config import build_run_config
-    from kvaudit.engines.vllm import RunOptions, run_audit
+    from kvaudit.engines.supervision import StopSignals
+    from kvaudit.engines.vllm import RunOptions, preflight, run_audit
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
@@ -124,17 +147,23 @@ def run(ctx: typer.Context,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                               kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
-    with Progress.for_run(config, log) as progress:
-        report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace,
-                                              owners=tuple(owners or ())), progress.on_event)
-    _emit_report(report, fmt, width, output)
+    preflight(config)  # what can be refused without booting is refused now, before any output
+    # SIGINT, SIGTERM and SIGHUP stop the boot; they stay deferred until the report is written
+    with StopSignals() as signals:
+        with Progress.for_run(config, log) as progress:
+            report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace,
+                                                  owners=tuple(owners or ())), progress.on_event, signals)
+        _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
 
 
 @app.command()
 def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the proof) or cpu (a smoke run).")] = "cuda",
              tp: Annotated[int, typer.Option("--tp", help="Ranks: one process per GPU (gloo on cpu).")] = 1,
-             gmu: Annotated[float, typer.Option("--gmu", help="gpu_memory_utilization")] = 0.98,
+             gmu: Annotated[Optional[float], typer.Option(
+                 "--gmu", help="gpu_memory_utilization. Default: 0.98 on cuda; on cpu a fraction of the host's "
+                               "memory, about 2 GiB per rank and at most 80% of the available memory / tp "
+                               "(the report says which).")] = None,
              verify: Annotated[bool, typer.Option("--verify", help="Allocate KV, replay graphs, run the "
                                                   "worst-case step; true peak vs budget.")] = False,
              repeat: Annotated[int, typer.Option("--repeat", help="Verify repeats.")] = 1,
@@ -168,7 +197,7 @@ def main() -> None:
         code = app(standalone_mode=False, prog_name="kvaudit")  # not "python -m kvaudit"
         sys.stdout.flush()  # a closed pipe shows here when the data fit in the buffer
     except KvauditError as exc:
-        typer.echo(f"kvaudit: error: {exc}", err=True)
+        typer.echo(f"kvaudit: error: {one_line(str(exc))}", err=True)
         sys.exit(int(exc.exit_code))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -188,7 +217,8 @@ def main() -> None:
     except Exception as exc:  # a bug: still one line, the traceback on request
         if os.environ.get("KVAUDIT_DEBUG"):
             raise
-        typer.echo(f"kvaudit: internal error: {type(exc).__name__}: {exc} (KVAUDIT_DEBUG=1 shows the traceback)",
+        typer.echo(f"kvaudit: internal error: {type(exc).__name__}: {one_line(str(exc))} (KVAUDIT_DEBUG=1 shows "
+                   f"the traceback)",
                    err=True)
         sys.exit(int(ExitCode.INCOMPLETE))
     sys.exit(code if isinstance(code, int) else 0)
@@ -213,7 +243,7 @@ def _usage_error(exc: Exception) -> NoReturn:
         if len(given) == 1 and repr(given[0]) not in message:
             message += f": got {given[0]!r}"
         ctx = getattr(exc, "ctx", None)
-        typer.echo(f"kvaudit: error: {message} (see {ctx.command_path if ctx else 'kvaudit'} --help)", err=True)
+        typer.echo(f"kvaudit: error: {one_line(message)} (see {ctx.command_path if ctx else 'kvaudit'} --help)", err=True)
     sys.exit(int(ExitCode.USAGE))
 
 

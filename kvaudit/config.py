@@ -8,6 +8,7 @@ passed to vLLM unchanged, except the two that would bypass the audit.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,29 @@ class AuditConfig:
                                            if self.cudagraph_capture_sizes is not None else None)
         data["extra_args"] = dict(self.extra_args)
         return data
+
+
+CPU_RUN_REQUEST_BYTES = 3 << 30
+"""`kvaudit run` on CPU: about 3 GiB per worker (the embedded model needs under 1 GiB besides KV)."""
+CPU_SELFTEST_REQUEST_BYTES = 2 << 30
+"""`kvaudit selftest --device cpu`: about 2 GiB per rank (its planted owners are 352 MiB)."""
+CPU_NODE_SHARE = 0.8
+"""At most this share of the node's available memory, divided among the ranks."""
+def cpu_default_gmu(total_bytes: int, available_bytes: int, tp: int, wanted_bytes: int) -> float:
+    """The GMU kvaudit picks on CPU when none is given: `wanted_bytes` per rank, capped so every
+    rank together takes at most CPU_NODE_SHARE of what the node has available now (vLLM's CPU
+    default 0.92 is refused there, and 0.98 of the node would starve the machine)."""
+    fits = math.floor(CPU_NODE_SHARE * available_bytes / total_bytes / tp * 100) / 100
+    wanted = math.ceil(wanted_bytes / total_bytes * 100) / 100
+    return max(min(wanted, fits), 0.01)
+
+
+def cpu_gmu_note(gmu: float, total_bytes: int, available_bytes: int, tp: int, wanted_bytes: int) -> str:
+    """The report's note that says where a CPU default GMU came from: it differs by machine."""
+    from kvaudit.units import fmt_gib
+    return (f"note: gpu_memory_utilization {gmu} is kvaudit's CPU default here: about {fmt_gib(wanted_bytes)} per "
+            f"rank of NUMA node 0's {fmt_gib(total_bytes)}, at most {CPU_NODE_SHARE:.0%} of its "
+            f"{fmt_gib(available_bytes)} available / tp {tp}, in steps of 0.01; pass --gmu to set it")
 
 
 EMBEDDED_MODEL = "tiny-deepseek"

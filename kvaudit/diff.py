@@ -3,15 +3,16 @@ whether the knobs are comparable, what changed in the environment, and what happ
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 from kvaudit.config import COMPARED_KNOBS
-from kvaudit.errors import FindingError
+from kvaudit.errors import FindingError, UsageError
 from kvaudit.schema import (
-    NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report,
+    NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report, Source,
 )
 from kvaudit.sites import site_deltas
-from kvaudit.units import fmt_gib
+from kvaudit.units import fmt_gib, parse_bytes
 
 
 def _delta(a: int | None, b: int | None) -> int | None:
@@ -27,10 +28,18 @@ def _owner_rows(a: RankReport | None, b: RankReport | None, rank: int | None) ->
     return rows
 
 
+NONE_IS_KNOWN = ("speculative_method", "num_speculative_tokens")
+"""Knobs whose None is a value: no speculative decoding."""
+
+
 def _knobs(a: Report, b: Report) -> list[KnobDifference]:
+    """Knobs both sides know and that differ. Unknown (None: a log that does not say, a run
+    that left vLLM its default) is no difference: it must not make two runs incomparable."""
     out = []
     for knob in COMPARED_KNOBS:
         av, bv = getattr(a.config, knob), getattr(b.config, knob)
+        if (av is None or bv is None) and knob not in NONE_IS_KNOWN:
+            continue
         if knob == "model" and av and bv:
             # Two checkouts of the same model in different folders are the same model.
             av, bv = av.rstrip("/").rsplit("/", 1)[-1], bv.rstrip("/").rsplit("/", 1)[-1]
@@ -51,14 +60,26 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
     ]
     for key in ("device_name", "driver", "cuda", "torch", "vllm"):
         pairs.append((key, getattr(a.environment, key), getattr(b.environment, key)))
+    known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
     for key in sorted(set(a.environment.env) | set(b.environment.env)):
-        pairs.append((f"env.{key}", a.environment.env.get(key), b.environment.env.get(key)))
-    return [EnvDifference(k, av, bv) for k, av, bv in pairs if av != bv]
+        if _env_known(a, key) and _env_known(b, key):
+            known.append((f"env.{key}", a.environment.env.get(key), b.environment.env.get(key)))
+    # unknown on either side is no difference (a log records no environment, a CPU run no driver)
+    return [EnvDifference(k, av, bv) for k, av, bv in known if av != bv]
+
+
+def _env_known(report: Report, key: str) -> bool:
+    """A run or selftest records its whole memory environment: a variable it does not list was
+    unset (None, known). A log records none of it: there a missing variable is unknown."""
+    return key in report.environment.env or report.source is not Source.LOG
 
 
 def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> DiffReport:
     owners = _owner_rows(a.binding(), b.binding(), None)
-    a_ranks, b_ranks = {r.rank: r for r in a.ranks}, {r.rank: r for r in b.ranks}
+    # A rank whose number is unknown (null) cannot be paired with the other side's: it counts
+    # only through the binding rank, and a per-rank row of rank None would read as the binding's.
+    a_ranks = {r.rank: r for r in a.ranks if r.rank is not None}
+    b_ranks = {r.rank: r for r in b.ranks if r.rank is not None}
     for rank in sorted(set(a_ranks) | set(b_ranks)):
         owners += _owner_rows(a_ranks.get(rank), b_ranks.get(rank), rank)
     binding_rows = [d for d in owners if d.rank is None and d.owner in NON_KV_OWNERS and d.delta_bytes]
@@ -87,3 +108,28 @@ def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
         raise FindingError(f"KV cache fell by {fmt_gib(-delta)} ({diff.a_name} → {diff.b_name}), more than the "
                            f"allowed {fmt_gib(limit_bytes)}"
                            + (f"; dominant owner: {diff.dominant_owner.value}" if diff.dominant_owner else ""))
+
+
+MAX_SIZE_CHARS = 40
+"""A size longer than this is no size of memory (2**64 bytes has 20 digits): refused before
+Python is asked to convert thousands of digits (it refuses past 4300, with a ValueError)."""
+
+
+def kv_drop_limit(text: str) -> int:
+    """`--fail-on-kv-drop`'s value in bytes; anything else is a usage error (exit 2)."""
+    if len(text) > MAX_SIZE_CHARS:
+        raise UsageError(f"--fail-on-kv-drop takes a size such as 4096, 512MiB or 1.5GiB; got {len(text)} "
+                         f"characters")
+    return parse_bytes(text)
+
+
+def side_labels(a: str, b: str) -> tuple[str, str]:
+    """Column labels for the two sides: the shortest trailing paths that tell them apart
+    (`before/run.json`, `after/run.json`: the usual CI layout), `A:`/`B:` for one file twice."""
+    pa, pb = PurePath(a).parts, PurePath(b).parts
+    for n in range(1, max(len(pa), len(pb)) + 1):
+        la, lb = str(PurePath(*pa[-n:])), str(PurePath(*pb[-n:]))
+        if la != lb:
+            return la, lb
+    name = str(PurePath(*pa[-1:])) if pa else a
+    return f"A:{name}", f"B:{name}"

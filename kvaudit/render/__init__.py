@@ -26,7 +26,9 @@ class Reporter(Protocol):
 
 
 def reporter(fmt: Format, *, width: int | None = None, color: bool | None = None) -> Reporter:
-    return _Encodable(_reporter(fmt, width=width, color=color))
+    # the table reporter escapes report strings itself (its own colour codes must pass); JSON
+    # escapes every control character by its nature; CSV and markdown pass through _Printable
+    return _Encodable(_reporter(fmt, width=width, color=color), printable=fmt in (Format.CSV, Format.MARKDOWN))
 
 
 class _EscapedSurrogates:
@@ -43,17 +45,27 @@ class _EscapedSurrogates:
         return getattr(self._out, name)
 
 
-class _Encodable:
-    """Any reporter, writing through _EscapedSurrogates."""
+class _Printable(_EscapedSurrogates):
+    """A text stream that escapes control characters (terminal escape sequences) but newlines
+    and tabs: CSV and markdown carry report strings verbatim and are often read on a terminal."""
 
-    def __init__(self, inner: Reporter):
+    def write(self, text: str) -> int:
+        from kvaudit.render.printable import printable
+        return super().write(printable(text))
+
+
+class _Encodable:
+    """Any reporter, writing through _EscapedSurrogates (or _Printable)."""
+
+    def __init__(self, inner: Reporter, printable: bool = False):
         self._inner = inner
+        self._wrap = _Printable if printable else _EscapedSurrogates
 
     def report(self, report: Report, out: TextIO) -> None:
-        self._inner.report(report, _EscapedSurrogates(out))
+        self._inner.report(report, self._wrap(out))
 
     def diff(self, diff: DiffReport, out: TextIO) -> None:
-        self._inner.diff(diff, _EscapedSurrogates(out))
+        self._inner.diff(diff, self._wrap(out))
 
 
 def _reporter(fmt: Format, *, width: int | None, color: bool | None) -> Reporter:

@@ -58,9 +58,9 @@ def diff_long(diff: DiffReport) -> pd.DataFrame:
 def diff_binding(diff: DiffReport) -> pd.DataFrame:
     """Binding-rank owners: a, b and delta in GiB."""
     rows = [d for d in diff.owners if d.rank is None]
-    return pd.DataFrame({diff.a_name: [fmt_gib3(d.a_bytes) for d in rows],
-                         diff.b_name: [fmt_gib3(d.b_bytes) for d in rows],
-                         "delta": [fmt_gib3(d.delta_bytes, signed=True) for d in rows]},
+    # a list of columns, not a dict: two sides of the same label must stay two columns
+    return pd.DataFrame([[fmt_gib3(d.a_bytes), fmt_gib3(d.b_bytes), fmt_gib3(d.delta_bytes, signed=True)]
+                         for d in rows], columns=[diff.a_name, diff.b_name, "delta"],
                         index=[d.owner.value for d in rows])
 
 

@@ -51,14 +51,55 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
                       f"slack {fmt_gib(v.slack_bytes)}" + (f" ({v.error})" if v.error else "")
                       + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
-        lines.append(("safe vllm serve flags", " ".join(cap.safe_serve_flags)))
+        lines.append((SAFE_FLAGS_LABEL, " ".join(cap.safe_serve_flags)))
     return lines
 
 
+SAFE_FLAGS_LABEL = "safe vllm serve flags"
+
+
+def useful_levers(report: Report) -> list:
+    """The levers worth pulling. A max_model_len lever to a length of 0 (no request fits at
+    all, e.g. at --gmu 0.01) serves nothing: the verdict says to raise --gmu instead."""
+    cap = report.capacity
+    return [lv for lv in cap.levers
+            if not (lv.name == "max_model_len" and (cap.max_feasible_model_len or 0) < 1)]
+
+
+def lever_parts(report: Report) -> list[tuple[str, str]]:
+    """Per lever: the flag to paste, and what it frees."""
+    return [(lv.flag, f"frees {fmt_gib(lv.frees_bytes)}"
+             + (f" / {fmt_tokens(lv.frees_tokens)} tokens" if lv.frees_tokens is not None else "")
+             + (f" ({lv.note})" if lv.note else "")) for lv in useful_levers(report)]
+
+
 def lever_lines(report: Report) -> list[str]:
-    return [f"{lv.flag}: frees {fmt_gib(lv.frees_bytes)}"
-            + (f" / {fmt_tokens(lv.frees_tokens)} tokens" if lv.frees_tokens is not None else "")
-            + (f" ({lv.note})" if lv.note else "") for lv in report.capacity.levers]
+    return [f"{flag}: {rest}" for flag, rest in lever_parts(report)]
+
+
+def binding_note(report: Report) -> str | None:
+    """What the `*` beside a rank means, when the owner table shows one."""
+    if len(report.ranks) < 2 or report.capacity.binding_rank is None:
+        return None
+    return (f"* the binding rank ({report.capacity.binding_rank}): it has the least KV, and every rank "
+            f"allocates its block count")
+
+
+NOTE_PREFIX = "note: "
+
+
+def notes_and_warnings(report: Report) -> tuple[list[str], list[str]]:
+    """The report's `warnings`, split: notes are information (where a default came from, an
+    over-commit within the tolerance, which the verdict already accepted), warnings want action."""
+    notes, warnings = [], []
+    for line in report.warnings:
+        if line.startswith(NOTE_PREFIX):
+            notes.append(line[len(NOTE_PREFIX):])
+        elif "(within the " in line and line.endswith(" tolerance)"):
+            notes.append(line)
+        else:
+            warnings.append(line)
+    return notes, warnings
 
 
 def verdict_line(report: Report) -> str:
@@ -79,11 +120,12 @@ def site_lines(report: Report) -> list[str]:
     rank = report.binding() or (report.ranks[0] if report.ranks else None)
     if rank is None or not rank.sites:
         return []
-    ends = [s for s in rank.sites if s.at == "end"]
+    known = [s for s in rank.sites if s.bytes is not None]  # a site of unknown size adds nothing to a sum
+    ends = [s for s in known if s.at == "end"]
     last = ends[-1].phase if ends else None
     lines = []
     for label, chosen in ((f"at {last}", [s for s in ends if s.phase == last]),
-                          ("at the replay peak", [s for s in rank.sites if s.at == "peak" and s.phase == "replay"])):
+                          ("at the replay peak", [s for s in known if s.at == "peak" and s.phase == "replay"])):
         chosen = sorted(chosen, key=lambda s: (s.owner, -s.bytes))
         for owner, group in groupby(chosen, key=lambda s: s.owner):
             parts = [(s.site, s.bytes) for s in group]
@@ -94,7 +136,8 @@ def site_lines(report: Report) -> list[str]:
 def diff_site_lines(diff: DiffReport) -> list[str]:
     """`--trace` on both sides: per rank and owner, the owner's change as the sum of its sites'."""
     lines = []
-    for (rank, owner), group in groupby(sorted(diff.sites, key=lambda d: (d.rank, d.owner)),
+    known = [d for d in diff.sites if d.delta_bytes is not None and d.rank is not None]
+    for (rank, owner), group in groupby(sorted(known, key=lambda d: (d.rank, d.owner)),
                                         key=lambda d: (d.rank, d.owner)):
         deltas = sorted(group, key=lambda d: -abs(d.delta_bytes))
         parts = [(d.site, d.delta_bytes) for d in deltas]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import errno
-from typing import TextIO
+from typing import Any, TextIO
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from kvaudit.render import bars, frames, summary
+from kvaudit.render.printable import printable
 from kvaudit.schema import DiffReport, Report, Verdict
 
 VERDICT_STYLE = {Verdict.OK: "bold green", Verdict.FAIL: "bold red", Verdict.UNKNOWN: "bold yellow"}
@@ -19,13 +20,17 @@ def _table(frame: pd.DataFrame, index_name: str, title: str | None = None) -> Ta
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, header_style="bold")
     table.add_column(index_name, no_wrap=True)
     for col in frame.columns:
-        table.add_column(str(col), justify="right", no_wrap=True)
+        table.add_column(printable(str(col)), justify="right", no_wrap=True)
     for name, row in frame.iterrows():
-        table.add_row(str(name), *map(str, row.tolist()))
+        table.add_row(printable(str(name)), *(printable(str(v)) for v in row.tolist()))
     return table
 
 
 class _Console(Console):
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        # report strings are data: their escape sequences are shown, never run (rich passes ESC)
+        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
     def on_broken_pipe(self) -> None:
         # rich's default redirects sys.stdout and exits 1 (a finding); the stream was injected, so
         # its closing is the caller's to handle (the CLI exits 0 when a reader like `head` stops).
@@ -46,6 +51,8 @@ class TableReporter:
         con = self._console(out)
         con.print(summary.headline(report), style="bold")
         con.print(_table(frames.owners_wide(report), "owner (GiB)"))
+        if (note := summary.binding_note(report)) is not None:
+            con.print(note)
         con.print()
         if report.accuracy:
             con.print(_table(frames.accuracy_frame(report), "owner", title="planted vs measured (GiB)"))
@@ -54,12 +61,17 @@ class TableReporter:
             con.print(line)
         con.print()
         for label, value in summary.capacity_lines(report):
-            con.print(f"{label:>30}: {value}")
-        for line in summary.lever_lines(report):
-            con.print(f"{'lever':>30}: {line}")
+            # flags meant for pasting stay on one line whatever the width: a wrap would split them
+            con.print(f"{label:>30}: {value}", soft_wrap=label == summary.SAFE_FLAGS_LABEL)
+        for flag, rest in summary.lever_parts(report):
+            con.print(f"{'lever':>30}: {flag}", soft_wrap=True)
+            con.print(f"{'':>30}  {rest}")
         for line in summary.site_lines(report):
             con.print(f"sites: {line}")
-        for line in report.warnings:
+        notes, warnings = summary.notes_and_warnings(report)
+        for line in notes:
+            con.print(f"note: {line}")
+        for line in warnings:
             con.print(f"warning: {line}", style="yellow")
         if report.failure is not None:
             f = report.failure

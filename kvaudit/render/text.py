@@ -41,17 +41,23 @@ class MarkdownReporter:
     def report(self, report: Report, out: TextIO) -> None:
         out.write(f"**{summary.headline(report)}**\n\n")
         out.write(markdown_table(frames.owners_wide(report), "owner (GiB)"))
+        if (note := summary.binding_note(report)) is not None:
+            out.write(f"\n\\{note}\n")  # a leading * would start a list
         out.write("\n")
         if report.accuracy:
             out.write(markdown_table(frames.accuracy_frame(report), "owner (planted vs measured, GiB)"))
             out.write("\n")
         for label, value in summary.capacity_lines(report):
-            out.write(f"- {label}: {value}\n")
-        for line in summary.lever_lines(report):
-            out.write(f"- lever: `{line}`\n")
+            # what is meant for pasting goes in a code span, the prose stays prose
+            out.write(f"- {label}: `{value}`\n" if label == summary.SAFE_FLAGS_LABEL else f"- {label}: {value}\n")
+        for flag, rest in summary.lever_parts(report):
+            out.write(f"- lever: `{flag}` {rest}\n")
         for line in summary.site_lines(report):
             out.write(f"- sites: {line}\n")
-        for line in report.warnings:
+        notes, warnings = summary.notes_and_warnings(report)
+        for line in notes:
+            out.write(f"- note: {line}\n")
+        for line in warnings:
             out.write(f"- warning: {line}\n")
         out.write(f"\n**{summary.verdict_line(report)}**\n")
 

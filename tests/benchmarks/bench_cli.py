@@ -83,8 +83,8 @@ def machine() -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=7, help="timed repetitions of each side")
-    ap.add_argument("--a", type=Path, default=EXAMPLES / "h200-eager.json", help="first report of the diff")
-    ap.add_argument("--b", type=Path, default=EXAMPLES / "h200-graphs.json", help="second report of the diff")
+    ap.add_argument("--a", type=Path, default=EXAMPLES / "cpu-batch512.json", help="first report of the diff")
+    ap.add_argument("--b", type=Path, default=EXAMPLES / "cpu-batch2048.json", help="second report of the diff")
     ap.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the figures here")
     args = ap.parse_args(argv)
     diff_cmd, base_cmd = diff_command(args.a, args.b), baseline_command()

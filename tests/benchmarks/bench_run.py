@@ -32,7 +32,7 @@ if __name__ == "__main__":
     from vllm.platforms import current_platform
     config = config_from_json(json.loads(sys.argv[1]))
     if current_platform.is_cpu():
-        config = cpu_defaults(config)
+        config, _ = cpu_defaults(config)
         bind_cpu_threads(config.tensor_parallel_size or 1)
     kwargs = engine_kwargs(config, "auto")
     llm = LLM(**kwargs)

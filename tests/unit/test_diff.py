@@ -3,6 +3,7 @@ environment differences, the --fail-on-kv-drop gate and the kvaudit.diff/1 JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,7 +12,8 @@ from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_repor
 from kvaudit.diff import check_kv_drop, diff_reports
 from kvaudit.errors import ExitCode, FindingError
 from kvaudit.report import load_report
-from kvaudit.schema import Engine, Environment, Owner, Verdict, diff_from_json, dumps
+from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, diff_from_json, dumps
+from kvaudit.units import fmt_gib3
 
 # A: two ranks; rank 1 binds (less KV).  B: persistent +2 GiB on both, non_torch +0.25 GiB on rank 0,
 # the KV cache shrinks to match; rank 0 binds in B.
@@ -242,3 +244,61 @@ def test_diff_of_real_reports_by_hand(real_reports):
     assert diff.capacity["kv_available_delta_bytes"] == 304377201 - 6884101325
     # non_torch +642875392 is the largest |delta| among the non-KV owners (torch_other −634036224)
     assert diff.dominant_owner is Owner.NON_TORCH
+
+
+# issue 15 item 6: the CI layout, before/run.json against after/run.json
+
+
+def test_same_file_names_in_different_folders_keep_both_sides(tmp_path, cli):
+    (tmp_path / "before").mkdir()
+    (tmp_path / "after").mkdir()
+    a = write_json(tmp_path / "before" / "run.json", real_json("run1"))
+    b = write_json(tmp_path / "after" / "run.json", real_json("run3"))
+    weights_a = fmt_gib3(load_report(a).binding().owners[Owner.WEIGHTS])
+    table = cli("diff", str(a), str(b), "--width", "120")
+    assert table.code == 0, table.stderr
+    assert "kvaudit diff before/run.json → after/run.json" in table.stdout
+    header = next(line for line in table.stdout.splitlines() if line.startswith("owner, binding rank"))
+    assert [cell.strip() for cell in header.split("┃")[1:]] == ["before/run.json", "after/run.json", "delta"]
+    markdown = cli("diff", str(a), str(b), "-f", "markdown")
+    assert "| owner, binding rank (GiB) | before/run.json | after/run.json | delta |" in markdown.stdout
+    row = next(line for line in markdown.stdout.splitlines() if line.startswith("| weights |"))
+    assert row.split(" | ")[1] == weights_a
+
+
+def test_one_file_twice_is_labelled_a_and_b(cli):
+    result = cli("diff", str(DATA / "run1.json"), str(DATA / "run1.json"), "-f", "markdown")
+    assert "| owner, binding rank (GiB) | A:run1.json | B:run1.json | delta |" in result.stdout
+
+
+# issue 15 item 9: unknown (None) is no difference
+
+
+def test_an_unknown_knob_is_no_difference_and_keeps_the_runs_comparable():
+    a = rep_a(cfg=config(kv_cache_dtype=None, cudagraph_capture_sizes=None, enforce_eager=True))
+    b = rep_b(cfg=config(kv_cache_dtype="auto", cudagraph_capture_sizes=(), enforce_eager=None))
+    diff = diff_reports(a, b)
+    assert diff.knob_differences == () and diff.comparable is True
+
+
+def test_no_speculation_against_mtp_is_a_difference():
+    a = rep_a(cfg=config())
+    b = rep_b(cfg=config(speculative_method="mtp", num_speculative_tokens=1))
+    assert [(k.knob, k.a, k.b) for k in diff_reports(a, b).knob_differences] == [
+        ("speculative_method", None, "mtp"), ("num_speculative_tokens", None, 1)]
+
+
+def test_what_a_log_does_not_record_is_no_environment_difference():
+    run = rep_a(environment=Environment(device_name="NVIDIA H200", driver="570.1", torch="2.9.0",
+                                        env={"VLLM_USE_V1": "1", "NCCL_CUMEM_ENABLE": "0"}))
+    log = dataclasses.replace(rep_b(environment=Environment(device_name=None, env={"VLLM_USE_V1": "0"})),
+                              source=Source.LOG)
+    assert [(e.key, e.a, e.b) for e in diff_reports(run, log).environment_differences] == [
+        ("env.VLLM_USE_V1", "1", "0")]
+
+
+def test_a_variable_one_run_sets_and_the_other_does_not_is_a_difference():
+    a = rep_a(environment=Environment(env={"NCCL_CUMEM_ENABLE": "0"}))
+    b = rep_b(environment=Environment(env={}))
+    assert [(e.key, e.a, e.b) for e in diff_reports(a, b).environment_differences] == [
+        ("env.NCCL_CUMEM_ENABLE", "0", None)]

@@ -76,7 +76,9 @@ def test_every_format_is_covered_by_the_goldens():
 def test_the_table_fits_the_pinned_width_without_colour(real_reports, name):
     text = render_report(real_reports[name], Format.TABLE)
     assert "\x1b[" not in text
-    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    # flags meant for pasting are never wrapped (test_pasteable_flags_stay_on_one_line)
+    pasted = ("safe vllm serve flags:", "lever:")
+    assert max(len(line) for line in text.splitlines() if not line.lstrip().startswith(pasted)) <= WIDTH
 
 
 def test_the_table_names_the_binding_rank_and_the_verdict(real_reports):
@@ -270,3 +272,53 @@ def test_deeply_nested_extra_args_survive_json_output(tmp_path):
     path.write_text(text, encoding="utf-8")
     rep = load_report(path)   # it loads
     assert json.loads(render_report(rep, Format.JSON))["config"]["extra_args"]["a"]["a"]
+
+
+# issue 15 item 10: output a new user pastes from, and the flags around it
+
+
+@pytest.mark.parametrize("width", ["40", "80"])
+def test_pasteable_flags_stay_on_one_line(cli, width):
+    report = load_report(DATA / "run5.json")
+    out = cli("show", str(DATA / "run5.json"), "--width", width).stdout.splitlines()
+    flags = " ".join(report.capacity.safe_serve_flags)
+    assert f"         safe vllm serve flags: {flags}" in out
+    for lever in report.capacity.levers:
+        assert f"{'lever':>30}: {lever.flag}" in out
+
+
+def test_markdown_puts_the_flags_in_code_spans_and_the_prose_outside(cli):
+    out = cli("show", str(DATA / "run5.json"), "-f", "markdown").stdout.splitlines()
+    assert ("- safe vllm serve flags: `--kv-cache-memory-bytes=369819648 --gpu-memory-utilization=0.0426 "
+            "--max-model-len=160000`") in out
+    assert ("- lever: `--max-model-len=131968` frees 0.06 GiB / 28,032 tokens (needs less KV per request; "
+            "frees_tokens is the context given up)") in out
+
+
+@pytest.mark.parametrize("width", ["0", "-1", "-80"])
+def test_a_width_below_one_is_a_usage_error(cli, width):
+    result = cli("show", str(DATA / "run1.json"), "--width", width)
+    assert result.code == 2
+    assert len(result.stderr_lines) == 1 and result.stderr.startswith("kvaudit: error: ")
+    assert result.stdout == ""
+
+
+def test_version(cli):
+    from kvaudit import __version__
+    result = cli("--version")
+    assert (result.code, result.stdout) == (0, f"kvaudit {__version__}\n")
+
+
+def test_the_binding_star_is_explained(cli):
+    table = cli("show", str(DATA / "run2.json"), "--width", "100").stdout.splitlines()
+    assert "* the binding rank (1): it has the least KV, and every rank allocates its block count" in table
+    markdown = cli("show", str(DATA / "run2.json"), "-f", "markdown").stdout.splitlines()
+    assert "\\* the binding rank (1): it has the least KV, and every rank allocates its block count" in markdown
+
+
+def test_help_is_plain_with_whole_option_names_and_defaults(cli):
+    text = cli("run", "--help").stdout
+    assert "╭" not in text and "…" not in text
+    assert "--max-num-batched-tokens <int>" in text and "--enforce-eager / --no-enforce-eager" in text
+    assert "[default: 1800.0]" in text and "[default: table]" in text
+    assert "--help                          Show this message and exit." in text  # not typed <bool>

@@ -4,17 +4,20 @@ report: owners from the ledger, accuracy from the planted sizes, verify over the
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvaudit.config import AuditConfig
+from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines import records
 from kvaudit.engines.sequence import read_journal
-from kvaudit.engines.supervision import JournalTailer, ProgressFn, stop_session, watch
+from kvaudit.engines.supervision import (
+    JournalTailer, ProgressFn, StopSignals, release_guard, start_guard, stop_session, watch,
+)
 from kvaudit.errors import AuditIncompleteError, UsageError
 from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
@@ -32,7 +35,8 @@ ACCURACY_OWNERS = {"weights": Owner.WEIGHTS, "persistent": Owner.PERSISTENT,
 class SelftestOptions:
     device: str = "cuda"
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.98
+    gpu_memory_utilization: float | None = None
+    """None: CUDA_DEFAULT_GMU on cuda; on cpu config.cpu_default_gmu (a fraction of the host)."""
     verify: bool = False
     repeat: int = 1
     inject_warmup_failure: bool = False
@@ -45,6 +49,24 @@ class SelftestOptions:
     """Record the allocator's history and attribute every block to an owner and site."""
     owners: tuple[Path, ...] = ()
     """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
+
+
+CUDA_DEFAULT_GMU = 0.98
+"""The selftest proves the sizing near the ceiling, where kvaudit is meant to be used."""
+
+
+def default_gmu(opts: SelftestOptions) -> tuple[SelftestOptions, str | None]:
+    """Options with the GMU filled in, and the report's note when it is the CPU default: 0.98
+    of a host's memory would ask for most of the machine (15 GiB of 24) for a smoke run."""
+    if opts.gpu_memory_utilization is not None:
+        return opts, None
+    if opts.device != "cpu":
+        return replace(opts, gpu_memory_utilization=CUDA_DEFAULT_GMU), None
+    from kvaudit.engines.probes import node_meminfo
+    total, available = node_meminfo(0)
+    gmu = cpu_default_gmu(total, available, opts.tensor_parallel_size, CPU_SELFTEST_REQUEST_BYTES)
+    return (replace(opts, gpu_memory_utilization=gmu),
+            cpu_gmu_note(gmu, total, available, opts.tensor_parallel_size, CPU_SELFTEST_REQUEST_BYTES))
 
 
 def has_nvidia_gpu() -> bool:
@@ -64,30 +86,37 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
     if opts.device == "cuda" and not has_nvidia_gpu():
         raise AuditIncompleteError("kvaudit selftest needs a CUDA GPU and this machine has none: "
                                    "run the CPU smoke with --device cpu")
+    opts, note = default_gmu(opts)
     workdir = Path(tempfile.mkdtemp(prefix="kvaudit-selftest-"))
-    journal_dir = workdir / "journal"
-    journal_dir.mkdir()
-    spec = workdir / "spec.json"
-    spec.write_text(json.dumps({"device": opts.device, "world_size": opts.tensor_parallel_size,
-                                "gpu_memory_utilization": opts.gpu_memory_utilization, "verify": opts.verify,
-                                "repeat": opts.repeat, "inject_warmup_failure": opts.inject_warmup_failure,
-                                "sizing": opts.sizing, "retain_graph_pool": opts.retain_graph_pool,
-                                "trace": opts.trace, "owners": [str(p.resolve()) for p in opts.owners],
-                                "journal_dir": str(journal_dir)}))
-    log_path = workdir / "selftest.log"
-    started = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.selftest.launch", str(spec)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            stop = watch(proc, JournalTailer(journal_dir), on_progress, opts.timeout_s, started)
-        finally:
-            survivors = stop_session(proc)
-    log_text = log_path.read_text(encoding="utf-8", errors="replace")
-    folded = [records.fold(int(p.stem[4:]), read_journal(p)) for p in sorted(journal_dir.glob("rank*.jsonl"))]
-    return assemble(opts, folded, stop=stop, exit_code=proc.returncode, log_tail=log_text[-3000:],
-                    survivors=survivors)
+    try:
+        journal_dir = workdir / "journal"
+        journal_dir.mkdir()
+        spec = workdir / "spec.json"
+        spec.write_text(json.dumps({"device": opts.device, "world_size": opts.tensor_parallel_size,
+                                    "gpu_memory_utilization": opts.gpu_memory_utilization, "verify": opts.verify,
+                                    "repeat": opts.repeat, "inject_warmup_failure": opts.inject_warmup_failure,
+                                    "sizing": opts.sizing, "retain_graph_pool": opts.retain_graph_pool,
+                                    "trace": opts.trace, "owners": [str(p.resolve()) for p in opts.owners],
+                                    "journal_dir": str(journal_dir)}))
+        log_path = workdir / "selftest.log"
+        started = time.monotonic()
+        with open(log_path, "wb") as log, StopSignals() as signals:
+            proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.selftest.launch", str(spec)],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            guard = start_guard(proc.pid)
+            try:
+                stop = watch(proc, JournalTailer(journal_dir), on_progress, opts.timeout_s, started, signals)
+            finally:
+                survivors = stop_session(proc, signals=signals)
+                release_guard(guard)
+        log_text = log_path.read_text(encoding="utf-8", errors="replace")
+        folded = [records.fold(int(p.stem[4:]), read_journal(p)) for p in sorted(journal_dir.glob("rank*.jsonl"))]
+        report = assemble(opts, folded, stop=stop, exit_code=proc.returncode, log_tail=log_text[-3000:],
+                          survivors=survivors)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # the journals live in the report now
+    return replace(report, warnings=((note,) if note else ()) + report.warnings)
 
 
 def _rank(f: records.RankEvents) -> RankReport:

@@ -1,6 +1,6 @@
 """The vLLM engine: boots real vLLM with kvaudit's audit worker (worker_cls) and reports every
 rank. Importing this package imports neither torch nor vllm; the boot process does."""
 
-from kvaudit.engines.vllm.supervise import RunOptions, run_audit
+from kvaudit.engines.vllm.supervise import RunOptions, preflight, run_audit
 
-__all__ = ["RunOptions", "run_audit"]
+__all__ = ["RunOptions", "preflight", "run_audit"]

@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-from kvaudit.config import AuditConfig, config_from_json
+from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines.probes import OTHERS_ENV, node_meminfo, nvml_used_by_device
 from kvaudit.engines.sequence import Journal
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
 VERIFY_DECODE_TOKENS = 4
-CPU_DEFAULT_REQUEST_BYTES = 3 << 30
-"""On the CPU backend GMU is a fraction of the NUMA node, and vLLM's default 0.92 is refused
-there: kvaudit asks for about 3 GiB per worker (the embedded model needs under 1 GiB besides KV)."""
-
 ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_")
 
 
@@ -40,19 +35,21 @@ def memory_env() -> dict[str, str]:
             if k.startswith(ENV_PREFIXES) and k != "VLLM_CPU_OMP_THREADS_BIND_AUTO"}
 
 
-def cpu_defaults(config: AuditConfig) -> AuditConfig:
-    """A GMU that fits this machine's node, and eager mode (torch.compile on two cores takes
-    minutes and changes nothing kvaudit measures on CPU)."""
+def cpu_defaults(config: AuditConfig) -> tuple[AuditConfig, str | None]:
+    """A GMU that fits this machine's node (config.cpu_default_gmu), and eager mode (torch.compile
+    on two cores takes minutes and changes nothing kvaudit measures on CPU). The note says where
+    a default GMU came from, for the report: it differs from machine to machine."""
     changes: dict[str, Any] = {}
+    note = None
     if config.gpu_memory_utilization is None:
         total, available = node_meminfo(0)
         tp = config.tensor_parallel_size or 1
-        fits = math.floor(0.8 * available / total / tp * 100) / 100
-        wanted = math.ceil(CPU_DEFAULT_REQUEST_BYTES / total * 100) / 100
-        changes["gpu_memory_utilization"] = max(min(wanted, fits), 0.01)
+        gmu = cpu_default_gmu(total, available, tp, CPU_RUN_REQUEST_BYTES)
+        changes["gpu_memory_utilization"] = gmu
+        note = cpu_gmu_note(gmu, total, available, tp, CPU_RUN_REQUEST_BYTES)
     if config.enforce_eager is None:
         changes["enforce_eager"] = True
-    return config.replace(**changes)
+    return config.replace(**changes), note
 
 
 def bind_cpu_threads(tp: int) -> None:
@@ -88,6 +85,41 @@ def engine_kwargs(config: AuditConfig, worker_cls: str) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+RESOLVED = {
+    # AuditConfig field: (vllm_config attribute, field)
+    "max_model_len": ("model_config", "max_model_len"),
+    "enforce_eager": ("model_config", "enforce_eager"),
+    "kv_cache_dtype": ("cache_config", "cache_dtype"),
+    "block_size": ("cache_config", "block_size"),
+    "max_num_seqs": ("scheduler_config", "max_num_seqs"),
+    "max_num_batched_tokens": ("scheduler_config", "max_num_batched_tokens"),
+    "cudagraph_capture_sizes": ("compilation_config", "cudagraph_capture_sizes"),
+}
+"""Knobs left to vLLM's default (None) are read back from the engine's resolved config, so the
+report says what ran (`enforce_eager false`, `kv_cache_dtype auto`), and a diff does not take a
+default for an unknown."""
+
+
+def resolved_config(config: AuditConfig, vllm_config: Any) -> AuditConfig:
+    changes: dict[str, Any] = {}
+    for name, (section, attr) in RESOLVED.items():
+        if getattr(config, name) is not None:
+            continue  # what the user asked for stays as asked
+        value = getattr(getattr(vllm_config, section, None), attr, None)
+        if name == "cudagraph_capture_sizes" and isinstance(value, list):
+            value = tuple(sorted(int(x) for x in value))
+        elif name == "enforce_eager" and not isinstance(value, bool):
+            value = None
+        elif name == "kv_cache_dtype" and not isinstance(value, str):
+            value = str(value) if value is not None else None
+        elif name not in ("cudagraph_capture_sizes", "enforce_eager", "kv_cache_dtype") and \
+                (not isinstance(value, int) or isinstance(value, bool)):
+            value = None
+        if value is not None:
+            changes[name] = value
+    return config.replace(**changes)
+
+
 class Result:
     """RESULT.json, rewritten atomically whenever something is added."""
 
@@ -99,6 +131,33 @@ class Result:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, default=str), encoding="utf-8")
         tmp.replace(self.path)
+
+
+def refused_config(exc: BaseException, journal_dir: Path) -> bool:
+    """vLLM checks its arguments in this process (EngineArgs, the pydantic configs) before any
+    worker starts: a ValueError or TypeError then is the configuration's fault (exit 2), not a
+    failed audit. Once a worker has written its journal, errors are the boot's (the does-not-fit
+    check, a refused backend), and they are reported with the partial report."""
+    return isinstance(exc, (ValueError, TypeError)) and not any(journal_dir.glob("rank*.jsonl"))
+
+
+def reason(exc: BaseException) -> str:
+    """The whole reason on one line: pydantic's "1 validation error for ModelConfig" is only the
+    heading; what counts is each error's message (without the input echo, which can be huge)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            parts = []
+            for e in errors():
+                where = ".".join(str(x) for x in e.get("loc") or ())
+                msg = str(e.get("msg", "")).removeprefix("Value error, ")
+                parts.append(f"{where}: {msg}" if where and where != "__root__" else msg)
+            if parts:
+                title = getattr(exc, "title", None)
+                return (f"{title}: " if title else "") + "; ".join(" ".join(p.split()) for p in parts)
+        except Exception:
+            pass
+    return " ".join(str(exc).split())[:2000] or type(exc).__name__
 
 
 def _error(exc: BaseException) -> dict[str, str]:
@@ -141,6 +200,7 @@ def main(argv: list[str]) -> int:
     os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
     result = Result(Path(spec["result"]))
     boot_journal = Journal(Path(spec["journal_dir"]) / "boot.jsonl")
+    boot_journal.write({"type": "stage", "stage": "importing vLLM"})
     config = config_from_json(spec["config"])
     # Before any vLLM process exists, NVML's device-used is what other processes hold.
     os.environ[OTHERS_ENV] = json.dumps(nvml_used_by_device())
@@ -153,8 +213,10 @@ def main(argv: list[str]) -> int:
         result.set(error=_error(exc), stage="import")
         return 3
     backend = "cpu" if current_platform.is_cpu() else "gpu"
+    notes: list[str] = []
     if backend == "cpu":
-        config = cpu_defaults(config)
+        config, note = cpu_defaults(config)
+        notes += [note] if note else []
         try:
             bind_cpu_threads(config.tensor_parallel_size or 1)
         except ValueError as exc:
@@ -162,22 +224,33 @@ def main(argv: list[str]) -> int:
             return 2
     versions = {"vllm": getattr(vllm, "__version__", None), "torch": torch.__version__,
                 "cuda": getattr(torch.version, "cuda", None), "backend": backend}
-    result.set(config=config.to_json(), versions=versions, env=memory_env(), stage="boot")
-    boot_journal.write({"type": "boot", "config": config.to_json(), **versions})
+    result.set(config=config.to_json(), versions=versions, env=memory_env(), notes=notes, stage="boot")
+    boot_journal.write({"type": "boot", "config": config.to_json(), **versions, "stage": "vLLM: creating the engine"})
     try:
         llm = LLM(**engine_kwargs(config, WORKERS[backend]))
     except BaseException as exc:
+        if refused_config(exc, Path(spec["journal_dir"])):
+            result.set(error={"type": "UsageError", "message": f"vLLM refused the configuration: {reason(exc)}"},
+                       stage="boot")
+            return 2
         result.set(error=_error(exc), stage="boot")
         return 1
     try:
+        try:
+            config = resolved_config(config, llm.llm_engine.vllm_config)
+            result.set(config=config.to_json())
+        except Exception:  # an engine without the attribute: the report keeps the config as given
+            pass
         result.set(records=llm.collective_rpc("kvaudit_record"), stage="booted")
         if spec.get("verify"):
+            boot_journal.write({"type": "stage", "stage": "verify: a max_model_len prefill + decode"})
             result.set(stage="verify")
             result.set(verify=run_verify(llm), records=llm.collective_rpc("kvaudit_record"), stage="verified")
     except BaseException as exc:
         result.set(error=_error(exc))
         return 1
     finally:
+        boot_journal.write({"type": "stage", "stage": "vLLM: shutting down"})
         shutdown(llm)
     return 0
 

@@ -6,6 +6,7 @@ It imports neither torch nor vllm: the CLI process stays small and can always cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,7 +22,9 @@ from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
 from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
 from kvaudit.engines.trace import trace_env
-from kvaudit.engines.supervision import JournalTailer, stop_session, watch
+from kvaudit.engines.supervision import (
+    JournalTailer, StageTailer, StopSignals, release_guard, start_guard, stop_session, watch,
+)
 from kvaudit.errors import UsageError
 from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
@@ -46,11 +49,91 @@ class RunOptions:
     """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
 
 
-def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
-    """Boot vLLM with the audit worker and return the report, complete or partial."""
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+"""The config.json keys vLLM derives a model's length limit from (vllm/transformers_utils/
+model_arch_config_convertor.py derive_max_model_len_and_key): the smallest, model_max_length first."""
+LENGTH_CHANGERS = ("rope_scaling", "rope_parameters", "sliding_window", "text_config")
+"""Keys that make vLLM's derivation more than a minimum (scaling, windows, nested configs): with
+any of them the check is left to vLLM, whose reason then comes back whole."""
+
+
+def preflight(config: AuditConfig) -> None:
+    """What can be checked in this process before a 10-second vLLM import: the model folder,
+    --tp against the devices and the model's heads, --max-model-len against the model's limit.
+    Each failure is a usage error (exit 2) that names the fix."""
+    model = config.model
+    if isinstance(model, str) and not Path(model).expanduser().exists() and _looks_like_path(model):
+        raise UsageError(f"model {model} does not exist: pass a model directory with a config.json "
+                         f"(or a Hugging Face model id)")
+    tp = config.tensor_parallel_size or 1
+    devices = _device_count()
+    if devices is not None and tp > devices[0]:
+        raise UsageError(f"tensor_parallel_size {tp} needs {tp} {devices[1]}; this machine has {devices[0]}: lower --tp")
+    hf = _model_config(model)
+    heads = hf.get("num_attention_heads")
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads % tp:
+        raise UsageError(f"tensor_parallel_size {tp} does not divide the model's {heads} attention heads: "
+                         f"pass a --tp that divides {heads}")
+    length = config.max_model_len
+    if length is not None and not any(k in hf for k in LENGTH_CHANGERS) \
+            and not os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+        limits = {k: hf[k] for k in MAX_LEN_KEYS if isinstance(hf.get(k), int) and not isinstance(hf.get(k), bool)}
+        if limits:
+            key = "model_max_length" if "model_max_length" in limits else min(limits, key=limits.__getitem__)
+            if length > limits[key]:
+                raise UsageError(f"max_model_len {length} is above the model's limit ({key} {limits[key]} in "
+                                 f"config.json): lower --max-model-len to {limits[key]} or less")
+
+
+def _looks_like_path(model: str) -> bool:
+    """A folder, not a Hugging Face id (`org/name`, `gpt2`): absolute, relative to here or home,
+    or deeper than org/name."""
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+
+
+def _device_count() -> tuple[int, str] | None:
+    """(devices, their name) of the backend vLLM will pick, from files alone; None if unknown."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.exists():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        count = len(list(gpus.iterdir()))
+        if visible is not None:
+            count = min(count, len([d for d in visible.split(",") if d.strip()]))
+        return count, "GPUs"
+    if Path("/dev/nvidiactl").exists():
+        return None
+    # vLLM's CPU backend: one OpenMP core group per TP worker (boot.bind_cpu_threads)
+    return len(os.sched_getaffinity(0)), "CPU cores on the CPU backend"
+
+
+def _model_config(model: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(model).expanduser() / "config.json").read_text(encoding="utf-8")) if model else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn = lambda rank, event: None,
+              signals: StopSignals | None = None) -> Report:
+    """Boot vLLM with the audit worker and return the report, complete or partial.
+
+    SIGINT, SIGTERM and SIGHUP stop the boot and still return the partial report; pass the
+    caller's StopSignals to keep them deferred until the report is written."""
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
-    workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
+    preflight(config)
+    with StopSignals() if signals is None else contextlib.nullcontext(signals) as stop_signals:
+        workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
+        try:
+            return _run(config, options, on_progress, stop_signals, workdir)
+        finally:
+            _remove(workdir)  # never left behind, with or without --log (that file lives elsewhere)
+
+
+def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals,
+         workdir: Path) -> Report:
     journal_dir = workdir / "journal"
     journal_dir.mkdir()
     result_path = workdir / "result.json"
@@ -63,14 +146,20 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     tailer = JournalTailer(journal_dir)
     started = time.monotonic()
+    stop: FailureKind | None = None
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.vllm.boot", str(spec_path)],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
+        guard = start_guard(proc.pid)
         try:
-            stop = watch(proc, tailer, on_progress, options.timeout_s, started)
+            stop = watch(proc, tailer, on_progress, options.timeout_s, started, signals,
+                         StageTailer(log_path, journal_dir / "boot.jsonl"))
         finally:
-            survivors = stop_session(proc)
+            if stop is not None:  # a boot that ended by itself shut vLLM down already
+                on_progress(-1, {"type": "stage", "stage": f"stopping vLLM ({signals.name or stop.value})"})
+            survivors = stop_session(proc, signals=signals)
+            release_guard(guard)
     for rank, event in tailer.poll():
         on_progress(rank, event)
     try:
@@ -78,12 +167,9 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     except (json.JSONDecodeError, OSError):
         result = {}
     log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
-    report = assemble(config, result, journal_dir, log_text, stop=stop, exit_code=proc.returncode,
-                      elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors,
-                      traced=options.trace)
-    if options.log_path is None:
-        _remove(workdir)
-    return report
+    return assemble(config, result, journal_dir, log_text, stop=stop, exit_code=proc.returncode,
+                    elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors,
+                    traced=options.trace, stop_signal=signals.name)
 
 
 def _remove(folder: Path) -> None:
@@ -156,7 +242,7 @@ def _verify(data: dict[str, Any] | None) -> Verify | None:
 
 def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log_text: str, *,
              stop: FailureKind | None, exit_code: int | None, elapsed_s: float, timeout_s: float,
-             survivors: list[int], traced: bool = False) -> Report:
+             survivors: list[int], traced: bool = False, stop_signal: str | None = None) -> Report:
     if isinstance(result.get("config"), dict):
         config = config_from_json(result["config"])
     folded = [records.fold(rank, events) for rank, events in rank_events(result, journal_dir).items()]
@@ -165,10 +251,11 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
     error = result.get("error") if isinstance(result.get("error"), dict) else None
     if error and error.get("type") == "UsageError":
         raise UsageError(error.get("message", "bad configuration"))
-    failure = find_failure(folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s)
+    failure = find_failure(folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s,
+                           stop_signal=stop_signal)
     facts = folded[0].facts if folded else {}
     versions = result.get("versions") or {}
-    warnings = []
+    warnings = [n for n in result.get("notes") or [] if isinstance(n, str)]
     if survivors:
         warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
     for f in folded:
@@ -219,13 +306,15 @@ def _last_phase(folded: list[records.RankEvents]) -> tuple[Phase | None, int | N
 
 
 def find_failure(folded: list[records.RankEvents], error: dict[str, Any] | None, log_text: str, *,
-                 stop: FailureKind | None, exit_code: int | None, timeout_s: float) -> Failure | None:
+                 stop: FailureKind | None, exit_code: int | None, timeout_s: float,
+                 stop_signal: str | None = None) -> Failure | None:
     phase, rank = _last_phase(folded)
     if stop is FailureKind.TIMEOUT:
         return Failure(phase, rank, stop, f"no result after {timeout_s:.0f} s: raise --timeout if the boot is "
                                           f"slow, or look at the vLLM log (--log) for a hang")
     if stop is FailureKind.INTERRUPTED:
-        return Failure(phase, rank, stop, "interrupted (Ctrl-C): every vLLM process was stopped")
+        how = "Ctrl-C" if stop_signal in (None, "SIGINT") else stop_signal
+        return Failure(phase, rank, stop, f"interrupted ({how}): every vLLM process was stopped")
     from_log = find_failure_in_log(log_text)
     rank_errors = [(f.rank, e) for f in folded for e in f.errors]
     if from_log is not None:

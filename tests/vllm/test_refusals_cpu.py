@@ -1,0 +1,34 @@
+"""Configurations only vLLM can refuse (issue 15 item 7): exit 2 with vLLM's whole reason on one
+line, not exit 3 "audit incomplete (crash)" with only "1 validation error for ModelConfig"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.vllm
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kvaudit", "run", "-f", "json", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_an_invalid_kv_cache_dtype_comes_back_with_vllms_reason():
+    proc = run("--kv-cache-dtype", "bogus")
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("kvaudit: error: vLLM refused the configuration: CacheConfig: cache_dtype: Input should be")
+    assert "'auto'" in last  # the allowed values are named
+    assert proc.stdout == ""
+
+
+def test_an_unknown_engine_flag_comes_back_with_vllms_reason():
+    proc = run("--", "--no-such-engine-flag", "1")
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("kvaudit: error: vLLM refused the configuration: ")
+    assert "no_such_engine_flag" in last
