@@ -476,7 +476,7 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
         shortfall = max(shortfall or 0, overcommit)
 
     if config.max_model_len and cap.max_feasible_model_len is not None and geometry is not None \
-            and cap.max_feasible_model_len < config.max_model_len:
+            and 0 < cap.max_feasible_model_len < config.max_model_len:
         saved = geometry.needed_bytes(config.max_model_len) - geometry.needed_bytes(max(cap.max_feasible_model_len, 1))
         levers.append(Lever("max_model_len", f"--max-model-len={cap.max_feasible_model_len}", saved,
                             config.max_model_len - cap.max_feasible_model_len,

@@ -72,10 +72,10 @@ def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankRep
     warn = list(warnings)
     small = overcommit_bytes(ranks)
     if 0 < small <= OVERCOMMIT_TOLERANCE_BYTES:
-        warn.append(f"a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
+        warn.append(f"note: a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
                     f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     if verify is not None and verify.ok and verify.overrun_bytes:
-        warn.append(f"verify's true peak was {fmt_bytes(verify.overrun_bytes)} above the requested budget (within "
+        warn.append(f"note: verify's true peak was {fmt_bytes(verify.overrun_bytes)} above the requested budget (within "
                     f"the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
         if r.deferred_steps:

@@ -651,3 +651,11 @@ def test_kv_blocks_within_loses_nothing_when_tensors_are_whole_segments():
     from kvaudit.ledger import kv_blocks_within
     assert kv_blocks_within(64 * MiB, [2 * MiB]) == 32
     assert kv_blocks_within(64 * MiB + 1, [2 * MiB]) == 32
+
+
+def test_no_max_model_len_lever_when_not_even_one_request_fits():
+    # GIVEN one block of KV: the feasible length is 0, so shortening the context cannot help
+    cap = capacity([cap_rank(0, 2 * MiB)], BIG, GEOMETRY, graph_bytes_per_size=256 * MiB)
+    assert cap.max_feasible_model_len == 0
+    assert "max_model_len" not in {lv.name for lv in cap.levers}
+    assert not any("--max-model-len=0" in f for f in cap.safe_serve_flags)
