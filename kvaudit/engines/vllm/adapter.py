@@ -139,7 +139,8 @@ def _v2_teardown(runner: Any) -> None:
     import gc
 
     import torch
-    torch.cuda.synchronize()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     runner.kv_caches = []
     if hasattr(runner, "attn_groups"):
         runner.attn_groups = []
@@ -162,7 +163,8 @@ def _v2_teardown(runner: Any) -> None:
     _clear_layer_kv_caches(runner)
     runner.cache_config.num_gpu_blocks = None
     gc.collect()
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _clear_layer_kv_caches(runner: Any) -> None:
