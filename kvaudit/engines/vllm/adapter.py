@@ -118,15 +118,21 @@ def warmup_blocks(runner: Any) -> int:
     return max(capture, 2 * runner.max_num_reqs) + 1
 
 
-def _v2_build(runner: Any, blocks: int) -> None:
+def kv_config_for(runner: Any, blocks: int) -> Any:
+    """vLLM's own KVCacheConfig of the real KV spec at a given block count (the call its minimal
+    profiling cache makes: num_gpu_blocks_override for the duration, no memory needed)."""
     from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
     groups = get_kv_cache_groups(runner.vllm_config, runner.get_kv_cache_spec())
     saved = runner.cache_config.num_gpu_blocks_override
     runner.cache_config.num_gpu_blocks_override = blocks
     try:
-        config = get_kv_cache_config_from_groups(runner.vllm_config, groups, available_memory=0)
+        return get_kv_cache_config_from_groups(runner.vllm_config, groups, available_memory=0)
     finally:
         runner.cache_config.num_gpu_blocks_override = saved
+
+
+def _v2_build(runner: Any, blocks: int) -> None:
+    config = kv_config_for(runner, blocks)
     runner.initialize_kv_cache(config)
     runner.cache_config.num_gpu_blocks = config.num_blocks
 
@@ -336,15 +342,7 @@ def kv_tensor_block_bytes(worker: Any, trial_blocks: int = 1024) -> list[int] | 
     block count (the call its minimal profiling cache makes), each KVCacheTensor's size over it.
     None when this vLLM's config cannot be built that way."""
     try:
-        from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
-        runner = worker.model_runner
-        groups = get_kv_cache_groups(worker.vllm_config, runner.get_kv_cache_spec())
-        saved = worker.cache_config.num_gpu_blocks_override
-        worker.cache_config.num_gpu_blocks_override = trial_blocks
-        try:
-            config = get_kv_cache_config_from_groups(worker.vllm_config, groups, available_memory=0)
-        finally:
-            worker.cache_config.num_gpu_blocks_override = saved
+        config = kv_config_for(worker.model_runner, trial_blocks)
         return [int(t.size) // int(config.num_blocks) for t in config.kv_cache_tensors] or None
     except Exception:  # an aid to exactness: without it KV is sized in bytes, as before
         return None
