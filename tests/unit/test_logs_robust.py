@@ -88,7 +88,8 @@ def test_any_input_gives_a_report_or_one_line_error(text: str) -> None:
 @pytest.mark.parametrize("text", ["", "\n\n\n", "\x00\x01\x02" * 100, "hello world\n", "{not json",
                                   bytes(range(256)).decode("utf-8", errors="replace") * 50])
 def test_no_vllm_line_is_one_bad_input_error(text: str) -> None:
-    expected = r"^x\.log: neither a kvaudit report nor a vLLM log: no vLLM log lines found$"
+    expected = (r"^x\.log: neither a kvaudit report nor a vLLM log: no vLLM log lines found \(looked for a JSON object "
+                r"with a `schema` key, .*`Model loading took`, `Available KV cache memory`.*\)$")
     with pytest.raises(BadInputError, match=expected):
         report_from_log_text(text, "x.log")
 

@@ -21,6 +21,10 @@ from kvaudit.schema import Report
 
 __all__ = ["report_from_log_text", "report_from_logs"]
 
+LOOKED_FOR = ("a JSON object with a `schema` key, `(Worker_TP0 pid=N)` / `LEVEL MM-DD hh:mm:ss [file.py:N]` / "
+              "`[file.py:N]` prefixes, and memory lines such as `Model loading took`, `Available KV cache memory`, "
+              "`KV cache size`, `Actual usage`, `To serve at least one request`")
+
 
 def report_from_log_text(text: str, where: str) -> Report:
     return report_from_logs([(text, where)])
@@ -35,6 +39,7 @@ def report_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
     for index, (text, where) in enumerate(texts):
         scan = parse_file(text, where, index, exhaustive=exhaustive)
         if not scan.is_vllm:
-            raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found")
+            raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
+                                f"(looked for {LOOKED_FOR})")
         scans.append(scan)
     return assemble(scans)

@@ -272,7 +272,7 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
     scan = by_file[root.file]
     phase = value.phase or _timeline_phase(scan.text, root.pos)
     rank, tag = _rank_of_proc(scan, root.pid, _sizes(boot.scans, _engine_config(boot.engine)))
-    if rank is None and world_size == 1:
+    if rank is None and (world_size == 1 or _untagged(boot)):
         rank = 0
     feasible = None
     if value.kind is FailureKind.DOES_NOT_FIT:
@@ -504,7 +504,7 @@ def assemble(scans: Sequence[FileScan]) -> Report:
         world = config.tensor_parallel_size * int(extra.get("pipeline_parallel_size") or 1) * int(
             extra.get("prefill_context_parallel_size") or 1)
     failure, feasible, notes = find_failure(boot, world)
-    if world == 1:
+    if world == 1 or _untagged(boot):
         _give_check_figures_to_rank_0(boot)
     runner = _runner(boot)
     disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"
@@ -517,14 +517,23 @@ def assemble(scans: Sequence[FileScan]) -> Report:
     backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
     first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None
     warnings = list(dict.fromkeys([f.value for f in boot.engine.get(FactKind.NOTE, [])] + rank_notes + notes))
+    if boot.ranks and _untagged(boot):
+        warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
+                        "one rank, rank 0")
     report = build_report(
         source=Source.LOG, config=config, ranks=ranks,
         engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend),
         environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=warnings,
         known_kv_tokens=_kv_tokens(boot), known_max_feasible_model_len=feasible,
         known_max_model_len_fits=_passed_kv_check(boot, failure, config),
+        known_kv_needed_bytes=_kv_needed(boot, failure),
         graph_bytes_per_size=_graph_bytes_per_size(boot.ranks))
     return report
+
+
+def _untagged(boot: Boot) -> bool:
+    """No line names its process (an excerpt, or V0's single process): one rank, rank 0."""
+    return not any(s.tags for s in boot.scans)
 
 
 def _give_check_figures_to_rank_0(boot: Boot) -> None:
@@ -538,9 +547,19 @@ def _give_check_figures_to_rank_0(boot: Boot) -> None:
         rank.facts[FactKind.KV_AVAILABLE].extend(check)
 
 
+def _kv_needed(boot: Boot, failure: Failure | None) -> int | None:
+    """What one request at max_model_len needs, as vLLM's failed KV check states it."""
+    if failure is None or failure.kind is not FailureKind.DOES_NOT_FIT:
+        return None
+    return _first(boot.engine, FactKind.KV_NEEDED)
+
+
 def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -> bool | None:
     """vLLM prints the KV size line only after every rank passed `_check_enough_kv_cache_memory`
-    at the final max_model_len, so a boot that printed it and did not fail fits."""
+    at the final max_model_len, so a boot that printed it and did not fail fits; a boot whose
+    check said how much one request needs failed it."""
+    if failure is not None and failure.kind is FailureKind.DOES_NOT_FIT and _kv_needed(boot, failure) is not None:
+        return False
     if failure is not None or config.max_model_len is None or not boot.engine.get(FactKind.KV_TOKENS):
         return None
     return True

@@ -25,8 +25,10 @@ from kvaudit.units import MiB, gib_to_bytes
 NUM = r"\d{1,12}(?:\.\d{1,12})?"
 SNUM = r"-?" + NUM
 INT = r"\d{1,12}"
-CINT = r"\d{1,12}(?:,\d{3}){0,4}"
-"""An integer with `,` thousands separators (`f"{n:,}"` in kv_cache_utils.py)."""
+CINT = r"\d{1,3}(?:[,.'_ ]\d{3}){1,4}(?!\d)|\d{1,12}"
+"""An integer, with thousands separators in either style: `1,205,440` (`f"{n:,}"` in
+kv_cache_utils.py), `1.205.440`, `1 205 440` (a non-breaking space is a space by now), `1'205'440`."""
+_SEPARATORS = str.maketrans("", "", ",.'_ ")
 
 MESSAGE_CHARS = 400
 """A failure's message is its first line, trimmed to this many characters."""
@@ -125,7 +127,7 @@ def _mib(text: str) -> int:
 
 
 def _int(text: str) -> int:
-    return int(text.replace(",", ""))
+    return int(text.translate(_SEPARATORS))
 
 
 def _message(msg: str) -> str:
@@ -227,10 +229,10 @@ _ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB total")
 # Fork v20 [model_runner.py:953]: "X GiB additional (Y GiB captured, Z GiB retained and counted as
 # non-torch)". The pool holds the full Y (graph pools live in torch-reserved memory, never in
 # non-torch), so Y is the estimate and Z is only recorded (reference §3.3).
-_MRV2_ADDITIONAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) GiB additional \(({SNUM}) GiB captured, "
-                              rf"({SNUM}) GiB retained")
+_MRV2_ADDITIONAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) ?GiB additional \(({SNUM}) ?GiB captured,? "
+                              rf"({SNUM}) ?GiB retained")
 # Fork dev/gilded-gnosis: "X GiB total (Z GiB retained in the reusable pool)": X is already gross.
-_MRV2_TOTAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) GiB total \(({SNUM}) GiB retained")
+_MRV2_TOTAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) ?GiB total \(({SNUM}) ?GiB retained")
 
 
 def _graphs(msg: str) -> Iterable[Fact]:
@@ -289,11 +291,13 @@ def _advisory(msg: str) -> Iterable[Fact]:
 # torch + non-torch; peak = transient headroom + the applied graph estimate; graph = capture_model's
 # return. U and older (DEBUG): weights, peak, non-torch, graph. NPU (vllm-ascend#8289): "Actual
 # usage: … for weights, …, … for NPU graph memory".
-_ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) GiB for consumed memory \(weights \+ non-torch\), ({SNUM}) GiB "
-                         rf"for peak activation, and ({SNUM}) GiB for CUDAGraph memory")
-_ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) GiB for weights?, ({SNUM}) GiB for peak activation, "
-                         rf"({SNUM}) GiB for non-torch memory,(?: and)? ({SNUM}) GiB for "
-                         r"(?:CUDAGraph|NPU graph) memory")
+# Matched loosely: commas, "and", plurals and the graph's name changed between releases and forks.
+_GRAPH_MEMORY = r"(?:the )?(?:CUDA ?[Gg]raphs?|NPU graph|[Gg]raph) memory"
+_ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) ?GiB for consumed memory \(weights \+ non-torch\),? ({SNUM}) ?GiB "
+                         rf"for peak activations?,?(?: and)? ({SNUM}) ?GiB for {_GRAPH_MEMORY}")
+_ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) ?GiB for (?:the )?weights?,? ({SNUM}) ?GiB for peak "
+                         rf"activations?,? ({SNUM}) ?GiB for non-torch memory,?(?: and)? ({SNUM}) ?GiB for "
+                         rf"{_GRAPH_MEMORY}")
 _IN_USE = re.compile(rf"Current kv cache memory in use is ({SNUM}) GiB")
 _SUGGESTION = re.compile(r"--kv-cache-memory=(-?\d{1,20})` \([^)]{0,40}\) to fit into requested memory")
 # gpu_worker.py "Free memory on device ({free}/{total} GiB) on startup. Desired GPU memory
@@ -408,10 +412,16 @@ def _cpu(msg: str) -> Iterable[Fact]:
 # --------------------------------------------------------------------------------------------
 # Failures (§5.3, §5.4, §5.5)
 
-# kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "the models's max seq len" in GB.
-_TO_SERVE = re.compile(rf"max seq len \(({INT})\), \(({SNUM}) (?:GiB|GB) KV cache is needed, which is larger than the "
-                       rf"available KV cache memory \(({SNUM}) (?:GiB|GB)\)")
-_ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({INT})")
+# kv_cache_utils.py _check_enough_kv_cache_memory (0.32): "To serve at least one request with the
+# model's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache
+# memory (Y GiB)"; 0.8.x said "models's" and GB; the fork drops the stray "(" before X.
+_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed,? which is "
+                       rf"larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB)")
+_ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({CINT})")
+# V0 (and V1 before 0.8) llm_engine / worker raise_if_cache_size_invalid: "The model's max seq len
+# (N) is larger than the maximum number of tokens that can be stored in KV cache (M)."
+_V0_TOO_LONG = re.compile(rf"max seq len \(({CINT})\) is larger than the maximum number of tokens that can be "
+                          rf"stored in KV cache \(({CINT})\)")
 # v1/worker/utils.py request_memory and cpu_worker.py __init__ / determine_available_memory.
 _NODE = rf"Available memory on node ({INT}) \(({SNUM})/({SNUM}) GiB\)"
 _CPU_STARTUP = re.compile(rf"{_NODE} on startup is less than desired CPU memory utilization \(({NUM}), ({SNUM}) GiB\)")
@@ -437,11 +447,17 @@ def _kv_check(msg: str) -> Iterable[Fact]:
     if "To serve at least one request" in msg and (m := _TO_SERVE.search(msg)):
         yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
                                                  _error_text(msg, "To serve at least one request")))
-        yield Fact(FactKind.CHECKED_MODEL_LEN, int(m.group(1)))
+        yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
         yield Fact(FactKind.KV_NEEDED, _gib(m.group(2)))
         yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, _gib(m.group(3)))
         if e := _ESTIMATED_LEN.search(msg):
-            yield Fact(FactKind.MAX_FEASIBLE_LEN, int(e.group(1)))
+            yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(e.group(1)))
+    if "stored in KV cache" in msg and (m := _V0_TOO_LONG.search(msg)):
+        yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
+                                                 _error_text(msg, "max seq len")))
+        yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
+        yield Fact(FactKind.KV_TOKENS, ("GPU", _int(m.group(2))))
+        yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(m.group(2)))
     for anchor in ("No available memory for the cache blocks", "Cannot auto-fit max_model_len"):
         if anchor in msg:
             yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV, _error_text(msg, anchor)))
@@ -583,8 +599,9 @@ RULES: tuple[Rule, ...] = (
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
     Rule("cpu", ("set (",), r"(Auto|Explicitly) set \([0-9.-]+/[0-9.]+\) GiB for KV cache", _cpu),
     Rule("kv_check", ("To serve at least one request", "No available memory for the cache blocks",
-                      "Cannot auto-fit max_model_len"),
-         r"To serve at least one request|No available memory for the cache blocks|Cannot auto-fit max_model_len",
+                      "Cannot auto-fit max_model_len", "stored in KV cache"),
+         r"To serve at least one request|No available memory for the cache blocks|Cannot auto-fit max_model_len"
+         r"|stored in KV cache",
          _kv_check),
     Rule("startup", ("on startup is less than", "exceed the desired", "on kv cache allocation is less"),
          r"on startup is less than|exceed the desired GPU memory|on kv cache allocation is less", _startup),

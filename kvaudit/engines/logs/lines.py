@@ -30,6 +30,11 @@ _UNTAGGED_HEAD = re.compile(
     r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
     r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
 
+# A pasted excerpt often keeps only `[file.py:N] message`, or the level and file without a time.
+_BARE_HEAD = re.compile(
+    r"\s{0,8}(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?"
+    r"\[([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
+
 TAG_SEARCH_CHARS = 400
 """How far into a line the process tag may sit (container prefixes are short)."""
 
@@ -71,6 +76,10 @@ def parse_line(segment: str, pos: int) -> LogLine:
     rest = _UNTAGGED_HEAD.search(head)
     if rest is not None:
         return LogLine(pos, None, None, _level(rest.group(1)), rest.group(3), segment[rest.end():].strip())
+    bare = _BARE_HEAD.match(head)
+    if bare is not None:
+        level = _level(bare.group(1)) if bare.group(1) else None
+        return LogLine(pos, None, None, level, bare.group(2), segment[bare.end():].strip())
     return LogLine(pos, None, None, None, None, segment.strip())
 
 

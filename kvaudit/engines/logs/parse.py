@@ -7,6 +7,7 @@ from typing import Mapping
 
 from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
+from kvaudit.engines.logs.records import joined, record_at
 from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
 
 RENAME_HOPS = 64
@@ -35,23 +36,39 @@ class FileScan:
 def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = False) -> FileScan:
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
     parsed: dict[int, ParsedLine] = {}
+    covered: set[int] = set()
     seen_vllm = False
-    for start, end in cands.segments + ((cands.backend,) if cands.backend else ()):
-        if start in parsed:
+    for start, end in sorted(set(cands.segments + ((cands.backend,) if cands.backend else ()))):
+        if start in covered:
             continue
-        line = parse_line(text[start:end], start)
+        line, facts = _read_record(text, start, end, covered)
         seen_vllm = seen_vllm or line.is_vllm
-        facts = tuple(facts_from_message(line.msg))
-        if facts:
-            parsed[start] = ParsedLine(line, facts)
+        if facts and line.pos not in parsed:
+            parsed[line.pos] = ParsedLine(line, facts)
     for start, end in cands.concurrency:
-        if start not in parsed:
-            line = parse_line(text[start:end], start)
-            if facts := tuple(concurrency(line.msg)):
-                parsed[start] = ParsedLine(line, facts)
+        line, _ = _read_record(text, start, end, covered)
+        if line.pos not in parsed and (facts := tuple(concurrency(line.msg))):
+            parsed[line.pos] = ParsedLine(line, facts)
     lines = tuple(parsed[k] for k in sorted(parsed))
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
     return FileScan(index, where, text, lines, _final_tags(text, lines), is_vllm)
+
+
+def _read_record(text: str, start: int, end: int, covered: set[int]) -> tuple[LogLine, tuple[Fact, ...]]:
+    """The record around one candidate line, parsed, and the facts it states. A record cut from a
+    terminal may have lost a space or gained one where a word was split: both joins are read and
+    the one that states more facts wins."""
+    record = record_at(text, start, end)
+    covered.update(s for s, _ in record.spans)
+    spaced, tight = joined(text, record)
+    line = parse_line(spaced, record.start)
+    facts = tuple(facts_from_message(line.msg))
+    if tight is not None:
+        other = parse_line(tight, record.start)
+        other_facts = tuple(facts_from_message(other.msg))
+        if len(other_facts) > len(facts):
+            return other, other_facts
+    return line, facts
 
 
 def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from kvaudit.engines.logs.facts import backend
+from kvaudit.engines.logs.records import bounds
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
 # `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal
@@ -49,18 +50,6 @@ def _brace(text: str, i: int) -> bool:
 
 
 _CHAR_NEEDLES = (("B", _b), ("{", _brace))
-
-
-def bounds(text: str, i: int) -> tuple[int, int]:
-    """The segment around offset i. Every search is bounded by the line, never by the file."""
-    nl = text.rfind("\n", 0, i) + 1
-    cr = text.rfind("\r", nl, i)
-    start = nl if cr < 0 else cr + 1
-    end = text.find("\n", i)
-    if end < 0:
-        end = len(text)
-    cr = text.find("\r", i, end)
-    return start, (end if cr < 0 else cr)
 
 
 @dataclass(frozen=True)
