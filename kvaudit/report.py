@@ -208,29 +208,28 @@ def _too_large(where: str) -> BadInputError:
 
 
 def _read_capped(fh: BinaryIO, where: str) -> bytes:
-    """At most MAX_INPUT_BYTES (+1, to tell "too large"), expanding gzip as a stream."""
-    head = fh.read(2)
-    if head == b"\x1f\x8b":
-        return _gunzip(fh, head, where)
-    raw = head + fh.read(MAX_INPUT_BYTES + 1 - len(head))
+    """At most MAX_INPUT_BYTES (+1, to tell "too large"); gzip is expanded as a stream."""
+    raw = fh.read(MAX_INPUT_BYTES + 1)
     if len(raw) > MAX_INPUT_BYTES:
         raise _too_large(where)
-    return raw
+    return _gunzip(raw, where) if raw[:2] == b"\x1f\x8b" else raw
 
 
-def _gunzip(fh: BinaryIO, head: bytes, where: str) -> bytes:
+def _gunzip(packed: bytes, where: str) -> bytes:
     """Expand gzip (members one after another, as `cat a.gz b.gz` makes) chunk by chunk, and stop
     as soon as the output passes the cap: a small bomb never expands whole."""
     out = bytearray()
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     started = True
-    data = head
+    view = memoryview(packed)
+    at = 0
+    data = b""
     try:
         while True:
             if not data:
-                data = fh.read(_CHUNK)
-                if not data:
+                if at >= len(view):
                     break
+                data, at = bytes(view[at:at + _CHUNK]), at + _CHUNK
             if not started:
                 if not data.strip(b"\x00"):
                     data = b""  # zero padding after the last member (tape and block devices)
