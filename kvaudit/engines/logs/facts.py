@@ -525,7 +525,7 @@ def _crash(msg: str) -> Iterable[Fact]:
 # --------------------------------------------------------------------------------------------
 # Config, version, runner, backend, environment (§5.1, §5.2)
 
-_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$", re.DOTALL)
+_ARGS_KEY = "non-default args: "
 # v1/engine/core.py EngineCore.__init__ "Initializing a V1 LLM engine (v%s) with config: %s";
 # v1/engine/dump_input.py repeats the config when a step fails.
 _ENGINE = re.compile(r"(?:Initializing a|Dumping input data for) V1 LLM engine \(v([^)\s]{1,60})\) with config: (.*)",
@@ -540,11 +540,26 @@ _ENV = re.compile(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]{1,80})=('[^']{0,200}'|\"[^
 
 
 def _config(msg: str) -> Iterable[Fact]:
-    if "non-default args: " in msg and (m := _NON_DEFAULT.search(msg)):
-        yield Fact(FactKind.NON_DEFAULT_ARGS, m.group(1))
+    if (args := _non_default(msg)) is not None:
+        yield Fact(FactKind.NON_DEFAULT_ARGS, args)
     if m := _ENGINE.search(msg):
         yield Fact(FactKind.VERSION, m.group(1))
         yield Fact(FactKind.ENGINE_CONFIG, m.group(2))
+
+
+def _non_default(msg: str) -> str | None:
+    """The `{…}` after the first `non-default args: ` that opens a brace, to the end of the
+    message (which must close it). str.find per occurrence: linear however often it repeats."""
+    end = len(msg.rstrip())
+    if end == 0 or msg[end - 1] != "}":
+        return None
+    i = msg.find(_ARGS_KEY)
+    while i >= 0:
+        body = i + len(_ARGS_KEY)
+        if msg.startswith("{", body) and body < end:
+            return msg[body:end]
+        i = msg.find(_ARGS_KEY, body)
+    return None
 
 
 def _runner(msg: str) -> Iterable[Fact]:

@@ -29,11 +29,15 @@ MAX_JOIN_LINE = 4096
 WIDTH_WINDOW = 48
 """Lines each side of a record looked at to find the excerpt's wrap width."""
 MIN_WRAP_WIDTH = 60
+MAX_RECORD_CHARS = 1 << 16
+"""What the catalogue's patterns may look at in one record: its first and last half of this. A
+real record is a few KiB at most (the engine config line); a longer one is garbage, or a memory
+message glued behind a progress bar or another long line, hence the tail too."""
 
 _QUOTE = re.compile(r"[ \t]{0,8}(?:>[ \t]?){1,8}")
 _FENCE = ("```", "~~~")
-_SPACES = str.maketrans({"\t": " ", "\u00a0": " ", "\u202f": " ", "\u2007": " ", "\u2009": " ", "\u200b": "",
-                         "\ufeff": ""})
+_SPACES = (("\t", " "), ("\u00a0", " "), ("\u202f", " "), ("\u2007", " "), ("\u2009", " "), ("\u200b", ""),
+           ("\ufeff", ""))
 _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
 _HEAD_MARK = re.compile(
     _LEVELS
@@ -121,7 +125,9 @@ def _prev_span(text: str, start: int) -> tuple[int, int] | None:
 
 def clean(line: str) -> str:
     """A physical line without quote markers, tabs or special spaces."""
-    line = line.translate(_SPACES)
+    for char, space in _SPACES:
+        if char in line:  # str.replace per character found: translate() is a dict look-up per character
+            line = line.replace(char, space)
     if ">" in line[:20] and (m := _QUOTE.match(line)):
         line = line[m.end():]
     return line
@@ -165,8 +171,8 @@ def _continues(head: str, prev: str, line: str, width) -> bool:
         return True
     if _breaks_off(prev):
         return True
-    wrap = width()
-    return wrap >= MIN_WRAP_WIDTH and len(prev.rstrip()) == wrap
+    size = len(prev.rstrip())
+    return size >= MIN_WRAP_WIDTH and size == width()
 
 
 def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
@@ -226,7 +232,8 @@ def record_at(text: str, start: int, end: int) -> Record:
         nxt = clean(text[nxt_span[0]:nxt_span[1]])
         if len(spans) < MAX_RECORD_LINES and _continues(head, prev_line, nxt, width):
             spans.append(nxt_span)
-            cut.append(_indent(nxt) == 0 and len(prev_line.rstrip()) == width() >= MIN_WRAP_WIDTH)
+            size = len(prev_line.rstrip())
+            cut.append(_indent(nxt) == 0 and size >= MIN_WRAP_WIDTH and size == width())
             prev_line = nxt
         elif spans[-1][1] >= end:
             break
@@ -249,7 +256,7 @@ def joined(text: str, record: Record) -> tuple[str, str | None]:
     """The record as one line: a continuation joins with a space, or with nothing where the line
     before it was cut at the wrap width. Second, when some continuation is not indented, the same
     with nothing between at each of those (a single cut line shows no wrap width), else None."""
-    parts = [clean(text[s:e]) for s, e in record.spans]
+    parts = [clean(_bounded(text, s, e)) for s, e in record.spans]
     if len(parts) == 1:
         return parts[0], None
     out, tight = [parts[0].rstrip()], [parts[0].rstrip()]
@@ -258,6 +265,13 @@ def joined(text: str, record: Record) -> tuple[str, str | None]:
         tight.append(part.rstrip() if _indent(part) == 0 else " " + part.strip())
     first, second = _squeeze("".join(out)), _squeeze("".join(tight))
     return first, (second if second != first else None)
+
+
+def _bounded(text: str, start: int, end: int) -> str:
+    half = MAX_RECORD_CHARS // 2
+    if end - start <= MAX_RECORD_CHARS:
+        return text[start:end]
+    return text[start:start + half] + " … " + text[end - half:end]
 
 
 def _squeeze(line: str) -> str:

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from kvaudit.engines.logs.facts import backend
-from kvaudit.engines.logs.records import bounds
+from kvaudit.engines.logs.records import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
 # `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal
@@ -50,6 +50,20 @@ def _brace(text: str, i: int) -> bool:
 
 
 _CHAR_NEEDLES = (("B", _b), ("{", _brace))
+# The same checks as patterns, for a line dense with the character and none of the words (a
+# hostile line of a million braces): after MISSES_BEFORE_LINE misses in a row the rest of the
+# line is searched in C, once, instead of one Python check per character.
+_B_RX = re.compile(r"Gi?B|MiB|B12X")
+MISSES_BEFORE_LINE = 8
+
+
+def _next_in_line(char: str, text: str, i: int, end: int) -> int:
+    """The next offset in text[i:end] where `char` passes its check, or -1."""
+    if char == "{":
+        j = text.find(_ARGS + "{", i - len(_ARGS), end)
+        return -1 if j < 0 else j + len(_ARGS)
+    m = _B_RX.search(text, i, end)
+    return -1 if m is None else (m.start() if m.group(0) == "B12X" else m.end() - 1)
 
 
 @dataclass(frozen=True)
@@ -66,13 +80,18 @@ def scan(text: str) -> Candidates:
     found: dict[int, int] = {}
     for char, check in _CHAR_NEEDLES:
         i = text.find(char)
+        misses = 0
         while i >= 0:
             if check(text, i):
                 start, end = bounds(text, i)
                 found.setdefault(start, end)
-                i = text.find(char, end)
+                i, misses = text.find(char, end), 0
+            elif misses < MISSES_BEFORE_LINE:
+                i, misses = text.find(char, i + 1), misses + 1
             else:
-                i = text.find(char, i + 1)
+                end = line_end(text, i)
+                j = _next_in_line(char, text, i + 1, end)
+                i, misses = (j if j >= 0 else text.find(char, end)), 0
     pos = 0
     while m := _V_RX.search(text, pos):
         start, end = bounds(text, m.start())
@@ -112,8 +131,7 @@ def _positions(seg: str, char: str):
 def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
     out = []
     for start, end in segments:
-        line = text[start:end]
-        if "KV cache size: " in line and "Maximum concurrency" not in line:
+        if text.find("KV cache size: ", start, end) >= 0 and text.find("Maximum concurrency", start, end) < 0:
             j = text.find("Maximum concurrency for", end, end + CONCURRENCY_WINDOW)
             if j >= 0:
                 out.append(bounds(text, j))
