@@ -234,3 +234,37 @@ def test_standard_input_twice_is_a_usage_error(cli) -> None:
     result = cli("diff", "-", "-")
     assert result.code == 2 and result.stderr_lines == [
         "kvaudit: error: - (standard input) can be read only once: save one of the inputs to a file"]
+
+
+# --------------------------------------------------------------------------------------------
+# Several files: parts of one boot, or two runs (issue 15, item 8)
+
+TP2 = Path(__file__).parent.parent / "fixtures" / "logs" / "gpu-0.32-v1-tp2-ok.log"
+
+
+def test_two_runs_with_different_configs_are_refused(cli, tmp_path) -> None:
+    # GIVEN the same boot twice, one copy saying it ran eager THEN ingest refuses to merge them
+    text = read_text(TP2)
+    assert "enforce_eager=False" in text
+    eager = tmp_path / "eager.log"
+    eager.write_text(text.replace("enforce_eager=False", "enforce_eager=True"), encoding="utf-8")
+    result = cli("ingest", str(eager), str(TP2))
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr_lines == [
+        f"kvaudit: error: {eager} and {TP2} are logs of two different engine runs (enforce_eager True in one, "
+        f"False in the other): ingest each on its own, or compare them with kvaudit diff"]
+
+
+def test_two_excerpts_of_one_rank_are_refused(cli) -> None:
+    result = cli("ingest", str(V19), str(V20))
+    assert result.code == 2
+    assert "are logs of two different engine runs (both print rank 0's figures)" in result.stderr
+
+
+def test_one_boot_split_per_worker_still_merges(cli, tmp_path) -> None:
+    lines = read_text(TP2).splitlines()
+    node0, node1 = tmp_path / "node0.log", tmp_path / "node1.log"
+    node0.write_text("\n".join(x for x in lines if "Worker_TP1" not in x), encoding="utf-8")
+    node1.write_text("\n".join(x for x in lines if "Worker_TP1" in x), encoding="utf-8")
+    result = cli("ingest", str(node0), str(node1), "-f", "json")
+    assert result.code == 0 and [r["rank"] for r in json.loads(result.stdout)["ranks"]] == [0, 1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kvaudit.engines.logs.assemble import assemble
+from kvaudit.engines.logs.assemble import assemble, check_one_boot
 from kvaudit.engines.logs.parse import parse_file
 from kvaudit.errors import BadInputError
 from kvaudit.schema import Report
@@ -32,7 +32,8 @@ def report_from_log_text(text: str, where: str) -> Report:
 
 def report_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = False) -> Report:
     """One report from the logs of one boot. `exhaustive` reads every line (slow; for tests).
-    A file with no vLLM line at all is a BadInputError naming it."""
+    A file with no vLLM line at all is a BadInputError naming it, and so are files that belong to
+    different engine runs."""
     if not texts:
         raise BadInputError("no log given: pass at least one vLLM log")
     scans = []
@@ -42,4 +43,6 @@ def report_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
             raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
                                 f"(looked for {LOOKED_FOR})")
         scans.append(scan)
+    if len(scans) > 1:
+        check_one_boot(scans)
     return assemble(scans)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from kvaudit.config import AuditConfig
+from kvaudit.errors import BadInputError
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind, FailureFact, GraphEstimate
 from kvaudit.engines.logs.knobs import knobs_from_args, knobs_from_engine_line, non_default_args
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
@@ -165,6 +166,31 @@ def gather(scans: Sequence[FileScan]) -> Boot:
             continue
         ranks.setdefault(rank, _Rank(tag)).facts[fact.kind].append(fact)
     return Boot(ranks, engine, tuple(scans))
+
+
+def check_one_boot(scans: Sequence[FileScan]) -> None:
+    """Several files make one report only when they are parts of one boot (one file per node): a
+    BadInputError when two of them print different engine configs or figures for the same rank,
+    as the logs of two runs do."""
+    seen: list[tuple[FileScan, dict[str, Any], set[int]]] = []
+    for scan in scans:
+        boot = gather([scan])
+        config = _engine_config(boot.engine)
+        version = _first(boot.engine, FactKind.VERSION)
+        if version is not None:
+            config["vllm version"] = version
+        ranks = {rank for rank, r in boot.ranks.items() if any(r.facts.values())}
+        for other, other_config, other_ranks in seen:
+            why = None
+            differ = [k for k in config if k in other_config and config[k] != other_config[k]]
+            if differ:
+                why = f"{differ[0]} {other_config[differ[0]]} in one, {config[differ[0]]} in the other"
+            elif both := sorted(ranks & other_ranks):
+                why = f"both print rank {both[0]}'s figures"
+            if why:
+                raise BadInputError(f"{other.where} and {scan.where} are logs of two different engine runs ({why}): "
+                                    f"ingest each on its own, or compare them with kvaudit diff")
+        seen.append((scan, config, ranks))
 
 
 def _first(engine: dict[FactKind, list[Located]], kind: FactKind) -> Any:
