@@ -114,9 +114,21 @@ def _sizes(scans: Sequence[FileScan], config: dict[str, Any]) -> _Sizes:
                   pcp=size("prefill_context_parallel_size", "pcp"))
 
 
+V0_WORKER = "VllmWorkerProcess"
+"""V0's multiprocessing workers (vllm/executor/multiproc_worker_utils.py): ranks 1… of the boot, the
+driver (rank 0) printing without a tag. The name carries no rank; workers start in rank order, so
+their pids, sorted, stand for ranks 1, 2, …"""
+
+
+def _v0_rank(scan: FileScan, pid: int) -> int:
+    return 1 + sorted(p for p, name in scan.tags.items() if name == V0_WORKER).index(pid)
+
+
 def _rank_of_proc(scan: FileScan, pid: int | None, sizes: _Sizes) -> tuple[int | None, ProcTag]:
     """The global rank whose figures a process prints (None for engine-level processes)."""
     tag = proc_tag(scan.tags[pid]) if pid is not None and pid in scan.tags else ProcTag(Role.OTHER)
+    if pid is not None and scan.tags.get(pid) == V0_WORKER:
+        return _v0_rank(scan, pid), tag
     if tag.role is Role.WORKER:
         return sizes.global_rank(tag), tag
     return None, tag
@@ -157,7 +169,8 @@ def gather(scans: Sequence[FileScan]) -> Boot:
             orphans.append((fact, _engine_rank(tag, sizes), tag))
             continue
         ranks.setdefault(rank, _Rank(tag)).facts[fact.kind].append(fact)
-    worker_ranks = {s.index: {sizes.global_rank(t) for t in map(proc_tag, s.tags.values()) if t.role is Role.WORKER}
+    worker_ranks = {s.index: {_rank_of_proc(s, pid, sizes)[0] for pid, name in s.tags.items()
+                              if proc_tag(name).role is Role.WORKER}
                     for s in scans}
     for fact, rank, tag in orphans:
         # Per-rank figures on an engine or untagged line: the uni executor's (or V0 driver's) worker,
@@ -341,6 +354,8 @@ def _graphs(r: _Rank, total: int | None, runner: str | None, estimates_disabled:
             estimate = round((adv[0] - adv[1]) * total)
         elif (dis := r.last(FactKind.ADVISORY_DISABLED)) is not None and dis[0] <= dis[1] < 1.0:
             estimate = round((dis[1] - dis[0]) * total)  # "suggested" is only an estimate below the 1.0 cap
+    if estimate is None and profile_capture is not None:
+        estimate = profile_capture[1]  # V2 captures for real while profiling: that capture is its estimate
     inferred_zero = False
     if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS)
             and not r.has(FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.GRAPH_ESTIMATE)
@@ -421,7 +436,7 @@ def rank_report(rank: int, r: _Rank, *, gmu: float | None, runner: str | None, e
         rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank,
         device_total_bytes=total, requested_bytes=requested, others_bytes=None, owners=owners,
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
-        kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure),
+        kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=r.last(FactKind.KV_BLOCKS),
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained)
 
 
@@ -484,7 +499,9 @@ def _runner(boot: Boot) -> str | None:
     explicit = boot.engine.get(FactKind.MODEL_RUNNER)
     if explicit:
         return explicit[-1].value
-    if not boot.engine.get(FactKind.ENGINE_CONFIG):
+    v1_names = any(name.startswith(("EngineCore", "Worker_")) or name == "Worker"
+                   for s in boot.scans for name in s.tags.values())
+    if not boot.engine.get(FactKind.ENGINE_CONFIG) and not v1_names:
         return None  # V0 also logged from a model_runner.py: file names say nothing there
     # The weights and capture lines come from the runner's own file: V1 gpu_model_runner.py (and
     # cpu_model_runner.py, a subclass), V2 gpu/model_runner.py.
@@ -543,6 +560,9 @@ def assemble(scans: Sequence[FileScan]) -> Report:
     backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
     first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None
     warnings = list(dict.fromkeys([f.value for f in boot.engine.get(FactKind.NOTE, [])] + rank_notes + notes))
+    if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
+        warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order of "
+                        f"their pids, rank 0 is the driver (untagged lines)")
     if boot.ranks and _untagged(boot):
         warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
                         "one rank, rank 0")
@@ -586,6 +606,10 @@ def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -
     check said how much one request needs failed it."""
     if failure is not None and failure.kind is FailureKind.DOES_NOT_FIT and _kv_needed(boot, failure) is not None:
         return False
-    if failure is not None or config.max_model_len is None or not boot.engine.get(FactKind.KV_TOKENS):
+    if failure is not None or config.max_model_len is None:
         return None
-    return True
+    if boot.engine.get(FactKind.KV_TOKENS):
+        return True
+    # V0 0.6.4 printed the concurrency without a KV size line: at least one request fits when it is ≥ 1.
+    concurrency = _last(boot.engine, FactKind.MAX_CONCURRENCY)
+    return True if concurrency is not None and concurrency[1] >= 1 else None

@@ -62,6 +62,7 @@ class FactKind(StrEnum):
     B12X_TRANSIENT = "b12x_transient"
     NON_KV_RSS = "non_kv_rss"
     KV_SUGGESTION = "kv_suggestion"
+    KV_BLOCKS = "kv_blocks"
     # Engine level (printed once, or about the whole boot).
     GMU = "gmu"
     KV_TOKENS = "kv_tokens"
@@ -87,7 +88,7 @@ RANK_KINDS = frozenset({
     FactKind.GRAPH_PER_SIZE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.CONSUMED,
     FactKind.PEAK_WITH_GRAPHS, FactKind.PEAK, FactKind.NON_TORCH, FactKind.GRAPH_USAGE, FactKind.DEVICE_TOTAL,
     FactKind.FREE_AT_START, FactKind.REQUESTED, FactKind.PROFILE_SECONDS, FactKind.TORCH_PEAK_INCREASE,
-    FactKind.NON_KV_TOTAL, FactKind.B12X_TRANSIENT, FactKind.NON_KV_RSS, FactKind.KV_SUGGESTION,
+    FactKind.NON_KV_TOTAL, FactKind.B12X_TRANSIENT, FactKind.NON_KV_RSS, FactKind.KV_SUGGESTION, FactKind.KV_BLOCKS,
 })
 """Facts that belong to the rank whose process printed them; the rest describe the boot."""
 
@@ -273,7 +274,16 @@ _ADVISORY_DISABLED = re.compile(r"CUDA graph memory profiling is disabled "
                                 rf".{{0,400}}?increasing --gpu-memory-utilization from ({NUM}) to ({NUM})")
 
 
+# gpu_worker.py before v0.19 made profiling the default: "In v0.19, CUDA graph memory profiling will
+# be enabled by default (…). To try it now, set … and increase --gpu-memory-utilization from X to Y
+# to maintain the same effective KV cache size."
+_ADVISORY_FROM = re.compile(rf"increase --gpu-memory-utilization from ({NUM}) to ({NUM})")
+
+
 def _advisory(msg: str) -> Iterable[Fact]:
+    if "will be enabled by default" in msg and (m := _ADVISORY_FROM.search(msg)):
+        yield Fact(FactKind.ADVISORY_DISABLED, (float(m.group(1)), float(m.group(2))))
+        yield Fact(FactKind.GMU, float(m.group(1)))
     if m := _ADVISORY.search(msg):
         yield Fact(FactKind.ADVISORY, (float(m.group(1)), float(m.group(2))))
         yield Fact(FactKind.GMU, float(m.group(1)))
@@ -358,7 +368,27 @@ _V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory
                            rf"the rest of the memory reserved for KV Cache is ({SNUM}) ?GiB")
 
 
+# V0 worker.py determine_num_available_blocks, 0.6.4: one line "Memory profiling results:
+# total_gpu_memory=…GiB initial_memory_usage=…GiB peak_torch_memory=…GiB memory_usage_post_profile=…GiB
+# non_torch_memory=…GiB kv_cache_size=…GiB gpu_memory_utilization=…".
+_V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB initial_memory_usage=({SNUM}) ?GiB peak_torch_memory=({SNUM}) ?GiB "
+                         rf"memory_usage_post_profile=({SNUM}) ?GiB non_torch_memory=({SNUM}) ?GiB "
+                         rf"kv_cache_size=({SNUM}) ?GiB gpu_memory_utilization=({NUM})")
+# V0 executor_base.py / llm_engine.py: "# GPU blocks: N, # CPU blocks: M" ("# CUDA blocks" on CUDA from 0.6.5).
+_BLOCKS = re.compile(rf"(?:GPU|CUDA|cuda|gpu) blocks: ({CINT})")
+
+
 def _profile(msg: str) -> Iterable[Fact]:
+    if "total_gpu_memory=" in msg and (m := _V0_RESULTS.search(msg)):
+        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+        yield Fact(FactKind.NON_TORCH, _gib(m.group(5)))
+        yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(6)))
+        yield Fact(FactKind.GMU, float(m.group(7)))
+    if "blocks: " in msg and (m := _BLOCKS.search(msg)):
+        blocks = _int(m.group(1))
+        yield Fact(FactKind.KV_BLOCKS, blocks)
+        if blocks == 0:
+            yield Fact(FactKind.KV_AVAILABLE, 0)  # not one block: no byte for KV
     if m := _PROFILE.search(msg):
         yield Fact(FactKind.PROFILE_SECONDS, float(m.group(1)))
         yield Fact(FactKind.NON_KV_TOTAL, _gib(m.group(2)))
@@ -549,10 +579,9 @@ def _config(msg: str) -> Iterable[Fact]:
 
 def _non_default(msg: str) -> str | None:
     """The `{…}` after the first `non-default args: ` that opens a brace, to the end of the
-    message (which must close it). str.find per occurrence: linear however often it repeats."""
+    message (a pasted excerpt may cut it before the closing brace: its plain pairs are still
+    read). str.find per occurrence: linear however often it repeats."""
     end = len(msg.rstrip())
-    if end == 0 or msg[end - 1] != "}":
-        return None
     i = msg.find(_ARGS_KEY)
     while i >= 0:
         body = i + len(_ARGS_KEY)
@@ -601,7 +630,7 @@ RULES: tuple[Rule, ...] = (
          r"Graph capturing finished in [0-9]+ secs?, took|CUDA graph pool memory: -?[0-9.]+ GiB \(actual"
          r"|Estimated (MRV2 )?CUDA graph memory: -?[0-9.]+ GiB", _graphs),
     Rule("per_graph", "MiB per-graph", r"MiB first-capture", _per_graph),
-    Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled"),
+    Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled", "will be enabled by default"),
          r"is equivalent to --gpu-memory-utilization=|CUDA graph memory "
          r"profiling is disabled", _advisory),
     Rule("actual", ("Actual usage", "Current kv cache memory"), r"Actual usage( is|:) |Current kv cache memory in use",
@@ -609,8 +638,9 @@ RULES: tuple[Rule, ...] = (
     Rule("budget", ("Free memory on device", "esired GPU memory utilization", "Requested memory:",
                     "requested memory:", "engine's budget"),
          r"Free memory on device|Requested memory: |worker requested memory", _budget),
-    Rule("profile", ("Memory profiling takes", "total_gpu_memory", "model weights take"),
-         r"Memory profiling takes|x gpu_memory_utilization|model weights take", _profile),
+    Rule("profile", ("Memory profiling takes", "total_gpu_memory", "model weights take", "blocks: "),
+         r"Memory profiling takes|x gpu_memory_utilization|model weights take|total_gpu_memory=|# (GPU|CUDA|cuda) blocks",
+         _profile),
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
     Rule("cpu", ("set (",), r"(Auto|Explicitly) set \([0-9.-]+/[0-9.]+\) GiB for KV cache", _cpu),
     Rule("kv_check", ("To serve at least one request", "No available memory for the cache blocks",

@@ -46,8 +46,15 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         if facts and line.pos not in parsed:
             parsed[line.pos] = ParsedLine(line, facts)
     for start, end in cands.concurrency:
-        line, _ = _read_record(text, start, end, covered)
-        if line.pos not in parsed and (facts := tuple(concurrency(line.msg))):
+        line, facts = _read_record(text, start, end, covered)
+        facts = facts or tuple(concurrency(line.msg))
+        if not facts:
+            continue
+        if line.pos in parsed:  # joined to the line before it: add what that record lacks
+            known = parsed[line.pos]
+            extra = tuple(f for f in facts if f not in known.facts)
+            parsed[line.pos] = ParsedLine(known.line, known.facts + extra)
+        else:
             parsed[line.pos] = ParsedLine(line, facts)
     lines = tuple(parsed[k] for k in sorted(parsed))
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)

@@ -7,8 +7,8 @@ head line and the continuation lines that follow it. A line is a head when it be
 record: a process tag `(Worker_TP0 pid=1)`, a level, a timestamp, a `[file.py:N]` tag, an
 exception name (`ValueError:`), `Traceback`. Any other line continues the record above it when
 it is indented deeper than the head, begins as the rest of a sentence (a lower-case letter, a
-digit, punctuation), follows a line that breaks off mid-sentence (after `,`, `(`, a number or a
-word such as `the` or `than`), or follows a line cut at the excerpt's fixed wrap width.
+digit, punctuation), follows a line that breaks off mid-sentence (after `,`, `(` or a word such
+as `the` or `than`), or follows a line cut at the excerpt's fixed wrap width.
 
 Around the lines: `> ` quote markers and markdown code fences are dropped, CRLF is one line end
 and a lone `\\r` another, tabs and non-breaking spaces are spaces. Only the lines the scanner
@@ -153,7 +153,7 @@ def _breaks_off(prev: str) -> bool:
     tail = prev.rstrip()
     if not tail:
         return False
-    if tail[-1] in _MID_SENTENCE_END or tail[-1].isdigit():
+    if tail[-1] in _MID_SENTENCE_END:
         return True
     word = tail.rsplit(" ", 1)[-1].lower()
     return word in _CONNECTORS

@@ -12,8 +12,10 @@ each hit in place:
   Model Runner` / `V1 model runner`, `VLLM_` (the graph profiling advisory, env dumps) or
   `Vllm` (`VllmWorker-0 died unexpectedly`).
 - `{` after `non-default args: `.
-- `Error: `, one multi-character pass: the exception lines of failures that print no unit
-  (`ValueError: No available memory for the cache blocks`, `AssertionError: Workspace is locked`).
+- `Error` followed by `: ` or `(`, one multi-character pass: the exception lines of failures that
+  print no unit (`ValueError: No available memory for the cache blocks`, `AssertionError: Workspace
+  is locked`), and `raise ValueError(` where a paste kept the traceback but lost the message.
+- `#` before ` GPU blocks: ` / ` CUDA blocks: ` / ` CPU blocks: `: V0's KV block count.
 
 Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
 match wins and the search stops there) and the second half of the two-line KV size form of older
@@ -36,7 +38,9 @@ _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner
 # first character lets the regex engine skip to each `V` and check the words in C.
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
-_ERROR = "Error: "
+_ERROR = "Error"
+_ERROR_NEXT = (": ", "(")
+"""`ValueError: …`, and `raise ValueError(` when a paste keeps the traceback but not the message."""
 CONCURRENCY_WINDOW = 4096
 """How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
 
@@ -49,7 +53,15 @@ def _brace(text: str, i: int) -> bool:
     return i >= len(_ARGS) and text.startswith(_ARGS, i - len(_ARGS))
 
 
-_CHAR_NEEDLES = (("B", _b), ("{", _brace))
+_BLOCK_WORDS = (" GPU blocks: ", " CUDA blocks: ", " cuda blocks: ", " CPU blocks: ")
+
+
+def _hash(text: str, i: int) -> bool:
+    """V0's "# GPU blocks: N, # CPU blocks: M" (the first `#` is sometimes lost in a paste)."""
+    return text.startswith(_BLOCK_WORDS, i + 1)
+
+
+_CHAR_NEEDLES = (("B", _b), ("{", _brace), ("#", _hash))
 # The same checks as patterns, for a line dense with the character and none of the words (a
 # hostile line of a million braces): after MISSES_BEFORE_LINE misses in a row the rest of the
 # line is searched in C, once, instead of one Python check per character.
@@ -62,6 +74,11 @@ def _next_in_line(char: str, text: str, i: int, end: int) -> int:
     if char == "{":
         j = text.find(_ARGS + "{", i - len(_ARGS), end)
         return -1 if j < 0 else j + len(_ARGS)
+    if char == "#":
+        j = text.find("#", i, end)
+        while j >= 0 and not _hash(text, j):
+            j = text.find("#", j + 1, end)
+        return j
     m = _B_RX.search(text, i, end)
     return -1 if m is None else (m.start() if m.group(0) == "B12X" else m.end() - 1)
 
@@ -71,7 +88,7 @@ class Candidates:
     segments: tuple[tuple[int, int], ...]
     """(start, end) of every segment to run the whole catalogue on, in text order."""
     concurrency: tuple[tuple[int, int], ...]
-    """Segments that hold only the old second line of the KV size pair."""
+    """Segments that follow a KV size or blocks line in older releases (see _FOLLOWERS)."""
     backend: tuple[int, int] | None
     """The first line that names the attention backend."""
 
@@ -99,9 +116,12 @@ def scan(text: str) -> Candidates:
         pos = end
     i = text.find(_ERROR)
     while i >= 0:
-        start, end = bounds(text, i)
-        found.setdefault(start, end)
-        i = text.find(_ERROR, end)
+        if text.startswith(_ERROR_NEXT, i + len(_ERROR)):
+            start, end = bounds(text, i)
+            found.setdefault(start, end)
+            i = text.find(_ERROR, end)
+        else:
+            i = text.find(_ERROR, i + len(_ERROR))
     segments = tuple(sorted(found.items()))
     return Candidates(segments, _concurrency(text, segments), _first_backend(text))
 
@@ -111,7 +131,7 @@ def scan_exhaustive(text: str) -> Candidates:
     found = []
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)
-        hit = _ERROR in seg or _V_RX.search(seg) is not None or any(
+        hit = _has_error(seg) or _V_RX.search(seg) is not None or any(
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
         if hit:
             found.append((m.start(), m.end()))
@@ -121,6 +141,10 @@ def scan_exhaustive(text: str) -> Candidates:
     return Candidates(segments, _concurrency(text, segments), first_backend)
 
 
+def _has_error(seg: str) -> bool:
+    return any(seg.startswith(_ERROR_NEXT, i + len(_ERROR)) for i in _positions(seg, _ERROR))
+
+
 def _positions(seg: str, char: str):
     i = seg.find(char)
     while i >= 0:
@@ -128,13 +152,20 @@ def _positions(seg: str, char: str):
         i = seg.find(char, i + 1)
 
 
+_FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
+"""What older releases printed right after the KV size or blocks line, on lines of their own with
+nothing the scan looks for: the concurrency, and V0's "The model's max seq len (N) is larger than
+the maximum number of tokens that can be stored in KV cache (M)"."""
+
+
 def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
     out = []
     for start, end in segments:
-        if text.find("KV cache size: ", start, end) >= 0 and text.find("Maximum concurrency", start, end) < 0:
-            j = text.find("Maximum concurrency for", end, end + CONCURRENCY_WINDOW)
-            if j >= 0:
-                out.append(bounds(text, j))
+        # The KV size line (U and older), or V0's blocks line (0.6.4), and what follows them.
+        if text.find("KV cache size: ", start, end) >= 0 or text.find(" blocks: ", start, end) >= 0:
+            for follower in _FOLLOWERS:
+                if text.find(follower, start, end) < 0 and (j := text.find(follower, end, end + CONCURRENCY_WINDOW)) >= 0:
+                    out.append(bounds(text, j))
     return tuple(out)
 
 
