@@ -113,13 +113,23 @@ def _spaces(text: str) -> str:
     return text.replace("1,205,440", "1\u202f205\u202f440")
 
 
+def _framed(text: str) -> str:
+    """Copied from a terminal pane that draws a frame (k9s, tmux borders): `│ line … │`."""
+    return "".join(f"│ {line:<200} │\n" for line in text.splitlines())
+
+
+def _ci(text: str) -> str:
+    """Copied from a CI log viewer that puts `  | ` before each line."""
+    return "".join(f"  | {line}\n" for line in text.splitlines())
+
+
 def _terminal(text: str) -> str:
     """Unwrapped, then cut at 60 columns as a terminal does: in the middle of words."""
     lines = text.replace("\n    ", " ").splitlines()
     return "".join(line[i:i + 60] + "\n" for line in lines for i in range(0, max(len(line), 1), 60))
 
 
-@pytest.mark.parametrize("transform", [_quoted, _fenced, _crlf, _tabs, _nbsp, _dots, _spaces, _terminal,
+@pytest.mark.parametrize("transform", [_quoted, _fenced, _crlf, _tabs, _nbsp, _dots, _spaces, _terminal, _framed, _ci,
                                        lambda t: _quoted(_fenced(_crlf(t)))])
 @pytest.mark.parametrize("path", [V19, V20])
 def test_quotes_fences_crlf_tabs_nbsp_and_separators_change_nothing(path: Path, transform) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, _TAG
+from kvaudit.engines.logs.lines import _TAG, _UNTAGGED_HEAD, TAG_SEARCH_CHARS
 
 MAX_RECORD_LINES = 12
 """Physical lines one record may span (a wrapped ValueError is 3–6 lines at 80 columns)."""
@@ -34,7 +34,9 @@ MAX_RECORD_CHARS = 1 << 16
 real record is a few KiB at most (the engine config line); a longer one is garbage, or a memory
 message glued behind a progress bar or another long line, hence the tail too."""
 
-_QUOTE = re.compile(r"[ \t]{0,8}(?:>[ \t]?){1,8}")
+_QUOTE = re.compile(r"[ \t]{0,8}(?:[>│┃║|][ \t]?){1,8}")
+"""`> ` quote markers, and the frame a terminal pane or CI log viewer draws (`│ `, `  | `)."""
+_FRAME_END = re.compile(r"[ \t]{1,400}[│┃║][ \t]{0,8}$")
 _FENCE = ("```", "~~~")
 _SPACES = (("\t", " "), ("\u00a0", " "), ("\u202f", " "), ("\u2007", " "), ("\u2009", " "), ("\u200b", ""),
            ("\ufeff", ""))
@@ -128,8 +130,12 @@ def clean(line: str) -> str:
     for char, space in _SPACES:
         if char in line:  # str.replace per character found: translate() is a dict look-up per character
             line = line.replace(char, space)
-    if ">" in line[:20] and (m := _QUOTE.match(line)):
+    head = line[:20]
+    if (">" in head or "|" in head or "│" in head or "┃" in head or "║" in head) and (m := _QUOTE.match(line)):
         line = line[m.end():]
+        tail = line[-420:]
+        if tail[-1:] in ("│", "┃", "║") and (m := _FRAME_END.search(tail)):
+            line = line[:len(line) - len(tail) + m.start()]
     return line
 
 
@@ -141,7 +147,8 @@ def _blank(line: str) -> bool:
 def is_head(line: str) -> bool:
     """Whether a cleaned line begins like a log record of its own."""
     stripped = line.lstrip()
-    return bool(_TAG.search(line[:TAG_SEARCH_CHARS]) or _HEAD_MARK.match(stripped))
+    return bool(_HEAD_MARK.match(stripped) or _TAG.search(line[:TAG_SEARCH_CHARS])
+                or _UNTAGGED_HEAD.search(line[:TAG_SEARCH_CHARS]))
 
 
 def _indent(line: str) -> int:
