@@ -94,7 +94,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "30-v0-0.6.4-10439-compose.log": dict(feasible=0, verdict="fail", failure=("does_not_fit", "kv")),
     "31-v1-0.7-ci-14574-buildkite.log": dict(ranks={0: {W: G("0.2389")}}, verdict="unknown"),
     "32-v1-0.11-27508-gptoss.log": dict(feasible=0, verdict="fail", failure=("does_not_fit", "kv")),
-    "33-v0-qanything-302-zero-blocks.log": dict(ranks={0: {"available": 0, "blocks": 0}}, verdict="fail"),
+    "33-v0-qanything-302-zero-blocks.log": dict(ranks={0: {"available": 0, "blocks": 0}}, verdict="fail",
+                                                model="/model_repos/CustomLLM/Qwen-7B-QAnything", max_model_len=4096,
+                                                tp=1, version=None),
+    "34-v0.5.0-2140-load.log": dict(ranks={0: {W: G("13.4966")}}, version="0.5.0.post1", model="Mistral-7B-v0.1",
+                                    max_model_len=32768, tp=1, backend="XFormers", runner=None),
+    "35-v1-0.11-28143-oom-load.log": dict(ranks={0: {"total": G("93.09")}}, verdict="fail", failure=("oom", "load")),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
@@ -108,6 +113,7 @@ def observed(report: Report, expected: dict[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {
         "gmu": report.config.gpu_memory_utilization, "max_model_len": report.config.max_model_len,
         "tp": report.config.tensor_parallel_size, "model": report.config.model, "runner": report.engine.model_runner,
+        "version": report.engine.version, "backend": report.engine.attention_backend,
         "tokens": cap.kv_tokens, "needed": cap.kv_needed_bytes, "feasible": cap.max_feasible_model_len,
         "verdict": report.verdict.value, "rank_count": len(report.ranks),
         "failure": (report.failure.kind.value, report.failure.phase.value if report.failure.phase else None)

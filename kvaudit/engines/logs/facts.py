@@ -528,6 +528,8 @@ def _startup(msg: str) -> Iterable[Fact]:
 # (original error: …)"; elsewhere torch's own "CUDA out of memory" / OutOfMemoryError.
 _CAUSES: tuple[tuple[str, FailureKind, Phase | None, int], ...] = (
     ("Failed to load model - not enough GPU memory", FailureKind.OOM, Phase.LOAD, 0),
+    # model_executor/layers/linear.py: "Failed to create unquantized linear weights: CUDA out of memory. …"
+    ("weights: CUDA out of memory", FailureKind.OOM, Phase.LOAD, 0),
     ("CUDA out of memory", FailureKind.OOM, None, 0),
     ("OutOfMemoryError", FailureKind.OOM, None, 0),
     ("CUDA error: out of memory", FailureKind.OOM, None, 0),
@@ -545,10 +547,16 @@ _CAUSES: tuple[tuple[str, FailureKind, Phase | None, int], ...] = (
 )
 
 
+# torch's OOM message: "GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free."
+_OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which")
+
+
 def _crash(msg: str) -> Iterable[Fact]:
     for anchor, kind, phase, priority in _CAUSES:
         if anchor in msg:
             yield Fact(FactKind.FAILURE, FailureFact(kind, phase, _error_text(msg, anchor), priority=priority))
+            if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
+                yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
             return
 
 
@@ -558,8 +566,9 @@ def _crash(msg: str) -> Iterable[Fact]:
 _ARGS_KEY = "non-default args: "
 # v1/engine/core.py EngineCore.__init__ "Initializing a V1 LLM engine (v%s) with config: %s";
 # v1/engine/dump_input.py repeats the config when a step fails.
-_ENGINE = re.compile(r"(?:Initializing a|Dumping input data for) V1 LLM engine \(v([^)\s]{1,60})\) with config: (.*)",
-                     re.DOTALL)
+# V0 (llm_engine.py): "Initializing an LLM engine (v0.5.4) with config: …", before 0.4 without the version.
+_ENGINE = re.compile(r"(?:Initializing an? (?:V1 )?|Dumping input data for V1 )LLM engine(?: \(v([^)\s]{1,60})\))? with "
+                     r"config: (.*)", re.DOTALL)
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
 _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
@@ -573,8 +582,11 @@ def _config(msg: str) -> Iterable[Fact]:
     if (args := _non_default(msg)) is not None:
         yield Fact(FactKind.NON_DEFAULT_ARGS, args)
     if m := _ENGINE.search(msg):
-        yield Fact(FactKind.VERSION, m.group(1))
+        if m.group(1) is not None:
+            yield Fact(FactKind.VERSION, m.group(1))
         yield Fact(FactKind.ENGINE_CONFIG, m.group(2))
+        if "V1 LLM engine" not in m.group(0):
+            yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
 
 
 def _non_default(msg: str) -> str | None:
@@ -651,7 +663,8 @@ RULES: tuple[Rule, ...] = (
     Rule("startup", ("on startup is less than", "exceed the desired", "on kv cache allocation is less"),
          r"on startup is less than|exceed the desired GPU memory|on kv cache allocation is less", _startup),
     Rule("crash", tuple(c[0] for c in _CAUSES), "|".join(_ere(c[0]) for c in _CAUSES), _crash),
-    Rule("config", ("non-default args: ", "V1 LLM engine (v"), r"non-default args: |V1 LLM engine \(v", _config),
+    Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
+         _config),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_ ]+ (attention )?backend", backend),
