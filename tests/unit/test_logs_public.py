@@ -60,7 +60,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
         gmu=0.99),
     "13-v0-11550-driver-and-worker.log": dict(
         ranks={0: {W: G("7.9692")}, 1: {"total": G("23.55"), "requested": G("21.19")}}, gmu=0.9),
-    "14-v1-0.19-39734-banner.log": dict(model="google/gemma-4-31B-it", rank_count=0, verdict="unknown"),
+    "14-v1-0.19-39734-banner.log": dict(model="google/gemma-4-31B-it", version="0.19.1rc1.dev301+g60995c05b",
+                                        rank_count=0, verdict="unknown"),
     "15-v1-0.9.1-20305-startup.log": dict(
         ranks={0: {"free": G("31.44"), "total": G("47.38"), "requested": G("45.01")}}, gmu=0.95, verdict="fail",
         failure=("startup_memory", "baseline")),

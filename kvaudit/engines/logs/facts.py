@@ -603,6 +603,16 @@ def _non_default(msg: str) -> str | None:
     return None
 
 
+# The start-up banner (entrypoints/utils.py, 0.11 and later) draws the logo in block characters
+# and prints "version X" beside it; V0's api_server printed "vLLM API server version X".
+_BANNER_VERSION = re.compile(r"(?:vLLM API server version|[█▀▄]\s{1,8}version) (\d{1,3}\.\d{1,4}[\w.+\-]{0,60})")
+
+
+def _version(msg: str) -> Iterable[Fact]:
+    if m := _BANNER_VERSION.search(msg):
+        yield Fact(FactKind.VERSION, m.group(1))
+
+
 def _runner(msg: str) -> Iterable[Fact]:
     # gpu_worker.py / cpu_worker.py: info_once "Using V2 Model Runner"; config/vllm.py: warning
     # "Model Runner V2 requires Triton; using the V1 model runner instead."
@@ -665,6 +675,7 @@ RULES: tuple[Rule, ...] = (
     Rule("crash", tuple(c[0] for c in _CAUSES), "|".join(_ere(c[0]) for c in _CAUSES), _crash),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
          _config),
+    Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_ ]+ (attention )?backend", backend),

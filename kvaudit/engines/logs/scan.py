@@ -16,8 +16,8 @@ each hit in place:
   print no unit (`ValueError: No available memory for the cache blocks`, `AssertionError: Workspace
   is locked`), and `raise ValueError(` where a paste kept the traceback but lost the message.
 - `#` before ` GPU blocks: ` / ` CUDA blocks: ` / ` CPU blocks: `: V0's KV block count.
-- `LLM engine`, searched before the first other hit only (V0 prints it before it loads anything):
-  V0's config line (version, model, max_seq_len, TP).
+- `LLM engine` and ` version `, searched before the first other hit only (printed before anything
+  is loaded): V0's config line (version, model, max_seq_len, TP) and the version banners.
 
 Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
 match wins and the search stops there) and the second half of the two-line KV size form of older
@@ -40,9 +40,10 @@ _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner
 # first character lets the regex engine skip to each `V` and check the words in C.
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
-_ENGINE = "LLM engine"
-"""V0's config line, `Initializing an LLM engine (v0.5.4) with config: …`, has no character the
-other passes look for (V1's is found by its `V`)."""
+_PRELUDE = ("LLM engine", " version ")
+"""Lines printed before anything is loaded that hold no character the other passes look for: V0's
+config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
+banner's `version 0.19.1` and V0's `vLLM API server version 0.6.3`."""
 _ERROR = "Error"
 _ERROR_NEXT = (": ", "(")
 """`ValueError: …`, and `raise ValueError(` when a paste keeps the traceback but not the message."""
@@ -127,13 +128,14 @@ def scan(text: str) -> Candidates:
             i = text.find(_ERROR, end)
         else:
             i = text.find(_ERROR, i + len(_ERROR))
-    # V0 prints its config line before it loads anything: look for it before the first other hit only.
+    # Printed before anything is loaded: looked for before the first other hit only.
     limit = min(found, default=len(text))
-    i = text.find(_ENGINE, 0, limit)
-    while i >= 0:
-        start, end = bounds(text, i)
-        found.setdefault(start, end)
-        i = text.find(_ENGINE, end, limit)
+    for needle in _PRELUDE:
+        i = text.find(needle, 0, limit)
+        while i >= 0:
+            start, end = bounds(text, i)
+            found.setdefault(start, end)
+            i = text.find(needle, end, limit)
     segments = tuple(sorted(found.items()))
     return Candidates(segments, _concurrency(text, segments), _first_backend(text))
 
@@ -147,7 +149,7 @@ def scan_exhaustive(text: str) -> Candidates:
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
         if hit:
             found.append((m.start(), m.end()))
-        elif _ENGINE in seg:
+        elif any(needle in seg for needle in _PRELUDE):
             engine.append((m.start(), m.end()))
     limit = found[0][0] if found else len(text)
     segments = tuple(sorted(found + [s for s in engine if s[0] < limit]))
