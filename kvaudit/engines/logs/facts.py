@@ -371,8 +371,9 @@ _V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory
 # V0 worker.py determine_num_available_blocks, 0.6.4: one line "Memory profiling results:
 # total_gpu_memory=…GiB initial_memory_usage=…GiB peak_torch_memory=…GiB memory_usage_post_profile=…GiB
 # non_torch_memory=…GiB kv_cache_size=…GiB gpu_memory_utilization=…".
-_V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB initial_memory_usage=({SNUM}) ?GiB peak_torch_memory=({SNUM}) ?GiB "
-                         rf"memory_usage_post_profile=({SNUM}) ?GiB non_torch_memory=({SNUM}) ?GiB "
+_V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB initial_memory_usage=({SNUM}) ?GiB "
+                         rf"peak_torch_memory=({SNUM}) ?GiB memory_usage_post_profile=({SNUM}) ?GiB "
+                         rf"non_torch_memory=({SNUM}) ?GiB "
                          rf"kv_cache_size=({SNUM}) ?GiB gpu_memory_utilization=({NUM})")
 # V0 executor_base.py / llm_engine.py: "# GPU blocks: N, # CPU blocks: M" ("# CUDA blocks" on CUDA from 0.6.5).
 _BLOCKS = re.compile(rf"(?:GPU|CUDA|cuda|gpu) blocks: ({CINT})")
@@ -445,8 +446,8 @@ def _cpu(msg: str) -> Iterable[Fact]:
 # kv_cache_utils.py _check_enough_kv_cache_memory (0.32): "To serve at least one request with the
 # model's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache
 # memory (Y GiB)"; 0.8.x said "models's" and GB; the fork drops the stray "(" before X.
-_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed,? which is "
-                       rf"larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB)")
+_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed,? "
+                       rf"which is larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB)")
 _ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({CINT})")
 # V0 (and V1 before 0.8) llm_engine / worker raise_if_cache_size_invalid: "The model's max seq len
 # (N) is larger than the maximum number of tokens that can be stored in KV cache (M)."
@@ -567,8 +568,8 @@ _ARGS_KEY = "non-default args: "
 # v1/engine/core.py EngineCore.__init__ "Initializing a V1 LLM engine (v%s) with config: %s";
 # v1/engine/dump_input.py repeats the config when a step fails.
 # V0 (llm_engine.py): "Initializing an LLM engine (v0.5.4) with config: …", before 0.4 without the version.
-_ENGINE = re.compile(r"(?:Initializing an? (?:V1 )?|Dumping input data for V1 )LLM engine(?: \(v([^)\s]{1,60})\))? with "
-                     r"config: (.*)", re.DOTALL)
+_ENGINE = re.compile(r"(?:Initializing an? (?:V1 )?|Dumping input data for V1 )LLM engine"
+                     r"(?: \(v([^)\s]{1,60})\))? with config: (.*)", re.DOTALL)
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
 _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
@@ -661,7 +662,8 @@ RULES: tuple[Rule, ...] = (
                     "requested memory:", "engine's budget"),
          r"Free memory on device|Requested memory: |worker requested memory", _budget),
     Rule("profile", ("Memory profiling takes", "total_gpu_memory", "model weights take", "blocks: "),
-         r"Memory profiling takes|x gpu_memory_utilization|model weights take|total_gpu_memory=|# (GPU|CUDA|cuda) blocks",
+         r"Memory profiling takes|x gpu_memory_utilization|model weights take|total_gpu_memory="
+         r"|# (GPU|CUDA|cuda) blocks",
          _profile),
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
     Rule("cpu", ("set (",), r"(Auto|Explicitly) set \([0-9.-]+/[0-9.]+\) GiB for KV cache", _cpu),

@@ -87,6 +87,12 @@ def _level(text: str) -> str:
     return "WARNING" if text == "WARN" else text
 
 
+def has_prefix(segment: str) -> bool:
+    """Whether a line carries vLLM's logger prefix near its start (a tag, or level + time + file)."""
+    head = segment[:TAG_SEARCH_CHARS]
+    return _TAG.search(head) is not None or _UNTAGGED_HEAD.search(head) is not None
+
+
 def tag_of(segment: str) -> tuple[str, int] | None:
     """The `(tag, pid)` a segment carries, if any (used to follow a pid's renames)."""
     if "\x1b" in segment:

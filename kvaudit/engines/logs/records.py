@@ -4,23 +4,26 @@ Logs are shared as excerpts pasted into issues, e-mails and chats, and on the wa
 is wrapped: by the terminal it was copied from (at a fixed width, often in the middle of a word),
 by an e-mail client or a markdown renderer (at a space, the rest indented or not). A record is a
 head line and the continuation lines that follow it. A line is a head when it begins like a log
-record: a process tag `(Worker_TP0 pid=1)`, a level, a timestamp, a `[file.py:N]` tag, an
-exception name (`ValueError:`), `Traceback`. Any other line continues the record above it when
-it is indented deeper than the head, begins as the rest of a sentence (a lower-case letter, a
-digit, punctuation), follows a line that breaks off mid-sentence (after `,`, `(` or a word such
-as `the` or `than`), or follows a line cut at the excerpt's fixed wrap width.
+record: a process tag `(Worker_TP0 pid=1)` or vLLM's level-time-file prefix near its start, a
+level, a timestamp, a `[file.py:N]` tag, an exception name (`ValueError:`), `Traceback`. Any
+other line continues the record above it when it is indented deeper than the head, begins as the
+rest of a sentence (a lower-case letter, a digit, punctuation), follows a line that breaks off
+mid-sentence (after `,`, `(` or a word such as `the` or `than`), or follows a line cut at the
+excerpt's fixed wrap width.
 
-Around the lines: `> ` quote markers and markdown code fences are dropped, CRLF is one line end
-and a lone `\\r` another, tabs and non-breaking spaces are spaces. Only the lines the scanner
-picked are assembled, each within a bounded window, so a whole log costs what it cost before.
+Around the lines: `> ` quote markers, the frame of a terminal pane (`│ … │`) or of a CI log
+viewer (`  | `) and markdown code fences are dropped, CRLF is one line end and a lone `\\r`
+another, tabs and non-breaking spaces are spaces. Only the lines the scanner picked are
+assembled, each within a bounded window, so a whole log costs what it cost before.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
-from kvaudit.engines.logs.lines import _TAG, _UNTAGGED_HEAD, TAG_SEARCH_CHARS
+from kvaudit.engines.logs.lines import has_prefix
 
 MAX_RECORD_LINES = 12
 """Physical lines one record may span (a wrapped ValueError is 3–6 lines at 80 columns)."""
@@ -29,6 +32,7 @@ MAX_JOIN_LINE = 4096
 WIDTH_WINDOW = 48
 """Lines each side of a record looked at to find the excerpt's wrap width."""
 MIN_WRAP_WIDTH = 60
+"""Narrower "wrap widths" are coincidences of short lines, not a terminal's column count."""
 MAX_RECORD_CHARS = 1 << 16
 """What the catalogue's patterns may look at in one record: its first and last half of this. A
 real record is a few KiB at most (the engine config line); a longer one is garbage, or a memory
@@ -147,8 +151,7 @@ def _blank(line: str) -> bool:
 def is_head(line: str) -> bool:
     """Whether a cleaned line begins like a log record of its own."""
     stripped = line.lstrip()
-    return bool(_HEAD_MARK.match(stripped) or _TAG.search(line[:TAG_SEARCH_CHARS])
-                or _UNTAGGED_HEAD.search(line[:TAG_SEARCH_CHARS]))
+    return bool(_HEAD_MARK.match(stripped)) or has_prefix(line)
 
 
 def _indent(line: str) -> int:
@@ -166,7 +169,7 @@ def _breaks_off(prev: str) -> bool:
     return word in _CONNECTORS
 
 
-def _continues(head: str, prev: str, line: str, width) -> bool:
+def _continues(head: str, prev: str, line: str, width: Callable[[], int]) -> bool:
     """Whether `line` continues the record headed by `head` whose last line is `prev`. `width`
     gives the excerpt's wrap width (asked only when nothing else decides)."""
     if _blank(line) or is_head(line):

@@ -181,7 +181,9 @@ def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tupl
         # The KV size line (U and older), or V0's blocks line (0.6.4), and what follows them.
         if text.find("KV cache size: ", start, end) >= 0 or text.find(" blocks: ", start, end) >= 0:
             for follower in _FOLLOWERS:
-                if text.find(follower, start, end) < 0 and (j := text.find(follower, end, end + CONCURRENCY_WINDOW)) >= 0:
+                if text.find(follower, start, end) >= 0:
+                    continue
+                if (j := text.find(follower, end, end + CONCURRENCY_WINDOW)) >= 0:
                     out.append(bounds(text, j))
     return tuple(out)
 
