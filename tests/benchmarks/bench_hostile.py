@@ -4,7 +4,8 @@
 
 Each case is timed against its baseline: a log of the same size made of ordinary vLLM lines (the
 bench_ingest generator), or, for CR-only line ends, the same lines ended by `\\n`; the table
-renderer's 4 MB string against the same report with that many bytes of ordinary warning lines.
+renderer's 4 MB string against the same report with that many bytes of ordinary warning lines;
+fact lines each from its own provisionally named worker against the same lines from one worker.
 Prints the ratio per case and exits 1 when one is above the goal (2×). Not part of pytest.
 """
 
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
 
 from bench_ingest import generate  # noqa: E402
-from test_logs_linear import DATA, hostile_logs  # noqa: E402
+from test_logs_linear import DATA, hostile_logs, many_pids  # noqa: E402
 
 from kvaudit.engines.logs import report_from_log_text  # noqa: E402
 from kvaudit.errors import BadInputError  # noqa: E402
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in hostile_logs(size).items():
         baseline = _seconds(_ingest(text.replace("\r", "\n"))) if "\r" in text else base
         rows.append((name, _seconds(_ingest(text)), baseline))
+    hostile, baseline = many_pids(size)
+    rows.append(("every fact line its own provisional pid", _seconds(_ingest(hostile)), _seconds(_ingest(baseline))))
     report = load_report(DATA / "run1.json")
     one = dataclasses.replace(report, warnings=("x " * (size // 2),))
     many = dataclasses.replace(report, warnings=tuple(["ordinary warning text " * 4] * (size // 88)))

@@ -43,6 +43,16 @@ def hostile_logs(size: int) -> dict[str, str]:
     }
 
 
+def many_pids(size: int) -> tuple[str, str]:
+    """Every fact line printed by its own provisionally named worker (each pid's renames were
+    followed to the end of the file), and the same lines from one settled worker."""
+    lines = size // len(KV_LINE)
+    hostile = "".join(f"(VllmWorker-0 pid={i}) INFO 11-30 10:00:00 [gpu_worker.py:1] Available KV cache memory: "
+                      f"1.0 GiB\n" for i in range(lines))
+    return hostile, "".join(f"(Worker_TP0 pid={i % 1}) INFO 11-30 10:00:00 [gpu_worker.py:1] Available KV cache "
+                            f"memory: 1.0 GiB\n" for i in range(lines))
+
+
 def ordinary_log(size: int) -> str:
     lines = [line for p in sorted(FIXTURES.glob("*.log")) for line in read_text(p).splitlines() if line.strip()]
     out, total = [], 0
@@ -80,6 +90,11 @@ def test_pathological_logs_cost_what_ordinary_lines_cost(name: str, size: int, o
     # CR-only line ends are compared with the same lines ended by \n; the rest with ordinary lines
     baseline = _ingest_seconds(text.replace("\r", "\n")) if "\r" in text else ordinary_seconds[size]
     assert _ingest_seconds(text) <= 2 * baseline + SLACK_S
+
+
+def test_following_worker_renames_stays_linear() -> None:
+    hostile, baseline = many_pids(1_500_000)
+    assert _ingest_seconds(hostile) <= 2 * _ingest_seconds(baseline) + SLACK_S
 
 
 def test_finding_a_line_never_searches_back_to_the_start_of_the_file() -> None:

@@ -23,7 +23,7 @@ from kvaudit.errors import BadInputError
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind, FailureFact, GraphEstimate
 from kvaudit.engines.logs.knobs import knobs_from_args, knobs_from_engine_line, non_default_args
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
-from kvaudit.engines.logs.parse import FileScan
+from kvaudit.engines.logs.parse import V0_WORKER, FileScan
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.report import build_report
 from kvaudit.schema import (
@@ -114,21 +114,11 @@ def _sizes(scans: Sequence[FileScan], config: dict[str, Any]) -> _Sizes:
                   pcp=size("prefill_context_parallel_size", "pcp"))
 
 
-V0_WORKER = "VllmWorkerProcess"
-"""V0's multiprocessing workers (vllm/executor/multiproc_worker_utils.py): ranks 1… of the boot, the
-driver (rank 0) printing without a tag. The name carries no rank; workers start in rank order, so
-their pids, sorted, stand for ranks 1, 2, …"""
-
-
-def _v0_rank(scan: FileScan, pid: int) -> int:
-    return 1 + sorted(p for p, name in scan.tags.items() if name == V0_WORKER).index(pid)
-
-
 def _rank_of_proc(scan: FileScan, pid: int | None, sizes: _Sizes) -> tuple[int | None, ProcTag]:
     """The global rank whose figures a process prints (None for engine-level processes)."""
     tag = proc_tag(scan.tags[pid]) if pid is not None and pid in scan.tags else ProcTag(Role.OTHER)
-    if pid is not None and scan.tags.get(pid) == V0_WORKER:
-        return _v0_rank(scan, pid), tag
+    if pid is not None and pid in scan.v0_ranks:
+        return scan.v0_ranks[pid], tag
     if tag.role is Role.WORKER:
         return sizes.global_rank(tag), tag
     return None, tag

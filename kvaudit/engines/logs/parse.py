@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
@@ -10,8 +10,14 @@ from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, pro
 from kvaudit.engines.logs.records import joined, record_at
 from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
 
+V0_WORKER = "VllmWorkerProcess"
+"""V0's multiprocessing workers (vllm/executor/multiproc_worker_utils.py): ranks 1… of the boot. The
+name carries no rank; workers start in rank order, so their pids, sorted, stand for ranks 1, 2, …"""
 RENAME_HOPS = 64
 """How many later lines of a provisionally named worker to read to learn its final name."""
+RENAME_SEARCH_CHARS = 64 << 20
+"""How much text all those searches may cover together, per file: a log whose every fact line has
+its own provisionally named pid must not be searched to its end once per pid."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,9 @@ class FileScan:
     tags: Mapping[int, str]
     """pid → the last name that process was seen with (workers are renamed during boot)."""
     is_vllm: bool
+    v0_ranks: Mapping[int, int] = field(default_factory=dict)
+    """pid → rank of V0's `VllmWorkerProcess` workers: their pids in order are ranks 1, 2, … (the
+    name carries no rank; the driver, rank 0, prints untagged)."""
 
 
 def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = False) -> FileScan:
@@ -58,7 +67,9 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
             parsed[line.pos] = ParsedLine(line, facts)
     lines = tuple(parsed[k] for k in sorted(parsed))
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
-    return FileScan(index, where, text, lines, _final_tags(text, lines), is_vllm)
+    tags = _final_tags(text, lines)
+    v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
+    return FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)})
 
 
 def _read_record(text: str, start: int, end: int, covered: set[int]) -> tuple[LogLine, tuple[Fact, ...]]:
@@ -87,12 +98,15 @@ def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:
         if p.line.pid is not None and p.line.tag is not None:
             last[p.line.pid] = (p.line.tag, p.line.pos)
     tags = {}
+    budget = RENAME_SEARCH_CHARS
     for pid, (tag, pos) in last.items():
         after = pos + 1
         for _ in range(RENAME_HOPS):
-            if not proc_tag(tag).provisional:
+            if not proc_tag(tag).provisional or budget <= 0:
                 break
-            nxt = next_line_of(text, pid, after)
+            stop = min(after + budget, len(text))
+            nxt = next_line_of(text, pid, after, stop)
+            budget -= (nxt[1] if nxt is not None else stop) - after
             if nxt is None:
                 break
             found = tag_of(text[nxt[0]:nxt[1]])

@@ -199,7 +199,8 @@ def _first_backend(text: str) -> tuple[int, int] | None:
     return None
 
 
-def next_line_of(text: str, pid: int, after: int) -> tuple[int, int] | None:
-    """The next segment printed by `pid` after offset `after` (to follow a worker's renames)."""
-    i = text.find(f" pid={pid})", after)
+def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tuple[int, int] | None:
+    """The next segment printed by `pid` after offset `after` and before `stop` (to follow a
+    worker's renames)."""
+    i = text.find(f" pid={pid})", after, len(text) if stop is None else stop)
     return None if i < 0 else bounds(text, i)
