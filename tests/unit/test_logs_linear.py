@@ -40,6 +40,7 @@ def hostile_logs(size: int) -> dict[str, str]:
         "repeated non-default args: {": "non-default args: {" * (size // 19) + "\n",
         "tagged repeated non-default args: {": ARGS * (size // len(ARGS)) + "\n",
         "CR-only line ends": (KV_LINE + "\r") * (size // (len(KV_LINE) + 1)),
+        "a line dense with Error and no exception": "ErrorX" * (size // 6) + "\n",
     }
 
 

@@ -14,6 +14,7 @@ near the start of the line instead of anchored to it, and colours are stripped f
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -103,8 +104,11 @@ def tag_of(segment: str) -> tuple[str, int] | None:
 
 def looks_like_vllm(text: str) -> bool:
     """Whether any line of `text` has vLLM's logger shape (the slow path: only for inputs in which
-    no memory line was found, to tell "a vLLM log without memory lines" from "not a log")."""
-    return _TAG.search(text) is not None or _UNTAGGED_HEAD.search(text) is not None
+    no memory line was found, to tell "a vLLM log without memory lines" from "not a log"). Each
+    pattern runs only where the literal it needs occurs: the regex engine is slow on miles of text
+    that hold neither."""
+    return ((" pid=" in text and _TAG.search(text) is not None)
+            or (".py:" in text and _UNTAGGED_HEAD.search(text) is not None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,7 +156,13 @@ _OLD_TP = re.compile(r" TP(\d{1,6})\b")
 _ENGINE_INDEX = re.compile(r"^EngineCore_(\d{1,6})$")
 
 
+@functools.lru_cache(maxsize=4096)
 def proc_tag(name: str) -> ProcTag:
+    """What a process name says (cached: a log repeats a handful of names on every line)."""
+    return _proc_tag(name)
+
+
+def _proc_tag(name: str) -> ProcTag:
     if name.startswith(("Worker", "VllmWorker", "RayWorker")):
         coords = {key: (int(m.group(1)) if (m := rx.search(name)) else None) for key, rx in _SUFFIX.items()}
         if coords["tp"] is None and (m := _OLD_TP.search(name)):

@@ -121,13 +121,18 @@ def scan(text: str) -> Candidates:
         found.setdefault(start, end)
         pos = end
     i = text.find(_ERROR)
+    misses = 0
     while i >= 0:
         if text.startswith(_ERROR_NEXT, i + len(_ERROR)):
             start, end = bounds(text, i)
             found.setdefault(start, end)
-            i = text.find(_ERROR, end)
-        else:
-            i = text.find(_ERROR, i + len(_ERROR))
+            i, misses = text.find(_ERROR, end), 0
+        elif misses < MISSES_BEFORE_LINE:
+            i, misses = text.find(_ERROR, i + len(_ERROR)), misses + 1
+        else:  # a line dense with "Error": the rest of it in C, once
+            end = line_end(text, i)
+            hits = [j for j in (text.find(_ERROR + n, i, end) for n in _ERROR_NEXT) if j >= 0]
+            i, misses = (min(hits) if hits else text.find(_ERROR, end)), 0
     # Printed before anything is loaded: looked for before the first other hit only.
     limit = min(found, default=len(text))
     for needle in _PRELUDE:
