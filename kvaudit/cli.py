@@ -57,7 +57,7 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 @app.command()
-def show(report: Annotated[Path, typer.Argument(help="A kvaudit report (JSON) or a raw vLLM log.")],
+def show(report: Annotated[Path, typer.Argument(help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Render one report (or a vLLM startup log) as a table, JSON, CSV or markdown."""
     from kvaudit.report import load_report
@@ -65,7 +65,7 @@ def show(report: Annotated[Path, typer.Argument(help="A kvaudit report (JSON) or
 
 
 @app.command()
-def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSON or vLLM log).")],
+def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSON or vLLM log; - reads stdin).")],
          b: Annotated[Path, typer.Argument(help="The run to compare with it.")],
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
          fail_on_kv_drop: Annotated[Optional[str], typer.Option(
@@ -76,6 +76,7 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
     from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit, side_labels
     from kvaudit.report import load_report
     limit = kv_drop_limit(fail_on_kv_drop) if fail_on_kv_drop is not None else None
+    _stdin_once([a, b])
     a_name, b_name = side_labels(str(a), str(b))
     result = diff_reports(load_report(a), load_report(b), a_name=a_name, b_name=b_name)
     if not result.comparable:
@@ -88,15 +89,21 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
 
 @app.command()
 def ingest(logs: Annotated[list[Path], typer.Argument(help="The vLLM startup logs of one boot, one file per node "
-                                                            "(gzip too).")],
+                                                            "(gzip too); - reads stdin.")],
            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
            fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Turn the raw vLLM startup logs of one boot into a report (source log): every rank's owners and the verdict."""
     from kvaudit.engines.logs import report_from_logs
-    from kvaudit.report import exit_code, read_text
-    report = report_from_logs([(read_text(path), str(path)) for path in logs])
+    from kvaudit.report import exit_code, input_name, read_text
+    _stdin_once(logs)
+    report = report_from_logs([(read_text(path), input_name(path)) for path in logs])
     _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
+
+
+def _stdin_once(paths: list[Path]) -> None:
+    if sum(str(p) == "-" for p in paths) > 1:
+        raise UsageError("- (standard input) can be read only once: save one of the inputs to a file")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -98,6 +98,13 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites)
 
 
+def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:
+    """Non-KV owners on the binding rank that one side knows and the other does not (a partial
+    report, such as a log excerpt): the dominant owner is chosen among the others only."""
+    return tuple(d.owner for d in diff.owners if d.rank is None and d.owner in NON_KV_OWNERS
+                 and (d.a_bytes is None) != (d.b_bytes is None))
+
+
 def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
     """The CI gate: KV on the binding rank fell by more than limit_bytes → a finding (exit 1)."""
     delta = diff.capacity["kv_available_delta_bytes"]

@@ -6,12 +6,14 @@ accepts a report JSON, or a raw vLLM log (detected by content), and nothing else
 
 from __future__ import annotations
 
-import gzip
 import json
+import os
+import stat
+import sys
 import zlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import BinaryIO, Iterable, Mapping, Sequence
 
 from kvaudit import __version__
 from kvaudit.config import AuditConfig
@@ -27,7 +29,11 @@ from kvaudit.schema import (
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
 
 MAX_INPUT_BYTES = 2 << 30
-"""Refuse to read more than this from one file (a log of a few hundred MB is normal)."""
+"""Refuse to read more than this from one file (a log of a few hundred MB is normal); a gzip file
+is refused as soon as what it expands to passes it."""
+STDIN = "-"
+"""The path that means standard input (`xclip -o | kvaudit show -`)."""
+_CHUNK = 1 << 20
 
 
 def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None, dcp_rank: int | None,
@@ -167,25 +173,82 @@ def exit_code(report: Report) -> ExitCode:
 # Files
 
 
-def read_text(path: Path) -> str:
-    """File contents as text: gzip by its magic bytes, not its suffix; undecodable bytes replaced."""
+def input_name(path: Path | str) -> str:
+    """How messages name an input: its path, or `<stdin>` for `-`."""
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
+def read_text(path: Path | str) -> str:
+    """File contents as text: `-` is standard input; gzip by its magic bytes, not its suffix;
+    undecodable bytes replaced. Only regular files are opened: a FIFO with no writer would block
+    forever and a device (`/dev/zero`) never ends."""
+    if str(path) == STDIN:
+        return _decode(_read_capped(sys.stdin.buffer, input_name(path)))
     try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise BadInputError(f"{path}: is a directory, not a report or log")
+        if not stat.S_ISREG(mode):
+            raise BadInputError(f"{path}: not a regular file (a FIFO, device or socket): save it to a file first, "
+                                f"or pipe it in as `-`")
         with open(path, "rb") as fh:
-            raw = fh.read(MAX_INPUT_BYTES + 1)
+            return _decode(_read_capped(fh, str(path)))
     except FileNotFoundError:
         raise BadInputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise BadInputError(f"{path}: is a directory, not a report or log") from None
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:  # a bad deflate stream raises zlib.error
-            raise BadInputError(f"{path}: truncated or corrupt gzip ({exc})") from None
-    if len(raw) > MAX_INPUT_BYTES:
-        raise BadInputError(f"{path}: larger than {MAX_INPUT_BYTES >> 30} GiB; pass the startup part of the log")
+
+
+def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
+
+
+def _too_large(where: str) -> BadInputError:
+    return BadInputError(f"{where}: larger than {MAX_INPUT_BYTES >> 30} GiB; pass the startup part of the log")
+
+
+def _read_capped(fh: BinaryIO, where: str) -> bytes:
+    """At most MAX_INPUT_BYTES (+1, to tell "too large"); gzip is expanded as a stream."""
+    raw = fh.read(MAX_INPUT_BYTES + 1)
+    if len(raw) > MAX_INPUT_BYTES:
+        raise _too_large(where)
+    return _gunzip(raw, where) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def _gunzip(packed: bytes, where: str) -> bytes:
+    """Expand gzip (members one after another, as `cat a.gz b.gz` makes) chunk by chunk, and stop
+    as soon as the output passes the cap: a small bomb never expands whole."""
+    out = bytearray()
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    started = True
+    view = memoryview(packed)
+    at = 0
+    data = b""
+    try:
+        while True:
+            if not data:
+                if at >= len(view):
+                    break
+                data, at = bytes(view[at:at + _CHUNK]), at + _CHUNK
+            if not started:
+                if not data.strip(b"\x00"):
+                    data = b""  # zero padding after the last member (tape and block devices)
+                    continue
+                inflater, started = zlib.decompressobj(16 + zlib.MAX_WBITS), True
+            out += inflater.decompress(data, MAX_INPUT_BYTES + 1 - len(out))
+            if len(out) > MAX_INPUT_BYTES:
+                raise _too_large(where)
+            if inflater.eof:
+                data, started = inflater.unused_data, False
+            else:
+                data = inflater.unconsumed_tail
+    except zlib.error as exc:  # a bad deflate stream or header
+        raise BadInputError(f"{where}: truncated or corrupt gzip ({exc})") from None
+    if started and not inflater.eof:
+        raise BadInputError(f"{where}: truncated or corrupt gzip (the compressed stream ends early)")
+    return bytes(out)
 
 
 def parse_report_text(text: str, where: str) -> Report:
@@ -217,13 +280,30 @@ def looks_like_json(text: str) -> bool:
     return text.lstrip("\ufeff \t\r\n")[:1] in ("{", "[")
 
 
-def load_report(path: Path) -> Report:
-    """A report from a report JSON or a raw vLLM startup log, told apart by content."""
-    text = read_text(path)
-    if looks_like_json(text):
-        return parse_report_text(text, str(path))
+def load_report(path: Path | str) -> Report:
+    """A report from a report JSON or a raw vLLM startup log (or an excerpt of one), told apart by
+    content; `-` reads standard input."""
+    return report_from_text(read_text(path), input_name(path))
+
+
+def report_from_text(text: str, where: str) -> Report:
+    """A report is a JSON object (its loader says what is wrong with a damaged one); anything else
+    is read as a log. A text that starts with `[` is a log excerpt (`[gpu_worker.py:298] …`)
+    unless it is JSON."""
     from kvaudit.engines import logs  # a log: parse it (no torch, no vllm)
-    return logs.report_from_log_text(text, str(path))
+    first = text.lstrip("\ufeff \t\r\n")[:1]
+    if first == "{":
+        return parse_report_text(text, where)
+    if first == "[":
+        try:
+            json.loads(text.removeprefix("\ufeff"))
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            try:
+                return logs.report_from_log_text(text, where)
+            except BadInputError:
+                pass  # neither: the JSON error says more about a file that starts like JSON
+        return parse_report_text(text, where)
+    return logs.report_from_log_text(text, where)
 
 
 def write_report(report: Report, path: Path) -> None:

@@ -146,6 +146,14 @@ def diff_site_lines(diff: DiffReport) -> list[str]:
     return lines
 
 
+def _unknown_note(diff: DiffReport) -> str:
+    from kvaudit.diff import half_known_owners
+    half = half_known_owners(diff)
+    if not half:
+        return ""
+    return f" (of the owners both sides know; unknown on one side: {', '.join(o.value for o in half)})"
+
+
 def diff_summary(diff: DiffReport) -> list[str]:
     ca, cb = diff.capacity["a"], diff.capacity["b"]
     lines = [
@@ -153,7 +161,7 @@ def diff_summary(diff: DiffReport) -> list[str]:
         f"{fmt_gib(cb.kv_available_bytes if cb else None)} "
         f"({fmt_gib(diff.capacity['kv_available_delta_bytes'], signed=True)}); tokens "
         f"{fmt_tokens(ca.kv_tokens if ca else None)} → {fmt_tokens(cb.kv_tokens if cb else None)}",
-        f"dominant owner: {diff.dominant_owner.value if diff.dominant_owner else '—'}",
+        f"dominant owner: {diff.dominant_owner.value if diff.dominant_owner else '—'}" + _unknown_note(diff),
         f"verdict: {diff.verdict['a'].value} → {diff.verdict['b'].value}",
     ]
     if not diff.comparable:

@@ -14,22 +14,32 @@ from kvaudit.render.printable import printable
 from kvaudit.schema import DiffReport, Report, Verdict
 
 VERDICT_STYLE = {Verdict.OK: "bold green", Verdict.FAIL: "bold red", Verdict.UNKNOWN: "bold yellow"}
+MAX_RENDERED_CHARS = 2000
+"""A string longer than this (a hostile report's message or path) is cut before rich lays it out:
+rich's wrapping is slower than linear in the length of one string."""
+
+
+def _cap(text: str) -> str:
+    if len(text) <= MAX_RENDERED_CHARS:
+        return text
+    return f"{text[:MAX_RENDERED_CHARS]}… ({len(text) - MAX_RENDERED_CHARS:,} more characters)"
 
 
 def _table(frame: pd.DataFrame, index_name: str, title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, header_style="bold")
-    table.add_column(index_name, no_wrap=True)
+    table.add_column(_cap(index_name), no_wrap=True)
     for col in frame.columns:
-        table.add_column(printable(str(col)), justify="right", no_wrap=True)
+        table.add_column(printable(_cap(str(col))), justify="right", no_wrap=True)
     for name, row in frame.iterrows():
-        table.add_row(printable(str(name)), *(printable(str(v)) for v in row.tolist()))
+        table.add_row(printable(_cap(str(name))), *(printable(_cap(str(v))) for v in row.tolist()))
     return table
 
 
 class _Console(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        # report strings are data: their escape sequences are shown, never run (rich passes ESC)
-        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
+        # report strings are data: their escape sequences are shown, never run (rich passes ESC),
+        # and capped, so one huge string cannot stall the renderer
+        super().print(*(printable(_cap(o)) if isinstance(o, str) else o for o in objects), **kwargs)
 
     def on_broken_pipe(self) -> None:
         # rich's default redirects sys.stdout and exits 1 (a finding); the stream was injected, so

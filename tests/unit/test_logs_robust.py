@@ -1,4 +1,5 @@
-"""Hostile input: truncated files, binary garbage, 1 MB lines, CRLF, empty files.
+"""Hostile input: truncated files, binary garbage, 1 MB lines, CRLF, empty files, and real lines as
+people paste them (quoted, fenced, wrapped, framed, with non-breaking spaces).
 
 Whatever the input, ingesting gives a report or a one-line BadInputError, never a traceback; the
 report is valid `kvaudit.report/1` JSON that loads back unchanged; and the fast scanner selects
@@ -25,7 +26,8 @@ from kvaudit.report import load_report, parse_report_text, read_text
 from kvaudit.schema import Report, dumps
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
-REAL_LINES = sorted({line for p in FIXTURES.glob("*.log") for line in read_text(p).splitlines() if line.strip()})
+REAL_LINES = sorted({line for p in FIXTURES.rglob("*") if p.suffix in (".log", ".txt")
+                     for line in read_text(p).splitlines() if line.strip()})  # whole logs, excerpts, the corpus
 
 
 def ingest_ok(text: str) -> Report | None:
@@ -52,6 +54,12 @@ def _mutate(line: str, how: int, rnd: random.Random) -> str:
                                        "VLLM_", "V cache size"]) + line[at:]
     if how == 3:
         return line.replace(" ", "", 1)
+    if how == 4:  # as pasted: quoted, fenced, wrapped (indented or cut in a word), NBSP, tabs, frames
+        at = rnd.randrange(len(line) + 1)
+        return rnd.choice([
+            "> " + line, "```\n" + line + "\n```", line[:at] + "\n    " + line[at:], line[:at] + "\n" + line[at:],
+            line.replace(" ", "\u00a0"), line.replace(" ", "\t", 2), "│ " + line + " │", "  | " + line,
+            line + ",\n", "raise ValueError(" + line, "# GPU blocks: " + line])
     return line
 
 
@@ -62,7 +70,7 @@ def log_texts(draw) -> str:
     for _ in range(draw(st.integers(0, 25))):
         kind = draw(st.integers(0, 9))
         if kind <= 5:
-            parts.append(_mutate(rnd.choice(REAL_LINES), draw(st.integers(0, 6)), rnd))
+            parts.append(_mutate(rnd.choice(REAL_LINES), draw(st.integers(0, 7)), rnd))
         elif kind == 6:
             parts.append(draw(st.binary(max_size=300)).decode("utf-8", errors="replace"))
         elif kind == 7:
@@ -88,7 +96,8 @@ def test_any_input_gives_a_report_or_one_line_error(text: str) -> None:
 @pytest.mark.parametrize("text", ["", "\n\n\n", "\x00\x01\x02" * 100, "hello world\n", "{not json",
                                   bytes(range(256)).decode("utf-8", errors="replace") * 50])
 def test_no_vllm_line_is_one_bad_input_error(text: str) -> None:
-    expected = r"^x\.log: neither a kvaudit report nor a vLLM log: no vLLM log lines found$"
+    expected = (r"^x\.log: neither a kvaudit report nor a vLLM log: no vLLM log lines found \(looked for a JSON object "
+                r"with a `schema` key, .*`Model loading took`, `Available KV cache memory`.*\)$")
     with pytest.raises(BadInputError, match=expected):
         report_from_log_text(text, "x.log")
 

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kvaudit.engines.logs.assemble import assemble
+from kvaudit.engines.logs.assemble import assemble, check_one_boot
 from kvaudit.engines.logs.parse import parse_file
 from kvaudit.errors import BadInputError
 from kvaudit.schema import Report
 
 __all__ = ["report_from_log_text", "report_from_logs"]
+
+LOOKED_FOR = ("a JSON object with a `schema` key, `(Worker_TP0 pid=N)` / `LEVEL MM-DD hh:mm:ss [file.py:N]` / "
+              "`[file.py:N]` prefixes, and memory lines such as `Model loading took`, `Available KV cache memory`, "
+              "`KV cache size`, `Actual usage`, `To serve at least one request`")
 
 
 def report_from_log_text(text: str, where: str) -> Report:
@@ -28,13 +32,17 @@ def report_from_log_text(text: str, where: str) -> Report:
 
 def report_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = False) -> Report:
     """One report from the logs of one boot. `exhaustive` reads every line (slow; for tests).
-    A file with no vLLM line at all is a BadInputError naming it."""
+    A file with no vLLM line at all is a BadInputError naming it, and so are files that belong to
+    different engine runs."""
     if not texts:
         raise BadInputError("no log given: pass at least one vLLM log")
     scans = []
     for index, (text, where) in enumerate(texts):
         scan = parse_file(text, where, index, exhaustive=exhaustive)
         if not scan.is_vllm:
-            raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found")
+            raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
+                                f"(looked for {LOOKED_FOR})")
         scans.append(scan)
+    if len(scans) > 1:
+        check_one_boot(scans)
     return assemble(scans)

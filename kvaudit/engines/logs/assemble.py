@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from kvaudit.config import AuditConfig
+from kvaudit.errors import BadInputError
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind, FailureFact, GraphEstimate
 from kvaudit.engines.logs.knobs import knobs_from_args, knobs_from_engine_line, non_default_args
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
-from kvaudit.engines.logs.parse import FileScan
+from kvaudit.engines.logs.parse import V0_WORKER, FileScan
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.report import build_report
 from kvaudit.schema import (
@@ -116,6 +117,8 @@ def _sizes(scans: Sequence[FileScan], config: dict[str, Any]) -> _Sizes:
 def _rank_of_proc(scan: FileScan, pid: int | None, sizes: _Sizes) -> tuple[int | None, ProcTag]:
     """The global rank whose figures a process prints (None for engine-level processes)."""
     tag = proc_tag(scan.tags[pid]) if pid is not None and pid in scan.tags else ProcTag(Role.OTHER)
+    if pid is not None and pid in scan.v0_ranks:
+        return scan.v0_ranks[pid], tag
     if tag.role is Role.WORKER:
         return sizes.global_rank(tag), tag
     return None, tag
@@ -156,7 +159,8 @@ def gather(scans: Sequence[FileScan]) -> Boot:
             orphans.append((fact, _engine_rank(tag, sizes), tag))
             continue
         ranks.setdefault(rank, _Rank(tag)).facts[fact.kind].append(fact)
-    worker_ranks = {s.index: {sizes.global_rank(t) for t in map(proc_tag, s.tags.values()) if t.role is Role.WORKER}
+    worker_ranks = {s.index: {_rank_of_proc(s, pid, sizes)[0] for pid, name in s.tags.items()
+                              if proc_tag(name).role is Role.WORKER}
                     for s in scans}
     for fact, rank, tag in orphans:
         # Per-rank figures on an engine or untagged line: the uni executor's (or V0 driver's) worker,
@@ -165,6 +169,31 @@ def gather(scans: Sequence[FileScan]) -> Boot:
             continue
         ranks.setdefault(rank, _Rank(tag)).facts[fact.kind].append(fact)
     return Boot(ranks, engine, tuple(scans))
+
+
+def check_one_boot(scans: Sequence[FileScan]) -> None:
+    """Several files make one report only when they are parts of one boot (one file per node): a
+    BadInputError when two of them print different engine configs or figures for the same rank,
+    as the logs of two runs do."""
+    seen: list[tuple[FileScan, dict[str, Any], set[int]]] = []
+    for scan in scans:
+        boot = gather([scan])
+        config = _engine_config(boot.engine)
+        version = _first(boot.engine, FactKind.VERSION)
+        if version is not None:
+            config["vllm version"] = version
+        ranks = {rank for rank, r in boot.ranks.items() if any(r.facts.values())}
+        for other, other_config, other_ranks in seen:
+            why = None
+            differ = [k for k in config if k in other_config and config[k] != other_config[k]]
+            if differ:
+                why = f"{differ[0]} {other_config[differ[0]]} in one, {config[differ[0]]} in the other"
+            elif both := sorted(ranks & other_ranks):
+                why = f"both print rank {both[0]}'s figures"
+            if why:
+                raise BadInputError(f"{other.where} and {scan.where} are logs of two different engine runs ({why}): "
+                                    f"ingest each on its own, or compare them with kvaudit diff")
+        seen.append((scan, config, ranks))
 
 
 def _first(engine: dict[FactKind, list[Located]], kind: FactKind) -> Any:
@@ -272,7 +301,7 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
     scan = by_file[root.file]
     phase = value.phase or _timeline_phase(scan.text, root.pos)
     rank, tag = _rank_of_proc(scan, root.pid, _sizes(boot.scans, _engine_config(boot.engine)))
-    if rank is None and world_size == 1:
+    if rank is None and (world_size == 1 or _untagged(boot)):
         rank = 0
     feasible = None
     if value.kind is FailureKind.DOES_NOT_FIT:
@@ -315,6 +344,8 @@ def _graphs(r: _Rank, total: int | None, runner: str | None, estimates_disabled:
             estimate = round((adv[0] - adv[1]) * total)
         elif (dis := r.last(FactKind.ADVISORY_DISABLED)) is not None and dis[0] <= dis[1] < 1.0:
             estimate = round((dis[1] - dis[0]) * total)  # "suggested" is only an estimate below the 1.0 cap
+    if estimate is None and profile_capture is not None:
+        estimate = profile_capture[1]  # V2 captures for real while profiling: that capture is its estimate
     inferred_zero = False
     if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS)
             and not r.has(FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.GRAPH_ESTIMATE)
@@ -395,7 +426,7 @@ def rank_report(rank: int, r: _Rank, *, gmu: float | None, runner: str | None, e
         rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank,
         device_total_bytes=total, requested_bytes=requested, others_bytes=None, owners=owners,
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
-        kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure),
+        kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=r.last(FactKind.KV_BLOCKS),
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained)
 
 
@@ -458,7 +489,9 @@ def _runner(boot: Boot) -> str | None:
     explicit = boot.engine.get(FactKind.MODEL_RUNNER)
     if explicit:
         return explicit[-1].value
-    if not boot.engine.get(FactKind.ENGINE_CONFIG):
+    v1_names = any(name.startswith(("EngineCore", "Worker_")) or name == "Worker"
+                   for s in boot.scans for name in s.tags.values())
+    if not boot.engine.get(FactKind.ENGINE_CONFIG) and not v1_names:
         return None  # V0 also logged from a model_runner.py: file names say nothing there
     # The weights and capture lines come from the runner's own file: V1 gpu_model_runner.py (and
     # cpu_model_runner.py, a subclass), V2 gpu/model_runner.py.
@@ -504,7 +537,7 @@ def assemble(scans: Sequence[FileScan]) -> Report:
         world = config.tensor_parallel_size * int(extra.get("pipeline_parallel_size") or 1) * int(
             extra.get("prefill_context_parallel_size") or 1)
     failure, feasible, notes = find_failure(boot, world)
-    if world == 1:
+    if world == 1 or _untagged(boot):
         _give_check_figures_to_rank_0(boot)
     runner = _runner(boot)
     disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"
@@ -517,14 +550,26 @@ def assemble(scans: Sequence[FileScan]) -> Report:
     backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
     first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None
     warnings = list(dict.fromkeys([f.value for f in boot.engine.get(FactKind.NOTE, [])] + rank_notes + notes))
+    if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
+        warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order of "
+                        f"their pids, rank 0 is the driver (untagged lines)")
+    if boot.ranks and _untagged(boot):
+        warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
+                        "one rank, rank 0")
     report = build_report(
         source=Source.LOG, config=config, ranks=ranks,
         engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend),
         environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=warnings,
         known_kv_tokens=_kv_tokens(boot), known_max_feasible_model_len=feasible,
         known_max_model_len_fits=_passed_kv_check(boot, failure, config),
+        known_kv_needed_bytes=_kv_needed(boot, failure),
         graph_bytes_per_size=_graph_bytes_per_size(boot.ranks))
     return report
+
+
+def _untagged(boot: Boot) -> bool:
+    """No line names its process (an excerpt, or V0's single process): one rank, rank 0."""
+    return not any(s.tags for s in boot.scans)
 
 
 def _give_check_figures_to_rank_0(boot: Boot) -> None:
@@ -538,9 +583,23 @@ def _give_check_figures_to_rank_0(boot: Boot) -> None:
         rank.facts[FactKind.KV_AVAILABLE].extend(check)
 
 
+def _kv_needed(boot: Boot, failure: Failure | None) -> int | None:
+    """What one request at max_model_len needs, as vLLM's failed KV check states it."""
+    if failure is None or failure.kind is not FailureKind.DOES_NOT_FIT:
+        return None
+    return _first(boot.engine, FactKind.KV_NEEDED)
+
+
 def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -> bool | None:
     """vLLM prints the KV size line only after every rank passed `_check_enough_kv_cache_memory`
-    at the final max_model_len, so a boot that printed it and did not fail fits."""
-    if failure is not None or config.max_model_len is None or not boot.engine.get(FactKind.KV_TOKENS):
+    at the final max_model_len, so a boot that printed it and did not fail fits; a boot whose
+    check said how much one request needs failed it."""
+    if failure is not None and failure.kind is FailureKind.DOES_NOT_FIT and _kv_needed(boot, failure) is not None:
+        return False
+    if failure is not None or config.max_model_len is None:
         return None
-    return True
+    if boot.engine.get(FactKind.KV_TOKENS):
+        return True
+    # V0 0.6.4 printed the concurrency without a KV size line: at least one request fits when it is ≥ 1.
+    concurrency = _last(boot.engine, FactKind.MAX_CONCURRENCY)
+    return True if concurrency is not None and concurrency[1] >= 1 else None

@@ -25,8 +25,10 @@ from kvaudit.units import MiB, gib_to_bytes
 NUM = r"\d{1,12}(?:\.\d{1,12})?"
 SNUM = r"-?" + NUM
 INT = r"\d{1,12}"
-CINT = r"\d{1,12}(?:,\d{3}){0,4}"
-"""An integer with `,` thousands separators (`f"{n:,}"` in kv_cache_utils.py)."""
+CINT = r"\d{1,3}(?:[,.'_ ]\d{3}){1,4}(?!\d)|\d{1,12}"
+"""An integer, with thousands separators in either style: `1,205,440` (`f"{n:,}"` in
+kv_cache_utils.py), `1.205.440`, `1 205 440` (a non-breaking space is a space by now), `1'205'440`."""
+_SEPARATORS = str.maketrans("", "", ",.'_ ")
 
 MESSAGE_CHARS = 400
 """A failure's message is its first line, trimmed to this many characters."""
@@ -60,6 +62,7 @@ class FactKind(StrEnum):
     B12X_TRANSIENT = "b12x_transient"
     NON_KV_RSS = "non_kv_rss"
     KV_SUGGESTION = "kv_suggestion"
+    KV_BLOCKS = "kv_blocks"
     # Engine level (printed once, or about the whole boot).
     GMU = "gmu"
     KV_TOKENS = "kv_tokens"
@@ -85,7 +88,7 @@ RANK_KINDS = frozenset({
     FactKind.GRAPH_PER_SIZE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.CONSUMED,
     FactKind.PEAK_WITH_GRAPHS, FactKind.PEAK, FactKind.NON_TORCH, FactKind.GRAPH_USAGE, FactKind.DEVICE_TOTAL,
     FactKind.FREE_AT_START, FactKind.REQUESTED, FactKind.PROFILE_SECONDS, FactKind.TORCH_PEAK_INCREASE,
-    FactKind.NON_KV_TOTAL, FactKind.B12X_TRANSIENT, FactKind.NON_KV_RSS, FactKind.KV_SUGGESTION,
+    FactKind.NON_KV_TOTAL, FactKind.B12X_TRANSIENT, FactKind.NON_KV_RSS, FactKind.KV_SUGGESTION, FactKind.KV_BLOCKS,
 })
 """Facts that belong to the rank whose process printed them; the rest describe the boot."""
 
@@ -125,7 +128,7 @@ def _mib(text: str) -> int:
 
 
 def _int(text: str) -> int:
-    return int(text.replace(",", ""))
+    return int(text.translate(_SEPARATORS))
 
 
 def _message(msg: str) -> str:
@@ -227,10 +230,10 @@ _ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB total")
 # Fork v20 [model_runner.py:953]: "X GiB additional (Y GiB captured, Z GiB retained and counted as
 # non-torch)". The pool holds the full Y (graph pools live in torch-reserved memory, never in
 # non-torch), so Y is the estimate and Z is only recorded (reference §3.3).
-_MRV2_ADDITIONAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) GiB additional \(({SNUM}) GiB captured, "
-                              rf"({SNUM}) GiB retained")
+_MRV2_ADDITIONAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) ?GiB additional \(({SNUM}) ?GiB captured,? "
+                              rf"({SNUM}) ?GiB retained")
 # Fork dev/gilded-gnosis: "X GiB total (Z GiB retained in the reusable pool)": X is already gross.
-_MRV2_TOTAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) GiB total \(({SNUM}) GiB retained")
+_MRV2_TOTAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) ?GiB total \(({SNUM}) ?GiB retained")
 
 
 def _graphs(msg: str) -> Iterable[Fact]:
@@ -271,7 +274,16 @@ _ADVISORY_DISABLED = re.compile(r"CUDA graph memory profiling is disabled "
                                 rf".{{0,400}}?increasing --gpu-memory-utilization from ({NUM}) to ({NUM})")
 
 
+# gpu_worker.py before v0.19 made profiling the default: "In v0.19, CUDA graph memory profiling will
+# be enabled by default (…). To try it now, set … and increase --gpu-memory-utilization from X to Y
+# to maintain the same effective KV cache size."
+_ADVISORY_FROM = re.compile(rf"increase --gpu-memory-utilization from ({NUM}) to ({NUM})")
+
+
 def _advisory(msg: str) -> Iterable[Fact]:
+    if "will be enabled by default" in msg and (m := _ADVISORY_FROM.search(msg)):
+        yield Fact(FactKind.ADVISORY_DISABLED, (float(m.group(1)), float(m.group(2))))
+        yield Fact(FactKind.GMU, float(m.group(1)))
     if m := _ADVISORY.search(msg):
         yield Fact(FactKind.ADVISORY, (float(m.group(1)), float(m.group(2))))
         yield Fact(FactKind.GMU, float(m.group(1)))
@@ -289,11 +301,13 @@ def _advisory(msg: str) -> Iterable[Fact]:
 # torch + non-torch; peak = transient headroom + the applied graph estimate; graph = capture_model's
 # return. U and older (DEBUG): weights, peak, non-torch, graph. NPU (vllm-ascend#8289): "Actual
 # usage: … for weights, …, … for NPU graph memory".
-_ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) GiB for consumed memory \(weights \+ non-torch\), ({SNUM}) GiB "
-                         rf"for peak activation, and ({SNUM}) GiB for CUDAGraph memory")
-_ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) GiB for weights?, ({SNUM}) GiB for peak activation, "
-                         rf"({SNUM}) GiB for non-torch memory,(?: and)? ({SNUM}) GiB for "
-                         r"(?:CUDAGraph|NPU graph) memory")
+# Matched loosely: commas, "and", plurals and the graph's name changed between releases and forks.
+_GRAPH_MEMORY = r"(?:the )?(?:CUDA ?[Gg]raphs?|NPU graph|[Gg]raph) memory"
+_ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) ?GiB for consumed memory \(weights \+ non-torch\),? ({SNUM}) ?GiB "
+                         rf"for peak activations?,?(?: and)? ({SNUM}) ?GiB for {_GRAPH_MEMORY}")
+_ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) ?GiB for (?:the )?weights?,? ({SNUM}) ?GiB for peak "
+                         rf"activations?,? ({SNUM}) ?GiB for non-torch memory,?(?: and)? ({SNUM}) ?GiB for "
+                         rf"{_GRAPH_MEMORY}")
 _IN_USE = re.compile(rf"Current kv cache memory in use is ({SNUM}) GiB")
 _SUGGESTION = re.compile(r"--kv-cache-memory=(-?\d{1,20})` \([^)]{0,40}\) to fit into requested memory")
 # gpu_worker.py "Free memory on device ({free}/{total} GiB) on startup. Desired GPU memory
@@ -354,7 +368,28 @@ _V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory
                            rf"the rest of the memory reserved for KV Cache is ({SNUM}) ?GiB")
 
 
+# V0 worker.py determine_num_available_blocks, 0.6.4: one line "Memory profiling results:
+# total_gpu_memory=…GiB initial_memory_usage=…GiB peak_torch_memory=…GiB memory_usage_post_profile=…GiB
+# non_torch_memory=…GiB kv_cache_size=…GiB gpu_memory_utilization=…".
+_V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB initial_memory_usage=({SNUM}) ?GiB "
+                         rf"peak_torch_memory=({SNUM}) ?GiB memory_usage_post_profile=({SNUM}) ?GiB "
+                         rf"non_torch_memory=({SNUM}) ?GiB "
+                         rf"kv_cache_size=({SNUM}) ?GiB gpu_memory_utilization=({NUM})")
+# V0 executor_base.py / llm_engine.py: "# GPU blocks: N, # CPU blocks: M" ("# CUDA blocks" on CUDA from 0.6.5).
+_BLOCKS = re.compile(rf"(?:GPU|CUDA|cuda|gpu) blocks: ({CINT})")
+
+
 def _profile(msg: str) -> Iterable[Fact]:
+    if "total_gpu_memory=" in msg and (m := _V0_RESULTS.search(msg)):
+        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+        yield Fact(FactKind.NON_TORCH, _gib(m.group(5)))
+        yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(6)))
+        yield Fact(FactKind.GMU, float(m.group(7)))
+    if "blocks: " in msg and (m := _BLOCKS.search(msg)):
+        blocks = _int(m.group(1))
+        yield Fact(FactKind.KV_BLOCKS, blocks)
+        if blocks == 0:
+            yield Fact(FactKind.KV_AVAILABLE, 0)  # not one block: no byte for KV
     if m := _PROFILE.search(msg):
         yield Fact(FactKind.PROFILE_SECONDS, float(m.group(1)))
         yield Fact(FactKind.NON_KV_TOTAL, _gib(m.group(2)))
@@ -408,10 +443,16 @@ def _cpu(msg: str) -> Iterable[Fact]:
 # --------------------------------------------------------------------------------------------
 # Failures (§5.3, §5.4, §5.5)
 
-# kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "the models's max seq len" in GB.
-_TO_SERVE = re.compile(rf"max seq len \(({INT})\), \(({SNUM}) (?:GiB|GB) KV cache is needed, which is larger than the "
-                       rf"available KV cache memory \(({SNUM}) (?:GiB|GB)\)")
-_ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({INT})")
+# kv_cache_utils.py _check_enough_kv_cache_memory (0.32): "To serve at least one request with the
+# model's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache
+# memory (Y GiB)"; 0.8.x said "models's" and GB; the fork drops the stray "(" before X.
+_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed,? "
+                       rf"which is larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB)")
+_ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({CINT})")
+# V0 (and V1 before 0.8) llm_engine / worker raise_if_cache_size_invalid: "The model's max seq len
+# (N) is larger than the maximum number of tokens that can be stored in KV cache (M)."
+_V0_TOO_LONG = re.compile(rf"max seq len \(({CINT})\) is larger than the maximum number of tokens that can be "
+                          rf"stored in KV cache \(({CINT})\)")
 # v1/worker/utils.py request_memory and cpu_worker.py __init__ / determine_available_memory.
 _NODE = rf"Available memory on node ({INT}) \(({SNUM})/({SNUM}) GiB\)"
 _CPU_STARTUP = re.compile(rf"{_NODE} on startup is less than desired CPU memory utilization \(({NUM}), ({SNUM}) GiB\)")
@@ -437,11 +478,17 @@ def _kv_check(msg: str) -> Iterable[Fact]:
     if "To serve at least one request" in msg and (m := _TO_SERVE.search(msg)):
         yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
                                                  _error_text(msg, "To serve at least one request")))
-        yield Fact(FactKind.CHECKED_MODEL_LEN, int(m.group(1)))
+        yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
         yield Fact(FactKind.KV_NEEDED, _gib(m.group(2)))
         yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, _gib(m.group(3)))
         if e := _ESTIMATED_LEN.search(msg):
-            yield Fact(FactKind.MAX_FEASIBLE_LEN, int(e.group(1)))
+            yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(e.group(1)))
+    if "stored in KV cache" in msg and (m := _V0_TOO_LONG.search(msg)):
+        yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
+                                                 _error_text(msg, "max seq len")))
+        yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
+        yield Fact(FactKind.KV_TOKENS, ("GPU", _int(m.group(2))))
+        yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(m.group(2)))
     for anchor in ("No available memory for the cache blocks", "Cannot auto-fit max_model_len"):
         if anchor in msg:
             yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV, _error_text(msg, anchor)))
@@ -482,6 +529,8 @@ def _startup(msg: str) -> Iterable[Fact]:
 # (original error: …)"; elsewhere torch's own "CUDA out of memory" / OutOfMemoryError.
 _CAUSES: tuple[tuple[str, FailureKind, Phase | None, int], ...] = (
     ("Failed to load model - not enough GPU memory", FailureKind.OOM, Phase.LOAD, 0),
+    # model_executor/layers/linear.py: "Failed to create unquantized linear weights: CUDA out of memory. …"
+    ("weights: CUDA out of memory", FailureKind.OOM, Phase.LOAD, 0),
     ("CUDA out of memory", FailureKind.OOM, None, 0),
     ("OutOfMemoryError", FailureKind.OOM, None, 0),
     ("CUDA error: out of memory", FailureKind.OOM, None, 0),
@@ -499,21 +548,28 @@ _CAUSES: tuple[tuple[str, FailureKind, Phase | None, int], ...] = (
 )
 
 
+# torch's OOM message: "GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free."
+_OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which")
+
+
 def _crash(msg: str) -> Iterable[Fact]:
     for anchor, kind, phase, priority in _CAUSES:
         if anchor in msg:
             yield Fact(FactKind.FAILURE, FailureFact(kind, phase, _error_text(msg, anchor), priority=priority))
+            if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
+                yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
             return
 
 
 # --------------------------------------------------------------------------------------------
 # Config, version, runner, backend, environment (§5.1, §5.2)
 
-_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$", re.DOTALL)
+_ARGS_KEY = "non-default args: "
 # v1/engine/core.py EngineCore.__init__ "Initializing a V1 LLM engine (v%s) with config: %s";
 # v1/engine/dump_input.py repeats the config when a step fails.
-_ENGINE = re.compile(r"(?:Initializing a|Dumping input data for) V1 LLM engine \(v([^)\s]{1,60})\) with config: (.*)",
-                     re.DOTALL)
+# V0 (llm_engine.py): "Initializing an LLM engine (v0.5.4) with config: …", before 0.4 without the version.
+_ENGINE = re.compile(r"(?:Initializing an? (?:V1 )?|Dumping input data for V1 )LLM engine"
+                     r"(?: \(v([^)\s]{1,60})\))? with config: (.*)", re.DOTALL)
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
 _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
@@ -524,11 +580,38 @@ _ENV = re.compile(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]{1,80})=('[^']{0,200}'|\"[^
 
 
 def _config(msg: str) -> Iterable[Fact]:
-    if "non-default args: " in msg and (m := _NON_DEFAULT.search(msg)):
-        yield Fact(FactKind.NON_DEFAULT_ARGS, m.group(1))
+    if (args := _non_default(msg)) is not None:
+        yield Fact(FactKind.NON_DEFAULT_ARGS, args)
     if m := _ENGINE.search(msg):
-        yield Fact(FactKind.VERSION, m.group(1))
+        if m.group(1) is not None:
+            yield Fact(FactKind.VERSION, m.group(1))
         yield Fact(FactKind.ENGINE_CONFIG, m.group(2))
+        if "V1 LLM engine" not in m.group(0):
+            yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
+
+
+def _non_default(msg: str) -> str | None:
+    """The `{…}` after the first `non-default args: ` that opens a brace, to the end of the
+    message (a pasted excerpt may cut it before the closing brace: its plain pairs are still
+    read). str.find per occurrence: linear however often it repeats."""
+    end = len(msg.rstrip())
+    i = msg.find(_ARGS_KEY)
+    while i >= 0:
+        body = i + len(_ARGS_KEY)
+        if msg.startswith("{", body) and body < end:
+            return msg[body:end]
+        i = msg.find(_ARGS_KEY, body)
+    return None
+
+
+# The start-up banner (entrypoints/utils.py, 0.11 and later) draws the logo in block characters
+# and prints "version X" beside it; V0's api_server printed "vLLM API server version X".
+_BANNER_VERSION = re.compile(r"(?:vLLM API server version|[█▀▄]\s{1,8}version) (\d{1,3}\.\d{1,4}[\w.+\-]{0,60})")
+
+
+def _version(msg: str) -> Iterable[Fact]:
+    if m := _BANNER_VERSION.search(msg):
+        yield Fact(FactKind.VERSION, m.group(1))
 
 
 def _runner(msg: str) -> Iterable[Fact]:
@@ -570,7 +653,7 @@ RULES: tuple[Rule, ...] = (
          r"Graph capturing finished in [0-9]+ secs?, took|CUDA graph pool memory: -?[0-9.]+ GiB \(actual"
          r"|Estimated (MRV2 )?CUDA graph memory: -?[0-9.]+ GiB", _graphs),
     Rule("per_graph", "MiB per-graph", r"MiB first-capture", _per_graph),
-    Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled"),
+    Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled", "will be enabled by default"),
          r"is equivalent to --gpu-memory-utilization=|CUDA graph memory "
          r"profiling is disabled", _advisory),
     Rule("actual", ("Actual usage", "Current kv cache memory"), r"Actual usage( is|:) |Current kv cache memory in use",
@@ -578,18 +661,23 @@ RULES: tuple[Rule, ...] = (
     Rule("budget", ("Free memory on device", "esired GPU memory utilization", "Requested memory:",
                     "requested memory:", "engine's budget"),
          r"Free memory on device|Requested memory: |worker requested memory", _budget),
-    Rule("profile", ("Memory profiling takes", "total_gpu_memory", "model weights take"),
-         r"Memory profiling takes|x gpu_memory_utilization|model weights take", _profile),
+    Rule("profile", ("Memory profiling takes", "total_gpu_memory", "model weights take", "blocks: "),
+         r"Memory profiling takes|x gpu_memory_utilization|model weights take|total_gpu_memory="
+         r"|# (GPU|CUDA|cuda) blocks",
+         _profile),
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
     Rule("cpu", ("set (",), r"(Auto|Explicitly) set \([0-9.-]+/[0-9.]+\) GiB for KV cache", _cpu),
     Rule("kv_check", ("To serve at least one request", "No available memory for the cache blocks",
-                      "Cannot auto-fit max_model_len"),
-         r"To serve at least one request|No available memory for the cache blocks|Cannot auto-fit max_model_len",
+                      "Cannot auto-fit max_model_len", "stored in KV cache"),
+         r"To serve at least one request|No available memory for the cache blocks|Cannot auto-fit max_model_len"
+         r"|stored in KV cache",
          _kv_check),
     Rule("startup", ("on startup is less than", "exceed the desired", "on kv cache allocation is less"),
          r"on startup is less than|exceed the desired GPU memory|on kv cache allocation is less", _startup),
     Rule("crash", tuple(c[0] for c in _CAUSES), "|".join(_ere(c[0]) for c in _CAUSES), _crash),
-    Rule("config", ("non-default args: ", "V1 LLM engine (v"), r"non-default args: |V1 LLM engine \(v", _config),
+    Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
+         _config),
+    Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_ ]+ (attention )?backend", backend),

@@ -153,42 +153,71 @@ def json_safe(value: Any, depth: int = 0) -> Any:
 
 
 # VllmConfig.__str__ keys, each as `, key=value` (model is first, with no comma before it).
-_ENGINE_INT = {key: re.compile(rf"(?:^|, ){key}=(\d{{1,12}})(?=,|$)") for key in (
+_ENGINE_INT = {key: re.compile(rf"{key}=(\d{{1,12}})(?=,|$)") for key in (
     "max_seq_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
     "decode_context_parallel_size", "prefill_context_parallel_size")}
 _ENGINE_MODEL = re.compile(r"^model='((?:[^'\\]|\\.){0,2000})'")
-_ENGINE_EAGER = re.compile(r"(?:^|, )enforce_eager=(True|False)(?=,|$)")
-_ENGINE_KV_DTYPE = re.compile(r"(?:^|, )kv_cache_dtype=([\w.]{1,40})(?=,|$)")
-_ENGINE_LOAD = re.compile(r"(?:^|, )load_format=([\w.]{1,40})(?=,|$)")
+_ENGINE_EAGER = re.compile(r"enforce_eager=(True|False)(?=,|$)")
+_ENGINE_KV_DTYPE = re.compile(r"kv_cache_dtype=([\w.]{1,40})(?=,|$)")
+_ENGINE_LOAD = re.compile(r"load_format=([\w.]{1,40})(?=,|$)")
 # SpeculativeConfig.__repr__ (vllm/config/speculative.py):
-# "SpeculativeConfig(method='mtp', model=…, num_spec_tokens=1)".
-_ENGINE_SPEC = re.compile(r"(?:^|, )speculative_config=SpeculativeConfig\(method='([^']{1,80})'.{0,2000}?"
+# "SpeculativeConfig(method='mtp', model=…, num_spec_tokens=1)". Matched only where the key is
+# (found with str.find), so a line that repeats the key costs one bounded match per repeat.
+_SPEC_KEY = "speculative_config=SpeculativeConfig("
+_ENGINE_SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method='([^']{1,80})'[^\n]{0,2000}?"
                           r"num_spec_tokens=(\d{1,6})\)")
 # CompilationConfig.__repr__ is the str() of a dict (single quotes); older releases printed JSON.
-_ENGINE_SIZES = re.compile(r"""compilation_config=.{0,200000}?['"]cudagraph_capture_sizes['"]:\s*"""
-                           r"""\[([\d,\s]{0,20000})\]""")
+_COMPILATION_KEY = "compilation_config="
+_SIZES_KEY = "cudagraph_capture_sizes"
+_SIZES_WINDOW = 200_000
+"""How far after `compilation_config=` the capture sizes may be."""
+_ENGINE_SIZES = re.compile(r"""['"]cudagraph_capture_sizes['"]:\s*\[([\d,\s]{0,20000})\]""")
 
 
 def knobs_from_engine_line(config: str) -> dict[str, Any]:
     known: dict[str, Any] = {}
     names = {"max_seq_len": "max_model_len"}
     for key, rx in _ENGINE_INT.items():
-        if m := rx.search(config):
+        if m := _field(config, key, rx):
             known[names.get(key, key)] = int(m.group(1))
     if m := _ENGINE_MODEL.search(config):
         known["model"] = m.group(1)
-    if m := _ENGINE_EAGER.search(config):
+    if m := _field(config, "enforce_eager", _ENGINE_EAGER):
         known["enforce_eager"] = m.group(1) == "True"
-    if m := _ENGINE_KV_DTYPE.search(config):
+    if m := _field(config, "kv_cache_dtype", _ENGINE_KV_DTYPE):
         known["kv_cache_dtype"] = m.group(1)
-    if m := _ENGINE_LOAD.search(config):
+    if m := _field(config, "load_format", _ENGINE_LOAD):
         # Older releases printed the enum (`LoadFormat.DUMMY`); vLLM's own spelling is lower case.
         known["load_format"] = m.group(1).rsplit(".", 1)[-1].lower()
-    if m := _ENGINE_SPEC.search(config):
+    if m := _keyed_match(config, _SPEC_KEY, _ENGINE_SPEC, 0):
         known["speculative_method"] = m.group(1)
         known["num_speculative_tokens"] = int(m.group(2))
     elif re.search(r"(?:^|, )speculative_config=None(?=,|$)", config):
         known["speculative_method"] = None
-    if m := _ENGINE_SIZES.search(config):
+    start = config.find(_COMPILATION_KEY)
+    if start >= 0 and (m := _keyed_match(config, _SIZES_KEY, _ENGINE_SIZES, -1, start, start + _SIZES_WINDOW)):
         known["cudagraph_capture_sizes"] = tuple(int(x) for x in re.findall(r"\d{1,12}", m.group(1)))
     return known
+
+
+def _field(config: str, key: str, rx: re.Pattern[str]) -> re.Match[str] | None:
+    """`key=value` at the start of the config or after `, ` (found with str.find: linear)."""
+    i = config.find(key + "=")
+    while i >= 0:
+        if (i == 0 or config.startswith(", ", i - 2)) and (m := rx.match(config, i)):
+            return m
+        i = config.find(key + "=", i + 1)
+    return None
+
+
+def _keyed_match(text: str, key: str, rx: re.Pattern[str], back: int, start: int = 0,
+                 stop: int | None = None) -> re.Match[str] | None:
+    """The first match of `rx` that begins `back` characters before an occurrence of `key`: the
+    key is found with str.find, so every attempt is anchored and the scan stays linear."""
+    stop = len(text) if stop is None else min(stop, len(text))
+    i = text.find(key, start, stop)
+    while i >= 0:
+        if m := rx.match(text, max(i + back, 0)):
+            return m
+        i = text.find(key, i + 1, stop)
+    return None

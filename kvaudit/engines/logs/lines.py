@@ -14,6 +14,7 @@ near the start of the line instead of anchored to it, and colours are stripped f
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +30,11 @@ _HEAD = re.compile(
 _UNTAGGED_HEAD = re.compile(
     r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
     r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
+
+# A pasted excerpt often keeps only `[file.py:N] message`, or the level and file without a time.
+_BARE_HEAD = re.compile(
+    r"\s{0,8}(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?"
+    r"\[([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
 
 TAG_SEARCH_CHARS = 400
 """How far into a line the process tag may sit (container prefixes are short)."""
@@ -71,11 +77,21 @@ def parse_line(segment: str, pos: int) -> LogLine:
     rest = _UNTAGGED_HEAD.search(head)
     if rest is not None:
         return LogLine(pos, None, None, _level(rest.group(1)), rest.group(3), segment[rest.end():].strip())
+    bare = _BARE_HEAD.match(head)
+    if bare is not None:
+        level = _level(bare.group(1)) if bare.group(1) else None
+        return LogLine(pos, None, None, level, bare.group(2), segment[bare.end():].strip())
     return LogLine(pos, None, None, None, None, segment.strip())
 
 
 def _level(text: str) -> str:
     return "WARNING" if text == "WARN" else text
+
+
+def has_prefix(segment: str) -> bool:
+    """Whether a line carries vLLM's logger prefix near its start (a tag, or level + time + file)."""
+    head = segment[:TAG_SEARCH_CHARS]
+    return _TAG.search(head) is not None or _UNTAGGED_HEAD.search(head) is not None
 
 
 def tag_of(segment: str) -> tuple[str, int] | None:
@@ -88,8 +104,11 @@ def tag_of(segment: str) -> tuple[str, int] | None:
 
 def looks_like_vllm(text: str) -> bool:
     """Whether any line of `text` has vLLM's logger shape (the slow path: only for inputs in which
-    no memory line was found, to tell "a vLLM log without memory lines" from "not a log")."""
-    return _TAG.search(text) is not None or _UNTAGGED_HEAD.search(text) is not None
+    no memory line was found, to tell "a vLLM log without memory lines" from "not a log"). Each
+    pattern runs only where the literal it needs occurs: the regex engine is slow on miles of text
+    that hold neither."""
+    return ((" pid=" in text and _TAG.search(text) is not None)
+            or (".py:" in text and _UNTAGGED_HEAD.search(text) is not None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,7 +156,13 @@ _OLD_TP = re.compile(r" TP(\d{1,6})\b")
 _ENGINE_INDEX = re.compile(r"^EngineCore_(\d{1,6})$")
 
 
+@functools.lru_cache(maxsize=4096)
 def proc_tag(name: str) -> ProcTag:
+    """What a process name says (cached: a log repeats a handful of names on every line)."""
+    return _proc_tag(name)
+
+
+def _proc_tag(name: str) -> ProcTag:
     if name.startswith(("Worker", "VllmWorker", "RayWorker")):
         coords = {key: (int(m.group(1)) if (m := rx.search(name)) else None) for key, rx in _SUFFIX.items()}
         if coords["tp"] is None and (m := _OLD_TP.search(name)):

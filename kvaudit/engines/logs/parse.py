@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
+from kvaudit.engines.logs.records import joined, record_at
 from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
 
+V0_WORKER = "VllmWorkerProcess"
+"""V0's multiprocessing workers (vllm/executor/multiproc_worker_utils.py): ranks 1… of the boot. The
+name carries no rank; workers start in rank order, so their pids, sorted, stand for ranks 1, 2, …"""
 RENAME_HOPS = 64
 """How many later lines of a provisionally named worker to read to learn its final name."""
+RENAME_SEARCH_CHARS = 64 << 20
+"""How much text all those searches may cover together, per file: a log whose every fact line has
+its own provisionally named pid must not be searched to its end once per pid."""
 
 
 @dataclass(frozen=True)
@@ -30,28 +37,56 @@ class FileScan:
     tags: Mapping[int, str]
     """pid → the last name that process was seen with (workers are renamed during boot)."""
     is_vllm: bool
+    v0_ranks: Mapping[int, int] = field(default_factory=dict)
+    """pid → rank of V0's `VllmWorkerProcess` workers: their pids in order are ranks 1, 2, … (the
+    name carries no rank; the driver, rank 0, prints untagged)."""
 
 
 def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = False) -> FileScan:
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
     parsed: dict[int, ParsedLine] = {}
+    covered: set[int] = set()
     seen_vllm = False
-    for start, end in cands.segments + ((cands.backend,) if cands.backend else ()):
-        if start in parsed:
+    for start, end in sorted(set(cands.segments + ((cands.backend,) if cands.backend else ()))):
+        if start in covered:
             continue
-        line = parse_line(text[start:end], start)
+        line, facts = _read_record(text, start, end, covered)
         seen_vllm = seen_vllm or line.is_vllm
-        facts = tuple(facts_from_message(line.msg))
-        if facts:
-            parsed[start] = ParsedLine(line, facts)
+        if facts and line.pos not in parsed:
+            parsed[line.pos] = ParsedLine(line, facts)
     for start, end in cands.concurrency:
-        if start not in parsed:
-            line = parse_line(text[start:end], start)
-            if facts := tuple(concurrency(line.msg)):
-                parsed[start] = ParsedLine(line, facts)
+        line, facts = _read_record(text, start, end, covered)
+        facts = facts or tuple(concurrency(line.msg))
+        if not facts:
+            continue
+        if line.pos in parsed:  # joined to the line before it: add what that record lacks
+            known = parsed[line.pos]
+            extra = tuple(f for f in facts if f not in known.facts)
+            parsed[line.pos] = ParsedLine(known.line, known.facts + extra)
+        else:
+            parsed[line.pos] = ParsedLine(line, facts)
     lines = tuple(parsed[k] for k in sorted(parsed))
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
-    return FileScan(index, where, text, lines, _final_tags(text, lines), is_vllm)
+    tags = _final_tags(text, lines)
+    v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
+    return FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)})
+
+
+def _read_record(text: str, start: int, end: int, covered: set[int]) -> tuple[LogLine, tuple[Fact, ...]]:
+    """The record around one candidate line, parsed, and the facts it states. A record cut from a
+    terminal may have lost a space or gained one where a word was split: both joins are read and
+    the one that states more facts wins."""
+    record = record_at(text, start, end)
+    covered.update(s for s, _ in record.spans)
+    spaced, tight = joined(text, record)
+    line = parse_line(spaced, record.start)
+    facts = tuple(facts_from_message(line.msg))
+    if tight is not None:
+        other = parse_line(tight, record.start)
+        other_facts = tuple(facts_from_message(other.msg))
+        if len(other_facts) > len(facts):
+            return other, other_facts
+    return line, facts
 
 
 def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:
@@ -63,12 +98,15 @@ def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:
         if p.line.pid is not None and p.line.tag is not None:
             last[p.line.pid] = (p.line.tag, p.line.pos)
     tags = {}
+    budget = RENAME_SEARCH_CHARS
     for pid, (tag, pos) in last.items():
         after = pos + 1
         for _ in range(RENAME_HOPS):
-            if not proc_tag(tag).provisional:
+            if not proc_tag(tag).provisional or budget <= 0:
                 break
-            nxt = next_line_of(text, pid, after)
+            stop = min(after + budget, len(text))
+            nxt = next_line_of(text, pid, after, stop)
+            budget -= (nxt[1] if nxt is not None else stop) - after
             if nxt is None:
                 break
             found = tag_of(text[nxt[0]:nxt[1]])

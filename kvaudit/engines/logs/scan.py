@@ -12,8 +12,12 @@ each hit in place:
   Model Runner` / `V1 model runner`, `VLLM_` (the graph profiling advisory, env dumps) or
   `Vllm` (`VllmWorker-0 died unexpectedly`).
 - `{` after `non-default args: `.
-- `Error: `, one multi-character pass: the exception lines of failures that print no unit
-  (`ValueError: No available memory for the cache blocks`, `AssertionError: Workspace is locked`).
+- `Error` followed by `: ` or `(`, one multi-character pass: the exception lines of failures that
+  print no unit (`ValueError: No available memory for the cache blocks`, `AssertionError: Workspace
+  is locked`), and `raise ValueError(` where a paste kept the traceback but lost the message.
+- `#` before ` GPU blocks: ` / ` CUDA blocks: ` / ` CPU blocks: `: V0's KV block count.
+- `LLM engine` and ` version `, searched before the first other hit only (printed before anything
+  is loaded): V0's config line (version, model, max_seq_len, TP) and the version banners.
 
 Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
 match wins and the search stops there) and the second half of the two-line KV size form of older
@@ -29,13 +33,20 @@ import re
 from dataclasses import dataclass
 
 from kvaudit.engines.logs.facts import backend
+from kvaudit.engines.logs.records import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
 # `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal
 # first character lets the regex engine skip to each `V` and check the words in C.
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
-_ERROR = "Error: "
+_PRELUDE = ("LLM engine", " version ")
+"""Lines printed before anything is loaded that hold no character the other passes look for: V0's
+config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
+banner's `version 0.19.1` and V0's `vLLM API server version 0.6.3`."""
+_ERROR = "Error"
+_ERROR_NEXT = (": ", "(")
+"""`ValueError: …`, and `raise ValueError(` when a paste keeps the traceback but not the message."""
 CONCURRENCY_WINDOW = 4096
 """How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
 
@@ -48,19 +59,34 @@ def _brace(text: str, i: int) -> bool:
     return i >= len(_ARGS) and text.startswith(_ARGS, i - len(_ARGS))
 
 
-_CHAR_NEEDLES = (("B", _b), ("{", _brace))
+_BLOCK_WORDS = (" GPU blocks: ", " CUDA blocks: ", " cuda blocks: ", " CPU blocks: ")
 
 
-def bounds(text: str, i: int) -> tuple[int, int]:
-    """The segment around offset i. Every search is bounded by the line, never by the file."""
-    nl = text.rfind("\n", 0, i) + 1
-    cr = text.rfind("\r", nl, i)
-    start = nl if cr < 0 else cr + 1
-    end = text.find("\n", i)
-    if end < 0:
-        end = len(text)
-    cr = text.find("\r", i, end)
-    return start, (end if cr < 0 else cr)
+def _hash(text: str, i: int) -> bool:
+    """V0's "# GPU blocks: N, # CPU blocks: M" (the first `#` is sometimes lost in a paste)."""
+    return text.startswith(_BLOCK_WORDS, i + 1)
+
+
+_CHAR_NEEDLES = (("B", _b), ("{", _brace), ("#", _hash))
+# The same checks as patterns, for a line dense with the character and none of the words (a
+# hostile line of a million braces): after MISSES_BEFORE_LINE misses in a row the rest of the
+# line is searched in C, once, instead of one Python check per character.
+_B_RX = re.compile(r"Gi?B|MiB|B12X")
+MISSES_BEFORE_LINE = 8
+
+
+def _next_in_line(char: str, text: str, i: int, end: int) -> int:
+    """The next offset in text[i:end] where `char` passes its check, or -1."""
+    if char == "{":
+        j = text.find(_ARGS + "{", i - len(_ARGS), end)
+        return -1 if j < 0 else j + len(_ARGS)
+    if char == "#":
+        j = text.find("#", i, end)
+        while j >= 0 and not _hash(text, j):
+            j = text.find("#", j + 1, end)
+        return j
+    m = _B_RX.search(text, i, end)
+    return -1 if m is None else (m.start() if m.group(0) == "B12X" else m.end() - 1)
 
 
 @dataclass(frozen=True)
@@ -68,7 +94,7 @@ class Candidates:
     segments: tuple[tuple[int, int], ...]
     """(start, end) of every segment to run the whole catalogue on, in text order."""
     concurrency: tuple[tuple[int, int], ...]
-    """Segments that hold only the old second line of the KV size pair."""
+    """Segments that follow a KV size or blocks line in older releases (see _FOLLOWERS)."""
     backend: tuple[int, int] | None
     """The first line that names the attention backend."""
 
@@ -77,40 +103,68 @@ def scan(text: str) -> Candidates:
     found: dict[int, int] = {}
     for char, check in _CHAR_NEEDLES:
         i = text.find(char)
+        misses = 0
         while i >= 0:
             if check(text, i):
                 start, end = bounds(text, i)
                 found.setdefault(start, end)
-                i = text.find(char, end)
+                i, misses = text.find(char, end), 0
+            elif misses < MISSES_BEFORE_LINE:
+                i, misses = text.find(char, i + 1), misses + 1
             else:
-                i = text.find(char, i + 1)
+                end = line_end(text, i)
+                j = _next_in_line(char, text, i + 1, end)
+                i, misses = (j if j >= 0 else text.find(char, end)), 0
     pos = 0
     while m := _V_RX.search(text, pos):
         start, end = bounds(text, m.start())
         found.setdefault(start, end)
         pos = end
     i = text.find(_ERROR)
+    misses = 0
     while i >= 0:
-        start, end = bounds(text, i)
-        found.setdefault(start, end)
-        i = text.find(_ERROR, end)
+        if text.startswith(_ERROR_NEXT, i + len(_ERROR)):
+            start, end = bounds(text, i)
+            found.setdefault(start, end)
+            i, misses = text.find(_ERROR, end), 0
+        elif misses < MISSES_BEFORE_LINE:
+            i, misses = text.find(_ERROR, i + len(_ERROR)), misses + 1
+        else:  # a line dense with "Error": the rest of it in C, once
+            end = line_end(text, i)
+            hits = [j for j in (text.find(_ERROR + n, i, end) for n in _ERROR_NEXT) if j >= 0]
+            i, misses = (min(hits) if hits else text.find(_ERROR, end)), 0
+    # Printed before anything is loaded: looked for before the first other hit only.
+    limit = min(found, default=len(text))
+    for needle in _PRELUDE:
+        i = text.find(needle, 0, limit)
+        while i >= 0:
+            start, end = bounds(text, i)
+            found.setdefault(start, end)
+            i = text.find(needle, end, limit)
     segments = tuple(sorted(found.items()))
     return Candidates(segments, _concurrency(text, segments), _first_backend(text))
 
 
 def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
-    found = []
+    found, engine = [], []
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)
-        hit = _ERROR in seg or _V_RX.search(seg) is not None or any(
+        hit = _has_error(seg) or _V_RX.search(seg) is not None or any(
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
         if hit:
             found.append((m.start(), m.end()))
-    segments = tuple(found)
+        elif any(needle in seg for needle in _PRELUDE):
+            engine.append((m.start(), m.end()))
+    limit = found[0][0] if found else len(text)
+    segments = tuple(sorted(found + [s for s in engine if s[0] < limit]))
     first_backend = next(((m.start(), m.end()) for m in re.finditer(r"[^\r\n]+", text)
                           if " backend" in m.group(0) and any(backend(m.group(0)))), None)
     return Candidates(segments, _concurrency(text, segments), first_backend)
+
+
+def _has_error(seg: str) -> bool:
+    return any(seg.startswith(_ERROR_NEXT, i + len(_ERROR)) for i in _positions(seg, _ERROR))
 
 
 def _positions(seg: str, char: str):
@@ -120,14 +174,22 @@ def _positions(seg: str, char: str):
         i = seg.find(char, i + 1)
 
 
+_FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
+"""What older releases printed right after the KV size or blocks line, on lines of their own with
+nothing the scan looks for: the concurrency, and V0's "The model's max seq len (N) is larger than
+the maximum number of tokens that can be stored in KV cache (M)"."""
+
+
 def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
     out = []
     for start, end in segments:
-        line = text[start:end]
-        if "KV cache size: " in line and "Maximum concurrency" not in line:
-            j = text.find("Maximum concurrency for", end, end + CONCURRENCY_WINDOW)
-            if j >= 0:
-                out.append(bounds(text, j))
+        # The KV size line (U and older), or V0's blocks line (0.6.4), and what follows them.
+        if text.find("KV cache size: ", start, end) >= 0 or text.find(" blocks: ", start, end) >= 0:
+            for follower in _FOLLOWERS:
+                if text.find(follower, start, end) >= 0:
+                    continue
+                if (j := text.find(follower, end, end + CONCURRENCY_WINDOW)) >= 0:
+                    out.append(bounds(text, j))
     return tuple(out)
 
 
@@ -142,7 +204,8 @@ def _first_backend(text: str) -> tuple[int, int] | None:
     return None
 
 
-def next_line_of(text: str, pid: int, after: int) -> tuple[int, int] | None:
-    """The next segment printed by `pid` after offset `after` (to follow a worker's renames)."""
-    i = text.find(f" pid={pid})", after)
+def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tuple[int, int] | None:
+    """The next segment printed by `pid` after offset `after` and before `stop` (to follow a
+    worker's renames)."""
+    i = text.find(f" pid={pid})", after, len(text) if stop is None else stop)
     return None if i < 0 else bounds(text, i)

@@ -1,0 +1,288 @@
+"""Physical lines → records: a message wrapped onto several lines is read whole.
+
+Logs are shared as excerpts pasted into issues, e-mails and chats, and on the way a long message
+is wrapped: by the terminal it was copied from (at a fixed width, often in the middle of a word),
+by an e-mail client or a markdown renderer (at a space, the rest indented or not). A record is a
+head line and the continuation lines that follow it. A line is a head when it begins like a log
+record: a process tag `(Worker_TP0 pid=1)` or vLLM's level-time-file prefix near its start, a
+level, a timestamp, a `[file.py:N]` tag, an exception name (`ValueError:`), `Traceback`. Any
+other line continues the record above it when it is indented deeper than the head, begins as the
+rest of a sentence (a lower-case letter, a digit, punctuation), follows a line that breaks off
+mid-sentence (after `,`, `(` or a word such as `the` or `than`), or follows a line cut at the
+excerpt's fixed wrap width.
+
+Around the lines: `> ` quote markers, the frame of a terminal pane (`│ … │`) or of a CI log
+viewer (`  | `) and markdown code fences are dropped, CRLF is one line end and a lone `\\r`
+another, tabs and non-breaking spaces are spaces. Only the lines the scanner picked are
+assembled, each within a bounded window, so a whole log costs what it cost before.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from kvaudit.engines.logs.lines import has_prefix
+
+MAX_RECORD_LINES = 12
+"""Physical lines one record may span (a wrapped ValueError is 3–6 lines at 80 columns)."""
+MAX_JOIN_LINE = 4096
+"""A line longer than this never joins another: wrapped lines are short by nature."""
+WIDTH_WINDOW = 48
+"""Lines each side of a record looked at to find the excerpt's wrap width."""
+MIN_WRAP_WIDTH = 60
+"""Narrower "wrap widths" are coincidences of short lines, not a terminal's column count."""
+MAX_RECORD_CHARS = 1 << 16
+"""What the catalogue's patterns may look at in one record: its first and last half of this. A
+real record is a few KiB at most (the engine config line); a longer one is garbage, or a memory
+message glued behind a progress bar or another long line, hence the tail too."""
+
+_QUOTE = re.compile(r"[ \t]{0,8}(?:[>│┃║|][ \t]?){1,8}")
+"""`> ` quote markers, and the frame a terminal pane or CI log viewer draws (`│ `, `  | `)."""
+_FRAME_END = re.compile(r"[ \t]{1,400}[│┃║][ \t]{0,8}$")
+_FENCE = ("```", "~~~")
+_SPACES = (("\t", " "), ("\u00a0", " "), ("\u202f", " "), ("\u2007", " "), ("\u2009", " "), ("\u200b", ""),
+           ("\ufeff", ""))
+_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
+_HEAD_MARK = re.compile(
+    _LEVELS
+    + r"|\d{4}-\d\d-\d\d[T ]\d\d:|\d\d-\d\d \d\d:\d\d"          # an ISO or vLLM timestamp
+    + r"|\[[^\]\s]{1,200}\.py:\d{1,7}\]"                      # [file.py:N]
+    + r"|\[rank\d{1,6}\]:"                                    # torch.distributed's prefix
+    + r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
+    + r"|Traceback \(most recent|File \"|During handling of|The above exception")
+_CONNECTORS = frozenset(
+    "a an the of for to is are was were be than with by in on at as from which that and or but if when "
+    "memory least".split())
+_MID_SENTENCE_END = ",(:=-+/"
+
+
+@dataclass(frozen=True)
+class Record:
+    start: int
+    """Offset of the head line: the record's position."""
+    spans: tuple[tuple[int, int], ...]
+    """(start, end) of each physical line, head first."""
+    cut: tuple[bool, ...] = ()
+    """Per continuation: the line before it was cut at the wrap width (join with nothing between)."""
+
+
+def line_start(text: str, i: int, limit: int | None = None) -> int | None:
+    """Start of the physical line holding offset i (after the nearest `\\n` or `\\r`); None when
+    it is more than `limit` characters back. The search widens step by step, so it costs the
+    distance to the line start and never a search back to the start of the file."""
+    width = 256
+    while True:
+        lo = max(i - width, 0)
+        if limit is not None:
+            lo = max(lo, i - limit - 1)
+        cut = max(text.rfind("\n", lo, i), text.rfind("\r", lo, i))
+        if cut >= 0:
+            return cut + 1
+        if lo == 0:
+            return 0
+        if limit is not None and lo <= i - limit - 1:
+            return None
+        width *= 4
+
+
+def line_end(text: str, i: int, limit: int | None = None) -> int | None:
+    """End of the physical line holding offset i (the next `\\n` or `\\r`, or the end of the
+    text); None when it is more than `limit` characters on."""
+    width = 256
+    n = len(text)
+    while True:
+        hi = min(i + width, n)
+        if limit is not None:
+            hi = min(hi, i + limit + 1)
+        ends = [j for j in (text.find("\n", i, hi), text.find("\r", i, hi)) if j >= 0]
+        if ends:
+            return min(ends)
+        if hi == n:
+            return n
+        if limit is not None and hi >= i + limit + 1:
+            return None
+        width *= 4
+
+
+def bounds(text: str, i: int) -> tuple[int, int]:
+    """The physical line around offset i."""
+    return line_start(text, i), line_end(text, i)  # type: ignore[return-value]
+
+
+def _next_span(text: str, end: int) -> tuple[int, int] | None:
+    if end >= len(text):
+        return None
+    start = end + 2 if text.startswith("\r\n", end) else end + 1
+    if start > len(text):
+        return None
+    stop = line_end(text, start, MAX_JOIN_LINE)
+    return None if stop is None else (start, stop)
+
+
+def _prev_span(text: str, start: int) -> tuple[int, int] | None:
+    if start == 0:
+        return None
+    stop = start - 2 if start >= 2 and text.startswith("\r\n", start - 2) else start - 1
+    begin = line_start(text, stop, MAX_JOIN_LINE)
+    return None if begin is None else (begin, stop)
+
+
+def clean(line: str) -> str:
+    """A physical line without quote markers, tabs or special spaces."""
+    for char, space in _SPACES:
+        if char in line:  # str.replace per character found: translate() is a dict look-up per character
+            line = line.replace(char, space)
+    head = line[:20]
+    if (">" in head or "|" in head or "│" in head or "┃" in head or "║" in head) and (m := _QUOTE.match(line)):
+        line = line[m.end():]
+        tail = line[-420:]
+        if tail[-1:] in ("│", "┃", "║") and (m := _FRAME_END.search(tail)):
+            line = line[:len(line) - len(tail) + m.start()]
+    return line
+
+
+def _blank(line: str) -> bool:
+    stripped = line.strip()
+    return not stripped or stripped.startswith(_FENCE)
+
+
+def is_head(line: str) -> bool:
+    """Whether a cleaned line begins like a log record of its own."""
+    stripped = line.lstrip()
+    return bool(_HEAD_MARK.match(stripped)) or has_prefix(line)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _breaks_off(prev: str) -> bool:
+    """The previous line stops mid-sentence."""
+    tail = prev.rstrip()
+    if not tail:
+        return False
+    if tail[-1] in _MID_SENTENCE_END:
+        return True
+    word = tail.rsplit(" ", 1)[-1].lower()
+    return word in _CONNECTORS
+
+
+def _continues(head: str, prev: str, line: str, width: Callable[[], int]) -> bool:
+    """Whether `line` continues the record headed by `head` whose last line is `prev`. `width`
+    gives the excerpt's wrap width (asked only when nothing else decides)."""
+    if _blank(line) or is_head(line):
+        return False
+    if _indent(line) > _indent(head):
+        return True
+    first = line.lstrip()[:1]
+    if first.islower() or first.isdigit() or first in ",.;:)]}%'\"-":
+        return True
+    if _breaks_off(prev):
+        return True
+    size = len(prev.rstrip())
+    return size >= MIN_WRAP_WIDTH and size == width()
+
+
+def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
+    """The excerpt's wrap width: the longest line near the record, when two or more lines have
+    exactly that length (a terminal cuts every long line at the same column); else 0."""
+    lengths = []
+    span: tuple[int, int] | None = first
+    for _ in range(WIDTH_WINDOW):
+        if span is None:
+            break
+        lengths.append(len(clean(text[span[0]:span[1]]).rstrip()))
+        span = _prev_span(text, span[0])
+    span = _next_span(text, last[1])
+    for _ in range(WIDTH_WINDOW):
+        if span is None:
+            break
+        lengths.append(len(clean(text[span[0]:span[1]]).rstrip()))
+        span = _next_span(text, span[1])
+    widest = max(lengths, default=0)
+    return widest if lengths.count(widest) >= 2 else 0
+
+
+def record_at(text: str, start: int, end: int) -> Record:
+    """The record the physical line (start, end) belongs to."""
+    alone = Record(start, ((start, end),))
+    if end - start > MAX_JOIN_LINE:
+        return alone
+    line = clean(text[start:end])
+    # Back to the earliest line that could head this record.
+    first, current = (start, end), line
+    for _ in range(MAX_RECORD_LINES):
+        if _blank(current) or is_head(current):
+            break
+        prev = _prev_span(text, first[0])
+        if prev is None:
+            break
+        prev_line = clean(text[prev[0]:prev[1]])
+        if _blank(prev_line):
+            break
+        first, current = prev, prev_line
+    if first == (start, end) and _next_line_is_head_or_blank(text, end):
+        return alone  # the usual case in a whole log: one line, one record
+    known: list[int] = []
+
+    def width() -> int:
+        if not known:
+            known.append(_width(text, first, (start, end)))
+        return known[0]
+
+    # Forward from there, cutting records, until the one that holds the line; then to its end.
+    spans, cut = [first], []
+    head = prev_line = current
+    while True:
+        nxt_span = _next_span(text, spans[-1][1])
+        if nxt_span is None:
+            break
+        nxt = clean(text[nxt_span[0]:nxt_span[1]])
+        if len(spans) < MAX_RECORD_LINES and _continues(head, prev_line, nxt, width):
+            spans.append(nxt_span)
+            size = len(prev_line.rstrip())
+            cut.append(_indent(nxt) == 0 and size >= MIN_WRAP_WIDTH and size == width())
+            prev_line = nxt
+        elif spans[-1][1] >= end:
+            break
+        else:
+            spans, cut, head, prev_line = [nxt_span], [], nxt, nxt
+    if spans[0][0] <= start <= spans[-1][0]:
+        return Record(spans[0][0], tuple(spans), tuple(cut))
+    return alone
+
+
+def _next_line_is_head_or_blank(text: str, end: int) -> bool:
+    nxt = _next_span(text, end)
+    if nxt is None:
+        return True
+    line = clean(text[nxt[0]:nxt[1]])
+    return _blank(line) or is_head(line)
+
+
+def joined(text: str, record: Record) -> tuple[str, str | None]:
+    """The record as one line: a continuation joins with a space, or with nothing where the line
+    before it was cut at the wrap width. Second, when some continuation is not indented, the same
+    with nothing between at each of those (a single cut line shows no wrap width), else None."""
+    parts = [clean(_bounded(text, s, e)) for s, e in record.spans]
+    if len(parts) == 1:
+        return parts[0], None
+    out, tight = [parts[0].rstrip()], [parts[0].rstrip()]
+    for part, cut in zip(parts[1:], record.cut):
+        out.append(part.rstrip() if cut else " " + part.strip())
+        tight.append(part.rstrip() if _indent(part) == 0 else " " + part.strip())
+    first, second = _squeeze("".join(out)), _squeeze("".join(tight))
+    return first, (second if second != first else None)
+
+
+def _bounded(text: str, start: int, end: int) -> str:
+    half = MAX_RECORD_CHARS // 2
+    if end - start <= MAX_RECORD_CHARS:
+        return text[start:end]
+    return text[start:start + half] + " … " + text[end - half:end]
+
+
+def _squeeze(line: str) -> str:
+    return re.sub(r" {2,}", " ", line)
