@@ -1,6 +1,6 @@
 """Phase measurements → owners, KV sizing, capacity and levers. Pure functions over integers.
 
-Notation (DESIGN.md): A(p) torch allocated at the end of phase p, P(p) torch peak during p,
+Notation (docs/design.md): A(p) torch allocated at the end of phase p, P(p) torch peak during p,
 R(p) torch reserved, U(p) device used, `others` other processes at baseline, and
 NT(p) = U(p) − R(p) − others, the non-torch bytes of this process.
 
@@ -242,7 +242,7 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
                        kv_cache_bytes: int | None, requested: int | None,
                        last: Phase | None = None,
                        capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
-    """DESIGN.md's owner formulas, with every process byte claimed once (see `Owner.TORCH_OTHER`)."""
+    """docs/design.md's owner formulas, with every process byte claimed once (see `Owner.TORCH_OTHER`)."""
     last = last or last_measured_phase(phases)
     b, ld, pr, pe = Phase.BASELINE, Phase.LOAD, Phase.PROFILE, Phase.PERSISTENT
     weights = _sub(_a(phases, ld), _a(phases, b))

@@ -4,7 +4,7 @@ Frozen dataclasses with a docstring under each field; integer bytes with the uni
 unknown is `None` (JSON null), never 0. Phases and owners are spelled once, here, as enums, and
 used everywhere: code, JSON and tables.
 
-Loading is strict about the stable keys of DESIGN.md and lenient about everything else: any
+Loading is strict about the stable keys of docs/design.md and lenient about everything else: any
 JSON document that carries them is a report, extra keys are ignored, and the extensions this
 module adds are optional. A document that is not one gives a one-line `BadInputError`.
 """
@@ -42,7 +42,7 @@ PHASE_ORDER = tuple(Phase)
 
 
 class Owner(StrEnum):
-    """Who holds the bytes of a rank's budget. See DESIGN.md for each formula."""
+    """Who holds the bytes of a rank's budget. See docs/design.md for each formula."""
 
     WEIGHTS = "weights"
     PERSISTENT = "persistent"

@@ -13,7 +13,7 @@ Rule file (kvaudit/data/owners.toml holds the defaults; `--owners FILE` adds rul
 tried first):
 
     [[rule]]
-    owner = "weights"                      # an owner name (DESIGN.md)
+    owner = "weights"                      # an owner name (docs/design.md)
     site = "weights:{inner}"               # {function}, {file}: the matched frame;
                                            # {inner}: the innermost frame outside torch/stdlib
     file = "vllm/model_executor/model_loader/"   # regex searched in the frame's path

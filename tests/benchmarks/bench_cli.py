@@ -8,7 +8,7 @@ Each repetition starts two fresh interpreters, alternately: `python -m kvaudit d
 of each comes first (bytecode caches, page cache), then the timed ones. Prints the medians and
 their ratio against the goal (diff <= 1.5x the imports) and exits 0 either way; `--json` writes
 the figures and the machine. Before timing, one `python -X importtime` run of the same diff checks
-what is measured: neither torch nor vllm may be imported (DESIGN.md: offline commands run
+what is measured: neither torch nor vllm may be imported (docs/design.md: offline commands run
 anywhere) and the command must exit 0 or 1. Not part of the pytest run.
 """
 

@@ -61,7 +61,7 @@ def _ts(rng: random.Random) -> str:
 
 
 def boot_events() -> list[str]:
-    """The memory lines of one TP=8 boot, in boot order (vLLM 0.32 templates, reference §5)."""
+    """The memory lines of one TP=8 boot, in boot order (vLLM 0.32 templates, docs/vllm-startup.md §5)."""
     w = [300 + r for r in range(TP)]
     ev = [
         "(APIServer pid=100) INFO 11-30 10:00:00 [api_utils.py:286] non-default args: {'model_tag': "

@@ -1,4 +1,4 @@
-"""Repack the vLLM wheel that ../shared/gpu-vllm/prepare split into .gpuwheels/p*/ without the
+"""Repack the vLLM wheel that the team workspace's gpu-vllm/prepare script split into .gpuwheels/p*/ without the
 parts an H200 boot never loads, so it travels in fewer device calls (each carries at most 64 MiB):
 
 - vllm_flash_attn/_vllm_fa2_C.abi3.so (123 MB compressed): FlashAttention 2; vLLM imports it in a

@@ -3,7 +3,7 @@ rank reports, whole reports, journals and a few file helpers.
 
 The canonical boot (`boot_phases`) is one rank of an 80 GiB device at
 gpu_memory_utilization 0.875 (requested = 70 GiB exactly), every number a multiple of 1/4 GiB
-so each owner can be checked by hand against DESIGN.md's formulas:
+so each owner can be checked by hand against docs/design.md's formulas:
 
     others = 1 GiB (other processes), CUDA context = 0.5 GiB (non-torch, present from baseline)
 

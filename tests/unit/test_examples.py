@@ -120,7 +120,7 @@ def test_every_example_loads_as_a_one_rank_report_that_fits(name):
 
 @pytest.mark.parametrize("name", REPORTS)
 def test_a_run_report_balances_exactly_and_fits(name):
-    # DESIGN.md: all owners known → they add up to the requested bytes, to the byte
+    # docs/design.md: all owners known → they add up to the requested bytes, to the byte
     report = load_report(example(name))
     rank = report.ranks[0]
     assert None not in rank.owners.values()

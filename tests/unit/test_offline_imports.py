@@ -1,4 +1,4 @@
-"""Offline commands never import torch or vllm (DESIGN.md: everything from the ledger on is plain
+"""Offline commands never import torch or vllm (docs/design.md: everything from the ledger on is plain
 Python + pandas, so `kvaudit diff` and `kvaudit show` run anywhere).
 
 Each command runs in a fresh interpreter whose path has importable stand-ins for `torch` and

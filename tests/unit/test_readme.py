@@ -1,5 +1,5 @@
 """The README a newcomer reads first (issue 15 item 13): every file it names is in this
-repository (nothing outside it, like the project workspace's DESIGN.md), and the set-up time it
+repository (nothing outside it, like the project workspace's own design notes), and the set-up time it
 promises is the measured one."""
 
 from __future__ import annotations

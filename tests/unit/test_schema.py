@@ -1,4 +1,4 @@
-"""The report contract: round trips, what the loader accepts (the stable keys of DESIGN.md and
+"""The report contract: round trips, what the loader accepts (the stable keys of docs/design.md and
 nothing more) and what it refuses, each refusal one line that names the path."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kvaudit.schema import (
     DIFF_SCHEMA, REPORT_SCHEMA, Owner, Report, diff_from_json, dumps, report_from_json, to_jsonable,
 )
 
-# The stable keys, written out from DESIGN.md's "Report contract" (not from the implementation).
+# The stable keys, written out from docs/design.md's "Report contract" (not from the implementation).
 STABLE_TOP = ("schema", "source", "engine", "environment", "config", "ranks", "capacity", "verify", "verdict",
               "failure")
 STABLE_ENGINE = ("name", "version", "model_runner", "attention_backend")
@@ -42,7 +42,7 @@ def keep(data: dict, keys) -> dict:
 
 
 def stable_only(data: dict) -> dict:
-    """A report as a tool that knows only DESIGN.md's stable keys would write it. Without the
+    """A report as a tool that knows only docs/design.md's stable keys would write it. Without the
     torch_other extension, its bytes are part of kv_unallocated (Owner.TORCH_OTHER's docstring)."""
     out = keep(data, STABLE_TOP)
     out["engine"] = keep(data["engine"], STABLE_ENGINE)
@@ -103,7 +103,7 @@ def test_a_gzipped_report_loads_by_its_magic_bytes_not_its_suffix(tmp_path):
 
 @pytest.mark.parametrize("name", REAL_REPORTS)
 def test_a_report_with_only_the_stable_keys_loads(tmp_path, name):
-    # GIVEN a real report stripped to DESIGN.md's stable keys (no extension at all)
+    # GIVEN a real report stripped to docs/design.md's stable keys (no extension at all)
     data = stable_only(real_json(name))
     assert "torch_other" not in data["ranks"][0]["owners"] and "levers" not in data["capacity"]
     path = write_json(tmp_path / f"{name}.stable.json", data)

@@ -155,7 +155,8 @@ def test_dcp_refused_by_the_cpu_backend_gives_a_partial_report(tmp):
     assert code == 3, err
     assert report["failure"]["kind"] == "refused"
     assert "Decode Context Parallelism" in report["failure"]["message"]
-    for rank in report["ranks"]:  # the phases before the refusal are there, per rank
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]  # both ranks reported, with the phases
+    for rank in report["ranks"]:                           # before the refusal
         names = [p["name"] for p in rank["phases"]]
         assert names[:6] == PHASES[:6]
 

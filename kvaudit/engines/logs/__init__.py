@@ -5,7 +5,7 @@
 
 The pipeline: `scan` finds the few lines worth reading (single-character passes, no per-line
 loop), `lines` splits each into process tag / level / file / message, `facts` turns messages into
-typed facts (the catalogue of reference §5), `parse` follows worker renames, and `assemble` gives
+typed facts (the catalogue of docs/vllm-startup.md §5), `parse` follows worker renames, and `assemble` gives
 each fact to its rank and hands the ranks to `kvaudit.report.build_report`. Nothing here imports
 torch or vllm.
 """

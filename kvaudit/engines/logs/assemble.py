@@ -7,7 +7,7 @@ so the other ranks keep `null` there. With the `uni` executor (GPU, world size 1
 inside EngineCore, so EngineCore lines are rank 0's when a file has no worker process; the same
 holds for untagged lines (V0 ran its driver worker in the main process).
 
-Owners a log can show (reference §5.7): weights, graph_pool, kv_cache, activation_peak (new
+Owners a log can show (docs/vllm-startup.md §5.7): weights, graph_pool, kv_cache, activation_peak (new
 wording: {peak} − the applied graph estimate; old wording: {peak}), non_torch (old wording only).
 `persistent` and `torch_other` are never logged; `kv_unallocated` needs all of them.
 """

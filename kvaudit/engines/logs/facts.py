@@ -1,6 +1,6 @@
 """The catalogue: each memory-related vLLM log message → typed facts.
 
-One `Rule` per message family of ../shared/reference/vllm-startup.md §5, each with the vLLM
+One `Rule` per message family of docs/vllm-startup.md §5, each with the vLLM
 file and function that prints it, a substring guard (cheap, checked before the regex) and the
 ERE the benchmark hands to `grep -cE`. A rule sees only the message (the part after the logger
 prefix); who printed it and where is added by the caller.
@@ -229,7 +229,7 @@ _POOL = re.compile(rf"CUDA graph pool memory: ({SNUM}) GiB \(actual[^)]{{0,200}}
 _ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB total")
 # Fork v20 [model_runner.py:953]: "X GiB additional (Y GiB captured, Z GiB retained and counted as
 # non-torch)". The pool holds the full Y (graph pools live in torch-reserved memory, never in
-# non-torch), so Y is the estimate and Z is only recorded (reference §3.3).
+# non-torch), so Y is the estimate and Z is only recorded (docs/vllm-startup.md §3.3).
 _MRV2_ADDITIONAL = re.compile(rf"Estimated MRV2 CUDA graph memory: ({SNUM}) ?GiB additional \(({SNUM}) ?GiB captured,? "
                               rf"({SNUM}) ?GiB retained")
 # Fork dev/gilded-gnosis: "X GiB total (Z GiB retained in the reusable pool)": X is already gross.
