@@ -101,3 +101,35 @@ def test_ingest_imports_neither_torch_nor_vllm(tmp_path):
              "print(code, heavy, file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", probe, str(TP2_OK)], capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "0 []"
+
+
+def test_a_gzip_bomb_is_refused_without_expanding_it(tmp_path):
+    """A 3 MB gzip that expands past the 2 GiB cap is refused in constant memory: the first pass
+    only counts (issue 15 item 4: it took 3.2 GB of RSS when the expansion was kept)."""
+    import gzip
+    import subprocess
+    import sys
+    bomb = tmp_path / "bomb.log.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        zeros = b"\0" * (1 << 24)
+        for _ in range(140):  # 2.2 GiB of zeros
+            fh.write(zeros)
+    code = ("import resource, sys\n"
+            "from kvaudit.report import read_text\n"
+            "from kvaudit.errors import BadInputError\n"
+            "try:\n    read_text(sys.argv[1])\nexcept BadInputError as e:\n    print(e)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(bomb)], capture_output=True, text=True, timeout=120)
+    message, peak_kib = out.stdout.strip().splitlines()
+    assert "larger than 2 GiB" in message
+    assert int(peak_kib) < 500 * 1024, f"peak RSS {int(peak_kib) >> 10} MiB"
+
+
+def test_gzip_logs_expand_whole_through_many_small_steps(tmp_path):
+    import gzip
+    from kvaudit.report import read_text
+    text = "INFO 12-01 10:00:00 [gpu_worker.py:1] " + "x" * 5000 + "\n"
+    path = tmp_path / "log.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(text * 3000)  # 15 MB expanded: many 1 MiB steps
+    assert read_text(path) == text * 3000
