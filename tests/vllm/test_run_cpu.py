@@ -24,7 +24,8 @@ def kvaudit(tmp: Path, name: str, *args: str, timeout: float = 600) -> tuple[int
     out = tmp / f"{name}.json"
     proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", *args, "-o", str(out), "-f", "json",
                            "--log", str(tmp / f"{name}.log")],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, MARK: str(tmp)})
     report = json.loads(out.read_text()) if out.exists() else None
     if proc.returncode in (0, 1, 3):
         # stdout is data: with -f json it is the report itself, valid JSON.
@@ -32,17 +33,24 @@ def kvaudit(tmp: Path, name: str, *args: str, timeout: float = 600) -> tuple[int
     return proc.returncode, report, proc.stderr
 
 
+MARK = "KVAUDIT_TEST_RUN"
+"""Set in every run these tests start; vLLM's processes inherit it, so a survivor is told from
+another kvaudit on the same machine."""
+
+
 def survivors(tmp: Path) -> list[str]:
-    """vLLM processes of these runs still alive (their command lines name the run folder or the
-    boot module)."""
+    """vLLM processes of these runs still alive (their environment carries this module's mark)."""
     alive = []
+    mark = f"{MARK}={tmp}".encode()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if "kvaudit.engines.vllm.boot" in cmd or "kvaudit-run-" in cmd:
+            # the resource tracker leaves on its own once its parent's pipe closes
+            if mark in environ and "multiprocessing.resource_tracker" not in cmd:
                 alive.append(cmd)
     return alive
 
