@@ -27,7 +27,7 @@ from kvaudit.errors import BadInputError, UsageError
 from kvaudit.ledger import KvGeometry, requested_bytes
 from kvaudit.report import build_report
 from kvaudit.schema import (
-    NON_KV_OWNERS, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, Verdict, to_jsonable,
+    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, Verdict, to_jsonable,
 )
 from kvaudit.units import fmt_bytes, fmt_tokens
 
@@ -284,9 +284,15 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         notes.append(f"the measured boot's verify peaked {fmt_bytes(measured.verify.overrun_bytes)} above its budget; "
                      f"the plan keeps that excess in the owners it came from, not in a new verify")
     warnings = [w for w in measured.warnings if "vLLM's own graph memory estimate" in w]
+    # A boot that failed for another reason than KV (refused, crashed, OOM) fails the same way
+    # under these edits as far as the plan can tell: the failure is carried, the verdict follows it.
+    failure = measured.failure if measured.failure and measured.failure.kind is not FailureKind.DOES_NOT_FIT else None
+    if failure is not None:
+        boots.append(f"kvaudit run with the edited config (the measured boot failed: {failure.kind.value})")
     predicted = build_report(
         source=Source.PLAN, config=config, ranks=reports, engine=measured.engine, environment=measured.environment,
-        geometry=geometry, warnings=warnings + notes, graph_bytes_per_size=_graph_bytes_per_size(measured))
+        geometry=geometry, warnings=warnings + notes, graph_bytes_per_size=_graph_bytes_per_size(measured),
+        failure=failure)
     predicted = dataclasses.replace(predicted, kvaudit_version=measured.kvaudit_version or predicted.kvaudit_version)
     binding = next((p for p in plan_ranks if p.rank == predicted.capacity.binding_rank), None)
     error = binding.kv_error_bytes if binding else None
