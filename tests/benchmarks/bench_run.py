@@ -6,6 +6,7 @@ is from process start to a ready engine that has shut down again, for both.
 
     python tests/benchmarks/bench_run.py                      # embedded model, CPU defaults
     python tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json out.json
+    python tests/benchmarks/bench_run.py --orders kssk         # the cost of --sweep: s / k
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main() -> int:
     ap.add_argument("--gmu", type=float)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--enforce-eager", action="store_true", default=None)
-    ap.add_argument("--orders", default="pkkp", help="p = plain LLM boot, k = kvaudit run")
+    ap.add_argument("--orders", default="pkkp", help="p = plain LLM boot, k = kvaudit run, s = kvaudit run --sweep")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     from kvaudit.config import build_run_config
@@ -50,13 +51,15 @@ def main() -> int:
                               cudagraph_sizes=None, tensor_parallel_size=args.tp, gpu_memory_utilization=args.gmu,
                               enforce_eager=args.enforce_eager)
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0")
-    walls: dict[str, list[float]] = {"p": [], "k": []}
+    walls: dict[str, list[float]] = {"p": [], "k": [], "s": []}
     tmp = Path(tempfile.mkdtemp(prefix="kvaudit-bench-"))
     for i, kind in enumerate(args.orders):
         if kind == "p":
             cmd = [sys.executable, "-c", PLAIN, json.dumps(config.to_json())]
         else:
-            cmd = [sys.executable, "-m", "kvaudit", "run", "-f", "json", "-o", str(tmp / f"k{i}.json")]
+            cmd = [sys.executable, "-m", "kvaudit", "run", "-f", "json", "-o", str(tmp / f"{kind}{i}.json")]
+            if kind == "s":
+                cmd += ["--sweep"]
             if args.gmu is not None:
                 cmd += ["--gmu", str(args.gmu)]
             if args.tp != 1:
@@ -70,13 +73,19 @@ def main() -> int:
             print(f"{kind} run {i} exited {proc.returncode}; see {tmp / f'{kind}{i}.log'}", file=sys.stderr)
             return 2
         walls[kind].append(wall)
-        print(f"{'plain LLM()' if kind == 'p' else 'kvaudit run':12} #{i}: {wall:7.1f} s", flush=True)
-    ratio = statistics.mean(walls["k"]) / statistics.mean(walls["p"])
-    print(f"kvaudit run / plain LLM boot = {ratio:.3f}  (means of {len(walls['k'])} and {len(walls['p'])} runs, "
-          f"order {args.orders})")
+        label = {"p": "plain LLM()", "k": "kvaudit run", "s": "run --sweep"}[kind]
+        print(f"{label:12} #{i}: {wall:7.1f} s", flush=True)
+    out: dict = {"orders": args.orders, "walls_s": walls, "config": config.to_json()}
+    if walls["k"] and walls["p"]:
+        out["ratio"] = statistics.mean(walls["k"]) / statistics.mean(walls["p"])
+        print(f"kvaudit run / plain LLM boot = {out['ratio']:.3f}  (means of {len(walls['k'])} and "
+              f"{len(walls['p'])} runs, order {args.orders})")
+    if walls["s"] and walls["k"]:
+        out["sweep_ratio"] = statistics.mean(walls["s"]) / statistics.mean(walls["k"])
+        print(f"kvaudit run --sweep / kvaudit run = {out['sweep_ratio']:.3f}  (means of {len(walls['s'])} and "
+              f"{len(walls['k'])} runs, order {args.orders})")
     if args.json:
-        args.json.write_text(json.dumps({"orders": args.orders, "walls_s": walls, "ratio": ratio,
-                                         "config": config.to_json()}, indent=2))
+        args.json.write_text(json.dumps(out, indent=2))
     return 0
 
 

@@ -292,3 +292,40 @@ def test_real_reports_plan_to_their_verdicts(cli, name, code):
     assert result.code == code
     measured = json.loads(result.stdout)["measured"]
     assert measured["capacity"]["kv_available_bytes"] == real_json(name)["capacity"]["kv_available_bytes"]
+
+
+# -- the sweep's way from the worker to the report --------------------------------------------
+
+def test_sweep_token_counts_are_an_eighth_a_quarter_a_half_and_all():
+    from kvaudit.engines.vllm.audit import sweep_token_counts
+    assert sweep_token_counts(512) == [64, 128, 256, 512]
+    assert sweep_token_counts(8192) == [1024, 2048, 4096, 8192]
+
+
+def test_run_takes_sweep_out_of_the_engine_arguments():
+    from kvaudit.config import AuditConfig
+    from kvaudit.engines.vllm.supervise import RunOptions, take_sweep
+    config, options = take_sweep(AuditConfig(extra_args={"sweep": True, "enable_prefix_caching": False}),
+                                 RunOptions())
+    assert options.sweep is True
+    assert dict(config.extra_args) == {"enable_prefix_caching": False}
+
+
+def test_run_sweep_with_a_value_is_a_usage_error():
+    from kvaudit.config import AuditConfig
+    from kvaudit.engines.vllm.supervise import RunOptions, take_sweep
+    from kvaudit.errors import UsageError
+    with pytest.raises(UsageError, match="--sweep takes no value"):
+        take_sweep(AuditConfig(extra_args={"sweep": 3}), RunOptions())
+
+
+def test_the_worker_sweep_fact_becomes_sorted_report_points():
+    from factories import rank_journal
+    from kvaudit.engines import records
+    from kvaudit.engines.vllm.supervise import _rank_report
+    events = rank_journal(0) + [{"type": "fact", "kv_cache_spec_dtype": "torch.bfloat16", "sweep": [
+        {"tokens": 512, "activation_peak_bytes": 9, "seconds": 0.5}, {"tokens": 64, "activation_peak_bytes": 1},
+        {"tokens": "x", "activation_peak_bytes": 3}]}]
+    rank = _rank_report(records.fold(0, events), 0.875)
+    assert rank.sweep == (SweepPoint(64, 1, None), SweepPoint(512, 9, 0.5))
+    assert rank.kv_cache_spec_dtype == "torch.bfloat16"
