@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, UsageError
-from kvaudit.ledger import KvGeometry, requested_bytes
+from kvaudit.ledger import KvGeometry, requested_bytes, safe_serve_flags
 from kvaudit.report import build_report
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, Verdict, to_jsonable,
@@ -280,9 +280,10 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         notes.append(f"bytes per token from the log's KV size line ({fmt_tokens(measured.capacity.kv_tokens)} tokens "
                      f"in {fmt_bytes(measured.capacity.kv_available_bytes)}): the block size is not in the log, so "
                      f"lengths are to the token and may be one block off")
-    if measured.verify is not None and measured.verify.overrun_bytes:
-        notes.append(f"the measured boot's verify peaked {fmt_bytes(measured.verify.overrun_bytes)} above its budget; "
-                     f"the plan keeps that excess in the owners it came from, not in a new verify")
+    overrun = measured.verify.overrun_bytes if measured.verify is not None else 0
+    if overrun:
+        notes.append(f"the measured boot's verify peaked {fmt_bytes(overrun)} above its budget: the safe flags "
+                     f"keep that much back, as a boot's report does")
     warnings = [w for w in measured.warnings if "vLLM's own graph memory estimate" in w]
     # A boot that failed for another reason than KV (refused, crashed, OOM) fails the same way
     # under these edits as far as the plan can tell: the failure is carried, the verdict follows it.
@@ -293,7 +294,11 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         source=Source.PLAN, config=config, ranks=reports, engine=measured.engine, environment=measured.environment,
         geometry=geometry, warnings=warnings + notes, graph_bytes_per_size=_graph_bytes_per_size(measured),
         failure=failure)
-    predicted = dataclasses.replace(predicted, kvaudit_version=measured.kvaudit_version or predicted.kvaudit_version)
+    if overrun:
+        flags = safe_serve_flags(predicted.capacity, predicted.binding(), predicted.ranks, config, geometry,
+                                 verify_overrun_bytes=overrun)
+        predicted = dataclasses.replace(predicted, capacity=dataclasses.replace(predicted.capacity,
+                                                                                safe_serve_flags=flags))
     binding = next((p for p in plan_ranks if p.rank == predicted.capacity.binding_rank), None)
     error = binding.kv_error_bytes if binding else None
     if error is not None and geometry is not None:
@@ -324,7 +329,7 @@ def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry
     geometry = geometry_of(measured)
     new_dtype = config.kv_cache_dtype
     old_dtype = measured.config.kv_cache_dtype
-    if geometry is None or new_dtype is None or new_dtype == (old_dtype or "auto") or new_dtype == old_dtype:
+    if geometry is None or new_dtype is None or new_dtype == (old_dtype or "auto"):
         return geometry, None
     spec = next((r.kv_cache_spec_dtype for r in measured.ranks if r.kv_cache_spec_dtype), None)
     bpb = fp8_bytes_per_block(geometry.bytes_per_block, spec, old_dtype, new_dtype)

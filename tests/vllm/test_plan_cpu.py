@@ -79,7 +79,14 @@ def summary(row: dict) -> dict:
             "error_bytes": p_cache - b_cache, "bound_bytes": bound(b_cache),
             "predicted_kv_available_bytes": p_avail, "booted_kv_available_bytes": b_avail,
             "stated_error_bytes": row["predicted"]["plan"]["kv_error_bytes"],
-            "verdict": [row["predicted"]["verdict"], row["booted"]["verdict"]]}
+            "verdict": [row["predicted"]["verdict"], row["booted"]["verdict"]],
+            "booted_minus_predicted_owner_bytes": {
+                owner: _minus(row["booted"]["ranks"][0]["owners"][owner], value)
+                for owner, value in row["predicted"]["ranks"][0]["owners"].items()}}
+
+
+def _minus(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a - b
 
 
 def test_the_sweep_boot_records_points_up_to_max_num_batched_tokens(base):
