@@ -232,8 +232,8 @@ def geometry_of(report: Report) -> KvGeometry | None:
 def _measured(rank: RankReport, owner: Owner) -> Figure:
     value = rank.owners.get(owner)
     if value is None:
-        return Figure(owner, None, How.UNKNOWN, rule="not in the measured report (the KV figure charged it all the "
-                      "same: unknown here, not in the plan's KV)")
+        return Figure(owner, None, How.UNKNOWN, rule="not in the measured report; the edit leaves it where the "
+                      "measured KV sizing charged it, so the plan's KV does not need it")
     return Figure(owner, value, How.MEASURED)
 
 
@@ -391,6 +391,11 @@ def _graph_sizes(measured: Report, rank: RankReport, config: AuditConfig) -> Fig
     per_size = _graph_bytes_per_size(measured)
     old_sizes, new_sizes = measured.config.cudagraph_capture_sizes, config.cudagraph_capture_sizes
     pool = rank.owners.get(Owner.GRAPH_POOL)
+    if per_size is None and pool is not None and old_sizes and new_sizes and set(new_sizes) <= set(old_sizes):
+        return Figure(Owner.GRAPH_POOL, pool, How.SCALED,
+                      rule=f"upper bound: {len(new_sizes)} of the {len(old_sizes)} measured capture sizes hold no "
+                           f"more than all of them (the report has no pool per size)", points=((len(old_sizes), pool),),
+                      error_bytes=pool)
     if per_size is None or pool is None or old_sizes is None or new_sizes is None:
         return Figure(Owner.GRAPH_POOL, None, How.UNKNOWN,
                       rule="the report has no graph pool per capture size",

@@ -39,7 +39,7 @@ def _points(f: Figure) -> str:
 
 
 def figure_text(f: Figure) -> str:
-    text = f"{fmt_gib3(f.bytes)} GiB {f.how.value}"
+    text = f.how.value if f.bytes is None else f"{fmt_gib3(f.bytes)} GiB {f.how.value}"
     if f.how is How.SCALED:
         text += f" ± {fmt_bytes(f.error_bytes)}" + (" (extrapolated)" if f.extrapolated else "")
     if f.rule:

@@ -184,11 +184,22 @@ def test_more_seqs_than_measured_is_unknown_fewer_an_upper_bound(run1):
     assert fewer[Owner.PERSISTENT].how is How.SCALED and fewer[Owner.PERSISTENT].bytes == 0
 
 
-def test_trimmed_capture_sizes_without_a_per_size_pool_are_unknown():
+def test_trimmed_capture_sizes_without_a_per_size_pool_are_bounded_by_the_measured_pool():
+    # the real Llama-3.1-8B boot on the H200 captured sizes 1, 2, 4, 8, 16, 24, 32, 48, 64
+    measured = load_report(DATA.parent.parent / "benchmarks" / "results" / "h200-real-llama-3.1-8b.json")
+    plan = plan_report(measured, Edits(cudagraph_capture_sizes=(1, 2, 4)))
+    graph = next(f for f in plan.ranks[0].figures if f.owner is Owner.GRAPH_POOL)
+    pool = measured.ranks[0].owners[Owner.GRAPH_POOL]
+    assert (graph.how, graph.bytes, graph.error_bytes) == (How.SCALED, pool, pool)
+    assert plan.report.capacity.kv_available_bytes == measured.ranks[0].kv_available_bytes
+
+
+def test_capture_sizes_of_a_boot_that_did_not_record_them_are_unknown():
     measured = load_report(DATA.parent.parent.parent / "configs" / "examples" / "h200-graphs.json")
     plan = plan_report(measured, Edits(cudagraph_capture_sizes=(1, 2, 4)))
     graph = next(f for f in plan.ranks[0].figures if f.owner is Owner.GRAPH_POOL)
     assert graph.how is How.UNKNOWN and graph.boot == "kvaudit run --cudagraph-sizes 1,2,4"
+    assert plan.report.verdict is Verdict.UNKNOWN
 
 
 def test_a_log_plans_from_its_kv_size_line():
