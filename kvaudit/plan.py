@@ -245,6 +245,8 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     """The predicted report for `measured.config` with `edits` applied."""
     if measured.source is Source.PLAN:
         raise BadInputError("this report is a plan, not a measurement: plan from the report it was made from")
+    if measured.source is Source.SELFTEST:
+        raise BadInputError("a selftest report has no vLLM config to plan: plan from a kvaudit run report or a vLLM log")
     if not measured.ranks:
         raise BadInputError("the report has no ranks: nothing was measured to plan from")
     _check_edits(edits)
@@ -338,7 +340,8 @@ def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry
                       f"{spec or 'not recorded'}; only a 16-bit spec → plain fp8 halves exactly)")
     return (dataclasses.replace(geometry, bytes_per_block=bpb),
             f"--kv-cache-dtype {new_dtype}: {fmt_bytes(geometry.bytes_per_block)} → {fmt_bytes(bpb)} per block "
-            f"(the {spec} spec's element halves)")
+            f"(the {spec} spec's element halves); whether {measured.engine.attention_backend or 'the attention backend'}"
+            f" accepts {new_dtype} is not checked, nor what its fp8 kernels need besides KV")
 
 
 def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> dict[Owner, Figure]:

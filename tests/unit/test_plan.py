@@ -340,3 +340,28 @@ def test_the_worker_sweep_fact_becomes_sorted_report_points():
     rank = _rank_report(records.fold(0, events), 0.875)
     assert rank.sweep == (SweepPoint(64, 1, None), SweepPoint(512, 9, 0.5))
     assert rank.kv_cache_spec_dtype == "torch.bfloat16"
+
+
+def test_cli_plan_csv_has_a_row_per_owner_and_the_kv(cli):
+    import csv
+    import io
+    result = cli("plan", str(DATA / "run2.json"), "--gmu", "0.2", "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert result.code == 0
+    assert [r["owner"] for r in rows if r["rank"] == "1"] == [
+        "weights", "persistent", "activation_peak", "graph_pool", "non_torch", "torch_other", "kv_available"]
+    assert {r["how"] for r in rows if r["owner"] == "weights"} == {"measured"}
+
+
+def test_cli_plan_markdown_has_the_plan_section(cli):
+    result = cli("plan", str(DATA / "run1.json"), "--gmu", "0.2", "-f", "markdown")
+    assert result.code == 0
+    assert "## plan: how each figure was obtained" in result.stdout
+    assert "- weights: 0.040 GiB measured" in result.stdout
+
+
+def test_a_selftest_report_is_not_planned_from(run1):
+    import dataclasses
+    from kvaudit.errors import BadInputError
+    with pytest.raises(BadInputError, match="selftest report has no vLLM config"):
+        plan_report(dataclasses.replace(run1, source=Source.SELFTEST), Edits())
