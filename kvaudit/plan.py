@@ -257,6 +257,10 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     notes: list[str] = []
     boots: list[str] = []
 
+    if config.gpu_memory_utilization != old.gpu_memory_utilization and \
+            (measured.environment.device_name or "").startswith("CPU"):
+        notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
+                     "node's total can change between boots (memory hot-plug), and the plan cannot see it")
     geometry, kv_note = _planned_geometry(measured, config)
     if kv_note:
         notes.append(kv_note)
