@@ -261,6 +261,10 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
             (measured.environment.device_name or "").startswith("CPU"):
         notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
                      "node's total can change between boots (memory hot-plug), and the plan cannot see it")
+    if config.max_model_len != old.max_model_len:
+        notes.append(f"the startup owners do not depend on max_model_len, but a request of {config.max_model_len} "
+                     f"tokens may peak above what the profile pass measured (its chunks read the whole context): "
+                     f"check that length with kvaudit run --verify")
     geometry, kv_note = _planned_geometry(measured, config)
     if kv_note:
         notes.append(kv_note)
