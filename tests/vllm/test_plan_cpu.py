@@ -120,3 +120,15 @@ def test_the_gmu_edit_changes_no_owner(table):
     predicted = table[0]["predicted"]
     hows = {f["owner"]: f["how"] for f in predicted["plan"]["ranks"][0]["figures"]}
     assert set(hows.values()) == {"measured"}
+
+
+@pytest.mark.parametrize("module, cls", [("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"),
+                                         ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")])
+def test_the_profile_pass_is_sized_by_the_attribute_the_sweep_lowers(module, cls):
+    """Contract (no boot): --sweep lowers runner.max_num_tokens for one profile_run call; both
+    model runners set it from max_num_batched_tokens and size their profile pass with it."""
+    import inspect
+    runner = getattr(pytest.importorskip(module), cls)
+    init = inspect.getsource(runner.__init__).replace("self.scheduler_config.", "scheduler_config.")
+    assert "self.max_num_tokens = scheduler_config.max_num_batched_tokens" in init
+    assert "self.max_num_tokens" in inspect.getsource(runner.profile_run)
