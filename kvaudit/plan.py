@@ -27,7 +27,7 @@ from kvaudit.errors import BadInputError, UsageError
 from kvaudit.ledger import KvGeometry, requested_bytes, safe_serve_flags
 from kvaudit.report import build_report
 from kvaudit.schema import (
-    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, Verdict, to_jsonable,
+    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
 )
 from kvaudit.units import fmt_bytes, fmt_tokens
 
@@ -136,10 +136,6 @@ class Plan:
     solution: Solution | None = None
     schema: str = PLAN_SCHEMA
 
-    @property
-    def fits(self) -> bool:
-        return self.report.verdict is Verdict.OK
-
 
 # --------------------------------------------------------------------------------------------
 # Rules
@@ -246,7 +242,8 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     if measured.source is Source.PLAN:
         raise BadInputError("this report is a plan, not a measurement: plan from the report it was made from")
     if measured.source is Source.SELFTEST:
-        raise BadInputError("a selftest report has no vLLM config to plan: plan from a kvaudit run report or a vLLM log")
+        raise BadInputError("a selftest report has no vLLM config to plan: plan from a kvaudit run report or a "
+                            "vLLM log")
     if not measured.ranks:
         raise BadInputError("the report has no ranks: nothing was measured to plan from")
     _check_edits(edits)
@@ -348,7 +345,8 @@ def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry
                       f"{spec or 'not recorded'}; only a 16-bit spec → plain fp8 halves exactly)")
     return (dataclasses.replace(geometry, bytes_per_block=bpb),
             f"--kv-cache-dtype {new_dtype}: {fmt_bytes(geometry.bytes_per_block)} → {fmt_bytes(bpb)} per block "
-            f"(the {spec} spec's element halves); whether {measured.engine.attention_backend or 'the attention backend'}"
+            f"(the {spec} spec's element halves); whether "
+            f"{measured.engine.attention_backend or 'the attention backend'}"
             f" accepts {new_dtype} is not checked, nor what its fp8 kernels need besides KV")
 
 
@@ -389,12 +387,13 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
 
     # max_model_len and max_num_seqs size the block tables (before the baseline, in the rest).
     table = _block_table_delta(old, config, geometry_of(measured))
-    if table:
-        rest = figures[Owner.TORCH_OTHER] if figures[Owner.TORCH_OTHER].bytes is not None else figures[Owner.NON_TORCH]
+    rest = next((figures[o] for o in (Owner.TORCH_OTHER, Owner.NON_TORCH) if figures[o].bytes is not None), None)
+    if table and rest is not None:
         figures[rest.owner] = dataclasses.replace(
             rest, error_bytes=rest.error_bytes + abs(table),
-            rule=(rest.rule + "; " if rest.rule else "") + f"block tables change by about {fmt_bytes(table, signed=True)} "
-                 f"(int32 × max_num_seqs × blocks per request, host and device), counted as error")
+            rule=(rest.rule + "; " if rest.rule else "")
+            + f"block tables change by about {fmt_bytes(table, signed=True)} "
+              f"(int32 × max_num_seqs × blocks per request, host and device), counted as error")
     return figures
 
 

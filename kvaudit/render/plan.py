@@ -22,7 +22,8 @@ def render_plan(plan: Plan, fmt: Format, out: TextIO, *, width: int | None = Non
             for f in rank.figures:
                 writer.writerow([rank.rank, f.owner.value, "" if f.bytes is None else f.bytes, f.how.value,
                                  f.error_bytes, f.extrapolated, f.rule, _points(f), f.boot])
-            writer.writerow([rank.rank, "kv_available", "" if rank.kv_available_bytes is None else rank.kv_available_bytes,
+            kv = "" if rank.kv_available_bytes is None else rank.kv_available_bytes
+            writer.writerow([rank.rank, "kv_available", kv,
                              How.SCALED.value if rank.kv_available_bytes is not None else How.UNKNOWN.value,
                              "" if rank.kv_error_bytes is None else rank.kv_error_bytes, False,
                              "requested − the measured sizing charge, moved by each edited owner", "", ""])
