@@ -249,6 +249,10 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     _check_edits(edits)
     old = measured.config
     config = old.replace(**edits.changes()).validated()
+    # vLLM's SchedulerConfig.verify_max_model_len refuses this at startup: no plan can boot it.
+    if config.max_num_batched_tokens and config.max_num_seqs and config.max_num_batched_tokens < config.max_num_seqs:
+        raise UsageError(f"vLLM refuses max_num_batched_tokens {config.max_num_batched_tokens} below max_num_seqs "
+                         f"{config.max_num_seqs}: raise --max-num-batched-tokens or lower --max-num-seqs")
     changed = tuple(KnobDifference(k, _jsonish(getattr(old, k)), _jsonish(v)) for k, v in edits.changes().items()
                     if getattr(old, k) != v)
     notes: list[str] = []

@@ -283,6 +283,8 @@ def test_cli_plan_show_reads_the_plan_back(cli, tmp_path):
     (["--for-len", "100"], "--for-len goes with --solve max-num-seqs only"),
     (["--gmu", "1.5"], "gpu_memory_utilization must be in (0, 1]"),
     (["--cudagraph-sizes", "1,x"], "--cudagraph-sizes takes integers"),
+    (["--max-num-batched-tokens", "4"], "vLLM refuses max_num_batched_tokens 4 below max_num_seqs 8"),
+    (["--max-model-len", "0"], "max_model_len must be a positive integer"),
 ])
 def test_cli_plan_bad_input_is_one_line_and_exit_2(cli, args, message):
     result = cli("plan", str(DATA / "run1.json"), *args)
