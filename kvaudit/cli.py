@@ -262,3 +262,30 @@ def _stdout_closed() -> NoReturn:
     except (OSError, ValueError, AttributeError):
         pass  # not a real file (tests, an embedding program): nothing will flush it to a pipe
     sys.exit(0)
+
+
+@app.command()
+def plan(report: Annotated[Path, typer.Argument(help="A measured kvaudit report (JSON) or a raw vLLM log.")],
+         gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization")] = None,
+         max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
+         max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs")] = None,
+         max_num_batched_tokens: Annotated[Optional[int], typer.Option("--max-num-batched-tokens")] = None,
+         cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8")] = None,
+         kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype")] = None,
+         enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager")] = None,
+         solve: Annotated[Optional[str], typer.Option("--solve", metavar="max-model-len|gmu|max-num-seqs",
+                                                      help="Solve for one knob.")] = None,
+         for_len: Annotated[Optional[int], typer.Option("--for-len", help="With --solve max-num-seqs: tokens "
+                                                        "per request.")] = None,
+         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
+    """Predict the report of an edited config from a measured one, without booting: every owner
+    measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
+    from kvaudit.plan import edits_from_flags, exit_code, plan_or_solve
+    from kvaudit.render.plan import render_plan
+    from kvaudit.report import load_report
+    edits = edits_from_flags(gmu=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                             max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
+                             kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
+    result = plan_or_solve(load_report(report), edits, solve, for_len)
+    render_plan(result, fmt, sys.stdout, width=width)
+    raise typer.Exit(exit_code(result))

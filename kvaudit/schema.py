@@ -75,6 +75,8 @@ class Source(StrEnum):
     RUN = "run"
     LOG = "log"
     SELFTEST = "selftest"
+    PLAN = "plan"
+    """Predicted by `kvaudit plan` from a measured report; nothing was booted."""
 
 
 class Verdict(StrEnum):
@@ -142,6 +144,22 @@ class Site:
     phase's allocated total was highest (the transient, e.g. the activation peak)."""
 
 
+OMIT_NONE = {"omit_none": True}
+"""Field metadata: an extension written only when known, so reports without it keep their bytes."""
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """`kvaudit run --sweep`: one extra profile pass at fewer tokens, after the replay phase."""
+
+    tokens: int
+    """Tokens of the pass (the runner's max_num_tokens for that one call)."""
+    activation_peak_bytes: int
+    """The pass's transient, by the activation_peak rule: max(peak allocated − allocated,
+    peak reserved − reserved) over the readings just before it (host backend: peak RSS growth)."""
+    seconds: float | None = None
+
+
 @dataclass(frozen=True)
 class RankReport:
     """Everything one rank measured, and the owners the ledger made of it."""
@@ -187,6 +205,12 @@ class RankReport:
     only where it exceeds the replay's transient."""
     sites: tuple[Site, ...] | None = None
     """Extension (`--trace`): aggregated allocation sites per phase; null when not traced."""
+    sweep: tuple[SweepPoint, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`--sweep`): the activation peak at several token counts up to
+    max_num_batched_tokens; absent when not swept."""
+    kv_cache_spec_dtype: str | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: the dtype of vLLM's KV cache spec in this boot (`torch.bfloat16`), which
+    `--kv-cache-dtype auto` leaves implicit; absent when not recorded."""
 
     def owner(self, owner: Owner) -> int | None:
         return self.owners.get(owner)
@@ -382,7 +406,8 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, AuditConfig):
         return obj.to_json()
     if is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in fields(obj)}
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in fields(obj)
+                if not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)}
     if isinstance(obj, Enum):
         return obj.value
     if isinstance(obj, Mapping):
@@ -533,7 +558,19 @@ def _rank(o: _Obj) -> RankReport:
         vllm_kv_available_bytes=o.int("vllm_kv_available_bytes", required=False),
         vllm_graph_estimate_bytes=o.int("vllm_graph_estimate_bytes", required=False),
         graph_capture_transient_bytes=o.int("graph_capture_transient_bytes", required=False),
-        sites=_sites(o))
+        sites=_sites(o), sweep=_sweep(o), kv_cache_spec_dtype=o.str("kv_cache_spec_dtype", required=False))
+
+
+def _sweep(o: _Obj) -> tuple[SweepPoint, ...] | None:
+    if o.list("sweep", required=False) is None:
+        return None
+    out = []
+    for p in o.objs("sweep"):
+        tokens, peak = p.int("tokens"), p.int("activation_peak_bytes")
+        if tokens is None or tokens < 1 or peak is None:
+            raise BadInputError(f"{p.where}: expected tokens ≥ 1 and activation_peak_bytes, not null")
+        out.append(SweepPoint(tokens=tokens, activation_peak_bytes=peak, seconds=p.num("seconds", required=False)))
+    return tuple(sorted(out, key=lambda x: x.tokens))
 
 
 def _sites(o: _Obj) -> tuple[Site, ...] | None:

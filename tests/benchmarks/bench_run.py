@@ -9,6 +9,7 @@ is from process start to a ready engine that has shut down again, for both.
     python tests/benchmarks/bench_run.py --model tests/gpu/models/deepseek-v3-2layer-mtp --dummy-weights \
         --mtp 1 --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
         --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders pkkp      # a real-dimension model (H200)
+    python tests/benchmarks/bench_run.py --orders kssk         # the cost of --sweep: s / k
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def main() -> int:
     ap.add_argument("--max-num-seqs", type=int)
     ap.add_argument("--max-num-batched-tokens", type=int)
     ap.add_argument("--cudagraph-sizes")
-    ap.add_argument("--orders", default="pkkp", help="p = plain LLM boot, k = kvaudit run")
+    ap.add_argument("--orders", default="pkkp", help="p = plain LLM boot, k = kvaudit run, s = kvaudit run --sweep")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     from kvaudit.config import build_run_config
@@ -62,13 +63,15 @@ def main() -> int:
                               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                               max_num_batched_tokens=args.max_num_batched_tokens)
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0")
-    walls: dict[str, list[float]] = {"p": [], "k": []}
+    walls: dict[str, list[float]] = {"p": [], "k": [], "s": []}
     tmp = Path(tempfile.mkdtemp(prefix="kvaudit-bench-"))
     for i, kind in enumerate(args.orders):
         if kind == "p":
             cmd = [sys.executable, "-c", PLAIN, json.dumps(config.to_json())]
         else:
-            cmd = [sys.executable, "-m", "kvaudit", "run", "-f", "json", "-o", str(tmp / f"k{i}.json")]
+            cmd = [sys.executable, "-m", "kvaudit", "run", "-f", "json", "-o", str(tmp / f"{kind}{i}.json")]
+            if kind == "s":
+                cmd += ["--sweep"]
             for flag, value in (("--model", args.model), ("--gmu", args.gmu), ("--mtp", args.mtp),
                                 ("--max-model-len", args.max_model_len), ("--max-num-seqs", args.max_num_seqs),
                                 ("--max-num-batched-tokens", args.max_num_batched_tokens),
@@ -88,13 +91,19 @@ def main() -> int:
             print(f"{kind} run {i} exited {proc.returncode}; see {tmp / f'{kind}{i}.log'}", file=sys.stderr)
             return 2
         walls[kind].append(wall)
-        print(f"{'plain LLM()' if kind == 'p' else 'kvaudit run':12} #{i}: {wall:7.1f} s", flush=True)
-    ratio = statistics.mean(walls["k"]) / statistics.mean(walls["p"])
-    print(f"kvaudit run / plain LLM boot = {ratio:.3f}  (means of {len(walls['k'])} and {len(walls['p'])} runs, "
-          f"order {args.orders})")
+        label = {"p": "plain LLM()", "k": "kvaudit run", "s": "run --sweep"}[kind]
+        print(f"{label:12} #{i}: {wall:7.1f} s", flush=True)
+    out: dict = {"orders": args.orders, "walls_s": walls, "config": config.to_json()}
+    if walls["k"] and walls["p"]:
+        out["ratio"] = statistics.mean(walls["k"]) / statistics.mean(walls["p"])
+        print(f"kvaudit run / plain LLM boot = {out['ratio']:.3f}  (means of {len(walls['k'])} and "
+              f"{len(walls['p'])} runs, order {args.orders})")
+    if walls["s"] and walls["k"]:
+        out["sweep_ratio"] = statistics.mean(walls["s"]) / statistics.mean(walls["k"])
+        print(f"kvaudit run --sweep / kvaudit run = {out['sweep_ratio']:.3f}  (means of {len(walls['s'])} and "
+              f"{len(walls['k'])} runs, order {args.orders})")
     if args.json:
-        args.json.write_text(json.dumps({"orders": args.orders, "walls_s": walls, "ratio": ratio,
-                                         "config": config.to_json()}, indent=2))
+        args.json.write_text(json.dumps(out, indent=2))
     return 0
 
 

@@ -50,6 +50,9 @@ COMMANDS = {
     "diff-table": ["diff", str(DATA / "run1.json"), str(DATA / "run2.json"), "-f", "markdown"],
     "diff-json-gate": ["diff", str(DATA / "run1.json"), str(DATA / "run5.json"), "-f", "json",
                        "--fail-on-kv-drop", "512MiB"],
+    "plan-table": ["plan", str(DATA / "run1.json"), "--gmu", "0.2", "--max-num-batched-tokens", "256"],
+    "plan-log-solve": ["plan", str(DATA.parent.parent.parent / "configs" / "examples" / "h200-graphs.vllm.log"),
+                       "--solve", "max-model-len", "-f", "json"],
     "import-supervisor": ["import", "kvaudit.cli", "kvaudit.engines.vllm", "kvaudit.engines.vllm.supervise",
                           "kvaudit.engines.selftest", "kvaudit.render.table", "kvaudit.render.text"],
 }

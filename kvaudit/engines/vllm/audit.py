@@ -122,6 +122,8 @@ class AuditMixin:
             with seq.phase(Phase.PERSISTENT) as handle:
                 self._kva_persistent_warmup(handle)
             estimate, vllm_available = self._kva_replay_and_graphs()
+            if os.environ.get(SWEEP_ENV) == "1":
+                self._kva_sweep()
         phases = phase_records(self._kva_journal.events)
         others = self._kva_others_bytes()
         graphs = self._kva_graphs
@@ -144,10 +146,47 @@ class AuditMixin:
                  kv_segment_rounding_bytes=rounding,
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
-                 **(adapter.kv_geometry_estimate(self) or {}))
+                 kv_cache_spec_dtype=self._kva_spec_dtype(), **(adapter.kv_geometry_estimate(self) or {}))
         # vLLM's "Actual usage" line reports this as the KV cache in use: make it true.
         self.available_kv_cache_memory_bytes = int(available)
         return int(available)
+
+    def _kva_sweep(self) -> None:
+        """`kvaudit run --sweep`: the activation peak at fewer tokens, for `kvaudit plan`. Each
+        pass is the runner's own profile pass (adapter.profile_run) with its max_num_tokens
+        lowered for that one call, measured as the replay is: peak over the readings just
+        before it. It runs after the replay and graph phases and before KV is sized, which
+        reads only phase records, so the sizing does not see it."""
+        runner = self.model_runner
+        top = int(self.scheduler_config.max_num_batched_tokens)
+        if not isinstance(getattr(runner, "max_num_tokens", None), int):
+            self._kva_seq.fact(sweep_error="this runner has no max_num_tokens to lower: no sweep")
+            return
+        probe = self._kva_seq.probe
+        points = []
+        for tokens in sweep_token_counts(top):
+            probe.settle()
+            before = probe.read(pools=False)
+            probe.reset_peak()
+            start = time.perf_counter()
+            with adapter.patched(runner, "max_num_tokens", tokens):
+                adapter.profile_run(self)
+            probe.sync()
+            after = probe.read(pools=False)
+            peak = max(after.peak_allocated_bytes - before.allocated_bytes,
+                       (after.peak_reserved_bytes or after.peak_allocated_bytes) - before.reserved_bytes, 0)
+            points.append({"tokens": tokens, "activation_peak_bytes": int(peak),
+                           "seconds": round(time.perf_counter() - start, 3)})
+        probe.settle()
+        self._kva_seq.fact(sweep=points)
+
+    def _kva_spec_dtype(self) -> str | None:
+        """The dtype of vLLM's KV cache spec (one for all layers, or None), for `plan --kv-cache-dtype`."""
+        try:
+            dtypes = {str(getattr(spec, "dtype", None)) for spec in self.get_kv_cache_spec().values()}
+        except Exception:
+            return None
+        return dtypes.pop() if len(dtypes) == 1 and "None" not in dtypes else None
 
     def initialize_from_config(self, kv_cache_config: Any) -> None:
         with self._kva_seq.phase(Phase.KV) as handle:
@@ -177,6 +216,16 @@ class AuditMixin:
     def _kva_vllm_requested(self) -> int | None:
         value = getattr(self, "requested_memory", None) or getattr(self, "requested_cpu_memory", None)
         return int(value) if value is not None else None
+
+
+SWEEP_ENV = "KVAUDIT_SWEEP"
+"""Set to 1 by the supervisor for `kvaudit run --sweep`; the workers inherit it."""
+
+
+def sweep_token_counts(max_num_batched_tokens: int) -> list[int]:
+    """An eighth, a quarter, a half and all of max_num_batched_tokens (distinct, at least 1)."""
+    top = max(int(max_num_batched_tokens), 1)
+    return sorted({max(top // 8, 1), max(top // 4, 1), max(top // 2, 1), top})
 
 
 def _line(exc: BaseException) -> str:

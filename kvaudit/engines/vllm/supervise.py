@@ -7,6 +7,7 @@ It imports neither torch nor vllm: the CLI process stays small and can always cl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -31,7 +32,8 @@ from kvaudit.report import build_report, rank_report
 from kvaudit.sites import load_rules
 from kvaudit.units import fmt_bytes
 from kvaudit.schema import (
-    PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, RankReport, Report, Source, Verify, VerifyRank,
+    PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, RankReport, Report, Source, SweepPoint, Verify,
+    VerifyRank,
 )
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
@@ -47,6 +49,24 @@ class RunOptions:
     """Record the CUDA allocator's history and attribute every block to an owner and site."""
     owners: tuple[Path, ...] = ()
     """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
+    sweep: bool = False
+    """Profile the activation peak at several token counts too (`kvaudit plan` interpolates)."""
+
+
+SWEEP_ARG = "sweep"
+"""`kvaudit run --sweep` reaches run_audit among the pass-through engine arguments (the run
+command hands flags it does not declare to vLLM); vLLM has no engine argument of that name, so
+it is taken out here, never passed on."""
+
+
+def take_sweep(config: AuditConfig, options: RunOptions) -> tuple[AuditConfig, RunOptions]:
+    if SWEEP_ARG not in config.extra_args:
+        return config, options
+    value = config.extra_args[SWEEP_ARG]
+    if not isinstance(value, bool):
+        raise UsageError(f"--sweep takes no value, got {value!r}")
+    extra = {k: v for k, v in config.extra_args.items() if k != SWEEP_ARG}
+    return dataclasses.replace(config, extra_args=extra), dataclasses.replace(options, sweep=value)
 
 
 MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -121,6 +141,7 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
 
     SIGINT, SIGTERM and SIGHUP stop the boot and still return the partial report; pass the
     caller's StopSignals to keep them deferred until the report is written."""
+    config, options = take_sweep(config, options)
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
     preflight(config)
@@ -144,6 +165,8 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)},
                **trace_env(options.trace, tuple(p.resolve() for p in options.owners)))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
+    if options.sweep:
+        env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
     tailer = JournalTailer(journal_dir)
     started = time.monotonic()
     stop: FailureKind | None = None
@@ -197,9 +220,29 @@ def rank_events(result: dict[str, Any], journal_dir: Path) -> dict[int, list[dic
     return dict(sorted(out.items()))
 
 
+def _sweep(value: Any) -> tuple[SweepPoint, ...] | None:
+    """The worker's sweep fact as report records (malformed entries skipped: journals are data)."""
+    if not isinstance(value, list):
+        return None
+    points = []
+    for p in value:
+        tokens, peak = (p.get("tokens"), p.get("activation_peak_bytes")) if isinstance(p, dict) else (None, None)
+        if isinstance(tokens, int) and tokens > 0 and isinstance(peak, int):
+            seconds = p.get("seconds")
+            points.append(SweepPoint(tokens, peak, float(seconds) if isinstance(seconds, (int, float)) else None))
+    return tuple(sorted(points, key=lambda x: x.tokens)) or None
+
+
 def _rank_report(folded: records.RankEvents, gmu: float | None) -> RankReport:
     f = folded.facts
     ordered = [folded.phases[p] for p in PHASE_ORDER if p in folded.phases]
+    dtype = f.get("kv_cache_spec_dtype")
+    return dataclasses.replace(_measured_rank(folded, gmu, ordered), sweep=_sweep(f.get("sweep")),
+                               kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None)
+
+
+def _measured_rank(folded: records.RankEvents, gmu: float | None, ordered: list[Any]) -> RankReport:
+    f = folded.facts
     return rank_report(
         folded.rank, ordered, tp_rank=folded.get_int("tp_rank"), dcp_rank=folded.get_int("dcp_rank"),
         device_total_bytes=folded.get_int("device_total_bytes"),

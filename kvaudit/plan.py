@@ -1,0 +1,641 @@
+"""`kvaudit plan`: re-plan a config from a measured report, without booting again.
+
+Per rank, every owner of the measured report is carried into the predicted one with how it was
+obtained: `measured` (the edit does not change it), `scaled` (a rule and the measured points it
+used, with a stated error) or `unknown` (the edit needs a boot, and the plan names it). KV is
+then what the ledger gives: requested − what KV sizing charged the non-KV owners, in whole
+blocks of vLLM's own KV spec; capacity, the verdict and the safe flags come from
+`ledger.capacity` through `report.build_report`, as for a boot.
+
+The sizing charge is read from the report itself (requested − kv_available): it holds every
+reserve kvaudit took at sizing time (KV structures, the capture's residue, segment rounding),
+so an edit that changes none of the owners (GPU memory utilization, max_model_len) is exact to
+the block. Pure Python: no torch, no vllm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Sequence
+
+from kvaudit.config import AuditConfig
+from kvaudit.errors import BadInputError, UsageError
+from kvaudit.ledger import KvGeometry, requested_bytes, safe_serve_flags
+from kvaudit.report import build_report
+from kvaudit.schema import (
+    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
+)
+from kvaudit.units import fmt_bytes, fmt_tokens
+
+PLAN_SCHEMA = "kvaudit.plan/1"
+"""The `plan` section beside a predicted report (which is itself `kvaudit.report/1`)."""
+
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+"""`--kv-cache-dtype` values whose element is one byte in every vLLM attention spec that stores
+plain elements (FullAttentionSpec and MLAAttentionSpec: page_size_bytes ∝ dtype size)."""
+
+SIXTEEN_BIT_SPEC_DTYPES = ("torch.bfloat16", "torch.float16", "bfloat16", "float16")
+
+BLOCK_TABLE_ENTRY_BYTES = 4
+"""vLLM's block tables hold int32 block ids: max_num_seqs × blocks per request × 4 bytes, on the
+host and on the device (v1/worker/block_table.py); sized at runner init, before the baseline."""
+
+
+class How(StrEnum):
+    """How a planned figure was obtained."""
+
+    MEASURED = "measured"
+    """The measured report's figure: the edit does not change it."""
+    SCALED = "scaled"
+    """A rule applied to measured points; `rule`, `points` and `error_bytes` say which and how sure."""
+    UNKNOWN = "unknown"
+    """The edit changes it in a way no measured point covers; `boot` says what to boot."""
+
+
+class Knob(StrEnum):
+    """What `--solve` solves for."""
+
+    MAX_MODEL_LEN = "max-model-len"
+    GMU = "gmu"
+    MAX_NUM_SEQS = "max-num-seqs"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One owner of one rank in the plan."""
+
+    owner: Owner
+    bytes: int | None
+    how: How
+    rule: str = ""
+    """The rule, in words, when scaled; why, when unknown."""
+    points: tuple[tuple[int, int], ...] = ()
+    """Measured (knob value, bytes) points the rule used."""
+    error_bytes: int = 0
+    """How far the true figure may be from `bytes`, either way."""
+    extrapolated: bool = False
+    """The knob value lies outside the measured points: the error is the whole extrapolated part."""
+    boot: str = ""
+    """For unknown figures: the boot that would measure it."""
+
+
+@dataclass(frozen=True)
+class PlanRank:
+    rank: int
+    figures: tuple[Figure, ...]
+    requested_bytes: int | None
+    kv_available_bytes: int | None
+    """Predicted KV figure kvaudit would size: requested − the planned sizing charge."""
+    kv_error_bytes: int | None
+    """Stated error of kv_available_bytes (sum of the figures' errors), None when unknown."""
+
+
+@dataclass(frozen=True)
+class Edits:
+    """The knobs `kvaudit plan` may change; None leaves the measured value."""
+
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    kv_cache_dtype: str | None = None
+    enforce_eager: bool | None = None
+
+    def changes(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
+class Solution:
+    knob: Knob
+    value: int | float | None
+    """The answer; None when nothing fits."""
+    for_len: int | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    report: Report
+    """The predicted report: source plan, schema kvaudit.report/1."""
+    measured: Report
+    edits: tuple[KnobDifference, ...]
+    """Each edited knob: measured value (a) → planned value (b)."""
+    ranks: tuple[PlanRank, ...]
+    kv_error_bytes: int | None
+    """Stated error of the predicted KV on the binding rank, None when KV is unknown."""
+    kv_error_tokens: int | None
+    boots_needed: tuple[str, ...] = ()
+    """What to boot to learn what the plan could not say (deduplicated)."""
+    notes: tuple[str, ...] = ()
+    solution: Solution | None = None
+    schema: str = PLAN_SCHEMA
+
+
+# --------------------------------------------------------------------------------------------
+# Rules
+
+
+def scale_activation(measured_bytes: int | None, measured_tokens: int | None, tokens: int,
+                     sweep: Sequence[SweepPoint] | None) -> Figure:
+    """The activation peak at `tokens` batched tokens.
+
+    With a sweep (points of the same boot): piecewise-linear between the two neighbouring points,
+    shifted so that the measured token count gives exactly the measured owner (the sweep's passes
+    and the replay differ by what the replay counted besides the pass, e.g. a capture transient);
+    the error is the distance to the farther neighbour (the peak is not linear between points).
+    Outside the swept range the nearest two points are extended and the whole extrapolated part
+    is the error. Without a sweep: proportional through zero from the one measured point (the
+    estimate the ledger's lever uses), and the whole change is the error."""
+    owner = Owner.ACTIVATION_PEAK
+    if measured_bytes is None or measured_tokens is None:
+        return Figure(owner, None, How.UNKNOWN, rule="the report has no activation peak or max_num_batched_tokens",
+                      boot=f"kvaudit run --sweep --max-num-batched-tokens {tokens}")
+    if tokens == measured_tokens:
+        return Figure(owner, measured_bytes, How.MEASURED)
+    points = sorted({p.tokens: p.activation_peak_bytes for p in sweep or ()}.items())
+    if len(points) < 2:
+        value = measured_bytes * tokens // measured_tokens
+        return Figure(owner, value, How.SCALED, rule="proportional to batched tokens through 0, from one measured "
+                      "point (no --sweep in the report)", points=((measured_tokens, measured_bytes),),
+                      error_bytes=abs(measured_bytes - value), extrapolated=True)
+    at = lambda n: _piecewise(points, n)  # noqa: E731
+    lo, hi = points[0][0], points[-1][0]
+    offset = measured_bytes - at(measured_tokens)[0] if lo <= measured_tokens <= hi else 0
+    value, used = at(tokens)
+    value = max(value + offset, 0)
+    if lo <= tokens <= hi:
+        neighbours = [b + offset for _, b in used]
+        error = max(abs(value - b) for b in neighbours)
+        rule = ("the sweep's point" if len(used) == 1 else "linear between the sweep's neighbouring points") \
+            + (f", shifted {fmt_bytes(offset, signed=True)} to the measured owner" if offset else "")
+        return Figure(owner, value, How.SCALED, rule=rule, points=tuple(used), error_bytes=error)
+    edge = points[-1] if tokens > hi else points[0]
+    error = abs(value - (edge[1] + offset))
+    side = "above" if tokens > hi else "below"
+    return Figure(owner, value, How.SCALED, rule=f"extrapolated {side} the swept range {lo}–{hi} tokens from its two "
+                  f"nearest points; the whole extrapolated part is the error", points=tuple(used),
+                  error_bytes=error, extrapolated=True)
+
+
+def _piecewise(points: Sequence[tuple[int, int]], n: int) -> tuple[int, list[tuple[int, int]]]:
+    """Linear through the two points around n (the nearest two outside the range), integer bytes."""
+    for t, b in points:
+        if t == n:
+            return b, [(t, b)]
+    if n < points[0][0]:
+        (t0, b0), (t1, b1) = points[0], points[1]
+    elif n > points[-1][0]:
+        (t0, b0), (t1, b1) = points[-2], points[-1]
+    else:
+        i = next(i for i, (t, _) in enumerate(points) if t > n)
+        (t0, b0), (t1, b1) = points[i - 1], points[i]
+    return b0 + round((b1 - b0) * (n - t0) / (t1 - t0)), [(t0, b0), (t1, b1)]
+
+
+def fp8_bytes_per_block(measured_bpb: int, spec_dtype: str | None, measured_dtype: str | None,
+                        new_dtype: str) -> int | None:
+    """Bytes per block under `--kv-cache-dtype new_dtype`: half of a 16-bit spec's for a plain
+    fp8 dtype, the same for the same dtype, None (unknown) otherwise: packed layouts
+    (fp8_ds_mla), int8/int4 variants, or a boot whose spec dtype the report does not carry."""
+    if new_dtype == (measured_dtype or "auto"):
+        return measured_bpb
+    if new_dtype in FP8_KV_DTYPES and spec_dtype in SIXTEEN_BIT_SPEC_DTYPES and measured_bpb % 2 == 0:
+        return measured_bpb // 2
+    return None
+
+
+def geometry_of(report: Report) -> KvGeometry | None:
+    """The KV geometry the boot recorded (vLLM's kv_cache_config: block bytes over all layers).
+    A log states no block bytes, only its KV size line (tokens in the available bytes): bytes
+    per token are then available // tokens, exact while the unused remainder (under one block)
+    is below `tokens` bytes, and lengths are to the token, not the block."""
+    cap = report.capacity
+    if (not cap.kv_bytes_per_block or not cap.block_size) and cap.kv_tokens and cap.kv_available_bytes:
+        return KvGeometry(block_size=1, bytes_per_block=cap.kv_available_bytes // cap.kv_tokens)
+    if not cap.kv_bytes_per_block or not cap.block_size:
+        return None
+    dcp = (cap.tokens_per_block // cap.block_size) if cap.tokens_per_block else (
+        report.config.decode_context_parallel_size or 1)
+    return KvGeometry(block_size=cap.block_size, bytes_per_block=cap.kv_bytes_per_block, dcp=max(dcp, 1))
+
+
+def _measured(rank: RankReport, owner: Owner) -> Figure:
+    value = rank.owners.get(owner)
+    if value is None:
+        return Figure(owner, None, How.UNKNOWN, rule="not in the measured report; the edit leaves it where the "
+                      "measured KV sizing charged it, so the plan's KV does not need it")
+    return Figure(owner, value, How.MEASURED)
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+
+def plan_report(measured: Report, edits: Edits) -> Plan:
+    """The predicted report for `measured.config` with `edits` applied."""
+    if measured.source is Source.PLAN:
+        raise BadInputError("this report is a plan, not a measurement: plan from the report it was made from")
+    if measured.source is Source.SELFTEST:
+        raise BadInputError("a selftest report has no vLLM config to plan: plan from a kvaudit run report or a "
+                            "vLLM log")
+    if not measured.ranks:
+        raise BadInputError("the report has no ranks: nothing was measured to plan from")
+    _check_edits(edits)
+    old = measured.config
+    config = old.replace(**edits.changes()).validated()
+    # vLLM's SchedulerConfig.verify_max_model_len refuses this at startup: no plan can boot it.
+    if config.max_num_batched_tokens and config.max_num_seqs and config.max_num_batched_tokens < config.max_num_seqs:
+        raise UsageError(f"vLLM refuses max_num_batched_tokens {config.max_num_batched_tokens} below max_num_seqs "
+                         f"{config.max_num_seqs}: raise --max-num-batched-tokens or lower --max-num-seqs")
+    changed = tuple(KnobDifference(k, _jsonish(getattr(old, k)), _jsonish(v)) for k, v in edits.changes().items()
+                    if getattr(old, k) != v)
+    notes: list[str] = []
+    boots: list[str] = []
+
+    if config.gpu_memory_utilization != old.gpu_memory_utilization and \
+            (measured.environment.device_name or "").startswith("CPU"):
+        notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
+                     "node's total can change between boots (memory hot-plug), and the plan cannot see it")
+    if config.max_model_len != old.max_model_len:
+        notes.append(f"the startup owners do not depend on max_model_len, but a request of {config.max_model_len} "
+                     f"tokens may peak above what the profile pass measured (its chunks read the whole context): "
+                     f"check that length with kvaudit run --verify")
+    geometry, kv_note = _planned_geometry(measured, config)
+    if kv_note:
+        notes.append(kv_note)
+    plan_ranks, reports = [], []
+    for rank in measured.ranks:
+        figures = _rank_figures(measured, rank, config)
+        edited = {o for o, f in figures.items() if f != _measured(rank, o)}
+        plan_rank, rank_report = _planned_rank(rank, figures, edited, config, old.gpu_memory_utilization)
+        plan_ranks.append(plan_rank)
+        reports.append(rank_report)
+    # vLLM allocates the binding rank's block count on every rank.
+    blocks = _common_blocks(reports, geometry)
+    if blocks is not None and geometry is not None:
+        reports = [_with_kv(r, blocks * geometry.bytes_per_block, blocks) for r in reports]
+    else:
+        reports = [_with_kv(r, None, None) for r in reports]
+    for pr in plan_ranks:
+        boots.extend(f.boot for f in pr.figures if f.how is How.UNKNOWN and f.boot)
+    if geometry is None:
+        boots.append(f"kvaudit run --kv-cache-dtype {config.kv_cache_dtype}" if kv_note else
+                     "kvaudit run (the report shows neither KV block bytes nor a KV size in tokens)")
+    elif not measured.capacity.kv_bytes_per_block:
+        notes.append(f"bytes per token from the log's KV size line ({fmt_tokens(measured.capacity.kv_tokens)} tokens "
+                     f"in {fmt_bytes(measured.capacity.kv_available_bytes)}): the block size is not in the log, so "
+                     f"lengths are to the token and may be one block off")
+    overrun = measured.verify.overrun_bytes if measured.verify is not None else 0
+    if overrun:
+        notes.append(f"the measured boot's verify peaked {fmt_bytes(overrun)} above its budget: the safe flags "
+                     f"keep that much back, as a boot's report does")
+    warnings = [w for w in measured.warnings if "vLLM's own graph memory estimate" in w]
+    # A boot that failed for another reason than KV (refused, crashed, OOM) fails the same way
+    # under these edits as far as the plan can tell: the failure is carried, the verdict follows it.
+    failure = measured.failure if measured.failure and measured.failure.kind is not FailureKind.DOES_NOT_FIT else None
+    if failure is not None:
+        boots.append(f"kvaudit run with the edited config (the measured boot failed: {failure.kind.value})")
+    predicted = build_report(
+        source=Source.PLAN, config=config, ranks=reports, engine=measured.engine, environment=measured.environment,
+        geometry=geometry, warnings=warnings + notes, graph_bytes_per_size=_graph_bytes_per_size(measured),
+        failure=failure)
+    if overrun:
+        flags = safe_serve_flags(predicted.capacity, predicted.binding(), predicted.ranks, config, geometry,
+                                 verify_overrun_bytes=overrun)
+        predicted = dataclasses.replace(predicted, capacity=dataclasses.replace(predicted.capacity,
+                                                                                safe_serve_flags=flags))
+    binding = next((p for p in plan_ranks if p.rank == predicted.capacity.binding_rank), None)
+    error = binding.kv_error_bytes if binding else None
+    if error is not None and geometry is not None:
+        error += geometry.bytes_per_block  # the cache holds whole blocks: one block either way
+    tokens = (-(-error // geometry.bytes_per_block) * geometry.tokens_per_block
+              if error is not None and geometry is not None else None)
+    if measured.engine.name == "vllm" and not (measured.environment.device_name or "").startswith("CPU") \
+            and predicted.capacity.kv_available_bytes is not None and error is not None:
+        notes.append("on CUDA kvaudit sizes KV in whole blocks whose tensors' allocator segments fit: add up to "
+                     "2 MiB per KV tensor to the stated error")
+    return Plan(report=predicted, measured=measured, edits=changed, ranks=tuple(plan_ranks), kv_error_bytes=error,
+                kv_error_tokens=tokens, boots_needed=tuple(dict.fromkeys(boots)), notes=tuple(dict.fromkeys(notes)))
+
+
+def _jsonish(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _check_edits(edits: Edits) -> None:
+    sizes = edits.cudagraph_capture_sizes
+    if sizes is not None and (not sizes or any(s < 1 for s in sizes)):
+        raise UsageError("--cudagraph-sizes takes positive integers separated by commas")
+    if edits.kv_cache_dtype is not None and not edits.kv_cache_dtype.strip():
+        raise UsageError("--kv-cache-dtype must not be empty")
+
+
+def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry | None, str | None]:
+    geometry = geometry_of(measured)
+    new_dtype = config.kv_cache_dtype
+    old_dtype = measured.config.kv_cache_dtype
+    if geometry is None or new_dtype is None or new_dtype == (old_dtype or "auto"):
+        return geometry, None
+    spec = next((r.kv_cache_spec_dtype for r in measured.ranks if r.kv_cache_spec_dtype), None)
+    bpb = fp8_bytes_per_block(geometry.bytes_per_block, spec, old_dtype, new_dtype)
+    if bpb is None:
+        return None, (f"--kv-cache-dtype {new_dtype}: bytes per block unknown (the measured KV spec is "
+                      f"{spec or 'not recorded'}; only a 16-bit spec → plain fp8 halves exactly)")
+    return (dataclasses.replace(geometry, bytes_per_block=bpb),
+            f"--kv-cache-dtype {new_dtype}: {fmt_bytes(geometry.bytes_per_block)} → {fmt_bytes(bpb)} per block "
+            f"(the {spec} spec's element halves); whether "
+            f"{measured.engine.attention_backend or 'the attention backend'}"
+            f" accepts {new_dtype} is not checked, nor what its fp8 kernels need besides KV")
+
+
+def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> dict[Owner, Figure]:
+    old = measured.config
+    figures = {o: _measured(rank, o) for o in NON_KV_OWNERS}
+
+    # Activation: scales with the tokens of the profile pass (max_num_batched_tokens).
+    if config.max_num_batched_tokens != old.max_num_batched_tokens:
+        fig = scale_activation(rank.owners.get(Owner.ACTIVATION_PEAK), old.max_num_batched_tokens,
+                               config.max_num_batched_tokens, rank.sweep)
+        transient = rank.graph_capture_transient_bytes
+        if fig.bytes is not None and transient and not config.enforce_eager and transient > fig.bytes:
+            # activation_peak charges the capture's transient where it is larger (ledger.activation_peak)
+            fig = dataclasses.replace(fig, bytes=transient, rule=fig.rule + "; the graph capture's transient "
+                                      f"({fmt_bytes(transient)}) is larger and is what is charged", error_bytes=0)
+        figures[Owner.ACTIVATION_PEAK] = fig
+
+    # Graph pool: eager drops it; another capture-size set needs the pool per size.
+    graphs_before = not old.enforce_eager
+    if config.enforce_eager and graphs_before:
+        pool = rank.owners.get(Owner.GRAPH_POOL)
+        figures[Owner.GRAPH_POOL] = Figure(Owner.GRAPH_POOL, 0, How.SCALED, rule="--enforce-eager captures no graphs",
+                                           points=((1, pool),) if pool is not None else ())
+        figures[Owner.ACTIVATION_PEAK] = Figure(
+            Owner.ACTIVATION_PEAK, None, How.UNKNOWN,
+            rule="--enforce-eager also turns torch.compile off, which changes the activation peak",
+            boot="kvaudit run --enforce-eager")
+    elif not config.enforce_eager and old.enforce_eager:
+        figures[Owner.GRAPH_POOL] = Figure(Owner.GRAPH_POOL, None, How.UNKNOWN, rule="the report captured no graphs",
+                                           boot="kvaudit run --no-enforce-eager")
+    elif config.cudagraph_capture_sizes != old.cudagraph_capture_sizes and not config.enforce_eager:
+        figures[Owner.GRAPH_POOL] = _graph_sizes(measured, rank, config)
+
+    # max_num_seqs: the sampler's dummy pass and the batch buffers grow with it.
+    if config.max_num_seqs != old.max_num_seqs:
+        figures[Owner.PERSISTENT] = _seqs(rank, old.max_num_seqs, config.max_num_seqs)
+
+    # max_model_len and max_num_seqs size the block tables (before the baseline, in the rest).
+    table = _block_table_delta(old, config, geometry_of(measured))
+    rest = next((figures[o] for o in (Owner.TORCH_OTHER, Owner.NON_TORCH) if figures[o].bytes is not None), None)
+    if table and rest is not None:
+        figures[rest.owner] = dataclasses.replace(
+            rest, error_bytes=rest.error_bytes + abs(table),
+            rule=(rest.rule + "; " if rest.rule else "")
+            + f"block tables change by about {fmt_bytes(table, signed=True)} "
+              f"(int32 × max_num_seqs × blocks per request, host and device), counted as error")
+    return figures
+
+
+def _graph_sizes(measured: Report, rank: RankReport, config: AuditConfig) -> Figure:
+    per_size = _graph_bytes_per_size(measured)
+    old_sizes, new_sizes = measured.config.cudagraph_capture_sizes, config.cudagraph_capture_sizes
+    pool = rank.owners.get(Owner.GRAPH_POOL)
+    if per_size is None and pool is not None and old_sizes and new_sizes and set(new_sizes) <= set(old_sizes):
+        return Figure(Owner.GRAPH_POOL, pool, How.SCALED,
+                      rule=f"upper bound: {len(new_sizes)} of the {len(old_sizes)} measured capture sizes hold no "
+                           f"more than all of them (the report has no pool per size)", points=((len(old_sizes), pool),),
+                      error_bytes=pool)
+    if per_size is None or pool is None or old_sizes is None or new_sizes is None:
+        return Figure(Owner.GRAPH_POOL, None, How.UNKNOWN,
+                      rule="the report has no graph pool per capture size",
+                      boot=f"kvaudit run --cudagraph-sizes {','.join(map(str, new_sizes or ()))}")
+    value = max(pool + (len(new_sizes) - len(old_sizes)) * per_size, 0)
+    return Figure(Owner.GRAPH_POOL, value, How.SCALED,
+                  rule=f"{fmt_bytes(per_size)} per capture size (vLLM's per-graph lines), × {len(new_sizes)} sizes "
+                       f"instead of {len(old_sizes)}", points=((len(old_sizes), pool),),
+                  error_bytes=abs(value - pool) // 2, extrapolated=len(new_sizes) > len(old_sizes))
+
+
+def _graph_bytes_per_size(measured: Report) -> int | None:
+    """A report carries the pool per capture size only through its capture-size lever (logs with
+    vLLM's per-graph DEBUG lines): frees_bytes over the sizes it drops."""
+    for lever in measured.capacity.levers:
+        if lever.name == "cudagraph_capture_sizes" and lever.frees_bytes and measured.config.cudagraph_capture_sizes:
+            kept = len(lever.flag.split()) - 1
+            dropped = len(measured.config.cudagraph_capture_sizes) - kept
+            if dropped > 0:
+                return lever.frees_bytes // dropped
+    return None
+
+
+def _seqs(rank: RankReport, old: int | None, new: int | None) -> Figure:
+    persistent = rank.owners.get(Owner.PERSISTENT)
+    if old is None or new is None or persistent is None:
+        return Figure(Owner.PERSISTENT, None, How.UNKNOWN, rule="max_num_seqs of the measured boot is not known",
+                      boot=f"kvaudit run --max-num-seqs {new}")
+    if new <= old:
+        return Figure(Owner.PERSISTENT, persistent, How.SCALED,
+                      rule=f"upper bound: the sampler and batch buffers measured at max_num_seqs {old} ≥ {new}",
+                      points=((old, persistent),), error_bytes=persistent)
+    return Figure(Owner.PERSISTENT, None, How.UNKNOWN,
+                  rule=f"max_num_seqs {new} above the measured {old}: the sampler's buffers grow with it (vocab × "
+                       f"seqs) and no point measured them", boot=f"kvaudit run --max-num-seqs {new}")
+
+
+def _block_table_delta(old: AuditConfig, new: AuditConfig, geometry: KvGeometry | None) -> int:
+    if geometry is None or not old.max_model_len or not new.max_model_len or not old.max_num_seqs \
+            or not new.max_num_seqs:
+        return 0
+
+    def size(c: AuditConfig) -> int:
+        return 2 * BLOCK_TABLE_ENTRY_BYTES * c.max_num_seqs * -(-c.max_model_len // geometry.block_size)
+    return size(new) - size(old)
+
+
+def _planned_rank(rank: RankReport, figures: dict[Owner, Figure], edited: set[Owner], config: AuditConfig,
+                  measured_gmu: float | None) -> tuple[PlanRank, RankReport]:
+    """The sizing charge of the measured boot (requested − its KV figure: every owner and reserve,
+    known or not), moved by each edited owner's change."""
+    requested = rank.requested_bytes
+    gmu = config.gpu_memory_utilization
+    if rank.device_total_bytes is not None and gmu is not None and gmu != measured_gmu:
+        requested = requested_bytes(rank.device_total_bytes, gmu)
+    charge = (rank.requested_bytes - rank.kv_available_bytes
+              if rank.requested_bytes is not None and rank.kv_available_bytes is not None else None)
+    error = 0
+    for owner, fig in figures.items():
+        if owner not in edited:
+            continue
+        old = rank.owners.get(owner)
+        if fig.bytes is None or old is None:
+            charge = None
+            break
+        charge = None if charge is None else charge + fig.bytes - old
+        error += fig.error_bytes
+    for owner, fig in figures.items():
+        if owner not in edited:
+            error += fig.error_bytes
+    available = requested - charge if requested is not None and charge is not None else None
+    owners: dict[Owner, int | None] = {o: figures[o].bytes for o in NON_KV_OWNERS}
+    report = RankReport(
+        rank=rank.rank, tp_rank=rank.tp_rank, dcp_rank=rank.dcp_rank, device_total_bytes=rank.device_total_bytes,
+        requested_bytes=requested, others_bytes=rank.others_bytes, owners=owners,
+        graph_pool_estimate_bytes=figures[Owner.GRAPH_POOL].bytes, kv_available_bytes=available,
+        free_at_start_bytes=rank.free_at_start_bytes)
+    return PlanRank(rank=rank.rank, figures=tuple(figures[o] for o in NON_KV_OWNERS), requested_bytes=requested,
+                    kv_available_bytes=available, kv_error_bytes=error if available is not None else None), report
+
+
+def _common_blocks(ranks: Sequence[RankReport], geometry: KvGeometry | None) -> int | None:
+    if geometry is None or any(r.kv_available_bytes is None for r in ranks):
+        return None
+    return min(geometry.blocks(r.kv_available_bytes) for r in ranks)  # type: ignore[arg-type]
+
+
+def _with_kv(rank: RankReport, kv_bytes: int | None, blocks: int | None) -> RankReport:
+    owners = dict(rank.owners)
+    owners[Owner.KV_CACHE] = kv_bytes
+    known = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
+    owners[Owner.KV_UNALLOCATED] = (rank.requested_bytes - sum(known) - kv_bytes  # type: ignore[operator]
+                                    if kv_bytes is not None and rank.requested_bytes is not None
+                                    and None not in known else None)
+    return dataclasses.replace(rank, owners=owners, kv_blocks=blocks)
+
+
+# --------------------------------------------------------------------------------------------
+# Solving for one knob
+
+
+def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None) -> Plan:
+    """The plan at the solved value of one knob, with the answer in `solution`."""
+    if knob is Knob.MAX_NUM_SEQS and for_len is None:
+        raise UsageError("--solve max-num-seqs needs --for-len N: the tokens of each request")
+    if knob is not Knob.MAX_NUM_SEQS and for_len is not None:
+        raise UsageError("--for-len goes with --solve max-num-seqs only")
+    if for_len is not None and for_len < 1:
+        raise UsageError(f"--for-len must be a positive integer, got {for_len}")
+    base = plan_report(measured, edits)
+    cap = base.report.capacity
+    if cap.kv_available_bytes is None or cap.kv_bytes_per_block is None:
+        return dataclasses.replace(base, solution=Solution(knob, None, for_len, note="KV is unknown under these edits: "
+                                                           + "; ".join(base.boots_needed)))
+    geometry = KvGeometry(block_size=cap.block_size, bytes_per_block=cap.kv_bytes_per_block,
+                          dcp=(cap.tokens_per_block or cap.block_size) // cap.block_size)
+    if knob is Knob.MAX_MODEL_LEN:
+        length = cap.max_feasible_model_len or 0
+        if length <= 0:
+            return dataclasses.replace(base, solution=Solution(knob, None, note="no request fits: raise --gmu or free "
+                                                               "memory from the other owners"))
+        solved = plan_report(measured, dataclasses.replace(edits, max_model_len=length))
+        return dataclasses.replace(solved, solution=Solution(
+            knob, length, note=f"the longest request that fits, ± {fmt_tokens(base.kv_error_tokens)} tokens of stated "
+                               f"error; not checked against the model's own context limit (not in the report)"))
+    if knob is Knob.GMU:
+        return _solve_gmu(measured, edits, base)
+    blocks = cap.kv_available_bytes // geometry.bytes_per_block
+    per_request = geometry.needed_bytes(for_len) // geometry.bytes_per_block  # type: ignore[arg-type]
+    fit = max(blocks - 1, 0) // per_request  # vLLM keeps the null block
+    length = base.report.config.max_model_len
+    note = f"{fit} requests of {for_len} tokens fit in {blocks} blocks ({per_request} blocks each, one null block)"
+    if length is not None and for_len > length:  # type: ignore[operator]
+        note += f"; max_model_len {length} must be raised to at least {for_len} to accept them"
+    if base.report.config.max_num_seqs is not None and fit > base.report.config.max_num_seqs:
+        note += (f"; serving them at once needs --max-num-seqs {fit} (above the measured "
+                 f"{measured.config.max_num_seqs}: its sampler buffers are not planned, check with a boot)")
+    return dataclasses.replace(base, solution=Solution(knob, fit if fit > 0 else None, for_len, note=note))
+
+
+def _solve_gmu(measured: Report, edits: Edits, base: Plan) -> Plan:
+    needed = base.report.capacity.gmu_needed
+    ceiling = _gmu_ceiling(base.report.ranks)
+    if needed is None:
+        return dataclasses.replace(base, solution=Solution(Knob.GMU, None, note="no max_model_len to solve for: "
+                                                           "pass --max-model-len"))
+    if ceiling is not None and needed > ceiling:
+        return dataclasses.replace(base, solution=Solution(Knob.GMU, None, note=(
+            f"max_model_len {base.report.config.max_model_len} needs GMU {needed}, above the physical ceiling "
+            f"{ceiling} (free memory at start)")))
+    solved = plan_report(measured, dataclasses.replace(edits, gpu_memory_utilization=needed))
+    return dataclasses.replace(solved, solution=Solution(Knob.GMU, needed, note=(
+        f"the lowest GMU at which max_model_len {solved.report.config.max_model_len} fits on every rank"
+        + (f" (the physical ceiling is {ceiling})" if ceiling is not None else ""))))
+
+
+def _gmu_ceiling(ranks: Sequence[RankReport]) -> float | None:
+    """The highest GMU vLLM accepts on every rank: requested must not exceed free at start."""
+    values = []
+    for r in ranks:
+        if r.free_at_start_bytes is None or not r.device_total_bytes:
+            return None
+        values.append(math.floor(r.free_at_start_bytes / r.device_total_bytes * 10_000) / 10_000)
+    return min(values) if values else None
+
+
+def edits_from_flags(*, cudagraph_sizes: str | None, **flags: Any) -> Edits:
+    """Edits from the command line's values (vLLM's names; sizes as `1,2,4,8`)."""
+    sizes = None
+    if cudagraph_sizes is not None:
+        try:
+            sizes = tuple(sorted({int(x) for x in cudagraph_sizes.replace(" ", "").split(",") if x}))
+        except ValueError:
+            raise UsageError(f"--cudagraph-sizes takes integers separated by commas, got {cudagraph_sizes!r}") from None
+    return Edits(gpu_memory_utilization=flags.get("gmu"), max_model_len=flags.get("max_model_len"),
+                 max_num_seqs=flags.get("max_num_seqs"), max_num_batched_tokens=flags.get("max_num_batched_tokens"),
+                 cudagraph_capture_sizes=sizes, kv_cache_dtype=flags.get("kv_cache_dtype"),
+                 enforce_eager=flags.get("enforce_eager"))
+
+
+def plan_or_solve(measured: Report, edits: Edits, knob: str | None, for_len: int | None) -> Plan:
+    if knob is None:
+        if for_len is not None:
+            raise UsageError("--for-len goes with --solve max-num-seqs only")
+        return plan_report(measured, edits)
+    try:
+        which = Knob(knob)
+    except ValueError:
+        raise UsageError(f"--solve takes {', '.join(k.value for k in Knob)}, got {knob!r}") from None
+    return solve(measured, edits, which, for_len)
+
+
+# --------------------------------------------------------------------------------------------
+# JSON
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The predicted report's own keys, then `plan` (how each figure was obtained) and
+    `measured` (the report it came from), so `kvaudit show` reads the file as a report."""
+    data = to_jsonable(plan.report)
+    data["plan"] = {
+        "schema": plan.schema, "edits": to_jsonable(plan.edits), "kv_error_bytes": plan.kv_error_bytes,
+        "kv_error_tokens": plan.kv_error_tokens, "ranks": to_jsonable(plan.ranks),
+        "boots_needed": list(plan.boots_needed), "notes": list(plan.notes),
+        "solution": to_jsonable(plan.solution) if plan.solution is not None else None}
+    data["measured"] = to_jsonable(plan.measured)
+    return data
+
+
+def plan_dumps(plan: Plan) -> str:
+    return json.dumps(plan_to_json(plan), indent=2) + "\n"
+
+
+def exit_code(plan: Plan) -> int:
+    """0 the plan fits; 1 nothing does (or a solve found no value); 3 the plan needs a boot."""
+    from kvaudit.errors import ExitCode
+    from kvaudit.report import exit_code as report_exit
+    if plan.solution is not None:
+        if plan.solution.value is None:
+            unknown = plan.report.capacity.kv_available_bytes is None
+            return int(ExitCode.INCOMPLETE if unknown else ExitCode.FINDING)
+        if plan.solution.knob is Knob.MAX_NUM_SEQS:
+            return int(ExitCode.OK)
+    return int(report_exit(plan.report))
+
+
+__all__ = ["Edits", "Figure", "How", "Knob", "Plan", "PlanRank", "Solution", "edits_from_flags", "exit_code",
+           "fp8_bytes_per_block", "plan_dumps", "plan_or_solve", "plan_report", "plan_to_json", "scale_activation",
+           "solve"]

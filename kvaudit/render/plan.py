@@ -1,0 +1,85 @@
+"""`kvaudit plan` output: the predicted report as any report renders, then how each figure was
+obtained (table, markdown), one row per rank and owner (csv), or the whole plan (json)."""
+
+from __future__ import annotations
+
+import csv
+from typing import TextIO
+
+from kvaudit.plan import Figure, How, Plan, plan_dumps
+from kvaudit.render import Format, reporter
+from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
+
+
+def render_plan(plan: Plan, fmt: Format, out: TextIO, *, width: int | None = None) -> None:
+    if fmt is Format.JSON:
+        out.write(plan_dumps(plan))
+        return
+    if fmt is Format.CSV:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["rank", "owner", "bytes", "how", "error_bytes", "extrapolated", "rule", "points", "boot"])
+        for rank in plan.ranks:
+            for f in rank.figures:
+                writer.writerow([rank.rank, f.owner.value, "" if f.bytes is None else f.bytes, f.how.value,
+                                 f.error_bytes, f.extrapolated, f.rule, _points(f), f.boot])
+            kv = "" if rank.kv_available_bytes is None else rank.kv_available_bytes
+            writer.writerow([rank.rank, "kv_available", kv,
+                             How.SCALED.value if rank.kv_available_bytes is not None else How.UNKNOWN.value,
+                             "" if rank.kv_error_bytes is None else rank.kv_error_bytes, False,
+                             "requested − the measured sizing charge, moved by each edited owner", "", ""])
+        return
+    reporter(fmt, width=width).report(plan.report, out)
+    md = fmt is Format.MARKDOWN
+    out.write("\n" + ("## " if md else "") + "plan: how each figure was obtained\n\n")
+    for line in plan_lines(plan, markdown=md):
+        out.write(line + "\n")
+
+
+def _points(f: Figure) -> str:
+    return " ".join(f"{x}:{b}" for x, b in f.points)
+
+
+def figure_text(f: Figure) -> str:
+    text = f.how.value if f.bytes is None else f"{fmt_gib3(f.bytes)} GiB {f.how.value}"
+    if f.how is How.SCALED:
+        text += f" ± {fmt_bytes(f.error_bytes)}" + (" (extrapolated)" if f.extrapolated else "")
+    if f.rule:
+        text += f": {f.rule}"
+    if f.points:
+        text += " [measured " + ", ".join(f"{x} → {fmt_bytes(b)}" for x, b in f.points) + "]"
+    if f.how is How.MEASURED and f.error_bytes:
+        text += f" (± {fmt_bytes(f.error_bytes)})"
+    if f.boot:
+        text += f"; boot to learn it: {f.boot}"
+    return text
+
+
+def plan_lines(plan: Plan, *, markdown: bool = False) -> list[str]:
+    bullet = "- " if markdown else "  "
+    lines = []
+    if plan.edits:
+        lines.append("edits: " + ", ".join(f"{e.knob} {e.a} → {e.b}" for e in plan.edits))
+    else:
+        lines.append("edits: none (the measured config, re-derived)")
+    for rank in plan.ranks:
+        lines.append(f"rank {rank.rank}:")
+        for f in rank.figures:
+            lines.append(f"{bullet}{f.owner.value}: {figure_text(f)}")
+        kv = ("unknown" if rank.kv_available_bytes is None
+              else f"{fmt_gib3(rank.kv_available_bytes)} GiB ± {fmt_bytes(rank.kv_error_bytes)}")
+        lines.append(f"{bullet}kv_available: {kv}")
+    cap = plan.report.capacity
+    if plan.kv_error_bytes is not None:
+        lines.append(f"KV on the binding rank: {fmt_bytes(cap.kv_available_bytes)} ± {fmt_bytes(plan.kv_error_bytes)}"
+                     f" (± {fmt_tokens(plan.kv_error_tokens)} tokens; whole blocks included; boot-to-boot variation "
+                     f"of the measured owners not included)")
+    for note in plan.notes:
+        lines.append(f"note: {note}")
+    for boot in plan.boots_needed:
+        lines.append(f"to learn what is unknown, boot: {boot}")
+    if plan.solution is not None:
+        s = plan.solution
+        answer = "nothing fits" if s.value is None else f"{s.value}"
+        lines.append(f"solve {s.knob.value}" + (f" for {s.for_len} tokens" if s.for_len else "")
+                     + f": {answer}" + (f" ({s.note})" if s.note else ""))
+    return lines

