@@ -139,6 +139,8 @@ def run(ctx: typer.Context,
         timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung boot is stopped.")] = 1800.0,
         log: Annotated[Optional[Path], typer.Option("--log", help="Keep vLLM's own log in this file.")] = None,
         trace: TraceOpt = False, owners: OwnersOpt = None,
+        sweep: Annotated[bool, typer.Option("--sweep", help="Also profile the activation peak at 1/8, 1/4 and 1/2 "
+                                            "of max_num_batched_tokens, for `kvaudit plan`.")] = False,
         ) -> None:
     """Boot vLLM with the fixed profiling order and report every rank's owners and the KV verdict.
 
@@ -159,7 +161,8 @@ def run(ctx: typer.Context,
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:
             report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace,
-                                                  owners=tuple(owners or ())), progress.on_event, signals)
+                                                  owners=tuple(owners or ()), sweep=sweep), progress.on_event,
+                                 signals)
         _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
 

@@ -53,22 +53,6 @@ class RunOptions:
     """Profile the activation peak at several token counts too (`kvaudit plan` interpolates)."""
 
 
-SWEEP_ARG = "sweep"
-"""`kvaudit run --sweep` reaches run_audit among the pass-through engine arguments (the run
-command hands flags it does not declare to vLLM); vLLM has no engine argument of that name, so
-it is taken out here, never passed on."""
-
-
-def take_sweep(config: AuditConfig, options: RunOptions) -> tuple[AuditConfig, RunOptions]:
-    if SWEEP_ARG not in config.extra_args:
-        return config, options
-    value = config.extra_args[SWEEP_ARG]
-    if not isinstance(value, bool):
-        raise UsageError(f"--sweep takes no value, got {value!r}")
-    extra = {k: v for k, v in config.extra_args.items() if k != SWEEP_ARG}
-    return dataclasses.replace(config, extra_args=extra), dataclasses.replace(options, sweep=value)
-
-
 MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
 """The config.json keys vLLM derives a model's length limit from (vllm/transformers_utils/
@@ -141,7 +125,6 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
 
     SIGINT, SIGTERM and SIGHUP stop the boot and still return the partial report; pass the
     caller's StopSignals to keep them deferred until the report is written."""
-    config, options = take_sweep(config, options)
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
     preflight(config)
