@@ -146,13 +146,18 @@ def test_the_adapter_takes_the_pinned_branches_on_the_installed_release():
     pinned = set(PINNED[installed_release()])
     on = adapter.branches(adapter.installed_index())
     assert {k for k, v in on.items() if v} == pinned
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.worker import gpu_model_runner
-    from vllm.v1.worker.cpu_worker import CPUWorker
     live = {
         "profile_run_randomize_inputs": adapter._accepts(gpu_model_runner.GPUModelRunner.profile_run,
                                                          "randomize_inputs"),
-        "cpu_should_warm_up_model": hasattr(CPUWorker, "_should_warm_up_model"),
         "v2_minimal_kv_cache_helpers": hasattr(adapter._v2_cudagraph_utils(), "_init_minimal_kv_cache_for_profiling"),
         "v1_lock_workspace": hasattr(gpu_model_runner, "lock_workspace"),
+        "cpu_mla": "CPU_MLA" in AttentionBackendEnum.__members__,
     }
     assert live == {k: k in pinned for k in live}
+
+
+def test_the_cpu_worker_warm_up_branch_is_the_pinned_one():
+    CPUWorker = pytest.importorskip("vllm.v1.worker.cpu_worker").CPUWorker
+    assert hasattr(CPUWorker, "_should_warm_up_model") == ("cpu_should_warm_up_model" in PINNED[installed_release()])
