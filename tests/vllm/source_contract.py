@@ -3,7 +3,8 @@ support check reads (adapter.SOURCE_MODULES), indexed by `ast` from the release'
 unpacked source folder, without importing anything of it.
 
     pip download --no-deps --only-binary=:all: vllm==0.26.0 -d /tmp/x
-    python tests/vllm/source_contract.py /tmp/x/vllm-0.26.0-*.whl      # or a folder holding vllm/
+    python tests/vllm/source_contract.py /tmp/x/vllm-0.26.0-*.whl      # GPU releases: the wheel
+    python tests/vllm/source_contract.py VENV/lib/python3.11/site-packages/vllm   # an installed one
 
 It writes tests/fixtures/vllm-source/vllm-<version>.json, which tests/unit/test_contract_source.py
 reads at CI time (the wheel is not needed there). Method bodies are reduced to the names they
@@ -28,19 +29,23 @@ from kvaudit.engines.vllm.source_index import SCHEMA, index_source  # noqa: E402
 OUT = ROOT / "tests" / "fixtures" / "vllm-source"
 
 
-def read_sources(src: Path) -> tuple[dict[str, tuple[str, bool] | None], str]:
-    """{module: (source text, is a package) or None} and the release's version."""
+def read_sources(src: Path) -> tuple[dict[str, tuple[str, bool] | None], str, str]:
+    """{module: (source text, is a package) or None}, the release's version, and where it came
+    from (the wheel's name, or the installed distribution's)."""
     if src.is_file():
         zf = zipfile.ZipFile(src)
         names = set(zf.namelist())
         read = lambda p: zf.read(p).decode("utf-8") if p in names else None  # noqa: E731
         version = re.search(r"vllm-([^-]+)-", src.name).group(1)
+        origin = src.name
     else:
         base = src if (src / "vllm").is_dir() else src.parent
         read = lambda p: (base / p).read_text(encoding="utf-8") if (base / p).is_file() else None  # noqa: E731
         text = read("vllm/_version.py") or ""
         m = re.search(r"version = (?:__version__ = )?['\"]([^'\"]+)['\"]", text)
         version = m.group(1) if m else "unknown"
+        dists = sorted(p.name.removesuffix(".dist-info") for p in base.glob("vllm*.dist-info"))
+        origin = f"{dists[0]} (installed)" if dists else "an unpacked source folder"
     out: dict[str, tuple[str, bool] | None] = {}
     for module in SOURCE_MODULES:
         path = module.replace(".", "/")
@@ -51,7 +56,7 @@ def read_sources(src: Path) -> tuple[dict[str, tuple[str, bool] | None], str]:
                 break
         else:
             out[module] = None
-    return out, version
+    return out, version, origin
 
 
 def reduce(index: dict) -> dict:
@@ -84,11 +89,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("source", type=Path, help="a vLLM wheel, or a folder holding vllm/")
     args = ap.parse_args()
-    sources, version = read_sources(args.source)
+    sources, version, origin = read_sources(args.source)
     index = {m: None if s is None else index_source(s[0], m, is_package=s[1]) for m, s in sources.items()}
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / f"vllm-{version}.json"
-    data = {"schema": SCHEMA, "version": version, "source": args.source.name, "modules": reduce(index)}
+    data = {"schema": SCHEMA, "version": version, "source": origin, "modules": reduce(index)}
     out.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{out.relative_to(ROOT)}: {out.stat().st_size} bytes, "
           f"{sum(v is not None for v in index.values())}/{len(index)} modules")

