@@ -11,8 +11,8 @@ beside the venv). Each release runs the embedded model and a tiny Llama (MODELS)
 Writes OUT/cpu-matrix.json and OUT/cpu-matrix.md (default tests/benchmarks/results/) and each
 run's report and vLLM log beside them; exits 1 if a row is neither a good boot nor a refusal
 before boot (exit 2), or a release's contract tests fail. tests/vllm/test_matrix_cpu.py runs it
-as a test stage when KVAUDIT_MATRIX=1 (CI
-skips it: it multiplies CI time by the number of releases).
+as a test stage when KVAUDIT_MATRIX=1 (CI skips it: it multiplies CI time by the number of
+releases).
 """
 
 from __future__ import annotations
