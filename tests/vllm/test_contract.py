@@ -20,8 +20,18 @@ vllm = pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
 
+PINNED = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm-source" / "branches.json").read_text())
+"""Per release, the adapter branches that are on (tests/unit/test_contract_source.py checks the
+source fixtures against the same pins)."""
+
+
 def params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
+
+
+def installed_release() -> str:
+    from kvaudit.engines.vllm import adapter
+    return ".".join(str(x) for x in adapter.release(vllm.__version__))
 
 
 def test_worker_methods_kvaudit_overrides_exist_with_their_signatures():
@@ -76,13 +86,15 @@ def test_both_model_runners_have_profile_capture_and_kv_methods(module, cls):
 
 
 def test_minimal_kv_cache_helpers_for_the_persistent_warmup():
-    """V1 has them in every supported version; V2 from 0.29 on (kvaudit defers otherwise)."""
+    """V1 has them in every supported version; V2 from 0.29 on (before, kvaudit builds MRv2's
+    minimal cache itself: adapter._v2_build), as pinned per release."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     assert params(GPUModelRunner._init_minimal_kv_cache_for_profiling) == ["self"]
     assert params(GPUModelRunner._cleanup_profiling_kv_cache) == ["self"]
     from vllm.v1.worker.gpu import cudagraph_utils
-    has_v2 = hasattr(cudagraph_utils, "_init_minimal_kv_cache_for_profiling")
-    assert has_v2 == hasattr(cudagraph_utils, "_teardown_profiling_state")
+    pinned = "v2_minimal_kv_cache_helpers" in PINNED[installed_release()]
+    assert hasattr(cudagraph_utils, "_init_minimal_kv_cache_for_profiling") is pinned
+    assert hasattr(cudagraph_utils, "_teardown_profiling_state") is pinned
 
 
 def test_adapter_patch_restores_instance_and_module_attributes():
@@ -122,14 +134,6 @@ def test_llm_accepts_every_engine_argument_kvaudit_passes():
 def test_engine_core_client_has_shutdown():
     from vllm.v1.engine.core_client import EngineCoreClient
     assert hasattr(EngineCoreClient, "shutdown")
-
-
-PINNED = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm-source" / "branches.json").read_text())
-
-
-def installed_release() -> str:
-    from kvaudit.engines.vllm import adapter
-    return ".".join(str(x) for x in adapter.release(vllm.__version__))
 
 
 def test_the_installed_vllm_passes_the_support_check_on_its_backend():
