@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from factories import DATA, real_json, write_json
+from factories import real_json, write_json
 from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, cpu_default_gmu
 from kvaudit.engines.probes import node_meminfo
 from kvaudit.engines.selftest.supervise import SelftestOptions, default_gmu

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from factories import DATA, real_json, write_json
+from factories import real_json, write_json
 from kvaudit.config import embedded_model_path
 from kvaudit.engines.vllm.boot import reason
 
