@@ -65,13 +65,19 @@ def test_a_fifo_is_written_in_place(tmp_path):
     assert json.loads(got[0])["schema"] == "kvaudit.report/1"
 
 
-def test_a_full_device_survives_and_the_error_is_one_line(tmp_path):
-    # a private node of /dev/full (char 1,7): the real one is not put at risk
-    full = tmp_path / "full"
+def private_device(folder, name: str, minor: int):
+    """A private node of a memory device (char 1,minor: 3 null, 7 full): the real one is not put
+    at risk."""
+    node = folder / name
     try:
-        os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, minor))
     except PermissionError:
         pytest.skip("mknod needs CAP_MKNOD")
+    return node
+
+
+def test_a_full_device_survives_and_the_error_is_one_line(tmp_path):
+    full = private_device(tmp_path, "full", 7)
     result = ingest_to(full)
     assert stat.S_ISCHR(os.lstat(full).st_mode)
     assert result.code == 2
@@ -80,11 +86,7 @@ def test_a_full_device_survives_and_the_error_is_one_line(tmp_path):
 
 
 def test_a_null_device_is_written_in_place(tmp_path):
-    null = tmp_path / "null"
-    try:
-        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
-    except PermissionError:
-        pytest.skip("mknod needs CAP_MKNOD")
+    null = private_device(tmp_path, "null", 3)
     assert ingest_to(null).code == 0
     assert stat.S_ISCHR(os.lstat(null).st_mode)
 
