@@ -24,7 +24,7 @@ from kvaudit.ledger import (
 )
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankReport, Report, Site, Source, Verdict, Verify, dumps, report_from_json,
+    RankReport, Report, Site, Source, Verdict, Verify, report_from_json,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
 
@@ -324,14 +324,6 @@ def report_from_text(text: str, where: str) -> Report:
                 pass  # neither: the JSON error says more about a file that starts like JSON
         return parse_report_text(text, where)
     return logs.report_from_log_text(text, where)
-
-
-def write_report(report: Report, path: Path) -> None:
-    """Write atomically: a run that dies while writing leaves the old file or none, never half."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(report), encoding="utf-8")
-    tmp.replace(path)
 
 
 def with_failure(report: Report, failure: Failure) -> Report:
