@@ -85,7 +85,10 @@ def minimal_kv_cache(worker: Any) -> Iterator[None]:
         try:
             build()
         except BaseException:
-            teardown()  # a half-built cache must not survive into sizing
+            try:
+                teardown()  # a half-built cache must not survive into sizing
+            except Exception:
+                pass  # the build's own error is the one to report
             raise
     try:
         yield
@@ -236,11 +239,13 @@ def temporary_graph_pool() -> Iterator[Any]:
     try:
         yield pool
     finally:
-        for cls in wrapper_classes:
-            cls.clear_all_graphs()
-        for w in wrappers:
-            w.graph_pool = saved_pools[id(w)]
-        platform_cls._global_graph_pool = saved_global
+        try:
+            for cls in wrapper_classes:
+                cls.clear_all_graphs()
+        finally:  # the pools go back even if clearing a graph fails
+            for w in wrappers:
+                w.graph_pool = saved_pools[id(w)]
+            platform_cls._global_graph_pool = saved_global
 
 
 def capture_all_graphs(worker: Any) -> None:
@@ -276,7 +281,7 @@ def capture_all_graphs(worker: Any) -> None:
 
 
 def gpu_worker_module() -> Any:
-    """gpu_worker imports kernel_warmup and warmup_kernels by name: patch them there."""
+    """gpu_worker imports kernel_warmup by name: patch it there."""
     from vllm.v1.worker import gpu_worker
     return gpu_worker
 

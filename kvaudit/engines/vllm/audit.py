@@ -66,10 +66,10 @@ class AuditMixin:
         self._kva_guard = WarmupGuard(agree=adapter.agree_any)
         self._kva_seq: RankSequencer | None = None
         self._kva_kv_structures = 0
-        self._kva_graphs: Any = None
-        """kvaudit's graph measurement (ledger.GraphMeasurement), or None without graphs."""
         """Bytes KV initialisation allocates besides the cache, measured under the minimal KV
         cache before sizing; kvaudit reserves them (they arrive with the real cache)."""
+        self._kva_graphs: Any = None
+        """kvaudit's graph measurement (ledger.GraphMeasurement), or None without graphs."""
         self._kva_journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": self.rank})
 
     def init_device(self) -> None:

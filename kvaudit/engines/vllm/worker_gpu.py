@@ -91,6 +91,7 @@ class AuditWorker(AuditMixin, Worker):
         pair = lambda r: (r.reserved_bytes, r.device_used_bytes)  # noqa: E731
         probe.settle()
         resident = pair(probe.read(pools=False))
+        pools_before = probe.pool_segments()
         with adapter.temporary_graph_pool() as pool:
             with adapter.minimal_kv_cache(self):
                 probe.settle()
@@ -103,8 +104,11 @@ class AuditWorker(AuditMixin, Worker):
                 pool_bytes = probe.pool_segments(pool)[0]
         probe.settle()
         after = pair(probe.read(pools=False))
+        # only the private pools this session left: one that existed before is in `resident` too
+        pools_after = probe.pool_segments()
+        retained = (max(pools_after[0] - pools_before[0], 0), max(pools_after[1] - pools_before[1], 0))
         return measure_graphs(resident=resident, start=start, end=end, peak_reserved=peak, pool=pool_bytes,
-                              after=after, retained=probe.pool_segments())
+                              after=after, retained=retained)
 
     def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:
         """vLLM's own determine_available_memory is the replay: its profile_run (on top of the
