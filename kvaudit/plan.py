@@ -521,11 +521,10 @@ def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None
         raise UsageError(f"--for-len must be a positive integer, got {for_len}")
     base = plan_report(measured, edits)
     cap = base.report.capacity
-    if cap.kv_available_bytes is None or cap.kv_bytes_per_block is None:
+    geometry = geometry_of(base.report)
+    if cap.kv_available_bytes is None or cap.kv_bytes_per_block is None or geometry is None:
         return dataclasses.replace(base, solution=Solution(knob, None, for_len, note="KV is unknown under these edits: "
                                                            + "; ".join(base.boots_needed)))
-    geometry = KvGeometry(block_size=cap.block_size, bytes_per_block=cap.kv_bytes_per_block,
-                          dcp=(cap.tokens_per_block or cap.block_size) // cap.block_size)
     if knob is Knob.MAX_MODEL_LEN:
         length = cap.max_feasible_model_len or 0
         if length <= 0:

@@ -296,8 +296,13 @@ def _json_error(exc: Exception) -> str:
     return type(exc).__name__
 
 
+def _first_char(text: str) -> str:
+    """The first character after a BOM and blank space: how a report is told from a log."""
+    return text.lstrip("\ufeff \t\r\n")[:1]
+
+
 def looks_like_json(text: str) -> bool:
-    return text.lstrip("\ufeff \t\r\n")[:1] in ("{", "[")
+    return _first_char(text) in ("{", "[")
 
 
 def load_report(path: Path | str) -> Report:
@@ -311,7 +316,7 @@ def report_from_text(text: str, where: str) -> Report:
     is read as a log. A text that starts with `[` is a log excerpt (`[gpu_worker.py:298] …`)
     unless it is JSON."""
     from kvaudit.engines import logs  # a log: parse it (no torch, no vllm)
-    first = text.lstrip("\ufeff \t\r\n")[:1]
+    first = _first_char(text)
     if first == "{":
         return parse_report_text(text, where)
     if first == "[":

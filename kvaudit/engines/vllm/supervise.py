@@ -124,10 +124,10 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     """Boot vLLM with the audit worker and return the report, complete or partial.
 
     SIGINT, SIGTERM and SIGHUP stop the boot and still return the partial report; pass the
-    caller's StopSignals to keep them deferred until the report is written."""
+    caller's StopSignals to keep them deferred until the report is written. The caller runs
+    `preflight(config)` first (the CLI does, before any output)."""
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
-    preflight(config)
     with StopSignals() if signals is None else contextlib.nullcontext(signals) as stop_signals:
         workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
         try:
