@@ -24,9 +24,10 @@ from kvaudit.ledger import (
 )
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankReport, Report, Site, Source, Verdict, Verify, report_from_json,
+    RankReport, Report, Site, Source, Verdict, Verify,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
+from kvaudit.validate import report_from_json
 
 MAX_INPUT_BYTES = 2 << 30
 """Refuse to read more than this from one file (a log of a few hundred MB is normal); a gzip file
