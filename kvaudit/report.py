@@ -16,12 +16,10 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Mapping, Sequence
 
 from kvaudit import __version__
+from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, over_committed, overcommit_bytes
 from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, ExitCode
-from kvaudit.ledger import (
-    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, check_balance, growth_after_sizing, over_committed,
-    overcommit_bytes, rank_ledger,
-)
+from kvaudit.ledger import check_balance, growth_after_sizing, rank_ledger
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
     RankReport, Report, Site, Source, Verdict, Verify,
