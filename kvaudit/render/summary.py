@@ -102,6 +102,18 @@ def notes_and_warnings(report: Report) -> tuple[list[str], list[str]]:
     return notes, warnings
 
 
+def failure_line(report: Report) -> str | None:
+    """What failed, where and on which rank, with the message as it came; None when nothing did."""
+    f = report.failure
+    if f is None:
+        return None
+    return (f"{f.kind.value} in {f.phase.value if f.phase else '?'} on rank {'?' if f.rank is None else f.rank}: "
+            f"{f.message}")
+
+
+ACCURACY_LABEL = "owner (planted vs measured, GiB)"
+
+
 def verdict_line(report: Report) -> str:
     return f"{report.verdict.value.upper()}: {report.verdict_reason}" if report.verdict_reason \
         else report.verdict.value.upper()

@@ -65,7 +65,7 @@ class TableReporter:
             con.print(note)
         con.print()
         if report.accuracy:
-            con.print(_table(frames.accuracy_frame(report), "owner", title="planted vs measured (GiB)"))
+            con.print(_table(frames.accuracy_frame(report), summary.ACCURACY_LABEL))
             con.print()
         for line in bars.report_bars(report, min(con.width, 100)):
             con.print(line)
@@ -83,10 +83,8 @@ class TableReporter:
             con.print(f"note: {line}")
         for line in warnings:
             con.print(f"warning: {line}", style="yellow")
-        if report.failure is not None:
-            f = report.failure
-            con.print(f"failure: {f.kind.value} in {f.phase.value if f.phase else '?'}"
-                      f" on rank {'?' if f.rank is None else f.rank}: {f.message}", style="red")
+        if (failure := summary.failure_line(report)) is not None:
+            con.print(f"failure: {failure}", style="red")
         con.print(summary.verdict_line(report), style=VERDICT_STYLE[report.verdict])
 
     def diff(self, diff: DiffReport, out: TextIO) -> None:

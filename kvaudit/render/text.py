@@ -45,7 +45,7 @@ class MarkdownReporter:
             out.write(f"\n\\{note}\n")  # a leading * would start a list
         out.write("\n")
         if report.accuracy:
-            out.write(markdown_table(frames.accuracy_frame(report), "owner (planted vs measured, GiB)"))
+            out.write(markdown_table(frames.accuracy_frame(report), summary.ACCURACY_LABEL))
             out.write("\n")
         for label, value in summary.capacity_lines(report):
             # what is meant for pasting goes in a code span, the prose stays prose
@@ -59,14 +59,17 @@ class MarkdownReporter:
             out.write(f"- note: {line}\n")
         for line in warnings:
             out.write(f"- warning: {line}\n")
+        if (failure := summary.failure_line(report)) is not None:
+            out.write(f"- failure: {failure}\n")
         out.write(f"\n**{summary.verdict_line(report)}**\n")
 
     def diff(self, diff: DiffReport, out: TextIO) -> None:
         out.write(f"**kvaudit diff {diff.a_name} → {diff.b_name}**\n\n")
         out.write(markdown_table(frames.diff_binding(diff), "owner, binding rank (GiB)"))
         out.write("\n")
-        out.write(markdown_table(frames.diff_ranks(diff), "Δ owner per rank (GiB)"))
-        out.write("\n")
+        if len(frames.diff_ranks(diff).columns) > 0:
+            out.write(markdown_table(frames.diff_ranks(diff), "Δ per rank (GiB)"))
+            out.write("\n")
         for line in summary.diff_summary(diff):
             out.write(f"- {line}\n")
         for line in summary.diff_site_lines(diff):

@@ -88,10 +88,28 @@ def test_the_table_names_the_binding_rank_and_the_verdict(real_reports):
     assert text.rstrip().splitlines()[-1] == "FAIL: verify failed: true peak above the requested budget"
 
 
-def test_the_table_shows_a_failure(real_reports):
-    text = render_report(real_reports["run3"], Format.TABLE)
-    assert "failure: refused in capture on rank 0:" in text
+@pytest.mark.parametrize("fmt", [Format.TABLE, Format.MARKDOWN], ids=str)
+def test_every_human_format_shows_the_failure(real_reports, fmt):
+    # a markdown report pasted into a PR says what failed, where, as the terminal does
+    text = render_report(real_reports["run3"], fmt)
+    assert "failure: refused in capture on rank 0: RuntimeError: Worker failed" in text
     assert "UNKNOWN: audit incomplete" in text
+
+
+def test_a_report_without_a_failure_has_no_failure_line(real_reports):
+    for fmt in (Format.TABLE, Format.MARKDOWN):
+        assert "failure:" not in render_report(real_reports["run1"], fmt)
+
+
+def test_a_diff_of_reports_without_rank_numbers_has_no_per_rank_table(real_reports):
+    # GIVEN two reports whose ranks carry no number (a partial log)  THEN neither format draws an
+    # empty per-rank table, only the binding rank's
+    a, b = (dataclasses.replace(real_reports[n], ranks=tuple(dataclasses.replace(r, rank=None)
+                                                             for r in real_reports[n].ranks)) for n in ("run1", "run2"))
+    diff = diff_reports(a, b, "a.json", "b.json")
+    for fmt in (Format.TABLE, Format.MARKDOWN):
+        text = render_diff(diff, fmt)
+        assert "owner, binding rank (GiB)" in text and "Δ per rank" not in text
 
 
 def test_bars_stay_within_their_width_for_real_ranks(real_reports):
@@ -121,6 +139,9 @@ def test_the_accuracy_table_of_a_selftest():
     assert "-152.00 KiB" in text and "-0.155%" in text
     md = render_report(rep, Format.MARKDOWN)
     assert "| weights | 0 | 0.188 | 0.188 | +12.00 KiB | +0.006% |" in md
+    # the same table under the same label in both formats
+    label = "owner (planted vs measured, GiB)"
+    assert md.count(label) == 1 and text.count(label) == 1
     assert rep.capacity.safe_serve_flags == ()   # no vLLM to pass flags to
 
 
