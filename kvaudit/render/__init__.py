@@ -74,13 +74,13 @@ def _reporter(fmt: Format, *, width: int | None, color: bool | None) -> Reporter
             from kvaudit.render.table import TableReporter
             return TableReporter(width=width, color=color)
         case Format.JSON:
-            from kvaudit.render.text import JsonReporter
+            from kvaudit.render.machine import JsonReporter
             return JsonReporter()
         case Format.CSV:
-            from kvaudit.render.text import CsvReporter
+            from kvaudit.render.machine import CsvReporter
             return CsvReporter()
         case Format.MARKDOWN:
-            from kvaudit.render.text import MarkdownReporter
+            from kvaudit.render.markdown import MarkdownReporter
             return MarkdownReporter()
         case _:
             assert_never(fmt)

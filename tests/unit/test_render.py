@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -18,7 +19,7 @@ from factories import (
 from kvaudit.diff import diff_reports
 from kvaudit.render import Format, reporter
 from kvaudit.render.bars import rank_bar
-from kvaudit.render.text import markdown_table
+from kvaudit.render.markdown import markdown_table
 from kvaudit.errors import BadInputError
 from kvaudit.report import load_report, parse_report_text
 from kvaudit.schema import AccuracyEntry, Owner, Source
@@ -66,6 +67,46 @@ def test_diff_matches_its_golden(real_reports, golden, a, b, fmt):
 
 def test_every_format_is_covered_by_the_goldens():
     assert set(SUFFIX) == set(Format)
+
+
+# ------------------------------------------------------------------------------------------
+# one sequence of sections (render/sections.py): the table and markdown cannot drift
+
+
+def _bare(text: str) -> str:
+    """Without whitespace (the table wraps and right-aligns) and backticks (markdown's code spans)."""
+    return "".join(text.split()).replace("`", "")
+
+
+def _markdown_prose(markdown: str) -> str:
+    """Markdown outside its tables, without markup, bare."""
+    return "".join(_bare(line.removeprefix("- ").removeprefix("\\").replace("**", ""))
+                   for line in markdown.splitlines() if not line.startswith("|"))
+
+
+def _table_prose(table: str) -> str:
+    """The table view outside its tables and bars (render/markdown.py says why markdown has none), bare."""
+    return "".join(_bare(line) for line in table.splitlines()
+                   if not set(line) & set("│┃━╇") and not re.match(r"rank \S+ \[", line)
+                   and not line.endswith("· past it"))
+
+
+def _wide_table(rep) -> str:
+    out = io.StringIO()
+    reporter(Format.TABLE, width=200, color=False).report(rep, out)   # wide: the bars' legend on one line
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", REAL_REPORTS)
+def test_the_table_and_markdown_say_the_same_in_the_same_order(real_reports, name):
+    table, markdown = _wide_table(real_reports[name]), render_report(real_reports[name], Format.MARKDOWN)
+    assert _table_prose(table) == _markdown_prose(markdown)
+
+
+@pytest.mark.parametrize("a, b", DIFFS)
+def test_the_table_and_markdown_say_the_same_of_a_diff(real_reports, a, b):
+    diff = real_diff(real_reports, a, b)
+    assert _table_prose(render_diff(diff, Format.TABLE)) == _markdown_prose(render_diff(diff, Format.MARKDOWN))
 
 
 # ------------------------------------------------------------------------------------------
