@@ -37,7 +37,8 @@ class KvGeometry:
         return max(available_bytes // self.bytes_per_block, 0)
 
     def needed_bytes(self, model_len: int) -> int:
-        """vLLM's max_memory_usage_bytes for one request: cdiv(cdiv(len, dcp), block_size) blocks."""
+        """vLLM's max_memory_usage_bytes for one request: cdiv(cdiv(len, dcp), block_size) blocks
+        (docs/vllm-startup.md §2.3)."""
         return -(-(-(-model_len // self.dcp)) // self.block_size) * self.bytes_per_block
 
     def max_len(self, available_bytes: int) -> int:

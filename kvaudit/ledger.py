@@ -26,7 +26,8 @@ Phases = Mapping[Phase, PhaseRecord]
 
 
 def requested_bytes(device_total_bytes: int, gpu_memory_utilization: float) -> int:
-    """vLLM's request_memory: ceil(total × utilization), total as mem_get_info reports it."""
+    """vLLM's request_memory: ceil(total × utilization), total as mem_get_info reports it
+    (docs/vllm-startup.md §1.2, §2.1)."""
     return math.ceil(device_total_bytes * gpu_memory_utilization)
 
 
