@@ -173,7 +173,7 @@ def kv_blocks_within(available_bytes: int, tensor_block_bytes: Sequence[int],
         return 0
 
     def fits(n: int) -> bool:
-        return sum(_round_up(n * p, granularity) for p in tensor_block_bytes) <= available_bytes
+        return sum(_round_up(n * block_bytes, granularity) for block_bytes in tensor_block_bytes) <= available_bytes
 
     lo = max((available_bytes - len(tensor_block_bytes) * granularity) // per_block, 0)
     hi = available_bytes // per_block
@@ -237,7 +237,8 @@ def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_
     its estimate, sampler buffers, deferred warmups). Only owners that grew are listed."""
     final = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                                kv_cache_bytes=kv_cache_bytes, requested=requested)
-    sizing_phases = {p: r for p, r in phases.items() if p not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
+    sizing_phases = {phase: record for phase, record in phases.items()
+                     if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
     sizing = owners_from_phases(sizing_phases, others_bytes=others_bytes,
                                 graph_pool_estimate_bytes=graph_pool_estimate_bytes, kv_cache_bytes=None,
                                 requested=requested)
@@ -299,9 +300,9 @@ def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: i
 def size_kv(phases: Phases, *, requested: int, others_bytes: int | None,
             graph_pool_estimate_bytes: int | None, capture_transient_bytes: int | None = None) -> int | None:
     """kvaudit's KV figure for one rank, from the phases up to `graphs`: requested − non-KV owners."""
+    before_kv = {phase: record for phase, record in phases.items() if phase not in (Phase.KV, Phase.CAPTURE)}
     owners = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                                kv_cache_bytes=None, requested=requested, last=last_measured_phase(
-                                    {p: r for p, r in phases.items() if p not in (Phase.KV, Phase.CAPTURE)}),
+                                kv_cache_bytes=None, requested=requested, last=last_measured_phase(before_kv),
                                 capture_transient_bytes=capture_transient_bytes)
     return minus(requested, plus(*(owners[o] for o in NON_KV_OWNERS)))
 
