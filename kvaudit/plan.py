@@ -5,7 +5,7 @@ obtained: `measured` (the edit does not change it), `scaled` (a rule and the mea
 used, with a stated error) or `unknown` (the edit needs a boot, and the plan names it). KV is
 then what the ledger gives: requested − what KV sizing charged the non-KV owners, in whole
 blocks of vLLM's own KV spec; capacity, the verdict and the safe flags come from
-`ledger.capacity` through `report.build_report`, as for a boot.
+`capacity.capacity` through `report.build_report`, as for a boot.
 
 The sizing charge is read from the report itself (requested − kv_available): it holds every
 reserve kvaudit took at sizing time (KV structures, the capture's residue, segment rounding),
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Sequence
 
+from kvaudit.capacity import KvGeometry, safe_serve_flags
 from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, UsageError
-from kvaudit.ledger import KvGeometry, requested_bytes, safe_serve_flags
+from kvaudit.ledger import requested_bytes
 from kvaudit.report import build_report
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,

@@ -16,17 +16,16 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Mapping, Sequence
 
 from kvaudit import __version__
+from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, over_committed, overcommit_bytes
 from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, ExitCode
-from kvaudit.ledger import (
-    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, check_balance, growth_after_sizing, over_committed,
-    overcommit_bytes, rank_ledger,
-)
+from kvaudit.ledger import check_balance, growth_after_sizing, rank_ledger
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankReport, Report, Site, Source, Verdict, Verify, report_from_json,
+    RankReport, Report, Site, Source, Verdict, Verify,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
+from kvaudit.validate import report_from_json
 
 MAX_INPUT_BYTES = 2 << 30
 """Refuse to read more than this from one file (a log of a few hundred MB is normal); a gzip file

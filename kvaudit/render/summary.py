@@ -1,4 +1,4 @@
-"""The words around the tables, shared by the table and markdown reporters."""
+"""The words around the tables: what each section of kvaudit/render/sections.py says."""
 
 from __future__ import annotations
 
@@ -73,10 +73,6 @@ def lever_parts(report: Report) -> list[tuple[str, str]]:
              + (f" ({lv.note})" if lv.note else "")) for lv in useful_levers(report)]
 
 
-def lever_lines(report: Report) -> list[str]:
-    return [f"{flag}: {rest}" for flag, rest in lever_parts(report)]
-
-
 def binding_note(report: Report) -> str | None:
     """What the `*` beside a rank means, when the owner table shows one."""
     if len(report.ranks) < 2 or report.capacity.binding_rank is None:
@@ -100,6 +96,15 @@ def notes_and_warnings(report: Report) -> tuple[list[str], list[str]]:
         else:
             warnings.append(line)
     return notes, warnings
+
+
+def failure_line(report: Report) -> str | None:
+    """What failed, where and on which rank, with the message as it came; None when nothing did."""
+    f = report.failure
+    if f is None:
+        return None
+    return (f"{f.kind.value} in {f.phase.value if f.phase else '?'} on rank {'?' if f.rank is None else f.rank}: "
+            f"{f.message}")
 
 
 def verdict_line(report: Report) -> str:
@@ -154,6 +159,9 @@ def _unknown_note(diff: DiffReport) -> str:
     return f" (of the owners both sides know; unknown on one side: {', '.join(o.value for o in half)})"
 
 
+NOT_COMPARABLE = "NOT comparable: "
+
+
 def diff_summary(diff: DiffReport) -> list[str]:
     ca, cb = diff.capacity["a"], diff.capacity["b"]
     lines = [
@@ -165,7 +173,7 @@ def diff_summary(diff: DiffReport) -> list[str]:
         f"verdict: {diff.verdict['a'].value} → {diff.verdict['b'].value}",
     ]
     if not diff.comparable:
-        lines.append("NOT comparable: " + "; ".join(f"{k.knob} {k.a!r} → {k.b!r}" for k in diff.knob_differences))
+        lines.append(NOT_COMPARABLE + "; ".join(f"{k.knob} {k.a!r} → {k.b!r}" for k in diff.knob_differences))
     if diff.environment_differences:
         lines.append("environment: " + "; ".join(f"{e.key} {e.a!r} → {e.b!r}" for e in diff.environment_differences))
     return lines

@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from kvaudit.capacity import KvGeometry
 from kvaudit.config import AuditConfig
-from kvaudit.ledger import KvGeometry
 from kvaudit.report import build_report, rank_report
 from kvaudit.schema import (
     Capacity, Engine, Environment, Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport, Report, Source,

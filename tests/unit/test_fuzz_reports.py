@@ -1,6 +1,6 @@
 """Fuzzing the report loader and `kvaudit show` with damaged real reports.
 
-Contract (docs/design.md, STYLE.md): any file is either a report (load_report returns one; `kvaudit
+Contract (docs/design.md, exit codes): any file is either a report (load_report returns one; `kvaudit
 show` exits 0 with nothing on stderr) or bad input (BadInputError; exit 2 with exactly one line
 on stderr). Never a traceback, never an internal error (exit 3).
 

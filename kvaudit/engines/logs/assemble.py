@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from kvaudit.config import AuditConfig
+from kvaudit.config import MODELLED_KEYS, AuditConfig
 from kvaudit.errors import BadInputError
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind, FailureFact, GraphEstimate
 from kvaudit.engines.logs.knobs import knobs_from_args, knobs_from_engine_line, non_default_args
@@ -235,11 +235,7 @@ def build_config(boot: Boot) -> AuditConfig:
     if "decode_context_parallel_size" not in merged:
         dcps = [t.dcp for t in workers if t.dcp is not None]
         merged["decode_context_parallel_size"] = (max(dcps) + 1 if dcps else 1) if workers or _uni(tags) else None
-    fields = {k: merged.get(k) for k in (
-        "model", "tensor_parallel_size", "decode_context_parallel_size", "speculative_method",
-        "num_speculative_tokens", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-        "max_num_batched_tokens", "cudagraph_capture_sizes", "enforce_eager", "kv_cache_dtype", "block_size",
-        "load_format")}
+    fields = {k: merged.get(k) for k in MODELLED_KEYS}
     for key in ("pipeline_parallel_size", "data_parallel_size", "prefill_context_parallel_size"):
         if key in merged and key not in extra and merged[key] != 1:
             extra[key] = merged[key]

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kvaudit.capacity import KvGeometry, verify_error
 from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines import records
 from kvaudit.engines.sequence import read_journal
@@ -19,7 +20,6 @@ from kvaudit.engines.supervision import (
     JournalTailer, ProgressFn, StopSignals, release_guard, start_guard, stop_session, watch,
 )
 from kvaudit.errors import AuditIncompleteError, UsageError
-from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
 from kvaudit.schema import (
     PHASE_ORDER, AccuracyEntry, Engine, Environment, Failure, FailureKind, Owner, Phase, RankReport, Report,

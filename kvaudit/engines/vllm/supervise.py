@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from kvaudit.capacity import KvGeometry, verify_error
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
@@ -27,7 +28,6 @@ from kvaudit.engines.supervision import (
     JournalTailer, StageTailer, StopSignals, release_guard, start_guard, stop_session, watch,
 )
 from kvaudit.errors import UsageError
-from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
 from kvaudit.sites import load_rules
 from kvaudit.units import fmt_bytes
