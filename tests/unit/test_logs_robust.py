@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from kvaudit.engines.logs import report_from_log_text, report_from_logs
 from kvaudit.engines.logs.scan import scan, scan_exhaustive
 from kvaudit.errors import BadInputError
-from kvaudit.report import load_report, parse_report_text, read_text
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import parse_report_text, read_text
 from kvaudit.schema import Report, dumps
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"

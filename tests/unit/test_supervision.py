@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from kvaudit.engines.supervision import (
-    JournalTailer, StopSignals, release_guard, session_members, start_guard, stop_session, watch,
-)
+from kvaudit.engines.journal import JournalTailer
+from kvaudit.engines.process import StopSignals, release_guard, session_members, start_guard, stop_session, watch
 from kvaudit.schema import FailureKind
 
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
