@@ -3,9 +3,7 @@ failure line for the run supervisor (the log of the boot it ran) and for the log
 logs, engines/logs/facts.py) alike, so a line means the same in both.
 
 Order matters: the first cause whose anchor (and pattern) a line holds is its cause, most
-specific first. Templates from vllm/v1/core/kv_cache_utils.py, vllm/v1/worker/utils.py,
-vllm/v1/worker/cpu_worker.py, vllm/v1/worker/gpu_model_runner.py and the attention backends
-(docs/vllm-startup.md §5.3–5.5).
+specific first. The templates, and the vLLM files that print them: docs/vllm-startup.md §5.3–5.5.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stopping engine processes (kvaudit.engines.supervision), with plain sleeping processes in
+"""Stopping engine processes (kvaudit.engines.process), with plain sleeping processes in
 place of vLLM: stop signals are deferred, a second one hurries the stop, and the guard takes a
 session down when kvaudit dies without cleaning up."""
 

@@ -224,7 +224,8 @@ def _autofit(msg: str) -> Iterable[Fact]:
 # printed twice (the profiling capture, then the real one).
 _CAPTURE = re.compile(rf"Graph capturing finished in ({NUM}) secs?, took ({SNUM}) GiB")
 # gpu_worker.py compile_or_warm_up_model, per worker, only when the estimate is > 0. The unmerged
-# #51590 wording "(actual: X GiB captured + Y GiB retained by profiling)" has the same shape.
+# wording "(actual: X GiB captured + Y GiB retained by profiling)" (docs/vllm-startup.md §5.6)
+# has the same shape.
 _POOL = re.compile(rf"CUDA graph pool memory: ({SNUM}) GiB \(actual[^)]{{0,200}}\), ({SNUM}) GiB \(estimated\)")
 # V1 gpu_model_runner.py profile_cudagraph_memory: "Estimated CUDA graph memory: %.2f GiB total".
 _ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB total")
@@ -298,10 +299,10 @@ def _advisory(msg: str) -> Iterable[Fact]:
 # --------------------------------------------------------------------------------------------
 # The "Actual usage" line and the startup budget (§5.3, §5.4)
 
-# gpu_worker.py compile_or_warm_up_model (0.32 / N, since #49208): consumed = weights + persistent
-# torch + non-torch; peak = transient headroom + the applied graph estimate; graph = capture_model's
-# return. U and older (DEBUG): weights, peak, non-torch, graph. NPU (vllm-ascend#8289): "Actual
-# usage: … for weights, …, … for NPU graph memory".
+# gpu_worker.py compile_or_warm_up_model (0.32 / N, docs/vllm-startup.md §2.1–2.2): consumed =
+# weights + persistent torch + non-torch; peak = transient headroom + the applied graph estimate;
+# graph = capture_model's return. U and older (DEBUG): weights, peak, non-torch, graph. NPU
+# (docs/vllm-startup.md §5.6): "Actual usage: … for weights, …, … for NPU graph memory".
 # Matched loosely: commas, "and", plurals and the graph's name changed between releases and forks.
 _GRAPH_MEMORY = r"(?:the )?(?:CUDA ?[Gg]raphs?|NPU graph|[Gg]raph) memory"
 _ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) ?GiB for consumed memory \(weights \+ non-torch\),? ({SNUM}) ?GiB "

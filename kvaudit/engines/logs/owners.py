@@ -61,7 +61,7 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
             and not estimates_disabled):
         # gpu_worker.py prints the advisory and "CUDA graph pool memory" exactly when the estimate
         # is > 0, both before "Actual usage": a rank that printed the latter and neither of the
-        # former estimated 0 (MRv2 before #53682, or no graphs at all).
+        # former estimated 0 (MRv2 before it estimated graphs, docs/vllm-startup.md §3.2, or no graphs).
         estimate, inferred_zero = 0, True
     actual = r.last(FactKind.GRAPH_ACTUAL)
     if actual is None:
