@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from kvaudit.config import AuditConfig
-from kvaudit.ledger import minus, requested_bytes
+from kvaudit.ledger import requested_bytes
 from kvaudit.schema import Capacity, Lever, Owner, RankReport
-from kvaudit.units import fmt_gib
+from kvaudit.units import fmt_gib, minus
 
 
 @dataclass(frozen=True)

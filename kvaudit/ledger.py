@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 
 from kvaudit.errors import BadInputError
 from kvaudit.schema import NON_KV_OWNERS, Owner, Phase, PhaseRecord, RankReport
+from kvaudit.units import minus, plus
 
 Phases = Mapping[Phase, PhaseRecord]
 
@@ -29,16 +30,6 @@ def requested_bytes(device_total_bytes: int, gpu_memory_utilization: float) -> i
     """vLLM's request_memory: ceil(total × utilization), total as mem_get_info reports it
     (docs/vllm-startup.md §1.2, §2.1)."""
     return math.ceil(device_total_bytes * gpu_memory_utilization)
-
-
-def minus(a: int | None, b: int | None) -> int | None:
-    """a − b; unknown (None) when either is."""
-    return None if a is None or b is None else a - b
-
-
-def plus(*values: int | None) -> int | None:
-    """The sum; unknown (None) when any term is."""
-    return None if any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
 
 
 def _reading(phases: Phases, phase: Phase, attr: str) -> int | None:

@@ -222,12 +222,12 @@ def test_a_command_line_kvaudit_cannot_parse_is_a_usage_error(cli, args, text):
 
 
 def test_an_internal_error_is_one_line_and_exit_3(cli, monkeypatch):
-    import kvaudit.report
+    import kvaudit.engines.inputs
 
     def broken(path):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(kvaudit.report, "load_report", broken)
+    monkeypatch.setattr(kvaudit.engines.inputs, "load_report", broken)
     monkeypatch.delenv("KVAUDIT_DEBUG", raising=False)
     result = cli("show", "whatever.json")
     assert result.code == 3

@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, Phase, assume, given, settings, strategies a
 from conftest import run_cli
 from factories import REAL_REPORTS, real_json
 from kvaudit.errors import BadInputError
-from kvaudit.report import load_report, looks_like_json
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import looks_like_json
 from kvaudit.schema import Report
 
 BASES = {name: real_json(name) for name in REAL_REPORTS}

@@ -21,7 +21,7 @@ from kvaudit.ledger import (
     check_balance, growth_after_sizing, kv_blocks_within, naive_kv_available, owners_from_phases, rank_ledger,
     requested_bytes, size_kv,
 )
-from kvaudit.report import load_report
+from kvaudit.engines.inputs import load_report
 from kvaudit.schema import NON_KV_OWNERS, Owner, Phase
 
 # The canonical boot's owners, from docs/design.md's formulas on the table in factories.py:

@@ -21,7 +21,8 @@ from kvaudit.render import Format, reporter
 from kvaudit.render.bars import rank_bar
 from kvaudit.render.markdown import markdown_table
 from kvaudit.errors import BadInputError
-from kvaudit.report import load_report, parse_report_text
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import parse_report_text
 from kvaudit.schema import AccuracyEntry, Owner, Source
 
 WIDTH = 100

@@ -20,7 +20,8 @@ import os
 import time
 from typing import Any
 
-from kvaudit.engines.sequence import Journal, PhaseHandle, RankSequencer, WarmupGuard
+from kvaudit.engines.journal import Journal
+from kvaudit.engines.sequence import PhaseHandle, RankSequencer, WarmupGuard
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.records import phase_records
 from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
