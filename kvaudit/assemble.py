@@ -18,10 +18,10 @@ from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, over_committed, overcommit_bytes, verify_error,
 )
-from kvaudit.ledger import growth_after_sizing, rank_ledger
+from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger
 from kvaudit.report import phase_map
 from kvaudit.schema import (
-    NON_KV_OWNERS, AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
+    AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
     RankReport, Report, Site, Source, SweepPoint, Verdict, Verify, VerifyRank,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
@@ -167,23 +167,6 @@ def rank_report(record: RankRecord) -> RankReport:
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
         kv_cache_spec_dtype=record.kv_cache_spec_dtype)
-
-
-def owners_from_readings(readings: Mapping[Owner, int | None], *, requested: int | None,
-                         graph_pool_estimate_bytes: int | None = None,
-                         graph_pool_actual_bytes: int | None = None) -> dict[Owner, int | None]:
-    """Every owner key, as stated; `graph_pool`, when not stated, the larger known of the pool
-    charged at sizing and the real capture's (docs/design.md); `kv_unallocated` = requested −
-    the others when all of them are known (torch_other is an extension: a source that does not
-    state it balances over the rest, as ledger.check_balance does). A null reading stays null."""
-    owners: dict[Owner, int | None] = {o: readings.get(o) for o in Owner}
-    if owners[Owner.GRAPH_POOL] is None:
-        known = [g for g in (graph_pool_estimate_bytes, graph_pool_actual_bytes) if g is not None]
-        owners[Owner.GRAPH_POOL] = max(known) if known else None
-    charged = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
-    charged.append(owners[Owner.KV_CACHE])
-    owners[Owner.KV_UNALLOCATED] = None if None in charged else minus(requested, sum(charged))  # type: ignore[arg-type]
-    return owners
 
 
 def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:

@@ -333,3 +333,20 @@ def check_balance(rank: RankReport) -> None:
     if total != rank.requested_bytes:
         raise BadInputError(f"rank {rank.rank}: owners sum to {total} bytes but requested is "
                             f"{rank.requested_bytes} ({total - rank.requested_bytes:+d}): the ledger does not balance")
+
+
+def owners_from_readings(readings: Mapping[Owner, int | None], *, requested: int | None,
+                         graph_pool_estimate_bytes: int | None = None,
+                         graph_pool_actual_bytes: int | None = None) -> dict[Owner, int | None]:
+    """Every owner key, as stated; `graph_pool`, when not stated, the larger known of the pool
+    charged at sizing and the real capture's (docs/design.md); `kv_unallocated` = requested −
+    the others when all of them are known (torch_other is an extension: a source that does not
+    state it balances over the rest, as ledger.check_balance does). A null reading stays null."""
+    owners: dict[Owner, int | None] = {o: readings.get(o) for o in Owner}
+    if owners[Owner.GRAPH_POOL] is None:
+        known = [g for g in (graph_pool_estimate_bytes, graph_pool_actual_bytes) if g is not None]
+        owners[Owner.GRAPH_POOL] = max(known) if known else None
+    charged = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
+    charged.append(owners[Owner.KV_CACHE])
+    owners[Owner.KV_UNALLOCATED] = None if None in charged else minus(requested, sum(charged))  # type: ignore[arg-type]
+    return owners
