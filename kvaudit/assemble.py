@@ -101,6 +101,9 @@ class BootRecord:
     """False when there is no vLLM to pass flags to (the selftest): no safe serve flags."""
     planted_sizes: bool = False
     """The source planted known sizes: the report carries `accuracy` (empty when none was)."""
+    verify_overrun_bytes: int | None = None
+    """How far a verify's true peak went above the budget, when the record's own `verify` does
+    not tell it (a plan carries its measured boot's); the safe flags keep that much back."""
 
 
 class BootSource(Protocol):
@@ -125,7 +128,8 @@ def assemble(record: BootRecord) -> Report:
                    known_max_model_len_fits=record.stated.max_model_len_fits,
                    known_kv_needed_bytes=record.stated.kv_needed_bytes,
                    graph_bytes_per_size=record.graph_bytes_per_size,
-                   verify_overrun_bytes=verify.overrun_bytes if verify is not None else 0)
+                   verify_overrun_bytes=(record.verify_overrun_bytes if record.verify_overrun_bytes is not None
+                                         else verify.overrun_bytes if verify is not None else 0))
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)
