@@ -296,7 +296,8 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
 def _growth_text(rank: RankReport) -> str:
     grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
                                 graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
-                                kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes)
+                                kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes,
+                                capture_transient_bytes=rank.graph_capture_transient_bytes)
     parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
     unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
     if unexplained > OVERCOMMIT_TOLERANCE_BYTES:

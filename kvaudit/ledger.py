@@ -222,17 +222,16 @@ def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) 
 
 
 def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
-                        kv_cache_bytes: int | None, requested: int | None) -> dict[Owner, int]:
+                        kv_cache_bytes: int | None, requested: int | None,
+                        capture_transient_bytes: int | None = None) -> dict[Owner, int]:
     """Per non-KV owner: what it held at the end of the boot minus what KV sizing charged it:
     the bytes that arrived after the budget was fixed (KV structures, the real capture above
     its estimate, sampler buffers, deferred warmups). Only owners that grew are listed."""
     final = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                               kv_cache_bytes=kv_cache_bytes, requested=requested)
-    sizing_phases = {phase: record for phase, record in phases.items()
-                     if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
-    sizing = owners_from_phases(sizing_phases, others_bytes=others_bytes,
-                                graph_pool_estimate_bytes=graph_pool_estimate_bytes, kv_cache_bytes=None,
-                                requested=requested)
+                               kv_cache_bytes=kv_cache_bytes, requested=requested,
+                               capture_transient_bytes=capture_transient_bytes)
+    sizing = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                              requested=requested, capture_transient_bytes=capture_transient_bytes)
     out = {}
     for owner in NON_KV_OWNERS:
         delta = minus(final[owner], sizing[owner])
@@ -288,13 +287,22 @@ def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: i
     return minus(requested, plus(weights, transient, non_torch, graph_pool_estimate_bytes or 0))
 
 
+def owners_at_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
+                     requested: int | None, capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
+    """The owners as KV sizing charged them: from the phases before KV (kv, capture and verify
+    come after the budget is fixed)."""
+    before_kv = {phase: record for phase, record in phases.items()
+                 if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
+    return owners_from_phases(before_kv, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                              kv_cache_bytes=None, requested=requested,
+                              capture_transient_bytes=capture_transient_bytes)
+
+
 def size_kv(phases: Phases, *, requested: int, others_bytes: int | None,
             graph_pool_estimate_bytes: int | None, capture_transient_bytes: int | None = None) -> int | None:
     """kvaudit's KV figure for one rank, from the phases up to `graphs`: requested − non-KV owners."""
-    before_kv = {phase: record for phase, record in phases.items() if phase not in (Phase.KV, Phase.CAPTURE)}
-    owners = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                                kv_cache_bytes=None, requested=requested, last=last_measured_phase(before_kv),
-                                capture_transient_bytes=capture_transient_bytes)
+    owners = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                              requested=requested, capture_transient_bytes=capture_transient_bytes)
     return minus(requested, plus(*(owners[o] for o in NON_KV_OWNERS)))
 
 
