@@ -279,7 +279,7 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
 
 def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: int | None,
                        graph_pool_estimate_bytes: int | None) -> int | None:
-    """What one profile pass before any warmup gives (the seed bug):
+    """What one profile pass before any warmup gives (upstream vLLM's order):
     requested − (weights + P(profile) − A(load) + non-torch at profile + graph estimate)."""
     weights = minus(_allocated(phases, Phase.LOAD), _allocated(phases, Phase.BASELINE))
     transient = minus(_reading(phases, Phase.PROFILE, "torch_peak_allocated_bytes"), _allocated(phases, Phase.LOAD))
