@@ -22,10 +22,11 @@ from enum import StrEnum
 from typing import Any, Sequence
 
 from kvaudit.assemble import BootRecord, StatedRank, assemble
-from kvaudit.config import AuditConfig, parse_capture_sizes
-from kvaudit.errors import BadInputError, UsageError
 from kvaudit.capacity import KvGeometry, gmu_ceiling
+from kvaudit.config import AuditConfig, parse_capture_sizes
+from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import requested_bytes
+from kvaudit.report import exit_code as report_exit
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
 )
@@ -599,8 +600,6 @@ def plan_dumps(plan: Plan) -> str:
 
 def exit_code(plan: Plan) -> int:
     """0 the plan fits; 1 nothing does (or a solve found no value); 3 the plan needs a boot."""
-    from kvaudit.errors import ExitCode
-    from kvaudit.report import exit_code as report_exit
     if plan.solution is not None:
         if plan.solution.value is None:
             unknown = plan.report.capacity.kv_available_bytes is None
