@@ -161,6 +161,45 @@ class SweepPoint:
 
 
 @dataclass(frozen=True)
+class RankNode:
+    """Where a rank ran (`kvaudit run`), as the rank itself saw it."""
+
+    node_rank: int | None = None
+    """vLLM's --node-rank where the boot had one (mp multi-node); otherwise nodes are numbered
+    by host and IP in the order of their lowest rank (the node of rank 0 is 0)."""
+    host: str | None = None
+    ip: str | None = None
+    """The IP vLLM uses for the rank's node (its get_ip: VLLM_HOST_IP when set)."""
+    local_rank: int | None = None
+    """vLLM's local rank on that node."""
+    device_index: int | None = None
+    """The local device: the CUDA device index; on the CPU backend the NUMA node."""
+    journal: str | None = None
+    """How the record reached the report: `rpc` (collective_rpc at the end of a boot that lived),
+    `file` (the journal on the supervisor's node) or `relay` (from another node through vLLM's
+    distributed store, kvaudit.engines.relay)."""
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One node of a run: its ranks and where it is tightest (`kvaudit run`)."""
+
+    node_rank: int
+    host: str | None
+    ip: str | None
+    ranks: tuple[int, ...]
+    others_bytes: int | None
+    """The most any of its ranks' devices held for other processes at baseline (on the CPU
+    backend every rank of a NUMA node sees the same figure)."""
+    physical_headroom_bytes: int | None
+    """Free at start − requested on its tightest rank; null when a rank does not say."""
+    binding_rank: int | None
+    """Its rank with the least KV memory."""
+    kv_available_bytes: int | None
+    """KV on that rank."""
+
+
+@dataclass(frozen=True)
 class RankReport:
     """Everything one rank measured, and the owners the ledger made of it."""
 
@@ -211,6 +250,9 @@ class RankReport:
     kv_cache_spec_dtype: str | None = field(default=None, metadata=OMIT_NONE)
     """Extension: the dtype of vLLM's KV cache spec in this boot (`torch.bfloat16`), which
     `--kv-cache-dtype auto` leaves implicit; absent when not recorded."""
+    node: RankNode | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run`): where this rank ran and how its record reached the report;
+    absent in reports from logs and older runs."""
 
     def owner(self, owner: Owner) -> int | None:
         return self.owners.get(owner)
@@ -339,6 +381,9 @@ class Report:
     warnings: tuple[str, ...] = ()
     kvaudit_version: str | None = None
     schema: str = REPORT_SCHEMA
+    nodes: tuple[NodeSummary, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run`): per node, its ranks, others, physical headroom and binding
+    rank; absent where the ranks do not say where they ran."""
 
     def binding(self) -> RankReport | None:
         return next((r for r in self.ranks if r.rank == self.capacity.binding_rank), None)
@@ -558,7 +603,37 @@ def _rank(o: _Obj) -> RankReport:
         vllm_kv_available_bytes=o.int("vllm_kv_available_bytes", required=False),
         vllm_graph_estimate_bytes=o.int("vllm_graph_estimate_bytes", required=False),
         graph_capture_transient_bytes=o.int("graph_capture_transient_bytes", required=False),
-        sites=_sites(o), sweep=_sweep(o), kv_cache_spec_dtype=o.str("kv_cache_spec_dtype", required=False))
+        sites=_sites(o), sweep=_sweep(o), kv_cache_spec_dtype=o.str("kv_cache_spec_dtype", required=False),
+        node=_rank_node(o.obj("node", required=False, nullable=True)))
+
+
+def _rank_node(o: _Obj | None) -> RankNode | None:
+    if o is None:
+        return None
+    journal = o.str("journal", required=False)
+    if journal not in (None, "rpc", "file", "relay"):
+        raise BadInputError(f"{o.where}.journal: expected rpc, file, relay or null, got {_short(journal)}")
+    return RankNode(node_rank=o.int("node_rank", required=False), host=o.str("host", required=False),
+                    ip=o.str("ip", required=False), local_rank=o.int("local_rank", required=False),
+                    device_index=o.int("device_index", required=False), journal=journal)
+
+
+def _nodes(o: _Obj) -> tuple[NodeSummary, ...] | None:
+    if o.list("nodes", required=False) is None:
+        return None
+    out = []
+    for n in o.objs("nodes"):
+        node_rank = n.int("node_rank")
+        if node_rank is None:
+            raise BadInputError(f"{n.where}.node_rank: must not be null")
+        ranks = n.list("ranks") or []
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            raise BadInputError(f"{n.where}.ranks: expected a list of integers")
+        out.append(NodeSummary(node_rank=node_rank, host=n.str("host"), ip=n.str("ip"), ranks=tuple(ranks),
+                               others_bytes=n.int("others_bytes"),
+                               physical_headroom_bytes=n.int("physical_headroom_bytes"),
+                               binding_rank=n.int("binding_rank"), kv_available_bytes=n.int("kv_available_bytes")))
+    return tuple(out)
 
 
 def _sweep(o: _Obj) -> tuple[SweepPoint, ...] | None:
@@ -667,7 +742,7 @@ def report_from_json(data: Any, where: str = "report") -> Report:
             phase=failure.enum("phase", Phase, nullable=True), rank=failure.int("rank"),
             kind=failure.enum("kind", FailureKind), message=failure.str("message") or ""),
         verdict_reason=o.str("verdict_reason", required=False) or "",
-        warnings=o.strs("warnings"), kvaudit_version=o.str("kvaudit_version", required=False))
+        warnings=o.strs("warnings"), kvaudit_version=o.str("kvaudit_version", required=False), nodes=_nodes(o))
 
 
 def diff_from_json(data: Any, where: str = "diff") -> DiffReport:

@@ -250,11 +250,13 @@ def stop_session(proc: subprocess.Popen, grace_s: float = GRACE_S, signals: Stop
     return session_members(sid)
 
 
-def watch(proc: subprocess.Popen, tailer: JournalTailer, on_progress: ProgressFn, timeout_s: float,
+def watch(proc: subprocess.Popen, tailer: Any, on_progress: ProgressFn, timeout_s: float,
           started: float, signals: StopSignals | None = None,
-          stages: StageTailer | None = None) -> FailureKind | None:
+          stages: StageTailer | None = None,
+          should_stop: Callable[[], FailureKind | None] | None = None) -> FailureKind | None:
     """Wait for the process, reporting journal lines (and stages, as rank -1 "stage" events);
-    TIMEOUT or INTERRUPTED if it had to stop."""
+    TIMEOUT or INTERRUPTED if it had to stop, or what `should_stop` returned (a rank on another
+    node died)."""
     try:
         while proc.poll() is None:
             if signals is not None and signals.requested:
@@ -263,6 +265,8 @@ def watch(proc: subprocess.Popen, tailer: JournalTailer, on_progress: ProgressFn
                 on_progress(-1, {"type": "stage", "stage": stage})
             for rank, event in tailer.poll():
                 on_progress(rank, event)
+            if should_stop is not None and (kind := should_stop()) is not None:
+                return kind
             if time.monotonic() - started > timeout_s:
                 return FailureKind.TIMEOUT
             time.sleep(0.25)

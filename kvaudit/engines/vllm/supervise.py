@@ -21,11 +21,14 @@ from typing import Any, Callable
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
-from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
+from kvaudit.engines.sequence import JOURNAL_ENV
 from kvaudit.engines.trace import trace_env
+from kvaudit.engines.relay import RankTailer, rank_journals
 from kvaudit.engines.supervision import (
-    JournalTailer, StageTailer, StopSignals, release_guard, start_guard, stop_session, watch,
+    StageTailer, StopSignals, release_guard, start_guard, stop_session, watch,
 )
+from kvaudit.engines.vllm import nodes
+from kvaudit.engines.vllm.multinode import local_world_size
 from kvaudit.errors import UsageError
 from kvaudit.ledger import KvGeometry, verify_error
 from kvaudit.report import build_report, rank_report
@@ -72,8 +75,11 @@ def preflight(config: AuditConfig) -> None:
                          f"(or a Hugging Face model id)")
     tp = config.tensor_parallel_size or 1
     devices = _device_count()
-    if devices is not None and tp > devices[0]:
-        raise UsageError(f"tensor_parallel_size {tp} needs {tp} {devices[1]}; this machine has {devices[0]}: lower --tp")
+    multi = config.extra_args.get("nnodes") not in (None, 1)
+    local = local_world_size(config) if multi else tp  # more than one node: this node's share
+    if devices is not None and local > devices[0] and config.extra_args.get("distributed_executor_backend") != "ray":
+        raise UsageError(f"tensor_parallel_size {tp} needs {local} {devices[1]}" + (" on each node" if multi else "")
+                         + f"; this machine has {devices[0]}: lower --tp")
     hf = _model_config(model)
     heads = hf.get("num_attention_heads")
     if isinstance(heads, int) and not isinstance(heads, bool) and heads % tp:
@@ -150,7 +156,7 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     if options.sweep:
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
-    tailer = JournalTailer(journal_dir)
+    tailer = RankTailer(journal_dir)  # this node's journals and the relayed ones of other nodes
     started = time.monotonic()
     stop: FailureKind | None = None
     with open(log_path, "wb") as log:
@@ -160,7 +166,8 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
         guard = start_guard(proc.pid)
         try:
             stop = watch(proc, tailer, on_progress, options.timeout_s, started, signals,
-                         StageTailer(log_path, journal_dir / "boot.jsonl"))
+                         StageTailer(log_path, journal_dir / "boot.jsonl"),
+                         should_stop=lambda: FailureKind.WORKER_DIED if tailer.stopped else None)
         finally:
             if stop is not None:  # a boot that ended by itself shut vLLM down already
                 on_progress(-1, {"type": "stage", "stage": f"stopping vLLM ({signals.name or stop.value})"})
@@ -187,19 +194,22 @@ def _remove(folder: Path) -> None:
 # Assembly: result.json + journals + vLLM's log → Report
 
 
-def rank_events(result: dict[str, Any], journal_dir: Path) -> dict[int, list[dict[str, Any]]]:
-    """Per rank: the collective_rpc record when the boot lived to return it, else the journal."""
+def rank_events(result: dict[str, Any], journal_dir: Path,
+                sources: dict[int, str] | None = None) -> dict[int, list[dict[str, Any]]]:
+    """Per rank: the collective_rpc record when the boot lived to return it, else the journal
+    (this node's file, or the copy relayed from another node). `sources` gets where each came
+    from: `rpc`, `file` or `relay`."""
     out: dict[int, list[dict[str, Any]]] = {}
-    for path in journal_dir.glob("rank*.jsonl"):
-        try:
-            out[int(path.stem[4:])] = read_journal(path)
-        except ValueError:
-            continue
+    where: dict[int, str] = {}
+    for rank, (events, source) in rank_journals(journal_dir).items():
+        out[rank], where[rank] = events, source
     for events in result.get("records") or []:
         if isinstance(events, list):
             ranks = [e.get("rank") for e in events if isinstance(e, dict) and e.get("type") == "rank"]
             if ranks and isinstance(ranks[0], int):
-                out[ranks[0]] = [e for e in events if isinstance(e, dict)]
+                out[ranks[0]], where[ranks[0]] = [e for e in events if isinstance(e, dict)], "rpc"
+    if sources is not None:
+        sources.update(where)
     return dict(sorted(out.items()))
 
 
@@ -271,14 +281,16 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
              survivors: list[int], traced: bool = False, stop_signal: str | None = None) -> Report:
     if isinstance(result.get("config"), dict):
         config = config_from_json(result["config"])
-    folded = [records.fold(rank, events) for rank, events in rank_events(result, journal_dir).items()]
+    sources: dict[int, str] = {}
+    events_by_rank = rank_events(result, journal_dir, sources)
+    folded = [records.fold(rank, events) for rank, events in events_by_rank.items()]
     gmu = config.gpu_memory_utilization
-    ranks = [_rank_report(f, gmu) for f in folded]
+    ranks = nodes.with_nodes([_rank_report(f, gmu) for f in folded], folded, sources)
     error = result.get("error") if isinstance(result.get("error"), dict) else None
     if error and error.get("type") == "UsageError":
         raise UsageError(error.get("message", "bad configuration"))
-    failure = find_failure(folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s,
-                           stop_signal=stop_signal)
+    failure = nodes.rank_gone(folded, events_by_rank) or find_failure(
+        folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s, stop_signal=stop_signal)
     facts = folded[0].facts if folded else {}
     versions = result.get("versions") or {}
     warnings = [n for n in result.get("notes") or [] if isinstance(n, str)]
@@ -297,7 +309,7 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
     if traced and folded and all(f.sites is None for f in folded):
         warnings.append("--trace recorded no sites: it reads PyTorch's CUDA allocator history, which the "
                         f"{facts.get('backend') or 'this'} backend does not have")
-    return build_report(
+    return nodes.summarise(build_report(
         source=Source.RUN, config=config, ranks=ranks,
         engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
                       attention_backend=next((x.facts.get("attention_backend") for x in folded
@@ -306,7 +318,7 @@ def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log
                                 cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
                                 vllm=versions.get("vllm"), env=result.get("env") or {}),
         geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
-        warnings=warnings, known_max_feasible_model_len=estimated_max_model_len(log_text) if failure else None)
+        warnings=warnings, known_max_feasible_model_len=estimated_max_model_len(log_text) if failure else None))
 
 
 # ------------------------------------------------------------------------------------------------
