@@ -83,14 +83,19 @@ def rank_journals(journal_dir: Path) -> dict[int, tuple[list[dict[str, Any]], st
     """Per rank: its journal events and where they came from (`file` or `relay`): the longer of
     the two copies (the same sequence; the relay's may end with a died/lost marker)."""
     out: dict[int, tuple[list[dict[str, Any]], str]] = {}
+    markers: dict[int, dict[str, Any]] = {}
     for source, folder in (("file", journal_dir), ("relay", journal_dir / RELAY_DIR)):
         for path in sorted(folder.glob("rank*.jsonl")):
             rank = _rank_of(path)
             if rank is None:
                 continue
-            events = read_journal(path)
+            events = [e for e in read_journal(path) if e.get("type") not in STOP_EVENTS]
+            if (marker := stop_marker(read_journal(path))) is not None:
+                markers.setdefault(rank, marker)
             if rank not in out or len(events) > len(out[rank][0]):
                 out[rank] = (events, source)
+    for rank, marker in markers.items():  # not part of the rank's own sequence: kept whichever copy won
+        out[rank][0].append(marker)
     return out
 
 
@@ -129,12 +134,15 @@ class RankTailer:
                     event = decode(line)
                     if event is None:
                         continue
+                    if event.get("type") in STOP_EVENTS:  # a marker from outside the rank: once, at any index
+                        if rank not in self.stopped:
+                            self.stopped[rank] = event
+                            out.append((rank, event))
+                        continue
                     index = self.seen.get(path, 0)
                     self.seen[path] = index + 1
                     if index < self.delivered.get(rank, 0):
                         continue  # the other copy delivered it already
                     self.delivered[rank] = index + 1
-                    if event.get("type") in STOP_EVENTS:
-                        self.stopped.setdefault(rank, event)
                     out.append((rank, event))
         return out

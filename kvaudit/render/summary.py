@@ -35,7 +35,7 @@ def headline(report: Report) -> str:
 def capacity_lines(report: Report) -> list[tuple[str, str]]:
     cap = report.capacity
     lines = [
-        ("KV available", f"{fmt_gib(cap.kv_available_bytes)} on rank {cap.binding_rank}"
+        ("KV available", f"{fmt_gib(cap.kv_available_bytes)} on rank {cap.binding_rank}" + _binding_node(report)
          + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
         ("naive single-profile KV", fmt_gib(cap.naive_kv_available_bytes)
          + (f" (over-allocates {fmt_gib(cap.over_allocation_bytes)})" if cap.over_allocation_bytes else "")),
@@ -78,11 +78,37 @@ def lever_lines(report: Report) -> list[str]:
 
 
 def binding_note(report: Report) -> str | None:
-    """What the `*` beside a rank means, when the owner table shows one."""
+    """What the `*` beside a rank means, when the owner table shows one; with more than one
+    node, a line per node after it."""
     if len(report.ranks) < 2 or report.capacity.binding_rank is None:
         return None
-    return (f"* the binding rank ({report.capacity.binding_rank}): it has the least KV, and every rank "
-            f"allocates its block count")
+    return "\n".join([f"* the binding rank ({report.capacity.binding_rank}{_binding_node(report, ', ')}): it has "
+                       f"the least KV, and every rank allocates its block count", *node_lines(report)])
+
+
+def _binding_node(report: Report, sep: str = " ") -> str:
+    """` (node 1)` after the binding rank, when the run spans more than one node."""
+    if not report.nodes or len(report.nodes) < 2:
+        return ""
+    node = next((n for n in report.nodes if report.capacity.binding_rank in n.ranks), None)
+    if node is None:
+        return ""
+    return f", on node {node.node_rank}" if sep == ", " else f" (node {node.node_rank})"
+
+
+def node_lines(report: Report) -> list[str]:
+    """Per node (more than one): where it runs, its ranks, its own binding rank, others and headroom."""
+    if not report.nodes or len(report.nodes) < 2:
+        return []
+    lines = []
+    for n in report.nodes:
+        where = ", ".join(x for x in (n.host, n.ip) if x)
+        binds = " ← binds" if report.capacity.binding_rank in n.ranks else ""
+        lines.append(f"node {n.node_rank}{f' ({where})' if where else ''}: ranks {', '.join(map(str, n.ranks))}; "
+                     f"least KV on rank {'—' if n.binding_rank is None else n.binding_rank} "
+                     f"({fmt_gib(n.kv_available_bytes)}); others {fmt_gib(n.others_bytes)}; physical headroom "
+                     f"{fmt_gib(n.physical_headroom_bytes)}{binds}")
+    return lines
 
 
 NOTE_PREFIX = "note: "
