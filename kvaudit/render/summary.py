@@ -81,7 +81,7 @@ def binding_note(report: Report) -> str | None:
     """What the `*` beside a rank means, when the owner table shows one; with more than one
     node, a line per node after it."""
     if len(report.ranks) < 2 or report.capacity.binding_rank is None:
-        return None
+        return "\n".join(node_lines(report)) or None  # a partial report still says where each rank ran
     return "\n".join([f"* the binding rank ({report.capacity.binding_rank}{_binding_node(report, ', ')}): it has "
                        f"the least KV, and every rank allocates its block count", *node_lines(report)])
 
@@ -103,7 +103,8 @@ def node_lines(report: Report) -> list[str]:
     lines = []
     for n in report.nodes:
         where = ", ".join(x for x in (n.host, n.ip) if x)
-        binds = " ← binds" if report.capacity.binding_rank in n.ranks else ""
+        binds = " ← binds" if report.capacity.binding_rank is not None and report.capacity.binding_rank in n.ranks \
+            else ""
         lines.append(f"node {n.node_rank}{f' ({where})' if where else ''}: ranks {', '.join(map(str, n.ranks))}; "
                      f"least KV on rank {'—' if n.binding_rank is None else n.binding_rank} "
                      f"({fmt_gib(n.kv_available_bytes)}); others {fmt_gib(n.others_bytes)}; physical headroom "

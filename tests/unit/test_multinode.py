@@ -166,3 +166,16 @@ def test_the_relay_over_a_real_tcp_store(tmp_path, monkeypatch):
     assert [e["type"] for e in rank_journals(folder)[1][0]] == ["start", "phase", "released"]
     lost = rank_journals(folder)[2][0]
     assert [e["type"] for e in lost] == ["lost"] and lost[0]["silent_s"] >= 1
+
+
+def test_a_partial_report_still_says_where_each_rank_ran(tmp_path):
+    died = {"t": 2e9, "type": "died", "rank": 1, "signal": "SIGKILL", "exit_code": None}
+    folder = two_node_folder(tmp_path, rank1(rank_journal(1, died_in=Phase.PROFILE)) + [died])
+    write_journal(folder, 0, rank_journal(0, died_in=Phase.PROFILE)[:1] + [where(0, 0, "10.0.0.1")]
+                  + rank_journal(0, died_in=Phase.PROFILE)[1:])
+    rep = assemble(config(tensor_parallel_size=2), {}, folder, "", stop=FailureKind.WORKER_DIED, exit_code=-15,
+                   elapsed_s=1.0, timeout_s=600.0, survivors=[])
+    assert rep.capacity.binding_rank is None
+    assert binding_note(rep).splitlines() == [
+        f"node {n}{ip}: ranks {n}; least KV on rank — (—); others {o}; physical headroom {h}"
+        for n, ip, o, h in ((0, " (box, 10.0.0.1)", "1.00 GiB", "8.00 GiB"), (1, " (box, 10.0.0.2)", "1.00 GiB", "8.00 GiB"))]

@@ -62,6 +62,55 @@ def processes_under(tmpdir: Path) -> list[tuple[int, str]]:
     return found
 
 
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(ppid, start time, state) of a live process, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return int(fields[1]), int(fields[19]), fields[0]
+
+
+class Tree:
+    """Every process ever seen below a root (by parent pid, sampled twice a second), with its
+    start time: the check that nothing is left does not rely on /proc/PID/environ, which a
+    process that rewrites its title (VLLM::Worker_TP1) may have overwritten."""
+
+    def __init__(self, roots: list[int]):
+        self.roots = roots
+        self.seen: dict[int, int] = {}
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.sample()
+
+    def sample(self) -> None:
+        parents = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+                parents[int(entry.name)] = st
+        for root in self.roots:
+            if root in parents:
+                self.seen.setdefault(root, parents[root][1])
+        grown = True
+        while grown:
+            grown = False
+            for pid, (ppid, start, _) in parents.items():
+                if ppid in self.seen and pid not in self.seen:
+                    self.seen[pid] = start
+                    grown = True
+
+    def alive(self) -> list[int]:
+        return [pid for pid, start in self.seen.items()
+                if (st := _stat(pid)) is not None and st[1] == start and st[2] != "Z"]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 class Node:
     """One `kvaudit run` of the two-node boot, its stderr read line by line as it comes."""
 
@@ -104,15 +153,16 @@ class Node:
             self.proc.kill()
 
 
-def boot_two_nodes(tmp_path: Path, on_line=None) -> tuple[Node, Node, float]:
+def boot_two_nodes(tmp_path: Path, on_line=None) -> tuple[Node, Node, float, Tree]:
     port = free_port()
     started = time.monotonic()
     follower = Node(tmp_path, 1, port)
     head = Node(tmp_path, 0, port)
+    tree = Tree([head.proc.pid, follower.proc.pid])
     deadline = started + BOOT_LIMIT_S
     try:
         if on_line is not None:
-            while head.proc.poll() is None and not on_line(head, follower):
+            while head.proc.poll() is None and not on_line(head, follower, tree):
                 assert time.monotonic() < deadline, "\n".join(head.lines[-20:])
                 time.sleep(0.2)
         head.wait(deadline)
@@ -120,13 +170,17 @@ def boot_two_nodes(tmp_path: Path, on_line=None) -> tuple[Node, Node, float]:
     finally:
         head.kill()
         follower.kill()
-    return head, follower, time.monotonic() - started
+    return head, follower, time.monotonic() - started, tree
 
 
-def assert_nothing_left(head: Node, follower: Node) -> float:
+def assert_nothing_left(head: Node, follower: Node, tree: Tree) -> float:
     since = time.monotonic()
-    while (processes_under(head.tmpdir) or processes_under(follower.tmpdir)) and time.monotonic() - since < 30:
+    tree.stop()
+    while (tree.alive() or processes_under(head.tmpdir) or processes_under(follower.tmpdir)) \
+            and time.monotonic() - since < 30:
         time.sleep(0.2)
+    assert len(tree.seen) >= 8, tree.seen  # both kvaudits, boot processes, guards, engine core, workers
+    assert tree.alive() == []
     assert processes_under(head.tmpdir) == [], processes_under(head.tmpdir)
     assert processes_under(follower.tmpdir) == [], processes_under(follower.tmpdir)
     return time.monotonic() - since
@@ -138,7 +192,7 @@ def progress_of(head: Node, rank: int, phase: str) -> list[str]:
 
 @opt_in
 def test_two_nodes_one_rank_each_give_a_complete_report_with_node_identity(tmp_path):
-    head, follower, wall = boot_two_nodes(tmp_path)
+    head, follower, wall, tree = boot_two_nodes(tmp_path)
     print(f"\ntwo-node TP2 boot: {wall:.1f} s")
     assert head.proc.returncode == 0, "\n".join(head.lines[-30:])
     assert follower.proc.returncode == 0, "\n".join(follower.lines[-30:])
@@ -158,12 +212,23 @@ def test_two_nodes_one_rank_each_give_a_complete_report_with_node_identity(tmp_p
     # rank 1's live progress on node 0 can only have come through the relay: node 0 never saw
     # node 1's folder
     assert progress_of(head, 1, "load") and progress_of(head, 1, "capture")
-    print(f"nothing left after {assert_nothing_left(head, follower):.1f} s")
+    print(f"nothing left after {assert_nothing_left(head, follower, tree):.1f} s")
 
 
-def worker_pid(node: Node, tp_rank: int) -> int | None:
-    for pid, cmd in processes_under(node.tmpdir):
-        if cmd.startswith(f"VLLM::Worker_TP{tp_rank}"):
+def worker_pid(tree: Tree, root: int, tp_rank: int) -> int | None:
+    """The vLLM worker below root (a kvaudit process) by its title."""
+    tree.sample()
+    below = {root}
+    for pid in tree.seen:  # seen is in discovery order: parents before children
+        st = _stat(pid)
+        if st is not None and st[0] in below:
+            below.add(pid)
+    for pid in below:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmd.startswith(f"VLLM::Worker_TP{tp_rank}".encode()):
             return pid
     return None
 
@@ -172,16 +237,16 @@ def worker_pid(node: Node, tp_rank: int) -> int | None:
 def test_killing_the_remote_rank_mid_boot_gives_a_partial_report_that_names_it(tmp_path):
     killed: dict[str, object] = {}
 
-    def kill_rank1_after_its_load(head: Node, follower: Node) -> bool:
+    def kill_rank1_after_its_load(head: Node, follower: Node, tree: Tree) -> bool:
         if not progress_of(head, 1, "load"):  # live, through the relay
             return False
-        pid = worker_pid(follower, 1)
-        assert pid is not None, processes_under(follower.tmpdir)
+        pid = worker_pid(tree, follower.proc.pid, 1)
+        assert pid is not None, tree.seen
         os.kill(pid, signal.SIGKILL)
         killed.update(pid=pid, at=time.monotonic())
         return True
 
-    head, follower, wall = boot_two_nodes(tmp_path, kill_rank1_after_its_load)
+    head, follower, wall, tree = boot_two_nodes(tmp_path, kill_rank1_after_its_load)
     print(f"\ntwo-node TP2 boot, rank 1 killed: {wall:.1f} s; kvaudit on node 0 ended "
           f"{time.monotonic() - killed['at']:.1f} s after the kill")
     assert head.proc.returncode == 3, "\n".join(head.lines[-30:])
@@ -198,7 +263,7 @@ def test_killing_the_remote_rank_mid_boot_gives_a_partial_report_that_names_it(t
     assert follower.proc.returncode == 3
     assert "rank 1 died" in follower.lines[-1], follower.lines[-5:]
     print(failure["message"])
-    print(f"nothing left after {assert_nothing_left(head, follower):.1f} s")
+    print(f"nothing left after {assert_nothing_left(head, follower, tree):.1f} s")
 
 
 def test_ray_executor_on_the_cpu_backend_is_refused_in_one_line(tmp_path):
