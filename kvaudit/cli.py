@@ -60,7 +60,7 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def show(report: Annotated[Path, typer.Argument(help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Render one report (or a vLLM startup log) as a table, JSON, CSV or markdown."""
-    from kvaudit.report import load_report
+    from kvaudit.engines.inputs import load_report
     reporter(fmt, width=width).report(load_report(report), sys.stdout)
 
 
@@ -74,7 +74,7 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
          ) -> None:
     """Per-owner deltas per rank, the dominant owner, knob and environment differences, KV change."""
     from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit, side_labels
-    from kvaudit.report import load_report
+    from kvaudit.engines.inputs import load_report
     limit = kv_drop_limit(fail_on_kv_drop) if fail_on_kv_drop is not None else None
     _stdin_once([a, b])
     a_name, b_name = side_labels(str(a), str(b))
@@ -147,8 +147,8 @@ def run(ctx: typer.Context,
     Further vLLM engine arguments go after `--`: kvaudit run --tp 2 -- --enable-expert-parallel
     """
     from kvaudit.config import build_run_config
-    from kvaudit.engines.supervision import StopSignals
-    from kvaudit.engines.vllm import RunOptions, preflight, run_audit
+    from kvaudit.engines.process import StopSignals
+    from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
@@ -159,7 +159,6 @@ def run(ctx: typer.Context,
     preflight(config)  # what can be refused without booting is refused now, before any output
     options = RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace, owners=tuple(owners or ()),
                          sweep=sweep)
-    from kvaudit.engines.vllm.multinode import node_rank, run_follower
     if node_rank(config) > 0:  # -- --nnodes N --node-rank K: serve this node's ranks; node 0 reports
         with StopSignals() as signals:
             with Progress.for_run(config, log) as progress:
@@ -292,7 +291,7 @@ def plan(report: Annotated[Path, typer.Argument(help="A measured kvaudit report 
     measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
     from kvaudit.plan import edits_from_flags, exit_code, plan_or_solve
     from kvaudit.render.plan import render_plan
-    from kvaudit.report import load_report
+    from kvaudit.engines.inputs import load_report
     edits = edits_from_flags(gmu=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -51,8 +52,7 @@ class AuditConfig:
 
     def validated(self) -> AuditConfig:
         """Refuse values vLLM would reject late or that would bypass the audit, one line each."""
-        for name in ("tensor_parallel_size", "decode_context_parallel_size", "max_model_len",
-                     "max_num_seqs", "max_num_batched_tokens", "block_size"):
+        for name in POSITIVE_INT_KEYS:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")
@@ -62,7 +62,7 @@ class AuditConfig:
             raise UsageError(f"gpu_memory_utilization must be a number in (0, 1], got {gmu!r}")
         if gmu is not None and not 0.0 < gmu <= 1.0:
             raise UsageError(f"gpu_memory_utilization must be in (0, 1], got {gmu}")
-        for name in ("model", "speculative_method", "kv_cache_dtype", "load_format"):
+        for name in STR_KEYS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise UsageError(f"{name} must be a string, got {value!r}")
@@ -92,6 +92,38 @@ class AuditConfig:
                                            if self.cudagraph_capture_sizes is not None else None)
         data["extra_args"] = dict(self.extra_args)
         return data
+
+
+# --------------------------------------------------------------------------------------------
+# The config keys: AuditConfig's fields are the one list; every other list is derived from it.
+
+CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(AuditConfig))
+"""Every config key, in order, `extra_args` last."""
+
+MODELLED_KEYS = tuple(k for k in CONFIG_KEYS if k != "extra_args")
+"""The knobs kvaudit models, each a field of its own; any other engine argument is an extra arg."""
+
+STABLE_KEYS = tuple(k for k in MODELLED_KEYS if k != "load_format")
+"""The keys every report's `config` carries (docs/design.md, report contract); load_format is an
+extension."""
+
+COMPARED_KNOBS = tuple(k for k in MODELLED_KEYS if k != "load_format")
+"""The knobs `kvaudit diff` compares: a run on dummy weights is comparable with one on real weights."""
+
+_FIELD_TYPES = typing.get_type_hints(AuditConfig)
+
+
+def _keys_of_type(kind: Any) -> tuple[str, ...]:
+    return tuple(k for k in MODELLED_KEYS if _FIELD_TYPES[k] == kind | None)
+
+
+INT_KEYS = _keys_of_type(int)
+STR_KEYS = _keys_of_type(str)
+FLOAT_KEYS = _keys_of_type(float)
+BOOL_KEYS = _keys_of_type(bool)
+INT_LIST_KEYS = _keys_of_type(tuple[int, ...])
+POSITIVE_INT_KEYS = tuple(k for k in INT_KEYS if k != "num_speculative_tokens")
+"""Integer knobs that must be at least 1 (num_speculative_tokens needs a speculative method instead)."""
 
 
 CPU_RUN_REQUEST_BYTES = 3 << 30
@@ -162,10 +194,6 @@ def parse_passthrough(args: list[str]) -> dict[str, Any]:
     return out
 
 
-CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(AuditConfig))
-"""Every config key, in order. `kvaudit diff` compares all but `extra_args` knob by knob."""
-
-COMPARED_KNOBS = tuple(k for k in CONFIG_KEYS if k not in ("extra_args", "load_format"))
 
 
 def load_preset(path: Path) -> AuditConfig:
@@ -176,7 +204,7 @@ def load_preset(path: Path) -> AuditConfig:
         raise UsageError(f"config file {path} does not exist") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
-    known = {k: v for k, v in data.items() if k in CONFIG_KEYS and k != "extra_args"}
+    known = {k: v for k, v in data.items() if k in MODELLED_KEYS}
     extra = {k: v for k, v in data.items() if k not in CONFIG_KEYS}
     extra.update(data.get("extra_args", {}) if isinstance(data.get("extra_args"), dict) else {})
     if "cudagraph_capture_sizes" in known:
@@ -192,7 +220,7 @@ def load_preset(path: Path) -> AuditConfig:
 
 def config_from_json(data: Mapping[str, Any]) -> AuditConfig:
     """The inverse of `to_json`, tolerant of missing optional keys (the report loader checks types)."""
-    known = {k: data.get(k) for k in CONFIG_KEYS if k in data and k != "extra_args"}
+    known = {k: data.get(k) for k in MODELLED_KEYS if k in data}
     if known.get("cudagraph_capture_sizes") is not None:
         known["cudagraph_capture_sizes"] = tuple(known["cudagraph_capture_sizes"])
     return AuditConfig(**known, extra_args=dict(data.get("extra_args") or {}))
@@ -201,7 +229,7 @@ def config_from_json(data: Mapping[str, Any]) -> AuditConfig:
 def with_passthrough(config: AuditConfig, args: Mapping[str, Any]) -> AuditConfig:
     """Pass-through arguments last. A knob kvaudit models (`--max-model-len`) replaces the field:
     vLLM boots with the pass-through value, so the report's config and capacity must use it too."""
-    modelled = {k: v for k, v in args.items() if k in CONFIG_KEYS and k != "extra_args"}
+    modelled = {k: v for k, v in args.items() if k in MODELLED_KEYS}
     if isinstance(modelled.get("cudagraph_capture_sizes"), list):
         modelled["cudagraph_capture_sizes"] = tuple(modelled["cudagraph_capture_sizes"])
     extra = {k: v for k, v in args.items() if k not in modelled}

@@ -5,7 +5,7 @@ obtained: `measured` (the edit does not change it), `scaled` (a rule and the mea
 used, with a stated error) or `unknown` (the edit needs a boot, and the plan names it). KV is
 then what the ledger gives: requested − what KV sizing charged the non-KV owners, in whole
 blocks of vLLM's own KV spec; capacity, the verdict and the safe flags come from
-`ledger.capacity` through `report.build_report`, as for a boot.
+`capacity.capacity` through `kvaudit.assemble`, as for a boot.
 
 The sizing charge is read from the report itself (requested − kv_available): it holds every
 reserve kvaudit took at sizing time (KV structures, the capture's residue, segment rounding),
@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Sequence
 
+from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, UsageError
-from kvaudit.ledger import KvGeometry, requested_bytes, safe_serve_flags
-from kvaudit.report import build_report
+from kvaudit.capacity import KvGeometry, safe_serve_flags
+from kvaudit.ledger import requested_bytes
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
 )
@@ -301,10 +302,10 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     failure = measured.failure if measured.failure and measured.failure.kind is not FailureKind.DOES_NOT_FIT else None
     if failure is not None:
         boots.append(f"kvaudit run with the edited config (the measured boot failed: {failure.kind.value})")
-    predicted = build_report(
-        source=Source.PLAN, config=config, ranks=reports, engine=measured.engine, environment=measured.environment,
-        geometry=geometry, warnings=warnings + notes, graph_bytes_per_size=_graph_bytes_per_size(measured),
-        failure=failure)
+    predicted = assemble(BootRecord(
+        source=Source.PLAN, config=config, ranks=tuple(StatedRank(r) for r in reports), engine=measured.engine,
+        environment=measured.environment, geometry=geometry, warnings=tuple(warnings + notes),
+        graph_bytes_per_size=_graph_bytes_per_size(measured), failure=failure))
     if overrun:
         flags = safe_serve_flags(predicted.capacity, predicted.binding(), predicted.ranks, config, geometry,
                                  verify_overrun_bytes=overrun)
@@ -498,13 +499,8 @@ def _common_blocks(ranks: Sequence[RankReport], geometry: KvGeometry | None) -> 
 
 
 def _with_kv(rank: RankReport, kv_bytes: int | None, blocks: int | None) -> RankReport:
-    owners = dict(rank.owners)
-    owners[Owner.KV_CACHE] = kv_bytes
-    known = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
-    owners[Owner.KV_UNALLOCATED] = (rank.requested_bytes - sum(known) - kv_bytes  # type: ignore[operator]
-                                    if kv_bytes is not None and rank.requested_bytes is not None
-                                    and None not in known else None)
-    return dataclasses.replace(rank, owners=owners, kv_blocks=blocks)
+    """The rank with the KV vLLM would allocate (the assembly balances the owners around it)."""
+    return dataclasses.replace(rank, owners={**rank.owners, Owner.KV_CACHE: kv_bytes}, kv_blocks=blocks)
 
 
 # --------------------------------------------------------------------------------------------

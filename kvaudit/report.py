@@ -1,7 +1,8 @@
-"""Assemble reports (rank ledgers → capacity → verdict), decide exit codes, read and write files.
+"""A finished report's exit code, and reading reports from files: gzip, standard input, size caps,
+and the report JSON's own checks (its schema, then the ledger's balance).
 
-Engines hand over per-rank measurements; this module is where they become a `Report`. Reading
-accepts a report JSON, or a raw vLLM log (detected by content), and nothing else.
+Reports are made in `kvaudit.assemble`; telling a report from a vLLM log is
+`kvaudit.engines.inputs`' job (a log needs the log engine, which nothing here imports).
 """
 
 from __future__ import annotations
@@ -11,22 +12,13 @@ import os
 import stat
 import sys
 import zlib
-from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, Iterable, Mapping, Sequence
+from typing import BinaryIO, Mapping
 
-from kvaudit import __version__
-from kvaudit.config import AuditConfig
 from kvaudit.errors import BadInputError, ExitCode
-from kvaudit.ledger import (
-    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, check_balance, growth_after_sizing, over_committed,
-    overcommit_bytes, rank_ledger,
-)
-from kvaudit.schema import (
-    AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankReport, Report, Site, Source, Verdict, Verify, report_from_json,
-)
-from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
+from kvaudit.ledger import check_balance
+from kvaudit.schema import FailureKind, Phase, PhaseRecord, RankReport, Report, Verdict
+from kvaudit.validate import report_from_json
 
 MAX_INPUT_BYTES = 2 << 30
 """Refuse to read more than this from one file (a log of a few hundred MB is normal); a gzip file
@@ -34,128 +26,6 @@ is refused as soon as what it expands to passes it."""
 STDIN = "-"
 """The path that means standard input (`xclip -o | kvaudit show -`)."""
 _CHUNK = 1 << 20
-
-
-def rank_report(rank: int, phases: Iterable[PhaseRecord], *, tp_rank: int | None, dcp_rank: int | None,
-                device_total_bytes: int | None, gpu_memory_utilization: float | None, others_bytes: int | None,
-                graph_pool_estimate_bytes: int | None, kv_cache_bytes: int | None,
-                kv_available_bytes: int | None = None, kv_blocks: int | None = None,
-                deferred_steps: Sequence[str] = (), vllm_kv_available_bytes: int | None = None,
-                sites: Sequence[Site] | None = None, vllm_graph_estimate_bytes: int | None = None,
-                graph_capture_transient_bytes: int | None = None) -> RankReport:
-    """One rank's report from its phase records. `kv_available_bytes` is what the engine really
-    returned to vLLM when it differs from a recomputation (it never should; see tests)."""
-    phases = tuple(phases)
-    by_name = {p.name: p for p in phases}
-    led = rank_ledger(by_name, device_total_bytes=device_total_bytes, gpu_memory_utilization=gpu_memory_utilization,
-                      others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                      kv_cache_bytes=kv_cache_bytes, capture_transient_bytes=graph_capture_transient_bytes)
-    return RankReport(
-        rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank, device_total_bytes=device_total_bytes,
-        requested_bytes=led.requested_bytes, others_bytes=others_bytes, owners=led.owners,
-        graph_pool_estimate_bytes=graph_pool_estimate_bytes, graph_pool_actual_bytes=led.graph_pool_actual_bytes,
-        kv_available_bytes=kv_available_bytes if kv_available_bytes is not None else led.kv_available_bytes,
-        phases=phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
-        free_at_start_bytes=led.free_at_start_bytes, kv_blocks=kv_blocks, deferred_steps=tuple(deferred_steps),
-        vllm_kv_available_bytes=vllm_kv_available_bytes, sites=tuple(sites) if sites is not None else None,
-        vllm_graph_estimate_bytes=vllm_graph_estimate_bytes, graph_capture_transient_bytes=graph_capture_transient_bytes)
-
-
-def build_report(*, source: Source, config: AuditConfig, ranks: Sequence[RankReport], engine: Engine,
-                 environment: Environment, geometry: KvGeometry | None = None, verify: Verify | None = None,
-                 failure: Failure | None = None, accuracy: Sequence[AccuracyEntry] | None = None,
-                 warnings: Sequence[str] = (), known_kv_tokens: int | None = None,
-                 known_max_feasible_model_len: int | None = None, known_max_model_len_fits: bool | None = None,
-                 known_kv_needed_bytes: int | None = None, graph_bytes_per_size: int | None = None) -> Report:
-    cap = capacity(ranks, config, geometry, known_kv_tokens=known_kv_tokens,
-                   known_max_feasible_model_len=known_max_feasible_model_len,
-                   known_max_model_len_fits=known_max_model_len_fits, known_kv_needed_bytes=known_kv_needed_bytes,
-                   graph_bytes_per_size=graph_bytes_per_size,
-                   verify_overrun_bytes=verify.overrun_bytes if verify is not None else 0)
-    if source is Source.SELFTEST:  # no vLLM to pass flags to
-        cap = replace(cap, safe_serve_flags=())
-    verdict, reason = decide_verdict(ranks, cap, config, failure, verify)
-    warn = list(warnings)
-    small = overcommit_bytes(ranks)
-    if 0 < small <= OVERCOMMIT_TOLERANCE_BYTES:
-        warn.append(f"note: a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
-                    f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
-    if verify is not None and verify.ok and verify.overrun_bytes:
-        warn.append(f"note: verify's true peak was {fmt_bytes(verify.overrun_bytes)} above the requested budget (within "
-                    f"the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
-    for r in ranks:
-        if r.deferred_steps:
-            warn.append(f"rank {r.rank}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
-                        f"after it; their bytes were not budgeted")
-    return Report(source=source, engine=engine, environment=environment, config=config, ranks=tuple(ranks),
-                  capacity=cap, verdict=verdict, verify=verify,
-                  accuracy=tuple(accuracy) if accuracy is not None else None, failure=failure,
-                  verdict_reason=reason, warnings=tuple(warn), kvaudit_version=__version__)
-
-
-def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConfig, failure: Failure | None,
-                   verify: Verify | None) -> tuple[Verdict, str]:
-    """ok / fail / unknown, and one sentence that says why and names the fix."""
-    if failure is not None:
-        where = f" in {failure.phase.value}" if failure.phase else ""
-        rank = f" on rank {failure.rank}" if failure.rank is not None else ""
-        if failure.kind is FailureKind.DOES_NOT_FIT and cap.max_model_len_fits is False:
-            return Verdict.FAIL, _does_not_fit(cap, config)
-        if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):
-            return Verdict.FAIL, f"boot failed{where}{rank} ({failure.kind.value}): {failure.message}"
-        return Verdict.UNKNOWN, f"audit incomplete{where}{rank} ({failure.kind.value}): {failure.message}"
-    if over_committed(ranks):
-        worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
-        return Verdict.FAIL, (f"rank {worst.rank} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
-                              f"after KV was sized ({_growth_text(worst)}): "
-                              + (f"pass {cap.safe_serve_flags[0]}" if cap.safe_serve_flags
-                                 else "lower the KV cache by that much"))
-    if verify is not None and not verify.ok:
-        return Verdict.FAIL, f"verify failed: {verify.error or 'true peak above the budget'}"
-    if cap.max_model_len_fits is None:
-        if cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0:
-            return Verdict.FAIL, "no memory is left for the KV cache: raise --gmu or lower the other owners"
-        return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
-    if cap.max_model_len_fits:
-        text = f"fits: {fmt_gib(cap.kv_available_bytes)} KV on rank {cap.binding_rank}"
-        if cap.kv_tokens is not None:
-            text += f" holds {fmt_tokens(cap.kv_tokens)} tokens"
-        if cap.kv_needed_bytes is not None:
-            text += f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
-        return Verdict.OK, text
-    return Verdict.FAIL, _does_not_fit(cap, config)
-
-
-def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
-    length = config.max_model_len
-    if cap.max_feasible_model_len == 0 or (cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0):
-        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV on rank {cap.binding_rank}; "
-                f"raise --gmu or free memory from the other owners")
-    # vLLM's check keeps one block back (the null block), so that much more must be freed.
-    short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
-             if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
-    needs = f" needs {fmt_gib(cap.kv_needed_bytes)} KV," if cap.kv_needed_bytes is not None else ""
-    text = f"does not fit: max_model_len {length}{needs} {fmt_gib(cap.kv_available_bytes)} available"
-    if cap.binding_rank is not None:
-        text += f" on rank {cap.binding_rank}"
-    if cap.max_feasible_model_len is not None:
-        text += f": lower --max-model-len to {cap.max_feasible_model_len}"
-    if short is not None:
-        text += f" or free {fmt_gib(short)}"
-    if cap.physical_headroom_bytes is not None:
-        text += f" (raising --gmu can recover at most {fmt_gib(max(cap.physical_headroom_bytes, 0))} here)"
-    return text
-
-
-def _growth_text(rank: RankReport) -> str:
-    grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
-                                graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
-                                kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes)
-    parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
-    unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
-    if unexplained > OVERCOMMIT_TOLERANCE_BYTES:
-        parts.append(f"the KV figure itself {fmt_bytes(unexplained)} above what the owners left")
-    return ", ".join(parts) if parts else "no owner grew"
 
 
 def exit_code(report: Report) -> ExitCode:
@@ -296,43 +166,13 @@ def _json_error(exc: Exception) -> str:
     return type(exc).__name__
 
 
-def _first_char(text: str) -> str:
+def first_char(text: str) -> str:
     """The first character after a BOM and blank space: how a report is told from a log."""
     return text.lstrip("\ufeff \t\r\n")[:1]
 
 
 def looks_like_json(text: str) -> bool:
-    return _first_char(text) in ("{", "[")
-
-
-def load_report(path: Path | str) -> Report:
-    """A report from a report JSON or a raw vLLM startup log (or an excerpt of one), told apart by
-    content; `-` reads standard input."""
-    return report_from_text(read_text(path), input_name(path))
-
-
-def report_from_text(text: str, where: str) -> Report:
-    """A report is a JSON object (its loader says what is wrong with a damaged one); anything else
-    is read as a log. A text that starts with `[` is a log excerpt (`[gpu_worker.py:298] …`)
-    unless it is JSON."""
-    from kvaudit.engines import logs  # a log: parse it (no torch, no vllm)
-    first = _first_char(text)
-    if first == "{":
-        return parse_report_text(text, where)
-    if first == "[":
-        try:
-            json.loads(text.removeprefix("\ufeff"))
-        except (json.JSONDecodeError, RecursionError, ValueError):
-            try:
-                return logs.report_from_log_text(text, where)
-            except BadInputError:
-                pass  # neither: the JSON error says more about a file that starts like JSON
-        return parse_report_text(text, where)
-    return logs.report_from_log_text(text, where)
-
-
-def with_failure(report: Report, failure: Failure) -> Report:
-    return replace(report, failure=failure)
+    return first_char(text) in ("{", "[")
 
 
 def phase_map(rank: RankReport) -> Mapping[Phase, PhaseRecord]:

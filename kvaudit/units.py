@@ -59,3 +59,13 @@ def parse_bytes(text: str) -> int:
 def gib_to_bytes(text: str) -> int:
     """vLLM prints GiB rounded to 2 decimals (`format_gib`); this gives the bytes it stands for."""
     return round(float(text) * GiB)
+
+
+def minus(a: int | None, b: int | None) -> int | None:
+    """a − b of byte counts either of which may be unknown: unknown (None) then, never 0."""
+    return None if a is None or b is None else a - b
+
+
+def plus(*values: int | None) -> int | None:
+    """The sum of byte counts any of which may be unknown: unknown (None) then."""
+    return None if any(v is None for v in values) else sum(values)  # type: ignore[arg-type]

@@ -1,33 +1,111 @@
-"""What went wrong, from vLLM's own words: the failure lines of a startup log, classified.
+"""The failure catalogue: what went wrong, from vLLM's own words. One table classifies a vLLM
+failure line for the run supervisor (the log of the boot it ran) and for the log engine (users'
+logs, engines/logs/facts.py) alike, so a line means the same in both.
 
-Used by the run supervisor on the log of the boot it ran, and by the log engine on users' logs.
-Order matters: the first pattern that matches the last failure line wins, most specific first.
+Order matters: the first cause whose anchor (and pattern) a line holds is its cause, most
+specific first. The templates, and the vLLM files that print them: docs/vllm-startup.md §5.3–5.5.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from kvaudit.schema import FailureKind
+from kvaudit.schema import FailureKind, Phase
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One kind of failure line."""
+
+    anchor: str
+    """A substring every such line holds (checked first: most lines have none)."""
+    kind: FailureKind
+    phase: Phase | None
+    """Fixed by the message (the KV check is always phase kv); None: where the boot was."""
+    priority: int
+    """0 names a memory cause, 1 a crash with a cause, 2 a generic "initialization failed" that
+    only reports a failure printed elsewhere."""
+    pattern: re.Pattern[str] | None = None
+    """Where the anchor alone is too loose: the line must match this too."""
+    starts: tuple[str, ...] = ()
+    """Phrases the error sentence starts from when the line holds them (else the anchor)."""
+
+    def matches(self, line: str) -> bool:
+        return self.anchor in line and (self.pattern is None or self.pattern.search(line) is not None)
+
+    def start(self, line: str) -> str:
+        return next((s for s in self.starts if s in line), self.anchor)
+
+
+GENERIC = 2
+"""The priority of a line that only reports a failure printed elsewhere."""
+
+CPU_KV_SHORT = "on kv cache allocation is less than requested memory for kv"
+"""cpu_worker.py determine_available_memory: a STARTUP_MEMORY cause, or DOES_NOT_FIT when its
+figure shows no byte was left for KV (the log engine reads the figure)."""
+
+CAUSES: tuple[Cause, ...] = (
+    # kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "models's".
+    Cause("To serve at least one request", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
+          re.compile(r"To serve at least one request with the models?'?s? max seq len")),
+    # V0 llm_engine / worker raise_if_cache_size_invalid.
+    Cause("stored in KV cache", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
+          re.compile(r"max seq len \(\S+\) is larger than the maximum number of tokens that can be stored in KV "
+                     r"cache"), starts=("max seq len",)),
+    Cause("No available memory for the cache blocks", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
+    Cause("Cannot auto-fit max_model_len", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
+    # v1/worker/utils.py request_memory and cpu_worker.py __init__.
+    Cause("on startup is less than desired", FailureKind.STARTUP_MEMORY, Phase.BASELINE, 0,
+          starts=("Free memory on device", "Available memory on node")),
+    Cause("on startup is less than the engine's budget", FailureKind.STARTUP_MEMORY, Phase.BASELINE, 0,
+          starts=("Free memory on device", "Available memory on node")),
+    Cause("exceed the desired GPU memory utilization", FailureKind.STARTUP_MEMORY, Phase.BASELINE, 0,
+          starts=("Free memory on device", "Available memory on node")),
+    Cause(CPU_KV_SHORT, FailureKind.STARTUP_MEMORY, Phase.KV, 0, starts=("Available memory on node",)),
+    # OOM: gpu_model_runner.py load_model logs "Failed to load model - not enough GPU memory. …
+    # (original error: …)"; model_executor/layers/linear.py "Failed to create unquantized linear
+    # weights: CUDA out of memory. …"; elsewhere torch's own message.
+    Cause("Failed to load model - not enough GPU memory", FailureKind.OOM, Phase.LOAD, 0),
+    Cause("weights: CUDA out of memory", FailureKind.OOM, Phase.LOAD, 0),
+    Cause("CUDA out of memory", FailureKind.OOM, None, 0),
+    Cause("OutOfMemoryError", FailureKind.OOM, None, 0),
+    Cause("CUDA error: out of memory", FailureKind.OOM, None, 0),
+    # gpu_worker.py determine_available_memory: free memory grew while profiling.
+    Cause("Error in memory profiling", FailureKind.CRASH, Phase.PROFILE, 1),
+    # v1/worker/workspace.py: a warmup after capture_model's lock_workspace() needed more workspace.
+    Cause("Workspace is locked but", FailureKind.CRASH, Phase.CAPTURE, 1),
+    # multiproc_executor.py worker monitor.
+    Cause("died unexpectedly", FailureKind.WORKER_DIED, None, 1),
+    # The DCP assertion (vllm/v1/worker/cp_utils.py family) on backends without softmax LSE.
+    Cause("requires attention implementations to return the softmax LSE", FailureKind.REFUSED, None, 1),
+    # A feature the backend refuses, raised as an exception.
+    Cause("not supported", FailureKind.REFUSED, None, 1,
+          re.compile(r"NotImplementedError: .*not supported|(?:Error|Exception): .*is not supported (?:by|on|for) ")),
+    # core_client / engine utils: the generic tail every failed boot prints.
+    Cause("Engine core initialization failed", FailureKind.CRASH, None, GENERIC),
+    Cause("WorkerProc initialization failed", FailureKind.CRASH, None, GENERIC),
+)
+
+
+def cause_of(line: str) -> Cause | None:
+    return next((c for c in CAUSES if c.matches(line)), None)
+
+
+def classify_line(line: str) -> FailureKind | None:
+    cause = cause_of(line)
+    return cause.kind if cause is not None else None
+
+
+# --------------------------------------------------------------------------------------------
+# A run's log: the boot kvaudit itself supervised
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-# (kind, pattern) — templates from vllm/v1/core/kv_cache_utils.py, vllm/v1/worker/utils.py,
-# vllm/v1/worker/cpu_worker.py, vllm/v1/worker/gpu_model_runner.py and the attention backends.
-PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
-    (FailureKind.DOES_NOT_FIT, re.compile(r"To serve at least one request with the models?'?s? max seq len")),
-    (FailureKind.DOES_NOT_FIT, re.compile(r"No available memory for the cache blocks")),
-    (FailureKind.DOES_NOT_FIT, re.compile(r"Cannot auto-fit max_model_len")),
-    (FailureKind.STARTUP_MEMORY, re.compile(r"on startup is less than desired (?:GPU|CPU) memory utilization")),
-    (FailureKind.STARTUP_MEMORY, re.compile(r"on kv cache allocation is less than requested memory for kv")),
-    (FailureKind.OOM, re.compile(r"CUDA out of memory|OutOfMemoryError|Failed to load model - not enough GPU memory")),
-    (FailureKind.CRASH, re.compile(r"Error in memory profiling")),
-    (FailureKind.CRASH, re.compile(r"Workspace is locked but")),
-    (FailureKind.REFUSED, re.compile(r"Decode Context Parallelism \(DCP\) requires")),
-    (FailureKind.REFUSED, re.compile(r"NotImplementedError: .*not supported|is not supported (?:by|on|for) ")),
-)
 _EXCEPTION = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception)): (.+)$")
 _MAX_LEN = re.compile(r"estimated maximum model length is (\d+)")
+_SEVERITY = {FailureKind.DOES_NOT_FIT: 0, FailureKind.STARTUP_MEMORY: 0, FailureKind.OOM: 1,
+             FailureKind.REFUSED: 2, FailureKind.CRASH: 3}
+"""A run's most telling failure: a does-not-fit or memory error over a crash that merely reports it."""
 
 
 def _message(line: str) -> str:
@@ -38,27 +116,19 @@ def _message(line: str) -> str:
     return text[:600]
 
 
-def classify_line(line: str) -> FailureKind | None:
-    for kind, pattern in PATTERNS:
-        if pattern.search(line):
-            return kind
-    return None
-
-
 def find_failure_in_log(text: str) -> tuple[FailureKind, str] | None:
-    """The most telling failure in a log: the last line matching a failure pattern, preferring
-    a does-not-fit or memory error over a generic crash line that merely reports it."""
+    """The most telling failure in the log of a run: the last line of the most severe cause. A
+    generic "initialization failed" line is left out: the supervisor has the rank's own error
+    for a failure whose cause the log does not name."""
     best: tuple[int, FailureKind, str] | None = None
-    rank = {FailureKind.DOES_NOT_FIT: 0, FailureKind.STARTUP_MEMORY: 0, FailureKind.OOM: 1,
-            FailureKind.REFUSED: 2, FailureKind.CRASH: 3}
     for line in text.splitlines():
         if len(line) > 20000 or not ("Error" in line or "error" in line or "memory" in line or "support" in line
                                      or "Exception" in line):
             continue
-        kind = classify_line(line)
-        if kind is None:
+        cause = cause_of(line)
+        if cause is None or cause.priority >= GENERIC:
             continue
-        candidate = (rank.get(kind, 4), kind, _message(line))
+        candidate = (_SEVERITY.get(cause.kind, 4), cause.kind, _message(line))
         if best is None or candidate[0] <= best[0]:
             best = candidate
     return (best[1], best[2]) if best else None

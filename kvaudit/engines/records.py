@@ -1,12 +1,14 @@
-"""Journal events → phase records and rank facts. Pure Python: the driver uses it on journals
-and collective_rpc results alike, the worker uses it to size KV from what it measured."""
+"""Journal events → phase records and rank facts, and a rank's `MeasuredRank` for the assembly.
+Pure Python: the supervisors use it on journals and collective_rpc results alike, the worker
+uses it to size KV from what it measured."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from kvaudit.schema import Phase, PhaseRecord, PhaseStatus, Site
+from kvaudit.assemble import MeasuredRank
+from kvaudit.schema import PHASE_ORDER, Phase, PhaseRecord, PhaseStatus, RankNode, Site, SweepPoint
 
 _MEASURES = ("torch_allocated_bytes", "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
              "graph_pool_bytes", "torch_peak_reserved_bytes")
@@ -14,6 +16,14 @@ _MEASURES = ("torch_allocated_bytes", "torch_reserved_bytes", "torch_peak_alloca
 
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def phase_named(value: Any) -> Phase | None:
+    """The phase a journal names, or None for anything else."""
+    try:
+        return Phase(value)
+    except ValueError:
+        return None
 
 
 def phase_record(event: Mapping[str, Any]) -> PhaseRecord | None:
@@ -82,10 +92,7 @@ def fold(rank: int, events: Iterable[Mapping[str, Any]]) -> RankEvents:
         if kind in ("rank", "fact"):
             out.facts.update({k: v for k, v in event.items() if k not in ("type", "t")})
         elif kind == "start":
-            try:
-                out.started = Phase(event.get("phase"))
-            except ValueError:
-                pass
+            out.started = phase_named(event.get("phase")) or out.started
         elif kind == "phase":
             record = phase_record(event)
             if record is not None:
@@ -97,3 +104,35 @@ def fold(rank: int, events: Iterable[Mapping[str, Any]]) -> RankEvents:
         elif kind == "error":
             out.errors.append(dict(event))
     return out
+
+
+def _sweep(value: Any) -> tuple[SweepPoint, ...] | None:
+    """The worker's sweep fact as report records (malformed entries skipped: journals are data)."""
+    if not isinstance(value, list):
+        return None
+    points = []
+    for p in value:
+        tokens, peak = (p.get("tokens"), p.get("activation_peak_bytes")) if isinstance(p, dict) else (None, None)
+        if isinstance(tokens, int) and tokens > 0 and isinstance(peak, int):
+            seconds = p.get("seconds")
+            points.append(SweepPoint(tokens, peak, float(seconds) if isinstance(seconds, (int, float)) else None))
+    return tuple(sorted(points, key=lambda x: x.tokens)) or None
+
+
+def measured_rank(folded: RankEvents, gmu: float | None = None, node: RankNode | None = None) -> MeasuredRank:
+    """A rank's journal as the assembly's record; `gmu` where the rank stated none; `node`:
+    where it ran (engines.vllm.nodes)."""
+    f = folded.facts
+    dtype = f.get("kv_cache_spec_dtype")
+    return MeasuredRank(
+        folded.rank, tuple(folded.phases[p] for p in PHASE_ORDER if p in folded.phases),
+        tp_rank=folded.get_int("tp_rank"), dcp_rank=folded.get_int("dcp_rank"),
+        device_total_bytes=folded.get_int("device_total_bytes"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization", gmu), others_bytes=folded.get_int("others_bytes"),
+        graph_pool_estimate_bytes=folded.get_int("graph_pool_estimate_bytes"),
+        kv_cache_bytes=folded.get_int("kv_cache_bytes"), kv_available_bytes=folded.get_int("kv_available_bytes"),
+        kv_blocks=folded.get_int("kv_blocks"), deferred_steps=tuple(f.get("deferred_steps") or ()),
+        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records(),
+        vllm_graph_estimate_bytes=folded.get_int("vllm_graph_estimate_bytes"),
+        graph_capture_transient_bytes=folded.get_int("graph_capture_transient_bytes"), sweep=_sweep(f.get("sweep")),
+        kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None, node=node)

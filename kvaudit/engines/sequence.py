@@ -1,5 +1,5 @@
-"""The fixed profiling order's machinery, shared by every engine: phase bracketing, the per-rank
-journal, and the warmup guard.
+"""The fixed profiling order's machinery, shared by every engine: phase bracketing (into the
+per-rank journal, engines/journal.py) and the warmup guard.
 
 An engine drives the phases (load → profile → persistent → replay → graphs → kv → capture →
 verify); `RankSequencer.phase()` brackets each one: reset peak stats at the start, settle and
@@ -10,57 +10,14 @@ comes back through collective_rpc when the rank lives.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from kvaudit.engines.journal import Journal
+from kvaudit.engines.probes import Probe
 from kvaudit.schema import Phase, PhaseStatus
-
-JOURNAL_ENV = "KVAUDIT_JOURNAL_DIR"
-
-
-class Journal:
-    """Append-only JSON lines, one file per rank; each line is flushed as it is written so a
-    rank that dies keeps every line it finished."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-        self.events: list[dict[str, Any]] = []
-        self._fh = open(path, "a", encoding="utf-8", buffering=1) if path is not None else None
-
-    @classmethod
-    def for_rank(cls, rank: int) -> Journal:
-        folder = os.environ.get(JOURNAL_ENV)
-        return cls(Path(folder) / f"rank{rank}.jsonl" if folder else None)
-
-    def write(self, event: dict[str, Any]) -> None:
-        event = {"t": round(time.time(), 3), **event}
-        self.events.append(event)
-        if self._fh is not None:
-            self._fh.write(json.dumps(event, default=str) + "\n")
-            self._fh.flush()
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a journal; a torn last line (the rank died mid-write) is skipped."""
-    events = []
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return events
-    for line in text.splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
-
 
 @dataclass
 class PhaseHandle:
@@ -77,7 +34,7 @@ class PhaseHandle:
 class RankSequencer:
     """One rank's phases, measured by one probe, journaled as they complete."""
 
-    def __init__(self, probe: Any, journal: Journal, tracer: Any = None):
+    def __init__(self, probe: Probe, journal: Journal, tracer: Any = None):
         self.probe = probe
         self.journal = journal
         self.tracer = tracer

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kvaudit.engines.probes import allocator_snapshot
+from kvaudit.engines.probes.snapshot import allocator_snapshot
 from kvaudit.sites import aggregate, live_blocks, load_rules, peak_transient
 
 TRACE_ENV = "KVAUDIT_TRACE"

@@ -1,4 +1,6 @@
-"""Reporters: one per output format, each writing to an injected stream.
+"""Reporters: one per output format, each writing to an injected stream. The human formats
+(table, markdown) draw the one sequence of sections of kvaudit/render/sections.py; the machine
+formats (json, csv) are kvaudit/render/machine.py.
 
 stdout is data, stderr is chatter: a reporter writes only what its format promises, so
 `kvaudit run -f json > a.json` is always valid JSON.
@@ -13,6 +15,8 @@ from kvaudit.schema import DiffReport, Report
 
 
 class Format(StrEnum):
+    """`--format`: what stdout carries."""
+
     TABLE = "table"
     JSON = "json"
     CSV = "csv"
@@ -20,6 +24,8 @@ class Format(StrEnum):
 
 
 class Reporter(Protocol):
+    """Writes a report or a diff in one format."""
+
     def report(self, report: Report, out: TextIO) -> None: ...
 
     def diff(self, diff: DiffReport, out: TextIO) -> None: ...
@@ -74,13 +80,13 @@ def _reporter(fmt: Format, *, width: int | None, color: bool | None) -> Reporter
             from kvaudit.render.table import TableReporter
             return TableReporter(width=width, color=color)
         case Format.JSON:
-            from kvaudit.render.text import JsonReporter
+            from kvaudit.render.machine import JsonReporter
             return JsonReporter()
         case Format.CSV:
-            from kvaudit.render.text import CsvReporter
+            from kvaudit.render.machine import CsvReporter
             return CsvReporter()
         case Format.MARKDOWN:
-            from kvaudit.render.text import MarkdownReporter
+            from kvaudit.render.markdown import MarkdownReporter
             return MarkdownReporter()
         case _:
             assert_never(fmt)

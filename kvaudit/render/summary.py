@@ -1,4 +1,4 @@
-"""The words around the tables, shared by the table and markdown reporters."""
+"""The words around the tables: what each section of kvaudit/render/sections.py says."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def headline(report: Report) -> str:
 def capacity_lines(report: Report) -> list[tuple[str, str]]:
     cap = report.capacity
     lines = [
-        ("KV available", f"{fmt_gib(cap.kv_available_bytes)} on rank {cap.binding_rank}" + _binding_node(report)
+        ("KV available", f"{fmt_gib(cap.kv_available_bytes)} on rank {cap.binding_rank}"
+         + ("" if (node := binding_node(report)) is None else f" (node {node})")
          + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
         ("naive single-profile KV", fmt_gib(cap.naive_kv_available_bytes)
          + (f" (over-allocates {fmt_gib(cap.over_allocation_bytes)})" if cap.over_allocation_bytes else "")),
@@ -73,31 +74,25 @@ def lever_parts(report: Report) -> list[tuple[str, str]]:
              + (f" ({lv.note})" if lv.note else "")) for lv in useful_levers(report)]
 
 
-def lever_lines(report: Report) -> list[str]:
-    return [f"{flag}: {rest}" for flag, rest in lever_parts(report)]
-
-
 def binding_note(report: Report) -> str | None:
-    """What the `*` beside a rank means, when the owner table shows one; with more than one
-    node, a line per node after it."""
+    """What the `*` beside a rank means, when the owner table shows one."""
     if len(report.ranks) < 2 or report.capacity.binding_rank is None:
-        return "\n".join(node_lines(report)) or None  # a partial report still says where each rank ran
-    return "\n".join([f"* the binding rank ({report.capacity.binding_rank}{_binding_node(report, ', ')}): it has "
-                       f"the least KV, and every rank allocates its block count", *node_lines(report)])
+        return None
+    node = binding_node(report)
+    return (f"* the binding rank ({report.capacity.binding_rank}{'' if node is None else f', on node {node}'}): it "
+            f"has the least KV, and every rank allocates its block count")
 
 
-def _binding_node(report: Report, sep: str = " ") -> str:
-    """` (node 1)` after the binding rank, when the run spans more than one node."""
+def binding_node(report: Report) -> int | None:
+    """The node of the binding rank, when the run spans more than one node."""
     if not report.nodes or len(report.nodes) < 2:
-        return ""
-    node = next((n for n in report.nodes if report.capacity.binding_rank in n.ranks), None)
-    if node is None:
-        return ""
-    return f", on node {node.node_rank}" if sep == ", " else f" (node {node.node_rank})"
+        return None
+    return next((n.node_rank for n in report.nodes if report.capacity.binding_rank in n.ranks), None)
 
 
 def node_lines(report: Report) -> list[str]:
-    """Per node (more than one): where it runs, its ranks, its own binding rank, others and headroom."""
+    """Per node (more than one): where it runs, its ranks, its own binding rank, others and
+    headroom; shown under the owner table, a partial report's too."""
     if not report.nodes or len(report.nodes) < 2:
         return []
     lines = []
@@ -127,6 +122,15 @@ def notes_and_warnings(report: Report) -> tuple[list[str], list[str]]:
         else:
             warnings.append(line)
     return notes, warnings
+
+
+def failure_line(report: Report) -> str | None:
+    """What failed, where and on which rank, with the message as it came; None when nothing did."""
+    f = report.failure
+    if f is None:
+        return None
+    return (f"{f.kind.value} in {f.phase.value if f.phase else '?'} on rank {'?' if f.rank is None else f.rank}: "
+            f"{f.message}")
 
 
 def verdict_line(report: Report) -> str:
@@ -181,6 +185,9 @@ def _unknown_note(diff: DiffReport) -> str:
     return f" (of the owners both sides know; unknown on one side: {', '.join(o.value for o in half)})"
 
 
+NOT_COMPARABLE = "NOT comparable: "
+
+
 def diff_summary(diff: DiffReport) -> list[str]:
     ca, cb = diff.capacity["a"], diff.capacity["b"]
     lines = [
@@ -192,7 +199,7 @@ def diff_summary(diff: DiffReport) -> list[str]:
         f"verdict: {diff.verdict['a'].value} → {diff.verdict['b'].value}",
     ]
     if not diff.comparable:
-        lines.append("NOT comparable: " + "; ".join(f"{k.knob} {k.a!r} → {k.b!r}" for k in diff.knob_differences))
+        lines.append(NOT_COMPARABLE + "; ".join(f"{k.knob} {k.a!r} → {k.b!r}" for k in diff.knob_differences))
     if diff.environment_differences:
         lines.append("environment: " + "; ".join(f"{e.key} {e.a!r} → {e.b!r}" for e in diff.environment_differences))
     return lines

@@ -1,4 +1,4 @@
-"""The terminal view: owner table per rank, bars, capacity, levers and the verdict (rich)."""
+"""The terminal view: each section of kvaudit/render/sections.py drawn with rich."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from kvaudit.render import bars, frames, summary
+from kvaudit.render import bars
 from kvaudit.render.printable import printable
-from kvaudit.schema import DiffReport, Report, Verdict
+from kvaudit.render.sections import Page, SectionReporter, Tone
+from kvaudit.schema import Report, Verdict
 
 VERDICT_STYLE = {Verdict.OK: "bold green", Verdict.FAIL: "bold red", Verdict.UNKNOWN: "bold yellow"}
+TONE_STYLE = {Tone.PLAIN: None, Tone.WARNING: "yellow", Tone.ALERT: "red"}
+LABEL_WIDTH = 30
+"""Capacity labels are right-aligned to this width, their values start after it."""
 MAX_RENDERED_CHARS = 2000
 """A string longer than this (a hostile report's message or path) is cut before rich lays it out:
 rich's wrapping is slower than linear in the length of one string."""
@@ -25,8 +29,8 @@ def _cap(text: str) -> str:
     return f"{text[:MAX_RENDERED_CHARS]}… ({len(text) - MAX_RENDERED_CHARS:,} more characters)"
 
 
-def _table(frame: pd.DataFrame, index_name: str, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, header_style="bold")
+def _table(frame: pd.DataFrame, index_name: str) -> Table:
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column(_cap(index_name), no_wrap=True)
     for col in frame.columns:
         table.add_column(printable(_cap(str(col))), justify="right", no_wrap=True)
@@ -47,57 +51,51 @@ class _Console(Console):
         raise BrokenPipeError(errno.EPIPE, "output closed")
 
 
-class TableReporter:
+class _TablePage(Page):
+    def __init__(self, console: Console):
+        self.con = console
+
+    def title(self, text: str) -> None:
+        self.con.print(text, style="bold")
+
+    def table(self, frame: pd.DataFrame, label: str) -> None:
+        self.con.print(_table(frame, label))
+
+    def footnote(self, text: str) -> None:
+        self.con.print(text)
+
+    def gap(self) -> None:
+        self.con.print()
+
+    def bars(self, report: Report) -> None:
+        for line in bars.report_bars(report, min(self.con.width, 100)):
+            self.con.print(line)
+        self.con.print()
+
+    def fact(self, label: str, value: str, *, pasteable: bool) -> None:
+        # flags meant for pasting stay on one line whatever the width: a wrap would split them
+        self.con.print(f"{label:>{LABEL_WIDTH}}: {value}", soft_wrap=pasteable)
+
+    def lever(self, flag: str, effect: str) -> None:
+        self.con.print(f"{'lever':>{LABEL_WIDTH}}: {flag}", soft_wrap=True)
+        self.con.print(f"{'':>{LABEL_WIDTH}}  {effect}")
+
+    def line(self, text: str, *, label: str | None = None, tone: Tone = Tone.PLAIN) -> None:
+        self.con.print(text if label is None else f"{label}: {text}", style=TONE_STYLE[tone])
+
+    def verdict(self, text: str, verdict: Verdict) -> None:
+        self.con.print(text, style=VERDICT_STYLE[verdict])
+
+
+class TableReporter(SectionReporter):
+    """The terminal view (rich): tables, bars, right-aligned labels, colour where the terminal has it."""
+
     def __init__(self, width: int | None = None, color: bool | None = None):
         self.width, self.color = width, color
 
-    def _console(self, out: TextIO) -> Console:
+    def page(self, out: TextIO) -> Page:
         # markup and emoji off: report strings (failure messages, paths, warnings) print verbatim,
         # '[/models/x]' is no closing tag and ':memo:' no emoji.
-        return _Console(file=out, width=self.width, no_color=self.color is False, force_terminal=self.color,
-                        highlight=False, soft_wrap=False, markup=False, emoji=False)
-
-    def report(self, report: Report, out: TextIO) -> None:
-        con = self._console(out)
-        con.print(summary.headline(report), style="bold")
-        con.print(_table(frames.owners_wide(report), "owner (GiB)"))
-        if (note := summary.binding_note(report)) is not None:
-            con.print(note)
-        con.print()
-        if report.accuracy:
-            con.print(_table(frames.accuracy_frame(report), "owner", title="planted vs measured (GiB)"))
-            con.print()
-        for line in bars.report_bars(report, min(con.width, 100)):
-            con.print(line)
-        con.print()
-        for label, value in summary.capacity_lines(report):
-            # flags meant for pasting stay on one line whatever the width: a wrap would split them
-            con.print(f"{label:>30}: {value}", soft_wrap=label == summary.SAFE_FLAGS_LABEL)
-        for flag, rest in summary.lever_parts(report):
-            con.print(f"{'lever':>30}: {flag}", soft_wrap=True)
-            con.print(f"{'':>30}  {rest}")
-        for line in summary.site_lines(report):
-            con.print(f"sites: {line}")
-        notes, warnings = summary.notes_and_warnings(report)
-        for line in notes:
-            con.print(f"note: {line}")
-        for line in warnings:
-            con.print(f"warning: {line}", style="yellow")
-        if report.failure is not None:
-            f = report.failure
-            con.print(f"failure: {f.kind.value} in {f.phase.value if f.phase else '?'}"
-                      f" on rank {'?' if f.rank is None else f.rank}: {f.message}", style="red")
-        con.print(summary.verdict_line(report), style=VERDICT_STYLE[report.verdict])
-
-    def diff(self, diff: DiffReport, out: TextIO) -> None:
-        con = self._console(out)
-        con.print(f"kvaudit diff {diff.a_name} → {diff.b_name}", style="bold")
-        con.print(_table(frames.diff_binding(diff), "owner, binding rank (GiB)"))
-        con.print()
-        if len(frames.diff_ranks(diff).columns) > 0:
-            con.print(_table(frames.diff_ranks(diff), "Δ per rank (GiB)"))
-            con.print()
-        for line in summary.diff_summary(diff):
-            con.print(line, style="yellow" if line.startswith("NOT comparable") else None)
-        for line in summary.diff_site_lines(diff):
-            con.print(f"sites: {line}")
+        return _TablePage(_Console(file=out, width=self.width, no_color=self.color is False,
+                                   force_terminal=self.color, highlight=False, soft_wrap=False, markup=False,
+                                   emoji=False))

@@ -109,7 +109,7 @@ def variant(name: str) -> dict:
         out["wall_s"] = round(time.perf_counter() - start, 3)
         out["second_s"] = _timed(snap)
     elif name == "tracer":
-        from kvaudit.engines.probes import allocator_snapshot
+        from kvaudit.engines.probes.snapshot import allocator_snapshot
         _enable(torch)
         alloc()
         out["first_s"], out["second_s"] = (_timed(lambda: allocator_snapshot(torch)),

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from kvaudit.engines.probes import allocator_snapshot
+from kvaudit.engines.probes.snapshot import allocator_snapshot
 
 MiB = 1 << 20
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
 #   bash tests/gpu/session.sh selftest|vllm1|vllm2|real1|real2|bench|trace|trace-selftest|contract
+#   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-solve
 # (real1: dense 8B and MLA+MoE 16B on MRv2; real2: MLA+MoE+MTP on V1, the retained-pool selftest and
 #  an allocator-snapshot fixture; see tests/gpu/test_real_scale_gpu.py)
+# (matrix: the installed vLLM release's row of the version matrix plus its contract tests;
+#  plan / plan-solve: the `kvaudit plan` proof, see tests/gpu/proof.py)
 # (trace-selftest needs no vLLM: the planted attribution, the overhead benchmark, the per-phase probe)
+# KVAUDIT_SITE: where tests/gpu/prepare_release.py's install.sh put vLLM (default /tmp/site).
 # Everything lands in $OUT/results.tar.gz (reports, vLLM logs, pytest output) plus $OUT/summary.txt.
 set -uo pipefail
 stage=${1:?stage}
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH=${KVAUDIT_SITE:-/tmp/site}:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 res=$OUT/results; mkdir -p "$res"
 export KVAUDIT_GPU_RESULTS=$res
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } > "$res/env-$stage.txt" 2>&1
@@ -35,10 +39,18 @@ elif [ "$stage" = real2 ]; then
   timeout 60 python3 tests/gpu/record_pool_snapshot.py "$res/h200-pool-snapshot.json" 2>&1 | tail -3
 elif [ "$stage" = bench ]; then
   timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/h200-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
+elif [ "$stage" = matrix ]; then
+  shift
+  ver=$(python3 -c 'import vllm; print(vllm.__version__)')
+  timeout 480 python3 tests/gpu/proof.py matrix "$res" "$@" 2>&1 | tee "$res/matrix-$ver.txt"
+  timeout 90 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/h200-contract-vllm$ver.txt"
+  stage=matrix-$ver
+elif [ "$stage" = plan ] || [ "$stage" = plan-solve ]; then
+  timeout 570 python3 tests/gpu/proof.py "$stage" "$res" 2>&1 | tee "$res/$stage.txt"
 elif [ "$stage" = contract ]; then
   timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"
 else
   timeout ${STAGE_TIMEOUT:-570} python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 fi
 tar -czf "$OUT/results-$stage.tar.gz" -C "$OUT" results
-tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/*.jsonl 2>/dev/null > "$OUT/summary-$stage.txt"
+tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/*.jsonl "$res"/matrix-*.txt "$res"/plan*.txt "$res"/h200-contract-*.txt 2>/dev/null > "$OUT/summary-$stage.txt"

@@ -95,7 +95,7 @@ def real_report_path(request) -> Path:
 
 @pytest.fixture(scope="session")
 def real_reports():
-    from kvaudit.report import load_report
+    from kvaudit.engines.inputs import load_report
     return {name: load_report(DATA / f"{name}.json") for name in REAL_REPORTS}
 
 

@@ -29,9 +29,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from kvaudit.capacity import KvGeometry
 from kvaudit.config import AuditConfig
-from kvaudit.ledger import KvGeometry
-from kvaudit.report import build_report, rank_report
+from kvaudit.assemble import BootRecord, MeasuredRank, StatedRank, assemble, rank_report
 from kvaudit.schema import (
     Capacity, Engine, Environment, Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport, Report, Source,
     Verdict,
@@ -104,9 +104,10 @@ def boot_rank(rank: int = 0, *, kv: int | None = BOOT_KV, pool: int = gib(1), ca
               **kwargs: Any) -> RankReport:
     """A RankReport of the canonical boot, through kvaudit's own report assembly."""
     phases = boot_phases(kv=kv or 0, pool=pool, capture_nt=capture_nt, extra_weights=extra_weights, upto=upto)
-    return rank_report(rank, phases.values(), tp_rank=rank, dcp_rank=0, device_total_bytes=total,
-                       gpu_memory_utilization=gmu, others_bytes=others, graph_pool_estimate_bytes=estimate,
-                       kv_cache_bytes=kv if upto in (Phase.KV, Phase.CAPTURE) else None, **kwargs)
+    return rank_report(MeasuredRank(rank, tuple(phases.values()), tp_rank=rank, dcp_rank=0, device_total_bytes=total,
+                                    gpu_memory_utilization=gmu, others_bytes=others,
+                                    graph_pool_estimate_bytes=estimate,
+                                    kv_cache_bytes=kv if upto in (Phase.KV, Phase.CAPTURE) else None, **kwargs))
 
 
 GEOMETRY = KvGeometry(block_size=16, bytes_per_block=2 * MiB)
@@ -124,14 +125,18 @@ def config(**overrides: Any) -> AuditConfig:
 def report(ranks: Iterable[RankReport], *, cfg: AuditConfig | None = None, geometry: KvGeometry | None = GEOMETRY,
            source: Source = Source.RUN, engine: Engine | None = None, environment: Environment | None = None,
            **kwargs: Any) -> Report:
-    """A whole report through build_report (capacity, verdict, warnings computed by kvaudit)."""
-    return build_report(source=source, config=cfg or config(), ranks=list(ranks),
-                        engine=engine or Engine(name="vllm", version="0.32.0", model_runner="V1",
-                                                attention_backend="FLASH_ATTN"),
-                        environment=environment or Environment(device_name="NVIDIA H200", driver="570.1",
-                                                               cuda="12.8", torch="2.9.0", vllm="0.32.0",
-                                                               env={"VLLM_USE_V1": "1"}),
-                        geometry=geometry, **kwargs)
+    """A whole report through kvaudit's assembly (capacity, verdict, warnings computed by kvaudit);
+    the ranks' owners as stated. `accuracy` is set on the result (the selftest computes it from
+    planted sizes)."""
+    accuracy = kwargs.pop("accuracy", None)
+    rep = assemble(BootRecord(
+        source=source, config=cfg or config(), ranks=tuple(StatedRank(r) for r in ranks),
+        engine=engine or Engine(name="vllm", version="0.32.0", model_runner="V1", attention_backend="FLASH_ATTN"),
+        environment=environment or Environment(device_name="NVIDIA H200", driver="570.1", cuda="12.8",
+                                               torch="2.9.0", vllm="0.32.0", env={"VLLM_USE_V1": "1"}),
+        geometry=geometry, serves_vllm=source is not Source.SELFTEST,
+        warnings=tuple(kwargs.pop("warnings", ())), **kwargs))
+    return replace(rep, accuracy=tuple(accuracy)) if accuracy is not None else rep
 
 
 # ------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ pytest.importorskip("torch")
 PRELUDE = textwrap.dedent("""
     import json, sys
     import torch
-    from kvaudit.engines.probes import CudaProbe, allocator_snapshot
+    from kvaudit.engines.probes.cuda import CudaProbe
+    from kvaudit.engines.probes.snapshot import allocator_snapshot
 
     seen = {}
     def symbolizer_like(device=None):

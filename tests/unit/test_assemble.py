@@ -1,5 +1,5 @@
 """The supervisor's pure half: synthetic journal folders + log text → a report
-(supervise.assemble, find_failure, rank_events), the journal tailer, and exit codes."""
+(RunOutcome through kvaudit.assemble, find_failure, rank_events), the journal tailer, and exit codes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from factories import (
     BOOT_REQUESTED, DATA, GEOMETRY, GiB, MiB, config, gib, plain_rank, plain_report, rank_journal, write_journal,
 )
 from kvaudit.engines import records
-from kvaudit.engines.supervision import JournalTailer
-from kvaudit.engines.vllm.supervise import assemble, find_failure, rank_events
+from kvaudit.engines.journal import JournalTailer
+from kvaudit.assemble import assemble
+from kvaudit.engines.process import Finished
+from kvaudit.engines.vllm.supervise import RunOutcome, find_failure, rank_events
 from kvaudit.errors import ExitCode, UsageError
 from kvaudit.render.summary import capacity_lines
 from kvaudit.report import exit_code
@@ -33,8 +35,10 @@ def run(tmp_path, journals, *, log="", result=None, stop=None, code=0, cfg=None,
     folder.mkdir(exist_ok=True)
     for rank, events in journals.items():
         write_journal(folder, rank, events)
-    return assemble(cfg or config(max_model_len=131072), result or {}, folder, log, stop=stop, exit_code=code,
-                    elapsed_s=1.0, timeout_s=600.0, survivors=list(survivors))
+    result = result or {}
+    finished = Finished(stop=stop, exit_code=code, survivors=list(survivors), elapsed_s=1.0)
+    return assemble(RunOutcome(cfg or config(max_model_len=131072), result, rank_events(result, folder), log, finished,
+                               timeout_s=600.0).record())
 
 
 # ------------------------------------------------------------------------------------------

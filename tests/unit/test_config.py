@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvaudit.config import (
-    EMBEDDED_DEFAULTS, AuditConfig, build_run_config, config_from_json, embedded_model_path, load_preset,
-    parse_passthrough,
+    BOOL_KEYS, CONFIG_KEYS, EMBEDDED_DEFAULTS, FLOAT_KEYS, INT_KEYS, INT_LIST_KEYS, MODELLED_KEYS, STABLE_KEYS,
+    STR_KEYS, AuditConfig, build_run_config, config_from_json, embedded_model_path, load_preset, parse_passthrough,
 )
 from kvaudit.errors import ExitCode, UsageError
 
@@ -222,12 +222,12 @@ def test_a_command_line_kvaudit_cannot_parse_is_a_usage_error(cli, args, text):
 
 
 def test_an_internal_error_is_one_line_and_exit_3(cli, monkeypatch):
-    import kvaudit.report
+    import kvaudit.engines.inputs
 
     def broken(path):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(kvaudit.report, "load_report", broken)
+    monkeypatch.setattr(kvaudit.engines.inputs, "load_report", broken)
     monkeypatch.delenv("KVAUDIT_DEBUG", raising=False)
     result = cli("show", "whatever.json")
     assert result.code == 3
@@ -287,3 +287,35 @@ def test_config_json_round_trip():
     data = cfg.to_json()
     assert data["cudagraph_capture_sizes"] == [1, 2] and data["extra_args"] == {"a": {"b": 1}}
     assert config_from_json(data) == cfg
+
+
+# ------------------------------------------------------------------------------------------
+# the config keys: AuditConfig's fields, one list
+
+
+def test_every_modelled_key_has_exactly_one_kind():
+    # a new field of a kind no list names would reach reports unchecked by the loader
+    kinds = (INT_KEYS, STR_KEYS, FLOAT_KEYS, BOOL_KEYS, INT_LIST_KEYS)
+    assert sorted(k for keys in kinds for k in keys) == sorted(MODELLED_KEYS)
+    assert INT_KEYS == ("tensor_parallel_size", "decode_context_parallel_size", "num_speculative_tokens",
+                        "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")
+    assert (FLOAT_KEYS, BOOL_KEYS, INT_LIST_KEYS) == (("gpu_memory_utilization",), ("enforce_eager",),
+                                                      ("cudagraph_capture_sizes",))
+
+
+def test_the_stable_keys_are_the_modelled_keys_but_load_format():
+    assert STABLE_KEYS == tuple(k for k in CONFIG_KEYS if k not in ("load_format", "extra_args"))
+    assert CONFIG_KEYS[-1] == "extra_args" and MODELLED_KEYS == CONFIG_KEYS[:-1]
+
+
+def test_a_log_config_fills_every_modelled_key():
+    # the log engine builds its AuditConfig from the same list: a knob the log states is never dropped
+    from kvaudit.engines.logs.knobs import knobs_from_args
+    args = {"model": "/m", "tensor_parallel_size": 2, "max_model_len": 4096, "gpu_memory_utilization": 0.5,
+            "enforce_eager": True, "cudagraph_capture_sizes": [1, 2], "kv_cache_dtype": "fp8",
+            "load_format": "dummy", "block_size": 32, "max_num_seqs": 4, "max_num_batched_tokens": 256,
+            "decode_context_parallel_size": 1, "speculative_config": {"method": "mtp", "num_speculative_tokens": 1},
+            "swap_space": 4}
+    known, extra = knobs_from_args(args)
+    assert set(known) == set(MODELLED_KEYS)
+    assert extra == {"swap_space": 4, "speculative_config": {"method": "mtp", "num_speculative_tokens": 1}}

@@ -11,8 +11,9 @@ import pytest
 from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_report, real_json, write_json
 from kvaudit.diff import check_kv_drop, diff_reports
 from kvaudit.errors import ExitCode, FindingError
-from kvaudit.report import load_report
-from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, diff_from_json, dumps
+from kvaudit.engines.inputs import load_report
+from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, dumps
+from kvaudit.validate import diff_from_json
 from kvaudit.units import fmt_gib3
 
 # A: two ranks; rank 1 binds (less KV).  B: persistent +2 GiB on both, non_torch +0.25 GiB on rank 0,

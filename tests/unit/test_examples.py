@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kvaudit.report import load_report
+from kvaudit.engines.inputs import load_report
 from kvaudit.schema import Owner, Source, Verdict, dumps
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Fuzzing the report loader and `kvaudit show` with damaged real reports.
 
-Contract (docs/design.md, STYLE.md): any file is either a report (load_report returns one; `kvaudit
+Contract (docs/design.md, exit codes): any file is either a report (load_report returns one; `kvaudit
 show` exits 0 with nothing on stderr) or bad input (BadInputError; exit 2 with exactly one line
 on stderr). Never a traceback, never an internal error (exit 3).
 
@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, Phase, assume, given, settings, strategies a
 from conftest import run_cli
 from factories import REAL_REPORTS, real_json
 from kvaudit.errors import BadInputError
-from kvaudit.report import load_report, looks_like_json
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import looks_like_json
 from kvaudit.schema import Report
 
 BASES = {name: real_json(name) for name in REAL_REPORTS}

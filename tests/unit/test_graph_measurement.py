@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvaudit.engines.probes import pool_totals
+from kvaudit.engines.probes.snapshot import pool_totals
 from kvaudit.ledger import measure_graphs
 
 MiB = 1 << 20

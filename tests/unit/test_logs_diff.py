@@ -57,7 +57,7 @@ def test_booted_vs_failed() -> None:
 
 
 def test_ingest_imports_neither_torch_nor_vllm() -> None:
-    code = ("import sys; from pathlib import Path; from kvaudit.report import load_report; "
+    code = ("import sys; from pathlib import Path; from kvaudit.engines.inputs import load_report; "
             f"load_report(Path({str(FIXTURES / 'gpu-0.32-v1-tp2-ok.log')!r})); "
             "bad = [m for m in ('torch', 'vllm') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

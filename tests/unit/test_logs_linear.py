@@ -20,7 +20,8 @@ from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.scan import bounds
 from kvaudit.errors import BadInputError
 from kvaudit.render.table import TableReporter
-from kvaudit.report import load_report, read_text
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import read_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
 DATA = Path(__file__).parent / "data"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvaudit.report import load_report
+from kvaudit.engines.inputs import load_report
 from kvaudit.schema import Owner, Report
 from kvaudit.units import gib_to_bytes
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from kvaudit.engines.logs import report_from_log_text, report_from_logs
 from kvaudit.engines.logs.scan import scan, scan_exhaustive
 from kvaudit.errors import BadInputError
-from kvaudit.report import load_report, parse_report_text, read_text
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import parse_report_text, read_text
 from kvaudit.schema import Report, dumps
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
@@ -128,7 +129,7 @@ def test_truncated_fixture_prefixes_never_fail() -> None:
 
 def test_load_report_detects_logs_by_content_gzip_included(tmp_path: Path) -> None:
     """GIVEN a log saved under a .txt name and the same log gzip-compressed with a .json name
-    THEN both load as logs (content decides), through kvaudit.report.load_report."""
+    THEN both load as logs (content decides), through kvaudit.engines.inputs.load_report."""
     text = read_text(FIXTURES / "gpu-0.32-v1-tp2-ok.log")
     plain, packed = tmp_path / "boot.txt", tmp_path / "boot.json"
     plain.write_text(text, encoding="utf-8")

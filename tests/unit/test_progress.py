@@ -9,7 +9,7 @@ import re
 
 from rich.console import Console
 
-from kvaudit.engines.supervision import StageTailer
+from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.render.progress import Progress, _Waiting
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -18,9 +19,10 @@ from factories import (
 from kvaudit.diff import diff_reports
 from kvaudit.render import Format, reporter
 from kvaudit.render.bars import rank_bar
-from kvaudit.render.text import markdown_table
+from kvaudit.render.markdown import markdown_table
 from kvaudit.errors import BadInputError
-from kvaudit.report import load_report, parse_report_text
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import parse_report_text
 from kvaudit.schema import AccuracyEntry, Owner, Source
 
 WIDTH = 100
@@ -69,6 +71,46 @@ def test_every_format_is_covered_by_the_goldens():
 
 
 # ------------------------------------------------------------------------------------------
+# one sequence of sections (render/sections.py): the table and markdown cannot drift
+
+
+def _bare(text: str) -> str:
+    """Without whitespace (the table wraps and right-aligns) and backticks (markdown's code spans)."""
+    return "".join(text.split()).replace("`", "")
+
+
+def _markdown_prose(markdown: str) -> str:
+    """Markdown outside its tables, without markup, bare."""
+    return "".join(_bare(line.removeprefix("- ").removeprefix("\\").replace("**", ""))
+                   for line in markdown.splitlines() if not line.startswith("|"))
+
+
+def _table_prose(table: str) -> str:
+    """The table view outside its tables and bars (render/markdown.py says why markdown has none), bare."""
+    return "".join(_bare(line) for line in table.splitlines()
+                   if not set(line) & set("│┃━╇") and not re.match(r"rank \S+ \[", line)
+                   and not line.endswith("· past it"))
+
+
+def _wide_table(rep) -> str:
+    out = io.StringIO()
+    reporter(Format.TABLE, width=200, color=False).report(rep, out)   # wide: the bars' legend on one line
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", REAL_REPORTS)
+def test_the_table_and_markdown_say_the_same_in_the_same_order(real_reports, name):
+    table, markdown = _wide_table(real_reports[name]), render_report(real_reports[name], Format.MARKDOWN)
+    assert _table_prose(table) == _markdown_prose(markdown)
+
+
+@pytest.mark.parametrize("a, b", DIFFS)
+def test_the_table_and_markdown_say_the_same_of_a_diff(real_reports, a, b):
+    diff = real_diff(real_reports, a, b)
+    assert _table_prose(render_diff(diff, Format.TABLE)) == _markdown_prose(render_diff(diff, Format.MARKDOWN))
+
+
+# ------------------------------------------------------------------------------------------
 # table
 
 
@@ -88,10 +130,28 @@ def test_the_table_names_the_binding_rank_and_the_verdict(real_reports):
     assert text.rstrip().splitlines()[-1] == "FAIL: verify failed: true peak above the requested budget"
 
 
-def test_the_table_shows_a_failure(real_reports):
-    text = render_report(real_reports["run3"], Format.TABLE)
-    assert "failure: refused in capture on rank 0:" in text
+@pytest.mark.parametrize("fmt", [Format.TABLE, Format.MARKDOWN], ids=str)
+def test_every_human_format_shows_the_failure(real_reports, fmt):
+    # a markdown report pasted into a PR says what failed, where, as the terminal does
+    text = render_report(real_reports["run3"], fmt)
+    assert "failure: refused in capture on rank 0: RuntimeError: Worker failed" in text
     assert "UNKNOWN: audit incomplete" in text
+
+
+def test_a_report_without_a_failure_has_no_failure_line(real_reports):
+    for fmt in (Format.TABLE, Format.MARKDOWN):
+        assert "failure:" not in render_report(real_reports["run1"], fmt)
+
+
+def test_a_diff_of_reports_without_rank_numbers_has_no_per_rank_table(real_reports):
+    # GIVEN two reports whose ranks carry no number (a partial log)  THEN neither format draws an
+    # empty per-rank table, only the binding rank's
+    a, b = (dataclasses.replace(real_reports[n], ranks=tuple(dataclasses.replace(r, rank=None)
+                                                             for r in real_reports[n].ranks)) for n in ("run1", "run2"))
+    diff = diff_reports(a, b, "a.json", "b.json")
+    for fmt in (Format.TABLE, Format.MARKDOWN):
+        text = render_diff(diff, fmt)
+        assert "owner, binding rank (GiB)" in text and "Δ per rank" not in text
 
 
 def test_bars_stay_within_their_width_for_real_ranks(real_reports):
@@ -121,6 +181,9 @@ def test_the_accuracy_table_of_a_selftest():
     assert "-152.00 KiB" in text and "-0.155%" in text
     md = render_report(rep, Format.MARKDOWN)
     assert "| weights | 0 | 0.188 | 0.188 | +12.00 KiB | +0.006% |" in md
+    # the same table under the same label in both formats
+    label = "owner (planted vs measured, GiB)"
+    assert md.count(label) == 1 and text.count(label) == 1
     assert rep.capacity.safe_serve_flags == ()   # no vLLM to pass flags to
 
 

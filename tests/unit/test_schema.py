@@ -12,10 +12,10 @@ import pytest
 from factories import DATA, REAL_REPORTS, assert_superset, real_json, write_json
 from kvaudit.diff import diff_reports
 from kvaudit.errors import BadInputError, ExitCode
-from kvaudit.report import load_report, parse_report_text
-from kvaudit.schema import (
-    DIFF_SCHEMA, REPORT_SCHEMA, Owner, Report, diff_from_json, dumps, report_from_json, to_jsonable,
-)
+from kvaudit.engines.inputs import load_report
+from kvaudit.report import parse_report_text
+from kvaudit.schema import DIFF_SCHEMA, REPORT_SCHEMA, Owner, Report, dumps, to_jsonable
+from kvaudit.validate import diff_from_json, report_from_json
 
 # The stable keys, written out from docs/design.md's "Report contract" (not from the implementation).
 STABLE_TOP = ("schema", "source", "engine", "environment", "config", "ranks", "capacity", "verify", "verdict",

@@ -11,7 +11,8 @@ import pytest
 
 from factories import GiB
 from kvaudit.engines import records
-from kvaudit.engines.sequence import JOURNAL_ENV, Journal, RankSequencer, WarmupFailed, WarmupGuard, read_journal
+from kvaudit.engines.journal import JOURNAL_ENV, Journal, read_journal
+from kvaudit.engines.sequence import RankSequencer, WarmupFailed, WarmupGuard
 from kvaudit.schema import Phase, PhaseStatus
 
 # ------------------------------------------------------------------------------------------

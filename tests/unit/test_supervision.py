@@ -1,4 +1,4 @@
-"""Stopping engine processes (kvaudit.engines.supervision), with plain sleeping processes in
+"""Stopping engine processes (kvaudit.engines.process), with plain sleeping processes in
 place of vLLM: stop signals are deferred, a second one hurries the stop, and the guard takes a
 session down when kvaudit dies without cleaning up."""
 
@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from kvaudit.engines.supervision import (
-    JournalTailer, StopSignals, release_guard, session_members, start_guard, stop_session, watch,
-)
+from kvaudit.engines.journal import JournalTailer
+from kvaudit.engines.process import StopSignals, release_guard, session_members, start_guard, stop_session, watch
 from kvaudit.schema import FailureKind
 
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -53,7 +53,8 @@ def test_cpu_worker_methods_exist():
         assert name in CPUWorker.__dict__, name
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
     assert hasattr(CPUModelRunner, "warming_up_model")
-    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info  # noqa: F401
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+    assert callable(get_allowed_cpu_list) and callable(get_memory_node_info)
 
 
 def test_kernel_warmup_is_imported_by_name_into_gpu_worker():

@@ -28,12 +28,13 @@ from pathlib import Path
 
 import pytest
 
+from boot_processes import processes_under
+
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 opt_in = pytest.mark.skipif(os.environ.get("KVAUDIT_MULTINODE") != "1",
                             reason="two-node boots run on demand: KVAUDIT_MULTINODE=1")
 
-JOURNAL_ENV = b"KVAUDIT_JOURNAL_DIR="
 BOOT_LIMIT_S = 540
 
 
@@ -41,25 +42,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def processes_under(tmpdir: Path) -> list[tuple[int, str]]:
-    """Live processes of the boots whose journal folder is under tmpdir (boot process, engine
-    core, workers: all inherit the variable), with their command line."""
-    marker = JOURNAL_ENV + str(tmpdir).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        if marker in environ and state != "Z":
-            found.append((int(entry.name), cmd))
-    return found
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:

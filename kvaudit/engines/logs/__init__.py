@@ -1,25 +1,29 @@
 """Parse existing vLLM startup logs into a `kvaudit.report/1` (source `log`).
 
-    report_from_log_text(text, where)       one log
-    report_from_logs([(text, where), …])    several logs of one boot (one file per node)
+    record_from_logs([(text, where), …])    several logs of one boot (one file per node) → BootRecord
+    report_from_log_text(text, where)       one log → Report
+    report_from_logs([(text, where), …])    several logs of one boot → Report
 
 The pipeline: `scan` finds the few lines worth reading (single-character passes, no per-line
 loop), `lines` splits each into process tag / level / file / message, `facts` turns messages into
-typed facts (the catalogue of docs/vllm-startup.md §5), `parse` follows worker renames, and `assemble` gives
-each fact to its rank and hands the ranks to `kvaudit.report.build_report`. Nothing here imports
-torch or vllm.
+typed facts (the catalogue of docs/vllm-startup.md §5), `parse` follows worker renames, `ranks`
+gives each fact to its rank, `logged_config`, `failure_timeline` and `owners` read the config,
+the failure and each rank's owners, and `boot` makes the `BootRecord` that
+`kvaudit.assemble.assemble` turns into the report. Nothing here imports torch or vllm.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from kvaudit.engines.logs.assemble import assemble, check_one_boot
+from kvaudit.assemble import BootRecord, assemble
+from kvaudit.engines.logs.boot import LogBoot
 from kvaudit.engines.logs.parse import parse_file
+from kvaudit.engines.logs.ranks import check_one_boot
 from kvaudit.errors import BadInputError
 from kvaudit.schema import Report
 
-__all__ = ["report_from_log_text", "report_from_logs"]
+__all__ = ["record_from_logs", "report_from_log_text", "report_from_logs"]
 
 LOOKED_FOR = ("a JSON object with a `schema` key, `(Worker_TP0 pid=N)` / `LEVEL MM-DD hh:mm:ss [file.py:N]` / "
               "`[file.py:N]` prefixes, and memory lines such as `Model loading took`, `Available KV cache memory`, "
@@ -31,8 +35,13 @@ def report_from_log_text(text: str, where: str) -> Report:
 
 
 def report_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = False) -> Report:
-    """One report from the logs of one boot. `exhaustive` reads every line (slow; for tests).
-    A file with no vLLM line at all is a BadInputError naming it, and so are files that belong to
+    """One report from the logs of one boot (see record_from_logs)."""
+    return assemble(record_from_logs(texts, exhaustive=exhaustive))
+
+
+def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = False) -> BootRecord:
+    """What the logs of one boot say. `exhaustive` reads every line (slow; for tests). A file
+    with no vLLM line at all is a BadInputError naming it, and so are files that belong to
     different engine runs."""
     if not texts:
         raise BadInputError("no log given: pass at least one vLLM log")
@@ -45,4 +54,4 @@ def report_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
         scans.append(scan)
     if len(scans) > 1:
         check_one_boot(scans)
-    return assemble(scans)
+    return LogBoot(tuple(scans)).record()

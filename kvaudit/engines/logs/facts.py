@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Callable, Iterable
 
+from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, cause_of
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.units import MiB, gib_to_bytes
 
@@ -223,7 +224,8 @@ def _autofit(msg: str) -> Iterable[Fact]:
 # printed twice (the profiling capture, then the real one).
 _CAPTURE = re.compile(rf"Graph capturing finished in ({NUM}) secs?, took ({SNUM}) GiB")
 # gpu_worker.py compile_or_warm_up_model, per worker, only when the estimate is > 0. The unmerged
-# #51590 wording "(actual: X GiB captured + Y GiB retained by profiling)" has the same shape.
+# wording "(actual: X GiB captured + Y GiB retained by profiling)" (docs/vllm-startup.md §5.6)
+# has the same shape.
 _POOL = re.compile(rf"CUDA graph pool memory: ({SNUM}) GiB \(actual[^)]{{0,200}}\), ({SNUM}) GiB \(estimated\)")
 # V1 gpu_model_runner.py profile_cudagraph_memory: "Estimated CUDA graph memory: %.2f GiB total".
 _ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB total")
@@ -297,10 +299,10 @@ def _advisory(msg: str) -> Iterable[Fact]:
 # --------------------------------------------------------------------------------------------
 # The "Actual usage" line and the startup budget (§5.3, §5.4)
 
-# gpu_worker.py compile_or_warm_up_model (0.32 / N, since #49208): consumed = weights + persistent
-# torch + non-torch; peak = transient headroom + the applied graph estimate; graph = capture_model's
-# return. U and older (DEBUG): weights, peak, non-torch, graph. NPU (vllm-ascend#8289): "Actual
-# usage: … for weights, …, … for NPU graph memory".
+# gpu_worker.py compile_or_warm_up_model (0.32 / N, docs/vllm-startup.md §2.1–2.2): consumed =
+# weights + persistent torch + non-torch; peak = transient headroom + the applied graph estimate;
+# graph = capture_model's return. U and older (DEBUG): weights, peak, non-torch, graph. NPU
+# (docs/vllm-startup.md §5.6): "Actual usage: … for weights, …, … for NPU graph memory".
 # Matched loosely: commas, "and", plurals and the graph's name changed between releases and forks.
 _GRAPH_MEMORY = r"(?:the )?(?:CUDA ?[Gg]raphs?|NPU graph|[Gg]raph) memory"
 _ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) ?GiB for consumed memory \(weights \+ non-torch\),? ({SNUM}) ?GiB "
@@ -476,35 +478,20 @@ def _error_text(msg: str, anchor: str) -> str:
 
 def _kv_check(msg: str) -> Iterable[Fact]:
     if "To serve at least one request" in msg and (m := _TO_SERVE.search(msg)):
-        yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
-                                                 _error_text(msg, "To serve at least one request")))
         yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
         yield Fact(FactKind.KV_NEEDED, _gib(m.group(2)))
         yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, _gib(m.group(3)))
         if e := _ESTIMATED_LEN.search(msg):
             yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(e.group(1)))
     if "stored in KV cache" in msg and (m := _V0_TOO_LONG.search(msg)):
-        yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
-                                                 _error_text(msg, "max seq len")))
         yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
         yield Fact(FactKind.KV_TOKENS, ("GPU", _int(m.group(2))))
         yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(m.group(2)))
-    for anchor in ("No available memory for the cache blocks", "Cannot auto-fit max_model_len"):
-        if anchor in msg:
-            yield Fact(FactKind.FAILURE, FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV, _error_text(msg, anchor)))
-            # Not one token fits: the longest feasible request is 0.
-            yield Fact(FactKind.MAX_FEASIBLE_LEN, 0)
+    if any(anchor in msg for anchor in ("No available memory for the cache blocks", "Cannot auto-fit max_model_len")):
+        yield Fact(FactKind.MAX_FEASIBLE_LEN, 0)  # not one token fits: the longest feasible request is 0
 
 
 def _startup(msg: str) -> Iterable[Fact]:
-    for anchor in ("on startup is less than desired", "on startup is less than the engine's budget",
-                   "exceed the desired GPU memory utilization"):
-        if anchor in msg:
-            start = "Free memory on device" if "Free memory on device" in msg else (
-                "Available memory on node" if "Available memory on node" in msg else anchor)
-            yield Fact(FactKind.FAILURE,
-                       FailureFact(FailureKind.STARTUP_MEMORY, Phase.BASELINE, _error_text(msg, start)))
-            break
     if m := _CPU_STARTUP.search(msg):
         yield Fact(FactKind.FREE_AT_START, _gib(m.group(2)))
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(3)))
@@ -516,49 +503,29 @@ def _startup(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(3)))
         if m.group(5) is not None:
             yield Fact(FactKind.REQUESTED, _gib(m.group(5)))
-        # kv ≤ 0: the process already used its whole budget (nothing left for KV: does not fit);
-        # kv > 0: other processes hold the node memory it asked for.
-        kind = FailureKind.DOES_NOT_FIT if kv <= 0 else FailureKind.STARTUP_MEMORY
-        yield Fact(FactKind.FAILURE, FailureFact(kind, Phase.KV, _error_text(msg, "Available memory on node")))
         yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, kv)
         if kv <= 0:
             yield Fact(FactKind.MAX_FEASIBLE_LEN, 0)
-
-
-# OOM: gpu_model_runner.py load_model logs "Failed to load model - not enough GPU memory. …
-# (original error: …)"; elsewhere torch's own "CUDA out of memory" / OutOfMemoryError.
-_CAUSES: tuple[tuple[str, FailureKind, Phase | None, int], ...] = (
-    ("Failed to load model - not enough GPU memory", FailureKind.OOM, Phase.LOAD, 0),
-    # model_executor/layers/linear.py: "Failed to create unquantized linear weights: CUDA out of memory. …"
-    ("weights: CUDA out of memory", FailureKind.OOM, Phase.LOAD, 0),
-    ("CUDA out of memory", FailureKind.OOM, None, 0),
-    ("OutOfMemoryError", FailureKind.OOM, None, 0),
-    ("CUDA error: out of memory", FailureKind.OOM, None, 0),
-    # gpu_worker.py determine_available_memory: free memory grew while profiling.
-    ("Error in memory profiling", FailureKind.CRASH, Phase.PROFILE, 1),
-    # v1/worker/workspace.py: a warmup after capture_model's lock_workspace() needed more workspace.
-    ("Workspace is locked but", FailureKind.CRASH, Phase.CAPTURE, 1),
-    # multiproc_executor.py worker monitor.
-    ("died unexpectedly", FailureKind.WORKER_DIED, None, 1),
-    # The DCP assertion (vllm/v1/worker/cp_utils.py family) on backends without softmax LSE.
-    ("requires attention implementations to return the softmax LSE", FailureKind.REFUSED, None, 1),
-    # core_client / engine utils: the generic tail every failed boot prints.
-    ("Engine core initialization failed", FailureKind.CRASH, None, 2),
-    ("WorkerProc initialization failed", FailureKind.CRASH, None, 2),
-)
 
 
 # torch's OOM message: "GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free."
 _OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which")
 
 
-def _crash(msg: str) -> Iterable[Fact]:
-    for anchor, kind, phase, priority in _CAUSES:
-        if anchor in msg:
-            yield Fact(FactKind.FAILURE, FailureFact(kind, phase, _error_text(msg, anchor), priority=priority))
-            if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
-                yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
-            return
+def _failure(msg: str) -> Iterable[Fact]:
+    """The message's cause in the failure catalogue (engines/failures.py), as a fact."""
+    cause = cause_of(msg)
+    if cause is None:
+        return
+    kind = cause.kind
+    if cause.anchor == CPU_KV_SHORT and (m := _CPU_KV_ALLOC.search(msg)) and _gib(m.group(4)) <= 0:
+        # kv ≤ 0: the process already used its whole budget (nothing left for KV: does not fit);
+        # kv > 0: other processes hold the node memory it asked for.
+        kind = FailureKind.DOES_NOT_FIT
+    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, _error_text(msg, cause.start(msg)),
+                                             priority=cause.priority))
+    if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
+        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -672,9 +639,9 @@ RULES: tuple[Rule, ...] = (
          r"To serve at least one request|No available memory for the cache blocks|Cannot auto-fit max_model_len"
          r"|stored in KV cache",
          _kv_check),
-    Rule("startup", ("on startup is less than", "exceed the desired", "on kv cache allocation is less"),
-         r"on startup is less than|exceed the desired GPU memory|on kv cache allocation is less", _startup),
-    Rule("crash", tuple(c[0] for c in _CAUSES), "|".join(_ere(c[0]) for c in _CAUSES), _crash),
+    Rule("startup", ("on startup is less than", "on kv cache allocation is less"),
+         r"on startup is less than|on kv cache allocation is less", _startup),
+    Rule("failure", tuple(c.anchor for c in CAUSES), "|".join(_ere(c.anchor) for c in CAUSES), _failure),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
          _config),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),

@@ -19,13 +19,14 @@ import re
 import warnings
 from typing import Any, Mapping
 
+from kvaudit.config import INT_KEYS, MODELLED_KEYS, STR_KEYS
+
 LITERAL_CHARS = 200_000
 """A dict literal longer than this is not parsed as a whole (ast is slow and deep on hostile text)."""
 
-_INT_KEYS = ("tensor_parallel_size", "decode_context_parallel_size", "max_num_seqs", "max_num_batched_tokens",
-             "block_size", "num_speculative_tokens", "pipeline_parallel_size", "data_parallel_size",
-             "prefill_context_parallel_size")
-_STR_KEYS = ("model", "kv_cache_dtype", "load_format")
+_INT_KEYS = tuple(k for k in INT_KEYS if k != "max_model_len") + ("pipeline_parallel_size", "data_parallel_size",
+                                                                  "prefill_context_parallel_size")
+_STR_KEYS = tuple(k for k in STR_KEYS if k != "speculative_method")
 
 
 def literal_dict(text: str) -> dict[str, Any] | None:
@@ -131,8 +132,7 @@ def knobs_from_args(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if (comp := _sub_dict(args.get("compilation_config"))) is not None:
         if (sizes := _sizes(comp.get("cudagraph_capture_sizes"))) is not None:
             known.setdefault("cudagraph_capture_sizes", sizes)
-    modelled = set(_INT_KEYS) | set(_STR_KEYS) | {"model_tag", "max_model_len", "gpu_memory_utilization",
-                                                   "enforce_eager", "cudagraph_capture_sizes"}
+    modelled = {*MODELLED_KEYS, *_INT_KEYS, "model_tag"} - {"speculative_method"}  # from speculative_config only
     extra = {str(k): json_safe(v) for k, v in args.items() if k not in modelled}
     return known, extra
 

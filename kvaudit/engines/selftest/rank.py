@@ -15,10 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvaudit.engines.probes import CudaProbe, HostProbe, nvml_device_used
+from kvaudit.engines.probes.cuda import CudaProbe
+from kvaudit.engines.probes.host import HostProbe
+from kvaudit.engines.probes.nvml import nvml_device_used
 from kvaudit.engines.records import phase_records
 from kvaudit.engines.selftest.workload import Planted, Workload
-from kvaudit.engines.sequence import Journal, RankSequencer, WarmupGuard
+from kvaudit.engines.journal import Journal
+from kvaudit.engines.sequence import RankSequencer, WarmupGuard
 from kvaudit.ledger import GraphMeasurement, measure_graphs, naive_kv_available, requested_bytes, size_kv
 from kvaudit.schema import Phase
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
-from kvaudit.engines.probes import OTHERS_ENV, node_meminfo, nvml_used_by_device
-from kvaudit.engines.sequence import Journal
+from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
+from kvaudit.engines.probes.host import node_meminfo
+from kvaudit.engines.journal import Journal
 from kvaudit.engines.vllm import multinode
 from kvaudit.engines.vllm.adapter import support, uses_mla
 

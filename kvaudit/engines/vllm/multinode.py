@@ -5,7 +5,8 @@ vLLM's multi-node mp executor runs the engine on node 0 and only workers on the 
 command line goes to every node, each with its own `--node-rank`: node 0 writes the report, the
 other nodes serve their ranks and stop when node 0 has every record. Their journals reach node 0
 through vLLM's distributed store (kvaudit.engines.relay); this node keeps a local copy for its
-own progress lines.
+own progress lines. This node's supervisor is `supervise.run_follower`; this module holds the
+helpers both sides use and the boot process's part (`serve`).
 
 Here, too, no process is left behind: when a local rank dies, this node appends a `died`
 marker to that rank's journal in the store (node 0's report names the rank and its phase) and
@@ -14,22 +15,17 @@ stops its workers; when node 0 is gone (its store stops answering), it stops the
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from kvaudit.config import AuditConfig
-from kvaudit.engines.sequence import JOURNAL_ENV, read_journal
+from kvaudit.engines.journal import read_journals
+from kvaudit.engines.process import proc_stat
 
-ProgressFn = Callable[[int, dict[str, Any]], None]
 HEAD_LOST_S = 15.0
 """Node 0's store unanswered this long (after it answered once): node 0 is gone."""
 
@@ -77,87 +73,15 @@ def release(llm: Any) -> None:
         pass
 
 
-@dataclass(frozen=True)
-class FollowerOutcome:
-    exit_code: int
-    message: str
-
-
-# ------------------------------------------------------------------------------------------------
-# The supervisor on this node (imports neither torch nor vllm)
-
-
-def run_follower(config: AuditConfig, options: Any, on_progress: ProgressFn, signals: Any) -> FollowerOutcome:
-    """Serve this node's ranks (options: supervise.RunOptions, as on node 0) until node 0 is done."""
-    from kvaudit.engines.supervision import (JournalTailer, StageTailer, release_guard, start_guard, stop_session,
-                                             watch)
-    from kvaudit.engines.trace import trace_env
-    timeout_s, log_path = options.timeout_s, options.log_path
-    extra_env = {"VLLM_ENABLE_STARTUP_PLAN": "0",
-                 **trace_env(options.trace, tuple(p.resolve() for p in options.owners)),
-                 **({"KVAUDIT_SWEEP": "1"} if options.sweep else {})}
-    workdir = Path(tempfile.mkdtemp(prefix="kvaudit-node-"))
-    try:
-        journal_dir = workdir / "journal"
-        journal_dir.mkdir()
-        result_path = workdir / "result.json"
-        spec_path = workdir / "spec.json"
-        spec_path.write_text(json.dumps({"config": config.to_json(), "verify": False, "follower": True,
-                                         "journal_dir": str(journal_dir), "result": str(result_path)}))
-        log = log_path or workdir / "vllm.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **extra_env, **{JOURNAL_ENV: str(journal_dir)})
-        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # as on node 0: it would bypass the audit
-        started = time.monotonic()
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.vllm.boot", str(spec_path)],
-                                    stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=env)
-            guard = start_guard(proc.pid)
-            stop = None
-            try:
-                stop = watch(proc, JournalTailer(journal_dir), on_progress, timeout_s, started, signals,
-                             StageTailer(log, journal_dir / "boot.jsonl"))
-            finally:
-                if stop is not None:
-                    on_progress(-1, {"type": "stage", "stage": f"stopping vLLM ({signals.name or stop.value})"})
-                survivors = stop_session(proc, signals=signals)
-                release_guard(guard)
-        try:
-            result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else {}
-        except (OSError, ValueError):
-            result = {}
-    finally:
-        import shutil
-        shutil.rmtree(workdir, ignore_errors=True)
-    where = f"node {node_rank(config)}"
-    tail = f"; {len(survivors)} vLLM processes survived SIGKILL: {survivors}" if survivors else ""
-    if stop is not None:
-        return FollowerOutcome(3, f"{where}: stopped ({signals.name or stop.value}) before node 0 had every "
-                                  f"record{tail}")
-    error = result.get("error") if isinstance(result.get("error"), dict) else None
-    if error and error.get("type") == "UsageError":
-        return FollowerOutcome(2, f"{where}: {error.get('message')}")
-    outcome = result.get("follower") if isinstance(result.get("follower"), dict) else {}
-    if outcome.get("done"):
-        ranks = outcome.get("ranks") or []
-        return FollowerOutcome(0, f"{where}: ranks {', '.join(map(str, ranks))} served node 0's boot; "
-                                  f"the report is written on node 0{tail}")
-    message = outcome.get("message") or (f"{error.get('type')}: {str(error.get('message')).splitlines()[0]}"
-                                         if error else f"the boot process exited with status {proc.returncode}")
-    return FollowerOutcome(3, f"{where}: {message}{tail}")
-
-
 # ------------------------------------------------------------------------------------------------
 # The boot process on this node (vLLM imported)
 
 
 def _proc_status(pid: int) -> tuple[bool, int | None]:
     """(alive, wait status): a zombie is dead; its wait status is /proc's exit_code field."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    fields = proc_stat(pid)
+    if fields is None:
         return False, None
-    fields = stat[stat.rfind(")") + 2:].split()
     if fields and fields[0] in ("Z", "X"):
         try:
             return False, int(fields[49])
@@ -218,8 +142,7 @@ class Watcher:
     def _check_ranks(self) -> None:
         import socket
         released = []
-        for path in self.journal_dir.glob("rank*.jsonl"):
-            events = read_journal(path)
+        for events in read_journals(self.journal_dir).values():
             info = next((e for e in events if e.get("type") == "rank"), None)
             if info is None or not isinstance(info.get("pid"), int) or not isinstance(info.get("rank"), int):
                 continue

@@ -1,5 +1,6 @@
-"""The supervisor: runs the boot process, shows per-rank progress from the journals, enforces
-the timeout, takes every vLLM process down afterwards, and turns what came back into a report.
+"""The vLLM engine's supervisor: checks what it can before the boot (preflight), runs the boot
+process through the supervised-process runner (engines/process.py), and tells what came back
+(result.json, the rank journals, vLLM's log) as a `BootRecord` (`RunOutcome`).
 
 It imports neither torch nor vllm: the CLI process stays small and can always clean up.
 """
@@ -7,39 +8,27 @@ It imports neither torch nor vllm: the CLI process stays small and can always cl
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
-import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Mapping
 
+from kvaudit.assemble import BootRecord, Stated, assemble, verify_summary
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
-from kvaudit.engines.sequence import JOURNAL_ENV
+from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
+from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.engines.trace import trace_env
-from kvaudit.engines.relay import RankTailer, rank_journals
-from kvaudit.engines.supervision import (
-    StageTailer, StopSignals, release_guard, start_guard, stop_session, watch,
-)
 from kvaudit.engines.vllm import nodes
-from kvaudit.engines.vllm.multinode import local_world_size
+from kvaudit.engines.vllm.multinode import local_world_size, node_rank
+from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
-from kvaudit.ledger import KvGeometry, verify_error
-from kvaudit.report import build_report, rank_report
+from kvaudit.capacity import KvGeometry
+from kvaudit.schema import PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, Report, Source, Verify
 from kvaudit.sites import load_rules
 from kvaudit.units import fmt_bytes
-from kvaudit.schema import (
-    PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, RankReport, Report, Source, SweepPoint, Verify,
-    VerifyRank,
-)
-
-ProgressFn = Callable[[int, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -135,63 +124,90 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
     with StopSignals() if signals is None else contextlib.nullcontext(signals) as stop_signals:
-        workdir = Path(tempfile.mkdtemp(prefix="kvaudit-run-"))
-        try:
-            return _run(config, options, on_progress, stop_signals, workdir)
-        finally:
-            _remove(workdir)  # never left behind, with or without --log (that file lives elsewhere)
+        # the folder is never left behind, with or without --log (that file lives elsewhere)
+        with workdir("kvaudit-run-") as folder:
+            return assemble(_run(config, options, on_progress, stop_signals, folder).record())
 
 
 def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals,
-         workdir: Path) -> Report:
-    journal_dir = workdir / "journal"
-    journal_dir.mkdir()
-    result_path = workdir / "result.json"
-    spec_path = workdir / "spec.json"
-    spec_path.write_text(json.dumps({"config": config.to_json(), "verify": options.verify,
+         folder: Path) -> RunOutcome:
+    finished, result, log_path = _boot(config, options, on_progress, signals, folder, verify=options.verify)
+    log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+    sources: dict[int, str] = {}
+    events = rank_events(result, folder / "journal", sources)
+    return RunOutcome(config, result, events, log_text, finished, timeout_s=options.timeout_s, traced=options.trace,
+                      stop_signal=signals.name, sources=sources)
+
+
+def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals, folder: Path, *,
+          verify: bool) -> tuple[Finished, dict[str, Any], Path]:
+    """The boot process (engines/vllm/boot.py) under the process runner: how it ended, its
+    result.json and where vLLM's log is. It stops early when another node reports a rank dead
+    or lost (`stop_when_gone`)."""
+    journal_dir = folder / "journal"
+    result_path = folder / "result.json"
+    spec_path = folder / "spec.json"
+    spec_path.write_text(json.dumps({"config": config.to_json(), "verify": verify,
                                      "journal_dir": str(journal_dir), "result": str(result_path)}))
-    log_path = options.log_path or workdir / "vllm.log"
+    log_path = options.log_path or folder / "vllm.log"
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)},
                **trace_env(options.trace, tuple(p.resolve() for p in options.owners)))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     if options.sweep:
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
-    tailer = RankTailer(journal_dir)  # this node's journals and the relayed ones of other nodes
-    started = time.monotonic()
-    stop: FailureKind | None = None
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "kvaudit.engines.vllm.boot", str(spec_path)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-        guard = start_guard(proc.pid)
-        try:
-            stop = watch(proc, tailer, on_progress, options.timeout_s, started, signals,
-                         StageTailer(log_path, journal_dir / "boot.jsonl"),
-                         should_stop=lambda: FailureKind.WORKER_DIED if tailer.stopped else None)
-        finally:
-            if stop is not None:  # a boot that ended by itself shut vLLM down already
-                on_progress(-1, {"type": "stage", "stage": f"stopping vLLM ({signals.name or stop.value})"})
-            survivors = stop_session(proc, signals=signals)
-            release_guard(guard)
-    for rank, event in tailer.poll():
-        on_progress(rank, event)
+    finished = run_supervised("kvaudit.engines.vllm.boot", spec_path, log_path=log_path, journal_dir=journal_dir,
+                              on_progress=on_progress, timeout_s=options.timeout_s, signals=signals, env=env,
+                              stages=StageTailer(log_path, journal_dir / "boot.jsonl"), name="vLLM",
+                              should_stop=stop_when_gone)
     try:
         result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else {}
     except (json.JSONDecodeError, OSError):
         result = {}
-    log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
-    return assemble(config, result, journal_dir, log_text, stop=stop, exit_code=proc.returncode,
-                    elapsed_s=time.monotonic() - started, timeout_s=options.timeout_s, survivors=survivors,
-                    traced=options.trace, stop_signal=signals.name)
+    return finished, result, log_path
 
 
-def _remove(folder: Path) -> None:
-    import shutil
-    shutil.rmtree(folder, ignore_errors=True)
+def stop_when_gone(tailer: JournalTailer) -> FailureKind | None:
+    """A rank's journal ended from outside it (its node saw it die, its heartbeat stopped): the
+    boot stops; the report names the rank (nodes.rank_gone)."""
+    return FailureKind.WORKER_DIED if tailer.stopped else None
+
+
+@dataclass(frozen=True)
+class FollowerOutcome:
+    """How node K > 0 of a multi-node boot ended: the exit code and one line for stderr."""
+
+    exit_code: int
+    message: str
+
+
+def run_follower(config: AuditConfig, options: RunOptions, on_progress: ProgressFn,
+                 signals: StopSignals) -> FollowerOutcome:
+    """Node K > 0 (`-- --nnodes N --node-rank K`): serve this node's ranks until node 0, which
+    writes the report, has every record (engines/vllm/multinode.py). Progress comes from this
+    node's own journals; there is no report here."""
+    with workdir("kvaudit-node-") as folder:
+        finished, result, _ = _boot(config, options, on_progress, signals, folder, verify=False)
+    where = f"node {node_rank(config)}"
+    survivors = finished.survivors
+    tail = f"; {len(survivors)} vLLM processes survived SIGKILL: {survivors}" if survivors else ""
+    if finished.stop is not None:
+        return FollowerOutcome(3, f"{where}: stopped ({signals.name or finished.stop.value}) before node 0 had every "
+                                  f"record{tail}")
+    error = result.get("error") if isinstance(result.get("error"), dict) else None
+    if error and error.get("type") == "UsageError":
+        return FollowerOutcome(2, f"{where}: {error.get('message')}")
+    outcome = result.get("follower") if isinstance(result.get("follower"), dict) else {}
+    if outcome.get("done"):
+        ranks = outcome.get("ranks") or []
+        return FollowerOutcome(0, f"{where}: ranks {', '.join(map(str, ranks))} served node 0's boot; "
+                                  f"the report is written on node 0{tail}")
+    message = outcome.get("message") or (f"{error.get('type')}: {_first_line(error.get('message'))}" if error
+                                         else f"the boot process exited with status {finished.exit_code}")
+    return FollowerOutcome(3, f"{where}: {message}{tail}")
 
 
 # ------------------------------------------------------------------------------------------------
-# Assembly: result.json + journals + vLLM's log → Report
+# What came back: result.json + journals + vLLM's log → BootRecord
 
 
 def rank_events(result: dict[str, Any], journal_dir: Path,
@@ -199,10 +215,8 @@ def rank_events(result: dict[str, Any], journal_dir: Path,
     """Per rank: the collective_rpc record when the boot lived to return it, else the journal
     (this node's file, or the copy relayed from another node). `sources` gets where each came
     from: `rpc`, `file` or `relay`."""
-    out: dict[int, list[dict[str, Any]]] = {}
     where: dict[int, str] = {}
-    for rank, (events, source) in rank_journals(journal_dir).items():
-        out[rank], where[rank] = events, source
+    out = read_journals(journal_dir, where)
     for events in result.get("records") or []:
         if isinstance(events, list):
             ranks = [e.get("rank") for e in events if isinstance(e, dict) and e.get("type") == "rank"]
@@ -211,42 +225,6 @@ def rank_events(result: dict[str, Any], journal_dir: Path,
     if sources is not None:
         sources.update(where)
     return dict(sorted(out.items()))
-
-
-def _sweep(value: Any) -> tuple[SweepPoint, ...] | None:
-    """The worker's sweep fact as report records (malformed entries skipped: journals are data)."""
-    if not isinstance(value, list):
-        return None
-    points = []
-    for p in value:
-        tokens, peak = (p.get("tokens"), p.get("activation_peak_bytes")) if isinstance(p, dict) else (None, None)
-        if isinstance(tokens, int) and tokens > 0 and isinstance(peak, int):
-            seconds = p.get("seconds")
-            points.append(SweepPoint(tokens, peak, float(seconds) if isinstance(seconds, (int, float)) else None))
-    return tuple(sorted(points, key=lambda x: x.tokens)) or None
-
-
-def _rank_report(folded: records.RankEvents, gmu: float | None) -> RankReport:
-    f = folded.facts
-    ordered = [folded.phases[p] for p in PHASE_ORDER if p in folded.phases]
-    dtype = f.get("kv_cache_spec_dtype")
-    return dataclasses.replace(_measured_rank(folded, gmu, ordered), sweep=_sweep(f.get("sweep")),
-                               kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None)
-
-
-def _measured_rank(folded: records.RankEvents, gmu: float | None, ordered: list[Any]) -> RankReport:
-    f = folded.facts
-    return rank_report(
-        folded.rank, ordered, tp_rank=folded.get_int("tp_rank"), dcp_rank=folded.get_int("dcp_rank"),
-        device_total_bytes=folded.get_int("device_total_bytes"),
-        gpu_memory_utilization=f.get("gpu_memory_utilization", gmu),
-        others_bytes=folded.get_int("others_bytes"),
-        graph_pool_estimate_bytes=folded.get_int("graph_pool_estimate_bytes"),
-        kv_cache_bytes=folded.get_int("kv_cache_bytes"), kv_available_bytes=folded.get_int("kv_available_bytes"),
-        kv_blocks=folded.get_int("kv_blocks"), deferred_steps=tuple(f.get("deferred_steps") or ()),
-        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records(),
-        vllm_graph_estimate_bytes=folded.get_int("vllm_graph_estimate_bytes"),
-        graph_capture_transient_bytes=folded.get_int("graph_capture_transient_bytes"))
 
 
 def _geometry(folded: list[records.RankEvents], config: AuditConfig) -> KvGeometry | None:
@@ -260,65 +238,77 @@ def _geometry(folded: list[records.RankEvents], config: AuditConfig) -> KvGeomet
 def _verify(data: dict[str, Any] | None) -> Verify | None:
     if not data:
         return None
-    ranks = []
-    for r in data.get("ranks") or []:
-        peak, req = r.get("true_peak_bytes"), r.get("requested_bytes")
-        ranks.append(VerifyRank(rank=r.get("rank"), true_peak_bytes=peak,
-                                slack_bytes=req - peak if isinstance(peak, int) and isinstance(req, int) else None))
-    slacks = [r.slack_bytes for r in ranks if r.slack_bytes is not None]
-    peaks = [r.true_peak_bytes for r in ranks if r.true_peak_bytes is not None]
+    peaks = [(r.get("rank"), r.get("true_peak_bytes"), r.get("requested_bytes")) for r in data.get("ranks") or []]
     error = data.get("error")
-    if error is None:
-        error = verify_error(slacks)
-    return Verify(ok=error is None, prompt_tokens=data.get("prompt_tokens"), true_peak_bytes=max(peaks) if peaks else None,
-                  slack_bytes=min(slacks) if slacks else None, error=error,
-                  decode_tokens=data.get("decode_tokens"), repeats=1, oom_count=int(bool(error and "memory" in error)),
-                  ranks=tuple(ranks))
+    return verify_summary([(rank, peak, req if isinstance(peak, int) and isinstance(req, int) else None)
+                           for rank, peak, req in peaks],
+                          error=error, prompt_tokens=data.get("prompt_tokens"), decode_tokens=data.get("decode_tokens"),
+                          repeats=1, oom_count=int(bool(error and "memory" in error)))
 
 
-def assemble(config: AuditConfig, result: dict[str, Any], journal_dir: Path, log_text: str, *,
-             stop: FailureKind | None, exit_code: int | None, elapsed_s: float, timeout_s: float,
-             survivors: list[int], traced: bool = False, stop_signal: str | None = None) -> Report:
-    if isinstance(result.get("config"), dict):
-        config = config_from_json(result["config"])
-    sources: dict[int, str] = {}
-    events_by_rank = rank_events(result, journal_dir, sources)
-    folded = [records.fold(rank, events) for rank, events in events_by_rank.items()]
-    gmu = config.gpu_memory_utilization
-    ranks = nodes.with_nodes([_rank_report(f, gmu) for f in folded], folded, sources)
-    error = result.get("error") if isinstance(result.get("error"), dict) else None
-    if error and error.get("type") == "UsageError":
-        raise UsageError(error.get("message", "bad configuration"))
-    failure = nodes.rank_gone(folded, events_by_rank) or find_failure(
-        folded, error, log_text, stop=stop, exit_code=exit_code, timeout_s=timeout_s, stop_signal=stop_signal)
-    facts = folded[0].facts if folded else {}
-    versions = result.get("versions") or {}
-    warnings = [n for n in result.get("notes") or [] if isinstance(n, str)]
-    if survivors:
-        warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
-    for f in folded:
-        measured = f.get_int("graph_pool_measured_bytes")
-        if f.get_int("vllm_graph_estimate_bytes") == 0 and measured:
-            warnings.append(f"rank {f.rank}: vLLM's own graph memory estimate is 0 (MRv2 before 0.29 reserves "
-                            f"nothing); kvaudit measured the pool ({fmt_bytes(measured)}) and budgeted it: plain "
-                            f"vLLM with this config would over-allocate KV by at least that much")
-            break
-    for f in folded:
-        if f.facts.get("warmup_errors"):
-            warnings.append(f"rank {f.rank}: warmup retried: {'; '.join(f.facts['warmup_errors'])}")
-    if traced and folded and all(f.sites is None for f in folded):
-        warnings.append("--trace recorded no sites: it reads PyTorch's CUDA allocator history, which the "
-                        f"{facts.get('backend') or 'this'} backend does not have")
-    return nodes.summarise(build_report(
-        source=Source.RUN, config=config, ranks=ranks,
-        engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
-                      attention_backend=next((x.facts.get("attention_backend") for x in folded
-                                              if x.facts.get("attention_backend")), None)),
-        environment=Environment(device_name=facts.get("device_name"), driver=facts.get("driver"),
-                                cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
-                                vllm=versions.get("vllm"), env=result.get("env") or {}),
-        geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
-        warnings=warnings, known_max_feasible_model_len=estimated_max_model_len(log_text) if failure else None))
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a vLLM boot left behind, as a `kvaudit.assemble.BootSource`."""
+
+    config: AuditConfig
+    """The config asked for (the boot's own, in result.json, wins)."""
+    result: dict[str, Any]
+    events: dict[int, list[dict[str, Any]]]
+    """Per rank, its journal events (see rank_events)."""
+    log_text: str
+    finished: Finished
+    timeout_s: float
+    traced: bool = False
+    stop_signal: str | None = None
+    sources: Mapping[int, str] = field(default_factory=dict)
+    """Per rank, how its events arrived (see rank_events): the report's `ranks[].node.journal`."""
+
+    def record(self) -> BootRecord:
+        result, config = self.result, self.config
+        if isinstance(result.get("config"), dict):
+            config = config_from_json(result["config"])
+        folded = [records.fold(rank, events) for rank, events in self.events.items()]
+        where = nodes.rank_nodes(folded, self.sources)
+        error = result.get("error") if isinstance(result.get("error"), dict) else None
+        if error and error.get("type") == "UsageError":
+            raise UsageError(error.get("message", "bad configuration"))
+        failure = nodes.rank_gone(folded, self.events) or find_failure(
+            folded, error, self.log_text, stop=self.finished.stop, exit_code=self.finished.exit_code,
+            timeout_s=self.timeout_s, stop_signal=self.stop_signal)
+        facts = folded[0].facts if folded else {}
+        versions = result.get("versions") or {}
+        return BootRecord(
+            source=Source.RUN, config=config,
+            ranks=tuple(records.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank)) for f in folded),
+            engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
+                          attention_backend=next((x.facts.get("attention_backend") for x in folded
+                                                  if x.facts.get("attention_backend")), None)),
+            environment=Environment(device_name=facts.get("device_name"), driver=facts.get("driver"),
+                                    cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
+                                    vllm=versions.get("vllm"), env=result.get("env") or {}),
+            geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
+            warnings=tuple(self._warnings(folded, facts)),
+            stated=Stated(max_feasible_model_len=estimated_max_model_len(self.log_text) if failure else None))
+
+    def _warnings(self, folded: list[records.RankEvents], facts: dict[str, Any]) -> list[str]:
+        warnings = [n for n in self.result.get("notes") or [] if isinstance(n, str)]
+        survivors = self.finished.survivors
+        if survivors:
+            warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
+        for f in folded:
+            measured = f.get_int("graph_pool_measured_bytes")
+            if f.get_int("vllm_graph_estimate_bytes") == 0 and measured:
+                warnings.append(f"rank {f.rank}: vLLM's own graph memory estimate is 0 (MRv2 before 0.29 reserves "
+                                f"nothing); kvaudit measured the pool ({fmt_bytes(measured)}) and budgeted it: plain "
+                                f"vLLM with this config would over-allocate KV by at least that much")
+                break
+        for f in folded:
+            if f.facts.get("warmup_errors"):
+                warnings.append(f"rank {f.rank}: warmup retried: {'; '.join(f.facts['warmup_errors'])}")
+        if self.traced and folded and all(f.sites is None for f in folded):
+            warnings.append("--trace recorded no sites: it reads PyTorch's CUDA allocator history, which the "
+                            f"{facts.get('backend') or 'this'} backend does not have")
+        return warnings
 
 
 # ------------------------------------------------------------------------------------------------
@@ -362,7 +352,8 @@ def find_failure(folded: list[records.RankEvents], error: dict[str, Any] | None,
         return Failure(phase, rank, kind, message)
     if rank_errors:
         r, e = rank_errors[0]
-        return Failure(_phase_or_none(e.get("phase")), r, FailureKind.CRASH, str(e.get("message") or e.get("error")))
+        return Failure(records.phase_named(e.get("phase")), r, FailureKind.CRASH,
+                       str(e.get("message") or e.get("error")))
     if error is not None:
         return Failure(phase, rank, FailureKind.CRASH, f"{error.get('type')}: {_first_line(error.get('message'))}")
     if exit_code not in (0, None):
@@ -371,13 +362,6 @@ def find_failure(folded: list[records.RankEvents], error: dict[str, Any] | None,
     if not folded:
         return Failure(None, None, FailureKind.CRASH, "vLLM produced no rank records: see the vLLM log (--log)")
     return None
-
-
-def _phase_or_none(value: Any) -> Phase | None:
-    try:
-        return Phase(value)
-    except ValueError:
-        return None
 
 
 def _first_line(text: Any) -> str:

@@ -1,4 +1,5 @@
-"""Journals without a shared file system: the worker's side (see kvaudit.engines.relay).
+"""Journals without a shared file system: the worker's side (see kvaudit.engines.relay and
+kvaudit.engines.journal).
 
 `RankJournal` is the journal every audit worker writes. It appends to the local file when the
 supervisor's journal folder exists on this node (the fast path), and once vLLM's distributed
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.engines import relay
-from kvaudit.engines.sequence import JOURNAL_ENV, Journal
+from kvaudit.engines.journal import JOURNAL_ENV, RELAY_DIR, STOP_EVENTS, Journal
 
 STORE_TIMEOUT_S = 10.0
 BEAT_S = 1.0
@@ -172,7 +173,7 @@ class Relay:
 
     def __init__(self, stream: StoreStream, folder: Path, ranks: list[int]):
         self.stream, self.ranks = stream, ranks
-        self.folder = folder / relay.RELAY_DIR
+        self.folder = folder / RELAY_DIR
         self.folder.mkdir(exist_ok=True)
         self.next = {r: 0 for r in ranks}
         self.holes: dict[int, float] = {}
@@ -239,7 +240,7 @@ class Relay:
                 continue
             self.holes.pop(rank, None)
             self.next[rank] += 1
-            if event.get("type") in ("released", *relay.STOP_EVENTS):
+            if event.get("type") in ("released", *STOP_EVENTS):
                 self.ended.add(rank)
             self._write(rank, event)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from kvaudit.engines.probes import HostProbe
+from kvaudit.engines.probes.host import HostProbe
 from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.vllm import adapter
 from kvaudit.schema import Phase

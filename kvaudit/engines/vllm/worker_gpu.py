@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from vllm.v1.worker.gpu_worker import Worker
 
-from kvaudit.engines.probes import CudaProbe, others_for_rank
+from kvaudit.engines.probes.cuda import CudaProbe
+from kvaudit.engines.probes.nvml import others_for_rank
 from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.trace import AllocationTracer
 from kvaudit.engines.vllm import adapter

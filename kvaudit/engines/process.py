@@ -1,6 +1,6 @@
-"""Running engine processes safely: each boot runs in a session of its own, its journals are
-tailed for live progress, and when it ends (or times out, or Ctrl-C, SIGTERM or SIGHUP arrives)
-every process of that session is taken down. Shared by the vLLM and selftest engines.
+"""The supervised engine process, the one runner both boot engines (vllm, selftest) use: each
+boot runs in a session of its own, its journals are tailed for live progress, and when it ends
+(or times out, or Ctrl-C, SIGTERM or SIGHUP arrives) every process of that session is taken down.
 
 If kvaudit itself dies without a chance to clean up (SIGKILL), the boot process sees its stdin
 pipe close (`LIFELINE`) and takes its own session down; the kernel also sends it SIGKILL then
@@ -8,20 +8,25 @@ pipe close (`LIFELINE`) and takes its own session down; the kernel also sends it
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
+from kvaudit.engines.journal import JournalTailer
 from kvaudit.schema import FailureKind
 
 ProgressFn = Callable[[int, dict[str, Any]], None]
+"""Live progress: (rank, one of its journal events), or (-1, a {"type": "stage"} event)."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """What `timeout`, systemd, Kubernetes, CI runners and a closed terminal send: each stops the
@@ -69,98 +74,12 @@ class StopSignals:
         self._saved.clear()
 
 
-class JournalTailer:
-    """Reads new lines of every rank's journal as they are appended."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.offsets: dict[Path, int] = {}
-
-    def poll(self) -> list[tuple[int, dict[str, Any]]]:
-        out = []
-        for path in sorted(self.folder.glob("rank*.jsonl")):
-            try:
-                rank = int(path.stem[4:])
-                with open(path, "rb") as fh:
-                    fh.seek(self.offsets.get(path, 0))
-                    chunk = fh.read()
-            except (ValueError, OSError):
-                continue
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            self.offsets[path] = self.offsets.get(path, 0) + len(complete)
-            for line in complete.splitlines():
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(event, dict):
-                    out.append((rank, event))
-        return out
-
-
-VLLM_STAGES = (
-    # (a phrase vLLM 0.26–0.32 logs, the stage it starts): what the boot waits on before the
-    # audit worker's first phase and between its phases
-    ("Resolved architecture", "vLLM: resolving the model config"),
-    ("Initializing a V1 LLM engine", "vLLM: starting the engine core"),
-    ("Starting to load model", "vLLM: loading the model"),
-    ("Loading weights took", "vLLM: model loaded"),
-    ("Model loading took", "vLLM: model loaded"),
-    ("init engine", "vLLM: engine ready"),
-)
-STAGE_BYTES = 1 << 16
-"""The most of vLLM's log read per poll: a stage phrase is near a line's start; a long line (an
-engine config dump) is not searched whole."""
-
-
-class StageTailer:
-    """The stage the boot is waiting on: the boot process's own journal (`boot.jsonl`: "stage"
-    events) and a few phrases of vLLM's log, read as they are appended."""
-
-    def __init__(self, log_path: Path, boot_journal: Path):
-        self.log_path, self.boot_journal = log_path, boot_journal
-        self.offsets = {log_path: 0, boot_journal: 0}
-        self.stage: str | None = None
-
-    def _new(self, path: Path) -> bytes:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(self.offsets[path])
-                chunk = fh.read(STAGE_BYTES)
-        except OSError:
-            return b""
-        complete = chunk[: chunk.rfind(b"\n") + 1] if len(chunk) < STAGE_BYTES else chunk
-        self.offsets[path] += len(complete)
-        return complete
-
-    def poll(self) -> str | None:
-        """The new stage, or None when it did not change."""
-        found = None
-        text = self._new(self.log_path).decode("utf-8", "replace")
-        for phrase, stage in VLLM_STAGES:
-            at = text.rfind(phrase)
-            if at >= 0 and (found is None or at > found[0]):
-                found = (at, stage)
-        stage = found[1] if found else None
-        for line in self._new(self.boot_journal).splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(event, dict) and isinstance(event.get("stage"), str):
-                stage = event["stage"]  # the boot process knows better than the log
-        if stage is None or stage == self.stage:
-            return None
-        self.stage = stage
-        return stage
-
-
 def start_guard(sid: int) -> subprocess.Popen:
     """A small process outside the boot's session (and outside kvaudit's process group) that
     holds the read end of a pipe from kvaudit. EOF without "done" means kvaudit died without
     cleaning up (SIGKILL, a crash): the guard then kills every process of session `sid`.
     vLLM's own processes inherit no death signal, so this is what takes them down."""
-    return subprocess.Popen([sys.executable, "-c", "import sys; from kvaudit.engines.supervision import guard; "
+    return subprocess.Popen([sys.executable, "-c", "import sys; from kvaudit.engines.process import guard; "
                              "guard(int(sys.argv[1]))", str(sid)],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -202,18 +121,23 @@ def guard(sid: int) -> None:
         time.sleep(0.1)
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: [state, ppid, pgrp, session, …]; None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
 def session_members(sid: int) -> list[int]:
     """PIDs in session `sid` (the boot process started one): vLLM's engine core and workers."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+        fields = proc_stat(int(entry.name))
+        if fields is not None and len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
             members.append(int(entry.name))
     return members
 
@@ -250,10 +174,20 @@ def stop_session(proc: subprocess.Popen, grace_s: float = GRACE_S, signals: Stop
     return session_members(sid)
 
 
-def watch(proc: subprocess.Popen, tailer: Any, on_progress: ProgressFn, timeout_s: float,
+class Stages(Protocol):
+    """Where a boot is before its ranks journal anything (engines.vllm.stages.StageTailer)."""
+
+    def poll(self) -> str | None: ...
+
+
+StopCheck = Callable[[JournalTailer], FailureKind | None]
+"""Asked at each poll, with the journals read so far: a reason to stop the boot (a rank on
+another node died: engines.vllm.supervise.stop_when_gone), or None."""
+
+
+def watch(proc: subprocess.Popen, tailer: JournalTailer, on_progress: ProgressFn, timeout_s: float,
           started: float, signals: StopSignals | None = None,
-          stages: StageTailer | None = None,
-          should_stop: Callable[[], FailureKind | None] | None = None) -> FailureKind | None:
+          stages: Stages | None = None, should_stop: StopCheck | None = None) -> FailureKind | None:
     """Wait for the process, reporting journal lines (and stages, as rank -1 "stage" events);
     TIMEOUT or INTERRUPTED if it had to stop, or what `should_stop` returned (a rank on another
     node died)."""
@@ -265,7 +199,7 @@ def watch(proc: subprocess.Popen, tailer: Any, on_progress: ProgressFn, timeout_
                 on_progress(-1, {"type": "stage", "stage": stage})
             for rank, event in tailer.poll():
                 on_progress(rank, event)
-            if should_stop is not None and (kind := should_stop()) is not None:
+            if should_stop is not None and (kind := should_stop(tailer)) is not None:
                 return kind
             if time.monotonic() - started > timeout_s:
                 return FailureKind.TIMEOUT
@@ -273,3 +207,61 @@ def watch(proc: subprocess.Popen, tailer: Any, on_progress: ProgressFn, timeout_
     except KeyboardInterrupt:
         return FailureKind.INTERRUPTED
     return None
+
+
+# ------------------------------------------------------------------------------------------------
+# The runner
+
+
+@contextmanager
+def workdir(prefix: str) -> Iterator[Path]:
+    """A temporary folder with an empty `journal/` in it, removed afterwards whatever happens
+    (the journals live in the report by then)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        (folder / "journal").mkdir()
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a supervised process ended."""
+
+    stop: FailureKind | None
+    """TIMEOUT or INTERRUPTED when the supervisor had to stop it (or what `should_stop` said);
+    None when it ended by itself."""
+    exit_code: int | None
+    survivors: list[int]
+    """PIDs of its session still alive after SIGKILL (none, unless the kernel refused)."""
+    elapsed_s: float
+
+
+def run_supervised(module: str, spec: Path, *, log_path: Path, journal_dir: Path, on_progress: ProgressFn,
+                   timeout_s: float, signals: StopSignals, env: Mapping[str, str] | None = None,
+                   stages: Stages | None = None, name: str | None = None,
+                   should_stop: StopCheck | None = None) -> Finished:
+    """`python -m MODULE SPEC` in a session of its own, its output into `log_path`: progress from
+    the rank journals in `journal_dir` (and `stages`) while it runs, the timeout and the stop
+    signals enforced (and `should_stop`), every process of the session taken down afterwards, and
+    the journal lines that arrived meanwhile reported. `name` ("vLLM") announces a stop the
+    supervisor made."""
+    tailer = JournalTailer(journal_dir)
+    started = time.monotonic()
+    stop: FailureKind | None = None
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", module, str(spec)], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=dict(env) if env is not None else None)
+        guard_proc = start_guard(proc.pid)
+        try:
+            stop = watch(proc, tailer, on_progress, timeout_s, started, signals, stages, should_stop)
+        finally:
+            if stop is not None and name is not None:  # a process that ended by itself cleaned up already
+                on_progress(-1, {"type": "stage", "stage": f"stopping {name} ({signals.name or stop.value})"})
+            survivors = stop_session(proc, signals=signals)
+            release_guard(guard_proc)
+    for rank, event in tailer.poll():
+        on_progress(rank, event)
+    return Finished(stop=stop, exit_code=proc.returncode, survivors=survivors, elapsed_s=time.monotonic() - started)

@@ -1,0 +1,320 @@
+"""One boot's record → its report: the ledger per rank, capacity and levers, the verdict.
+
+Every source hands over a `BootRecord` (a vLLM run and the selftest through their supervisors,
+a log through the log engine, a plan through `kvaudit.plan`) and `assemble` is the one place a
+`Report` is made of it. What differs between sources is in the record (which ranks were
+measured phase by phase and which state their owners, what a log states outright, whether
+there is a vLLM to pass flags to), never in a check of the source's name. Nothing here imports
+an engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Protocol, Sequence
+
+from kvaudit import __version__
+from kvaudit.config import AuditConfig
+from kvaudit.capacity import (
+    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
+)
+from kvaudit.ledger import growth_after_sizing, rank_ledger
+from kvaudit.report import phase_map
+from kvaudit.schema import (
+    NON_KV_OWNERS, AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
+    RankNode, RankReport, Report, Site, Source, SweepPoint, Verdict, Verify, VerifyRank,
+)
+from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
+
+# --------------------------------------------------------------------------------------------
+# The record
+
+
+@dataclass(frozen=True)
+class MeasuredRank:
+    """One rank's phase readings and facts (a run's or the selftest's journal): the ledger makes
+    its owners, its requested budget and its KV figure."""
+
+    rank: int
+    phases: tuple[PhaseRecord, ...]
+    tp_rank: int | None = None
+    dcp_rank: int | None = None
+    device_total_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    others_bytes: int | None = None
+    graph_pool_estimate_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_available_bytes: int | None = None
+    """What the engine really returned to vLLM, when it differs from the ledger's recomputation
+    (it never should; see tests); None: the ledger's figure."""
+    kv_blocks: int | None = None
+    deferred_steps: tuple[str, ...] = ()
+    vllm_kv_available_bytes: int | None = None
+    sites: tuple[Site, ...] | None = None
+    vllm_graph_estimate_bytes: int | None = None
+    graph_capture_transient_bytes: int | None = None
+    sweep: tuple[SweepPoint, ...] | None = None
+    kv_cache_spec_dtype: str | None = None
+    node: RankNode | None = None
+    """Where the rank ran and how its record arrived (a run; None elsewhere)."""
+    planted: Mapping[Owner, int] = field(default_factory=dict)
+    """Sizes the source planted on purpose (the selftest), per owner: the report's accuracy."""
+
+
+@dataclass(frozen=True)
+class StatedRank:
+    """A rank whose owners a source states outright (a log's figures, a plan's): the ledger adds
+    only what follows from them, `kv_unallocated`; an owner the source does not know stays null."""
+
+    report: RankReport
+    """Everything the source knows of the rank; its owners are the stated readings."""
+
+
+RankRecord = MeasuredRank | StatedRank
+
+
+@dataclass(frozen=True)
+class Stated:
+    """Facts a log states outright, used where the KV geometry cannot say (see capacity.capacity)."""
+
+    kv_tokens: int | None = None
+    max_feasible_model_len: int | None = None
+    max_model_len_fits: bool | None = None
+    kv_needed_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BootRecord:
+    """What one boot did, as a source tells it: config, environment, each rank's readings and
+    facts, and how it failed."""
+
+    source: Source
+    config: AuditConfig
+    engine: Engine
+    environment: Environment
+    ranks: tuple[RankRecord, ...]
+    geometry: KvGeometry | None = None
+    verify: Verify | None = None
+    failure: Failure | None = None
+    warnings: tuple[str, ...] = ()
+    stated: Stated = Stated()
+    graph_bytes_per_size: int | None = None
+    serves_vllm: bool = True
+    """False when there is no vLLM to pass flags to (the selftest): no safe serve flags."""
+    planted_sizes: bool = False
+    """The source planted known sizes: the report carries `accuracy` (empty when none was)."""
+
+
+class BootSource(Protocol):
+    """An engine's side of the assembly: it tells what one boot did."""
+
+    def record(self) -> BootRecord: ...
+
+
+def report_of(source: BootSource) -> Report:
+    return assemble(source.record())
+
+
+# --------------------------------------------------------------------------------------------
+# Assembly
+
+
+def assemble(record: BootRecord) -> Report:
+    ranks = [rank_report(r) for r in record.ranks]
+    verify = record.verify
+    cap = capacity(ranks, record.config, record.geometry, known_kv_tokens=record.stated.kv_tokens,
+                   known_max_feasible_model_len=record.stated.max_feasible_model_len,
+                   known_max_model_len_fits=record.stated.max_model_len_fits,
+                   known_kv_needed_bytes=record.stated.kv_needed_bytes,
+                   graph_bytes_per_size=record.graph_bytes_per_size,
+                   verify_overrun_bytes=verify.overrun_bytes if verify is not None else 0)
+    if not record.serves_vllm:
+        cap = replace(cap, safe_serve_flags=())
+    verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)
+    accuracy = None
+    if record.planted_sizes:
+        accuracy = tuple(entry for r, rep in zip(record.ranks, ranks) if isinstance(r, MeasuredRank)
+                         for entry in accuracy_of(r, rep))
+    return Report(source=record.source, engine=record.engine, environment=record.environment, config=record.config,
+                  ranks=tuple(ranks), capacity=cap, verdict=verdict, verify=verify, accuracy=accuracy,
+                  failure=record.failure, verdict_reason=reason,
+                  warnings=tuple(record.warnings) + tuple(_ledger_notes(ranks, verify)), kvaudit_version=__version__,
+                  nodes=node_summaries(ranks))
+
+
+def rank_report(record: RankRecord) -> RankReport:
+    """One rank through the ledger: measured phases become owners; stated owners are balanced."""
+    if isinstance(record, StatedRank):
+        rank = record.report
+        return replace(rank, owners=owners_from_readings(
+            rank.owners, requested=rank.requested_bytes, graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
+            graph_pool_actual_bytes=rank.graph_pool_actual_bytes))
+    by_name = {p.name: p for p in record.phases}
+    led = rank_ledger(by_name, device_total_bytes=record.device_total_bytes,
+                      gpu_memory_utilization=record.gpu_memory_utilization, others_bytes=record.others_bytes,
+                      graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
+                      kv_cache_bytes=record.kv_cache_bytes,
+                      capture_transient_bytes=record.graph_capture_transient_bytes)
+    return RankReport(
+        rank=record.rank, tp_rank=record.tp_rank, dcp_rank=record.dcp_rank,
+        device_total_bytes=record.device_total_bytes, requested_bytes=led.requested_bytes,
+        others_bytes=record.others_bytes, owners=led.owners,
+        graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
+        graph_pool_actual_bytes=led.graph_pool_actual_bytes,
+        kv_available_bytes=(record.kv_available_bytes if record.kv_available_bytes is not None
+                            else led.kv_available_bytes),
+        phases=record.phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
+        free_at_start_bytes=led.free_at_start_bytes, kv_blocks=record.kv_blocks,
+        deferred_steps=tuple(record.deferred_steps), vllm_kv_available_bytes=record.vllm_kv_available_bytes,
+        sites=tuple(record.sites) if record.sites is not None else None,
+        vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
+        graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
+        kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node)
+
+
+def owners_from_readings(readings: Mapping[Owner, int | None], *, requested: int | None,
+                         graph_pool_estimate_bytes: int | None = None,
+                         graph_pool_actual_bytes: int | None = None) -> dict[Owner, int | None]:
+    """Every owner key, as stated; `graph_pool`, when not stated, the larger known of the pool
+    charged at sizing and the real capture's (docs/design.md); `kv_unallocated` = requested −
+    the others when all of them are known (torch_other is an extension: a source that does not
+    state it balances over the rest, as ledger.check_balance does). A null reading stays null."""
+    owners: dict[Owner, int | None] = {o: readings.get(o) for o in Owner}
+    if owners[Owner.GRAPH_POOL] is None:
+        known = [g for g in (graph_pool_estimate_bytes, graph_pool_actual_bytes) if g is not None]
+        owners[Owner.GRAPH_POOL] = max(known) if known else None
+    charged = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
+    charged.append(owners[Owner.KV_CACHE])
+    owners[Owner.KV_UNALLOCATED] = None if None in charged else minus(requested, sum(charged))  # type: ignore[arg-type]
+    return owners
+
+
+def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:
+    """Planted vs measured, where "measured" is what kvaudit measured of the planted thing:
+
+    - non_torch: the owner minus non-torch at baseline (the CUDA context, cuBLAS and NCCL are
+      measured and reported, not planted);
+    - activation_peak: the allocated transient P(replay) − A(persistent); the owner also charges
+      the allocator's segment rounding of it, which the workload did not ask for;
+    - graph_pool: the pool's segments at the real capture; the owner also charges the driver
+      memory of the graphs (non-torch growth), which the workload did not plant.
+    """
+    phases = phase_map(rank)
+
+    def get(phase: Phase, attr: str) -> int | None:
+        rec = phases.get(phase)
+        return None if rec is None else getattr(rec, attr)
+
+    base_nt = minus(minus(get(Phase.BASELINE, "device_used_bytes"), get(Phase.BASELINE, "torch_reserved_bytes")),
+                    rank.others_bytes or 0)
+    measured = {
+        Owner.WEIGHTS: rank.owners.get(Owner.WEIGHTS),
+        Owner.PERSISTENT: rank.owners.get(Owner.PERSISTENT),
+        Owner.ACTIVATION_PEAK: minus(get(Phase.REPLAY, "torch_peak_allocated_bytes"),
+                                     get(Phase.PERSISTENT, "torch_allocated_bytes")),
+        Owner.GRAPH_POOL: get(Phase.CAPTURE, "graph_pool_bytes"),
+        Owner.NON_TORCH: minus(rank.owners.get(Owner.NON_TORCH), base_nt),
+    }
+    return [AccuracyEntry(owner=owner, rank=rank.rank, planted_bytes=size, measured_bytes=measured[owner])
+            for owner, size in record.planted.items()]
+
+
+def verify_summary(ranks: Sequence[tuple[int, int | None, int | None]], *, error: str | None,
+                   prompt_tokens: int | None, decode_tokens: int | None, repeats: int, oom_count: int) -> Verify:
+    """A verify step's outcome from each rank's (rank, true peak, requested budget): slack per
+    rank, the worst over ranks, and the error (the engine's own, else the ledger's tolerance)."""
+    per_rank = tuple(VerifyRank(rank=rank, true_peak_bytes=peak, slack_bytes=minus(requested, peak))
+                     for rank, peak, requested in ranks)
+    slacks = [r.slack_bytes for r in per_rank if r.slack_bytes is not None]
+    peaks = [r.true_peak_bytes for r in per_rank if r.true_peak_bytes is not None]
+    if error is None:
+        error = verify_error(slacks)
+    return Verify(ok=error is None, prompt_tokens=prompt_tokens, true_peak_bytes=max(peaks) if peaks else None,
+                  slack_bytes=min(slacks) if slacks else None, error=error, decode_tokens=decode_tokens,
+                  repeats=repeats, oom_count=oom_count, ranks=per_rank)
+
+
+def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[str]:
+    """What the ledger has to say beside the verdict: overruns within the tolerance, deferred steps."""
+    notes = []
+    small = overcommit_bytes(ranks)
+    if 0 < small <= OVERCOMMIT_TOLERANCE_BYTES:
+        notes.append(f"note: a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
+                     f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
+    if verify is not None and verify.ok and verify.overrun_bytes:
+        notes.append(f"note: verify's true peak was {fmt_bytes(verify.overrun_bytes)} above the requested budget "
+                     f"(within the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
+    for r in ranks:
+        if r.deferred_steps:
+            notes.append(f"rank {r.rank}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
+                         f"after it; their bytes were not budgeted")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# The verdict
+
+
+def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConfig, failure: Failure | None,
+                   verify: Verify | None) -> tuple[Verdict, str]:
+    """ok / fail / unknown, and one sentence that says why and names the fix."""
+    if failure is not None:
+        where = f" in {failure.phase.value}" if failure.phase else ""
+        rank = f" on rank {failure.rank}" if failure.rank is not None else ""
+        if failure.kind is FailureKind.DOES_NOT_FIT and cap.max_model_len_fits is False:
+            return Verdict.FAIL, _does_not_fit(cap, config)
+        if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):
+            return Verdict.FAIL, f"boot failed{where}{rank} ({failure.kind.value}): {failure.message}"
+        return Verdict.UNKNOWN, f"audit incomplete{where}{rank} ({failure.kind.value}): {failure.message}"
+    if over_committed(ranks):
+        worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
+        return Verdict.FAIL, (f"rank {worst.rank} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
+                              f"after KV was sized ({_growth_text(worst)}): "
+                              + (f"pass {cap.safe_serve_flags[0]}" if cap.safe_serve_flags
+                                 else "lower the KV cache by that much"))
+    if verify is not None and not verify.ok:
+        return Verdict.FAIL, f"verify failed: {verify.error or 'true peak above the budget'}"
+    if cap.max_model_len_fits is None:
+        if cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0:
+            return Verdict.FAIL, "no memory is left for the KV cache: raise --gmu or lower the other owners"
+        return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
+    if cap.max_model_len_fits:
+        text = f"fits: {fmt_gib(cap.kv_available_bytes)} KV on rank {cap.binding_rank}"
+        if cap.kv_tokens is not None:
+            text += f" holds {fmt_tokens(cap.kv_tokens)} tokens"
+        if cap.kv_needed_bytes is not None:
+            text += f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
+        return Verdict.OK, text
+    return Verdict.FAIL, _does_not_fit(cap, config)
+
+
+def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
+    length = config.max_model_len
+    if cap.max_feasible_model_len == 0 or (cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0):
+        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV on rank {cap.binding_rank}; "
+                f"raise --gmu or free memory from the other owners")
+    # vLLM's check keeps one block back (the null block), so that much more must be freed.
+    short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
+             if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
+    needs = f" needs {fmt_gib(cap.kv_needed_bytes)} KV," if cap.kv_needed_bytes is not None else ""
+    text = f"does not fit: max_model_len {length}{needs} {fmt_gib(cap.kv_available_bytes)} available"
+    if cap.binding_rank is not None:
+        text += f" on rank {cap.binding_rank}"
+    if cap.max_feasible_model_len is not None:
+        text += f": lower --max-model-len to {cap.max_feasible_model_len}"
+    if short is not None:
+        text += f" or free {fmt_gib(short)}"
+    if cap.physical_headroom_bytes is not None:
+        text += f" (raising --gmu can recover at most {fmt_gib(max(cap.physical_headroom_bytes, 0))} here)"
+    return text
+
+
+def _growth_text(rank: RankReport) -> str:
+    grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
+                                graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
+                                kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes)
+    parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
+    unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
+    if unexplained > OVERCOMMIT_TOLERANCE_BYTES:
+        parts.append(f"the KV figure itself {fmt_bytes(unexplained)} above what the owners left")
+    return ", ".join(parts) if parts else "no owner grew"

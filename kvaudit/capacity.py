@@ -1,0 +1,269 @@
+"""What the KV figure holds and whether the config fits: tokens on the binding rank (and per
+node, where a run spans several), the levers
+that would make a failing config fit, the `vllm serve` flags that reproduce the audited budget,
+and the tolerances of the over-commit and verify checks. Pure functions over integers.
+
+The owners and the KV figure per rank come from kvaudit/ledger.py; docs/design.md (KV sizing)
+and docs/vllm-startup.md §2.3 give vLLM's block and token arithmetic this module follows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from kvaudit.config import AuditConfig
+from kvaudit.ledger import requested_bytes
+from kvaudit.schema import Capacity, Lever, NodeSummary, Owner, RankReport
+from kvaudit.units import fmt_gib, minus
+
+
+@dataclass(frozen=True)
+class KvGeometry:
+    """How KV bytes turn into tokens on one rank (vLLM's kv_cache_config)."""
+
+    block_size: int
+    """Tokens per block on a rank."""
+    bytes_per_block: int
+    """Pool bytes of one block, summed over all attention layers (MTP layers included)."""
+    dcp: int = 1
+    """DCP shards the sequence: the same per-rank bytes hold dcp× the tokens."""
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.block_size * self.dcp
+
+    def blocks(self, available_bytes: int) -> int:
+        return max(available_bytes // self.bytes_per_block, 0)
+
+    def needed_bytes(self, model_len: int) -> int:
+        """vLLM's max_memory_usage_bytes for one request: cdiv(cdiv(len, dcp), block_size) blocks
+        (docs/vllm-startup.md §2.3)."""
+        return -(-(-(-model_len // self.dcp)) // self.block_size) * self.bytes_per_block
+
+    def max_len(self, available_bytes: int) -> int:
+        """Longest request that fits: vLLM's check keeps one block back (the null block)."""
+        return max((available_bytes - self.bytes_per_block) // self.bytes_per_block, 0) * self.tokens_per_block
+
+
+def _gmu_rounded_up(fraction: float) -> float:
+    """A GMU rounded up to four decimals (a float a hair above a step stays on it)."""
+    return math.ceil(fraction * 10_000 - 1e-9) / 10_000
+
+
+def binding_rank(ranks: Sequence[RankReport]) -> RankReport | None:
+    """The rank with the least KV memory (the lowest rank on a tie); None when no rank sized KV."""
+    sized = [r for r in ranks if r.kv_available_bytes is not None]
+    return min(sized, key=lambda r: (r.kv_available_bytes, r.rank)) if sized else None
+
+
+def physical_headroom(ranks: Sequence[RankReport]) -> int | None:
+    """Free at start − requested on the tightest rank; None when a rank does not say."""
+    per_rank = [minus(r.free_at_start_bytes, r.requested_bytes) for r in ranks]
+    return min(per_rank) if per_rank and None not in per_rank else None
+
+
+def node_summaries(ranks: Sequence[RankReport]) -> tuple[NodeSummary, ...] | None:
+    """Per node (the ranks that say where they ran): its ranks, the most its devices held for
+    other processes, its physical headroom and its binding rank; None when no rank says."""
+    groups: dict[int, list[RankReport]] = {}
+    for r in ranks:
+        if r.node is not None and r.node.node_rank is not None:
+            groups.setdefault(r.node.node_rank, []).append(r)
+    if not groups:
+        return None
+    summaries = []
+    for node_rank, members in sorted(groups.items()):
+        others = [r.others_bytes for r in members]
+        binding = binding_rank(members)
+        first = members[0].node
+        assert first is not None
+        summaries.append(NodeSummary(
+            node_rank=node_rank, host=first.host, ip=first.ip, ranks=tuple(r.rank for r in members),
+            others_bytes=max(others) if None not in others else None,  # type: ignore[type-var]
+            physical_headroom_bytes=physical_headroom(members), binding_rank=binding.rank if binding else None,
+            kv_available_bytes=binding.kv_available_bytes if binding else None))
+    return tuple(summaries)
+
+
+def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeometry | None, *,
+             known_kv_tokens: int | None = None, known_max_feasible_model_len: int | None = None,
+             known_max_model_len_fits: bool | None = None, known_kv_needed_bytes: int | None = None,
+             graph_bytes_per_size: int | None = None, verify_overrun_bytes: int = 0) -> Capacity:
+    """Capacity on the binding rank, the levers when it does not fit, and the flags that are safe.
+
+    `known_*`: facts a log states outright (vLLM's KV size line means the check passed; its
+    ValueError names the bytes one request needs); used where the geometry cannot say.
+    `verify_overrun_bytes`: how far a verify's true peak went above the budget (0 if it did not)."""
+    binding = binding_rank(ranks)
+    kv_available = binding.kv_available_bytes if binding else None
+    naive_per_rank = [r.naive_kv_available_bytes for r in ranks]
+    naive = min(naive_per_rank) if naive_per_rank and None not in naive_per_rank else None
+    headroom = physical_headroom(ranks)
+    length = config.max_model_len
+
+    tokens, needed, fits = known_kv_tokens, known_kv_needed_bytes, known_max_model_len_fits
+    feasible, gmu_needed = known_max_feasible_model_len, None
+    if geometry is not None and kv_available is not None:
+        tokens = geometry.blocks(kv_available) * geometry.tokens_per_block
+        feasible = geometry.max_len(kv_available)
+        if length is not None:
+            needed = geometry.needed_bytes(length)
+            fits = needed <= kv_available - geometry.bytes_per_block
+            gmu_needed = _gmu_needed(ranks, needed + geometry.bytes_per_block)
+    elif fits is None and length is not None and feasible is not None:
+        fits = feasible >= length
+
+    cap = Capacity(
+        kv_available_bytes=kv_available, binding_rank=binding.rank if binding else None, kv_tokens=tokens,
+        kv_needed_bytes=needed, max_model_len_fits=fits, max_feasible_model_len=feasible, gmu_needed=gmu_needed,
+        physical_headroom_bytes=headroom, naive_kv_available_bytes=naive,
+        kv_bytes_per_block=geometry.bytes_per_block if geometry else None,
+        block_size=geometry.block_size if geometry else None,
+        tokens_per_block=geometry.tokens_per_block if geometry else None,
+        over_allocation_bytes=minus(naive, kv_available))
+    levers = (compute_levers(cap, binding, ranks, config, geometry, graph_bytes_per_size)
+              if binding is not None and (fits is False or over_committed(ranks)) else ())
+    flags = safe_serve_flags(cap, binding, ranks, config, geometry, verify_overrun_bytes=verify_overrun_bytes)
+    return replace(cap, levers=levers, safe_serve_flags=flags)
+
+
+def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int) -> float | None:
+    """Smallest GMU at which every rank has kv_bytes_needed after its non-KV owners."""
+    worst = None
+    for r in ranks:
+        if r.device_total_bytes is None or r.requested_bytes is None or r.kv_available_bytes is None:
+            return None
+        non_kv = r.requested_bytes - r.kv_available_bytes
+        need = _gmu_rounded_up((non_kv + kv_bytes_needed) / r.device_total_bytes)
+        worst = need if worst is None else max(worst, need)
+    return worst
+
+
+OVERCOMMIT_TOLERANCE_BYTES = 16 << 20
+"""Post-KV growth below this (page-granular RSS on the CPU backend, a few allocator blocks on
+CUDA) is reported as a warning, not a failed verdict."""
+
+
+def verify_holds(slacks: Sequence[int]) -> bool:
+    """Verify's true peak stayed inside the budget on every rank, to the same tolerance as the
+    over-commit check: page-granular RSS on the CPU backend moves the peak by a few MiB between
+    the profile and the verify step, with nothing of the audit's own behind it."""
+    return bool(slacks) and min(slacks) >= -OVERCOMMIT_TOLERANCE_BYTES
+
+
+def verify_error(slacks: Sequence[int]) -> str | None:
+    """Why a verify that ran without an error of its own failed, or None when it held."""
+    if not slacks:
+        return "no true peak was measured"
+    return None if verify_holds(slacks) else "true peak above the requested budget"
+
+
+def overcommit_bytes(ranks: Sequence[RankReport]) -> int:
+    """How far the worst rank used more than it requested (a negative kv_unallocated), else 0."""
+    return max([0] + [-(r.owners.get(Owner.KV_UNALLOCATED) or 0) for r in ranks])
+
+
+def over_committed(ranks: Sequence[RankReport]) -> bool:
+    """Over the tolerance: the boot used more than it requested, a finding."""
+    return overcommit_bytes(ranks) > OVERCOMMIT_TOLERANCE_BYTES
+
+
+def _tokens_in(geometry: KvGeometry | None, freed: int | None) -> int | None:
+    """Tokens the freed bytes hold, in whole blocks; None where either is unknown."""
+    if geometry is None or freed is None:
+        return None
+    return (freed // geometry.bytes_per_block) * geometry.tokens_per_block
+
+
+def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankReport], config: AuditConfig,
+                   geometry: KvGeometry | None, graph_bytes_per_size: int | None) -> tuple[Lever, ...]:
+    """What each knob frees on the binding rank, where that can be computed."""
+    levers: list[Lever] = []
+    device_total = binding.device_total_bytes
+    shortfall = None
+    if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None and geometry is not None:
+        shortfall = max(cap.kv_needed_bytes + geometry.bytes_per_block - cap.kv_available_bytes, 0)
+    overcommit = overcommit_bytes(ranks)
+    if overcommit > 0:
+        shortfall = max(shortfall or 0, overcommit)
+
+    if config.max_model_len and cap.max_feasible_model_len is not None and geometry is not None \
+            and 0 < cap.max_feasible_model_len < config.max_model_len:
+        saved = geometry.needed_bytes(config.max_model_len) - geometry.needed_bytes(max(cap.max_feasible_model_len, 1))
+        levers.append(Lever("max_model_len", f"--max-model-len={cap.max_feasible_model_len}", saved,
+                            config.max_model_len - cap.max_feasible_model_len,
+                            "needs less KV per request; frees_tokens is the context given up"))
+
+    gmu = config.gpu_memory_utilization
+    if gmu is not None and device_total and cap.physical_headroom_bytes is not None \
+            and cap.physical_headroom_bytes > 0:
+        ceiling = math.floor((binding.requested_bytes + cap.physical_headroom_bytes) / device_total * 10_000) / 10_000
+        target = min(cap.gmu_needed, ceiling) if cap.gmu_needed is not None else ceiling
+        if target > gmu:
+            freed = requested_bytes(device_total, target) - binding.requested_bytes
+            note = (f"raising GMU can recover at most {fmt_gib(cap.physical_headroom_bytes)} on this device"
+                    + ("" if cap.gmu_needed is None or cap.gmu_needed <= ceiling
+                       else f"; {cap.gmu_needed} would be needed, above the physical ceiling {ceiling}"))
+            levers.append(Lever("gpu_memory_utilization", f"--gpu-memory-utilization={target}", freed,
+                                _tokens_in(geometry, freed), note))
+
+    graph = binding.owners.get(Owner.GRAPH_POOL)
+    sizes = config.cudagraph_capture_sizes
+    if graph_bytes_per_size and sizes and len(sizes) > 1:
+        drop = len(sizes) - 1
+        if shortfall:
+            drop = min(drop, -(-shortfall // graph_bytes_per_size))
+        keep = sorted(sizes)[: len(sizes) - drop]
+        freed = drop * graph_bytes_per_size
+        levers.append(Lever("cudagraph_capture_sizes",
+                            f"--cudagraph-capture-sizes {' '.join(map(str, keep))}", freed,
+                            _tokens_in(geometry, freed), f"drops the {drop} largest capture sizes"))
+    if graph and not config.enforce_eager:
+        levers.append(Lever("enforce_eager", "--enforce-eager", graph, _tokens_in(geometry, graph),
+                            "frees the whole graph pool at the cost of decode speed"))
+
+    activation = binding.owners.get(Owner.ACTIVATION_PEAK)
+    if activation and config.max_num_batched_tokens and config.max_num_batched_tokens > 1:
+        half = config.max_num_batched_tokens // 2
+        freed = activation - activation * half // config.max_num_batched_tokens
+        levers.append(Lever("max_num_batched_tokens", f"--max-num-batched-tokens={half}", freed,
+                            _tokens_in(geometry, freed),
+                            "estimate: the profile's transient scales about linearly with batched tokens"))
+    return tuple(levers)
+
+
+def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[RankReport],
+                     config: AuditConfig, geometry: KvGeometry | None, *,
+                     verify_overrun_bytes: int = 0) -> tuple[str, ...]:
+    """`vllm serve` flags that reproduce the audited budget: whole blocks of the binding rank,
+    at a GMU and length that fit."""
+    if binding is None or cap.kv_available_bytes is None or binding.requested_bytes is None:
+        return ()
+    gmu, kv, length = config.gpu_memory_utilization, cap.kv_available_bytes, config.max_model_len
+    # A boot that used more than it requested (graphs above their estimate, deferred warmups), or
+    # a verify whose true peak went over the budget, proved the KV figure too large by that much.
+    # Both measure the same excess from different ends: the larger one is taken, not the sum.
+    kv -= max(overcommit_bytes(ranks), verify_overrun_bytes)
+    if cap.max_model_len_fits is False:
+        ceiling_ok = (cap.gmu_needed is not None and cap.physical_headroom_bytes is not None
+                      and binding.device_total_bytes is not None
+                      and requested_bytes(binding.device_total_bytes, cap.gmu_needed)
+                      <= binding.requested_bytes + cap.physical_headroom_bytes)
+        if ceiling_ok:
+            kv += requested_bytes(binding.device_total_bytes, cap.gmu_needed) - binding.requested_bytes
+            gmu = cap.gmu_needed
+        else:
+            length = cap.max_feasible_model_len
+    if geometry is not None:
+        kv = geometry.blocks(kv) * geometry.bytes_per_block
+        if length and geometry.needed_bytes(length) + geometry.bytes_per_block > kv:
+            length = geometry.max_len(kv)  # the reduced cache must still hold one request
+    if kv <= 0 or not length:
+        return ()
+    flags = [f"--kv-cache-memory-bytes={kv}"]
+    if gmu is not None:
+        flags.append(f"--gpu-memory-utilization={gmu}")
+    flags.append(f"--max-model-len={length}")
+    return tuple(flags)

@@ -1,0 +1,39 @@
+"""What an input file holds, told by its content: a report JSON (read by `kvaudit.report`) or a
+raw vLLM startup log, or an excerpt of one (read by the log engine). `show`, `diff` and `plan`
+open their inputs here; nothing on this path imports torch or vllm.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvaudit.engines import logs
+from kvaudit.errors import BadInputError
+from kvaudit.report import first_char, input_name, parse_report_text, read_text
+from kvaudit.schema import Report
+
+
+def load_report(path: Path | str) -> Report:
+    """A report from a report JSON or a raw vLLM startup log, told apart by content; `-` reads
+    standard input."""
+    return report_from_text(read_text(path), input_name(path))
+
+
+def report_from_text(text: str, where: str) -> Report:
+    """A report is a JSON object (its loader says what is wrong with a damaged one); anything else
+    is read as a log. A text that starts with `[` is a log excerpt (`[gpu_worker.py:298] …`)
+    unless it is JSON."""
+    first = first_char(text)
+    if first == "{":
+        return parse_report_text(text, where)
+    if first == "[":
+        try:
+            json.loads(text.removeprefix("\ufeff"))
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            try:
+                return logs.report_from_log_text(text, where)
+            except BadInputError:
+                pass  # neither: the JSON error says more about a file that starts like JSON
+        return parse_report_text(text, where)
+    return logs.report_from_log_text(text, where)

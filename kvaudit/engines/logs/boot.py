@@ -1,0 +1,130 @@
+"""One boot's logs as a `BootRecord`: the ranks with their stated owners, the config, the
+failure, and what the logs state outright (the KV size line, vLLM's own check); the engine
+(model runner, attention backend), the environment and the notes the assembly passes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvaudit.assemble import BootRecord, Stated
+from kvaudit.config import AuditConfig
+from kvaudit.engines.logs.facts import FactKind
+from kvaudit.engines.logs.failure_timeline import find_failure
+from kvaudit.engines.logs.logged_config import build_config
+from kvaudit.engines.logs.owners import stated_rank
+from kvaudit.engines.logs.parse import V0_WORKER, FileScan
+from kvaudit.engines.logs.ranks import (
+    Boot, RankFacts, engine_first, engine_last, gather, give_check_figures_to_rank_0, untagged,
+)
+from kvaudit.schema import Engine, Environment, Failure, FailureKind, Source
+
+
+def _runner(boot: Boot) -> str | None:
+    explicit = boot.engine.get(FactKind.MODEL_RUNNER)
+    if explicit:
+        return explicit[-1].value
+    v1_names = any(name.startswith(("EngineCore", "Worker_")) or name == "Worker"
+                   for s in boot.scans for name in s.tags.values())
+    if not boot.engine.get(FactKind.ENGINE_CONFIG) and not v1_names:
+        return None  # V0 also logged from a model_runner.py: file names say nothing there
+    # The weights and capture lines come from the runner's own file: V1 gpu_model_runner.py (and
+    # cpu_model_runner.py, a subclass), V2 gpu/model_runner.py.
+    for r in boot.ranks.values():
+        for kind in (FactKind.WEIGHTS, FactKind.GRAPH_CAPTURE):
+            for f in r.facts.get(kind, ()):
+                name = (f.src or "").rsplit("/", 1)[-1]
+                if name in ("gpu_model_runner.py", "cpu_model_runner.py"):
+                    return "V1"
+                if name == "model_runner.py":
+                    return "V2"
+    return None
+
+
+def _env(boot: Boot) -> dict[str, str]:
+    return {name: value for name, value in (f.value for f in boot.engine.get(FactKind.ENV, []))}
+
+
+def _kv_tokens(boot: Boot) -> int | None:
+    """One KV size line per engine (info_once): the last per process, the least over engines."""
+    last: dict[tuple[int, int | None], int] = {}
+    for f in boot.engine.get(FactKind.KV_TOKENS, []):
+        last[(f.file, f.pid)] = f.value[1]
+    return min(last.values()) if last else None
+
+
+def graph_bytes_per_size(ranks: dict[int, RankFacts]) -> int | None:
+    """Bytes one capture size costs: one graph per mode (V1 DEBUG per-mode lines); the least rank."""
+    per_rank = []
+    for r in ranks.values():
+        modes = {mode: size for mode, size in r.all(FactKind.GRAPH_PER_SIZE)}
+        if modes:
+            per_rank.append(sum(modes.values()))
+    return min(per_rank) if per_rank else None
+
+
+@dataclass(frozen=True)
+class LogBoot:
+    """The logs of one boot, as a `kvaudit.assemble.BootSource`."""
+
+    scans: tuple[FileScan, ...]
+
+    def record(self) -> BootRecord:
+        boot = gather(self.scans)
+        config = build_config(boot)
+        world = None
+        if config.tensor_parallel_size is not None:
+            extra = config.extra_args
+            world = config.tensor_parallel_size * int(extra.get("pipeline_parallel_size") or 1) * int(
+                extra.get("prefill_context_parallel_size") or 1)
+        failure, feasible, notes = find_failure(boot, world)
+        if world == 1 or untagged(boot):
+            give_check_figures_to_rank_0(boot)
+        runner = _runner(boot)
+        disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"
+        rank_notes: list[str] = []
+        ranks = tuple(stated_rank(rank, boot.ranks[rank], gmu=config.gpu_memory_utilization, runner=runner,
+                                  estimates_disabled=disabled, failure=failure, notes=rank_notes,
+                                  tp_size=config.tensor_parallel_size,
+                                  dcp_size=config.decode_context_parallel_size)
+                      for rank in sorted(boot.ranks))
+        version = engine_first(boot.engine, FactKind.VERSION)
+        backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
+        first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None
+        warnings = list(dict.fromkeys([f.value for f in boot.engine.get(FactKind.NOTE, [])] + rank_notes + notes))
+        if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
+            warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "
+                            f"of their pids, rank 0 is the driver (untagged lines)")
+        if boot.ranks and untagged(boot):
+            warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
+                            "one rank, rank 0")
+        return BootRecord(
+            source=Source.LOG, config=config, ranks=ranks,
+            engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend),
+            environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=tuple(warnings),
+            stated=Stated(kv_tokens=_kv_tokens(boot), max_feasible_model_len=feasible,
+                          max_model_len_fits=_passed_kv_check(boot, failure, config),
+                          kv_needed_bytes=_kv_needed(boot, failure)),
+            graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
+
+
+def _kv_needed(boot: Boot, failure: Failure | None) -> int | None:
+    """What one request at max_model_len needs, as vLLM's failed KV check states it."""
+    if failure is None or failure.kind is not FailureKind.DOES_NOT_FIT:
+        return None
+    return engine_first(boot.engine, FactKind.KV_NEEDED)
+
+
+def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -> bool | None:
+    """vLLM prints the KV size line only after every rank passed `_check_enough_kv_cache_memory`
+    at the final max_model_len, so a boot that printed it and did not fail fits; a boot whose
+    check said how much one request needs failed it."""
+    if failure is not None and failure.kind is FailureKind.DOES_NOT_FIT and _kv_needed(boot, failure) is not None:
+        return False
+    if failure is not None or config.max_model_len is None:
+        return None
+    if boot.engine.get(FactKind.KV_TOKENS):
+        return True
+    # V0 0.6.4 printed the concurrency without a KV size line: at least one request fits when it is ≥ 1.
+    concurrency = engine_last(boot.engine, FactKind.MAX_CONCURRENCY)
+    return True if concurrency is not None and concurrency[1] >= 1 else None

@@ -1,0 +1,62 @@
+"""The config a boot's logs show: what the user typed (`non-default args`) under what vLLM
+resolved (the engine config line), the served max_model_len, and the parallel sizes the worker
+names imply when no line states them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from kvaudit.config import AuditConfig
+from kvaudit.engines.logs.facts import FactKind
+from kvaudit.engines.logs.knobs import knobs_from_args, non_default_args
+from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
+from kvaudit.engines.logs.ranks import Boot, Located, engine_config, engine_first, engine_last
+
+
+def build_config(boot: Boot) -> AuditConfig:
+    engine = boot.engine
+    args_text = engine_first(engine, FactKind.NON_DEFAULT_ARGS)
+    known, extra = knobs_from_args(non_default_args(args_text)) if args_text is not None else ({}, {})
+    resolved = engine_config(engine)
+    # The engine line shows what vLLM resolved (defaults filled in, capture sizes expanded), so it
+    # wins over what the user typed; gpu_memory_utilization is not on it.
+    merged = {**known, **resolved}
+    if "gpu_memory_utilization" not in merged:
+        printed = [f.value for f in engine.get(FactKind.GMU, []) if 0 < f.value <= 1]
+        merged["gpu_memory_utilization"] = printed[0] if printed else None
+    merged["max_model_len"] = _served_length(engine) or merged.get("max_model_len")
+    tags = [proc_tag(t) for s in boot.scans for t in s.tags.values()]
+    workers = [t for t in tags if t.role is Role.WORKER and not t.provisional]
+    if "tensor_parallel_size" not in merged:
+        tps = [t.tp for t in workers if t.tp is not None]
+        merged["tensor_parallel_size"] = (max(tps) + 1 if tps else 1) if workers or uni(tags) else None
+    if "decode_context_parallel_size" not in merged:
+        dcps = [t.dcp for t in workers if t.dcp is not None]
+        merged["decode_context_parallel_size"] = (max(dcps) + 1 if dcps else 1) if workers or uni(tags) else None
+    fields = {k: merged.get(k) for k in (
+        "model", "tensor_parallel_size", "decode_context_parallel_size", "speculative_method",
+        "num_speculative_tokens", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+        "max_num_batched_tokens", "cudagraph_capture_sizes", "enforce_eager", "kv_cache_dtype", "block_size",
+        "load_format")}
+    for key in ("pipeline_parallel_size", "data_parallel_size", "prefill_context_parallel_size"):
+        if key in merged and key not in extra and merged[key] != 1:
+            extra[key] = merged[key]
+    return AuditConfig(**fields, extra_args=extra)
+
+
+def uni(tags: Iterable[ProcTag]) -> bool:
+    """An EngineCore and no worker process: the uni executor, world size 1."""
+    tags = list(tags)
+    return any(t.role is Role.ENGINE for t in tags) and not any(t.role is Role.WORKER for t in tags)
+
+
+def _served_length(engine: dict[FactKind, list[Located]]) -> int | None:
+    """The max_model_len vLLM checked or served: after auto-fit, not the -1 that asked for it."""
+    if (c := engine_last(engine, FactKind.MAX_CONCURRENCY)) is not None:
+        return c[0] or None
+    if (n := engine_first(engine, FactKind.CHECKED_MODEL_LEN)) is not None:
+        return n
+    if (a := engine_last(engine, FactKind.AUTOFIT)) is not None:
+        return a[1]
+    return None

@@ -1,0 +1,178 @@
+"""One rank's readings in its logs: the owners a log can show and what it says of each phase.
+
+Owners a log can show (docs/vllm-startup.md §5.7): weights, graph_pool, kv_cache,
+activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}),
+non_torch (old wording only). `persistent` and `torch_other` are never logged; the ledger
+(`kvaudit.assemble.owners_from_readings`) makes graph_pool and kv_unallocated of what is stated,
+and a null stays null.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from kvaudit.assemble import StatedRank
+from kvaudit.engines.logs.facts import FactKind, GraphEstimate
+from kvaudit.engines.logs.ranks import RankFacts
+from kvaudit.ledger import requested_bytes as request_memory
+from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
+from kvaudit.units import fmt_gib
+
+BEFORE_ALLOCATION = (Phase.BASELINE, Phase.LOAD, Phase.PROFILE, Phase.GRAPHS, Phase.KV)
+"""Phases a failure can strike in before vLLM allocated the KV cache: no KV figure is its size then."""
+
+
+@dataclass(frozen=True)
+class _Graphs:
+    estimate: int | None
+    actual: int | None
+    retained: int | None
+    inferred_zero: bool
+    """The estimate is 0 because vLLM printed none of the lines it prints when it is > 0."""
+    profile_capture: tuple[float, int] | None
+    real_capture: tuple[float, int] | None
+
+
+_ESTIMATE_ORDER = ("mrv2", "pool", "estimated")
+
+
+def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disabled: bool) -> _Graphs:
+    captures = r.all(FactKind.GRAPH_CAPTURE)
+    # V2 prints "Graph capturing finished" for the profiling capture and again for the real one
+    # (gpu/model_runner.py capture_model); V1 prints it once, for the real capture.
+    if runner == "V2":
+        profile_capture = captures[0] if captures else None
+        real_capture = captures[-1] if len(captures) >= 2 else None
+    else:
+        profile_capture, real_capture = None, (captures[-1] if captures else None)
+    estimates: list[GraphEstimate] = r.all(FactKind.GRAPH_ESTIMATE)
+    estimate = next((e.bytes for source in _ESTIMATE_ORDER for e in reversed(estimates) if e.source == source), None)
+    if estimate is None and total is not None:
+        if (adv := r.last(FactKind.ADVISORY)) is not None and adv[0] >= adv[1]:
+            estimate = round((adv[0] - adv[1]) * total)
+        elif (dis := r.last(FactKind.ADVISORY_DISABLED)) is not None and dis[0] <= dis[1] < 1.0:
+            estimate = round((dis[1] - dis[0]) * total)  # "suggested" is only an estimate below the 1.0 cap
+    if estimate is None and profile_capture is not None:
+        estimate = profile_capture[1]  # V2 captures for real while profiling: that capture is its estimate
+    inferred_zero = False
+    if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS)
+            and not r.has(FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.GRAPH_ESTIMATE)
+            and not estimates_disabled):
+        # gpu_worker.py prints the advisory and "CUDA graph pool memory" exactly when the estimate
+        # is > 0, both before "Actual usage": a rank that printed the latter and neither of the
+        # former estimated 0 (MRv2 before it estimated graphs, docs/vllm-startup.md §3.2, or no graphs).
+        estimate, inferred_zero = 0, True
+    actual = r.last(FactKind.GRAPH_ACTUAL)
+    if actual is None:
+        actual = r.last(FactKind.GRAPH_USAGE)
+    if actual is None and real_capture is not None:
+        actual = real_capture[1]
+    return _Graphs(estimate, actual, r.last(FactKind.GRAPH_RETAINED), inferred_zero, profile_capture, real_capture)
+
+
+def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tuple[int | None, str | None]:
+    """activation_peak and, when the figure cannot be trusted, why."""
+    peak = r.last(FactKind.PEAK_WITH_GRAPHS)
+    if peak is not None:
+        # New wording: peak_activation_memory = transient_peak_headroom + cg_applied, where
+        # cg_applied is the estimate unless VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (gpu_worker.py).
+        applied = 0 if estimates_disabled else graphs.estimate
+        if applied is None:
+            return None, None
+        if peak - applied < 0:
+            return None, (f"peak activation {fmt_gib(peak)} is below the graph estimate {fmt_gib(applied)}; "
+                          f"activation_peak left unknown")
+        return peak - applied, None
+    return r.last(FactKind.PEAK), None
+
+
+def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | None, estimates_disabled: bool,
+                failure: Failure | None, notes: list[str], tp_size: int | None = None,
+                dcp_size: int | None = None) -> StatedRank:
+    total = r.last(FactKind.DEVICE_TOTAL)
+    requested = r.last(FactKind.REQUESTED)
+    if requested is None and total is not None and gmu is not None:
+        requested = request_memory(total, gmu)
+    graphs = _graphs(r, total, runner, estimates_disabled)
+    activation, why = _activation(r, graphs, estimates_disabled)
+    if why:
+        notes.append(f"rank {rank}: {why}")
+    kv_available = _first_known(r.last(FactKind.KV_FIXED), r.last(FactKind.KV_AVAILABLE), r.last(FactKind.KV_IN_USE))
+    allocated = failure is None or failure.phase not in BEFORE_ALLOCATION
+    kv_cache = (_first_known(r.last(FactKind.KV_IN_USE), r.last(FactKind.KV_FIXED), r.last(FactKind.KV_AVAILABLE))
+                if allocated else None)
+    readings = {Owner.WEIGHTS: r.first(FactKind.WEIGHTS), Owner.ACTIVATION_PEAK: activation,
+                Owner.NON_TORCH: r.last(FactKind.NON_TORCH), Owner.KV_CACHE: kv_cache}
+    b12x = r.last(FactKind.B12X_TRANSIENT)
+    if b12x is not None:
+        notes.append(f"rank {rank}: the profile peak includes {b12x / 2**20:.2f} MiB of B12X sparse DCP transient "
+                     f"memory (fork line); it is part of activation_peak")
+    if graphs.retained is not None:
+        notes.append(f"rank {rank}: graph profiling retained {fmt_gib(graphs.retained)} (fork line); graph_pool "
+                     f"counts the full {fmt_gib(graphs.estimate)} captured, nothing is subtracted")
+    if graphs.inferred_zero and graphs.actual:
+        notes.append(f"rank {rank}: vLLM reserved no CUDA graph memory before sizing the KV cache (estimate 0), but "
+                     f"capture took {fmt_gib(graphs.actual)}: those bytes were not budgeted")
+    tag = r.tag
+    # A name without _TP is a TP=1 worker, or an old / provisional one that names the global rank;
+    # without _DCP the DCP rank is 0 only when there is no DCP.
+    tp_rank = tag.tp if tag.tp is not None else (rank % tp_size if tp_size else None)
+    dcp_rank = tag.dcp if tag.dcp is not None else (0 if dcp_size == 1 else None)
+    return StatedRank(RankReport(
+        rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank,
+        device_total_bytes=total, requested_bytes=requested, others_bytes=None, owners=readings,
+        graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
+        kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=r.last(FactKind.KV_BLOCKS),
+        free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained))
+
+
+def _first_known(*values: int | None) -> int | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _phases(rank: int, r: RankFacts, graphs: _Graphs, failure: Failure | None) -> tuple[PhaseRecord, ...]:
+    """What the log says of each phase, as text: the bytes are in the owners."""
+    details: dict[Phase, list[str]] = defaultdict(list)
+    seconds: dict[Phase, float] = {}
+    if (w := r.first(FactKind.WEIGHTS)) is not None:
+        details[Phase.LOAD].append(f"weights {fmt_gib(w)}")
+    if (s := r.first(FactKind.LOAD_SECONDS)) is not None:
+        seconds[Phase.LOAD] = s
+    if (s := r.last(FactKind.PROFILE_SECONDS)) is not None:
+        seconds[Phase.PROFILE] = s
+    for kind, label in ((FactKind.CONSUMED, "consumed (weights + persistent torch + non-torch)"),
+                        (FactKind.PEAK_WITH_GRAPHS, "peak activation incl. the applied graph estimate"),
+                        (FactKind.PEAK, "peak activation"),
+                        (FactKind.TORCH_PEAK_INCREASE, "torch peak increase"),
+                        (FactKind.NON_KV_TOTAL, "total non-KV"),
+                        (FactKind.NON_KV_RSS, "non-KV usage (process RSS)")):
+        if (v := r.last(kind)) is not None:
+            details[Phase.PROFILE].append(f"{label} {fmt_gib(v)}")
+    if (v := r.last(FactKind.B12X_TRANSIENT)) is not None:
+        details[Phase.PROFILE].append(f"includes {v / 2**20:.2f} MiB of B12X sparse DCP transient memory")
+    if graphs.estimate is not None:
+        details[Phase.GRAPHS].append(f"estimate {fmt_gib(graphs.estimate)}"
+                                     + (" (inferred: no estimate line)" if graphs.inferred_zero else ""))
+    if graphs.profile_capture is not None:
+        seconds[Phase.GRAPHS] = graphs.profile_capture[0]
+        details[Phase.GRAPHS].append(f"profiling capture took {fmt_gib(graphs.profile_capture[1])}")
+    if graphs.retained is not None:
+        details[Phase.GRAPHS].append(f"retained {fmt_gib(graphs.retained)}")
+    for kind, label in ((FactKind.KV_FIXED, "fixed"), (FactKind.KV_AVAILABLE, "available"),
+                        (FactKind.KV_IN_USE, "in use"),
+                        (FactKind.KV_SUGGESTION, "vLLM's --kv-cache-memory suggestion")):
+        if (v := r.last(kind)) is not None:
+            details[Phase.KV].append(f"{label} {fmt_gib(v)}")
+    if graphs.real_capture is not None:
+        seconds[Phase.CAPTURE] = graphs.real_capture[0]
+        details[Phase.CAPTURE].append(f"capture took {fmt_gib(graphs.real_capture[1])}")
+    if graphs.actual is not None and graphs.real_capture is None:
+        details[Phase.CAPTURE].append(f"graph pool {fmt_gib(graphs.actual)}")
+    failed = failure.phase if failure is not None and failure.rank == rank else None
+    phases = []
+    for phase in Phase:
+        if phase in details or phase in seconds or phase is failed:
+            phases.append(PhaseRecord(name=phase, status=PhaseStatus.FAILED if phase is failed else PhaseStatus.OK,
+                                      seconds=seconds.get(phase), detail="; ".join(details[phase]) or None))
+    return tuple(phases)

@@ -1,0 +1,202 @@
+"""Who printed what: each fact of one boot's logs given to the global rank that printed it.
+
+A worker's pid maps to its last name (`Worker_TP3`), and the name to its global rank. vLLM prints
+some figures once (V1 "Model loading took" and "Available KV cache memory" on the local first
+rank only): they land on that rank and no other, so the other ranks keep `null` there. With the
+`uni` executor (GPU, world size 1) the worker runs inside EngineCore, so EngineCore lines are
+rank 0's when a file has no worker process; the same holds for untagged lines (V0 ran its driver
+worker in the main process).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
+from kvaudit.engines.logs.knobs import knobs_from_engine_line
+from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
+from kvaudit.engines.logs.parse import FileScan
+from kvaudit.errors import BadInputError
+
+
+@dataclass(frozen=True)
+class Located:
+    """A fact with where it was printed."""
+
+    kind: FactKind
+    value: Any
+    file: int
+    pos: int
+    pid: int | None
+    src: str | None
+
+
+@dataclass
+class RankFacts:
+    """Facts gathered for one global rank (a builder: frozen records come out of it)."""
+
+    tag: ProcTag
+    facts: dict[FactKind, list[Located]] = field(default_factory=lambda: defaultdict(list))
+
+    def all(self, kind: FactKind) -> list[Any]:
+        return [f.value for f in self.facts.get(kind, ())]
+
+    def first(self, kind: FactKind) -> Any:
+        values = self.facts.get(kind)
+        return values[0].value if values else None
+
+    def last(self, kind: FactKind) -> Any:
+        values = self.facts.get(kind)
+        return values[-1].value if values else None
+
+    def has(self, *kinds: FactKind) -> bool:
+        return any(self.facts.get(k) for k in kinds)
+
+
+
+# --------------------------------------------------------------------------------------------
+# Processes → ranks
+
+
+@dataclass(frozen=True)
+class ParallelSizes:
+    tp: int
+    pp: int
+    pcp: int
+
+    def global_rank(self, tag: ProcTag) -> int:
+        # vLLM's rank layout (distributed/parallel_state.py): ranks reshape as (dp, pp, pcp, tp),
+        # TP innermost; DCP reuses the TP ranks and adds none.
+        if tag.tp is None and tag.pp is None and tag.pcp is None and tag.global_rank is not None:
+            return tag.global_rank
+        dp, pp, pcp, tp = tag.dp or 0, tag.pp or 0, tag.pcp or 0, tag.tp or 0
+        return ((dp * self.pp + pp) * self.pcp + pcp) * self.tp + tp
+
+
+def parallel_sizes(scans: Sequence[FileScan], config: dict[str, Any]) -> ParallelSizes:
+    tags = [proc_tag(t) for s in scans for t in s.tags.values()]
+
+    def size(key: str, attr: str) -> int:
+        if isinstance(config.get(key), int) and config[key] > 0:
+            return config[key]
+        seen = [getattr(t, attr) for t in tags if getattr(t, attr) is not None]
+        return max(seen) + 1 if seen else 1
+
+    return ParallelSizes(tp=size("tensor_parallel_size", "tp"), pp=size("pipeline_parallel_size", "pp"),
+                  pcp=size("prefill_context_parallel_size", "pcp"))
+
+
+def rank_of_proc(scan: FileScan, pid: int | None, sizes: ParallelSizes) -> tuple[int | None, ProcTag]:
+    """The global rank whose figures a process prints (None for engine-level processes)."""
+    tag = proc_tag(scan.tags[pid]) if pid is not None and pid in scan.tags else ProcTag(Role.OTHER)
+    if pid is not None and pid in scan.v0_ranks:
+        return scan.v0_ranks[pid], tag
+    if tag.role is Role.WORKER:
+        return sizes.global_rank(tag), tag
+    return None, tag
+
+
+def engine_rank(tag: ProcTag, sizes: ParallelSizes) -> int:
+    """The worker that lives inside an engine process (uni executor) or a V0 driver."""
+    return (tag.dp or 0) * sizes.pp * sizes.pcp * sizes.tp
+
+
+# --------------------------------------------------------------------------------------------
+# The boot
+
+
+@dataclass(frozen=True)
+class Boot:
+    ranks: dict[int, RankFacts]
+    engine: dict[FactKind, list[Located]]
+    scans: tuple[FileScan, ...]
+
+
+def gather(scans: Sequence[FileScan]) -> Boot:
+    located = [Located(f.kind, f.value, s.index, p.line.pos, p.line.pid, p.line.src)
+               for s in scans for p in s.lines for f in p.facts]
+    engine: dict[FactKind, list[Located]] = defaultdict(list)
+    for fact in located:
+        if fact.kind not in RANK_KINDS:
+            engine[fact.kind].append(fact)
+    sizes = parallel_sizes(scans, engine_config(engine))
+    by_file = {s.index: s for s in scans}
+    ranks: dict[int, RankFacts] = {}
+    orphans: list[tuple[Located, int, ProcTag]] = []
+    for fact in located:
+        if fact.kind not in RANK_KINDS:
+            continue
+        rank, tag = rank_of_proc(by_file[fact.file], fact.pid, sizes)
+        if rank is None:
+            orphans.append((fact, engine_rank(tag, sizes), tag))
+            continue
+        ranks.setdefault(rank, RankFacts(tag)).facts[fact.kind].append(fact)
+    worker_ranks = {s.index: {rank_of_proc(s, pid, sizes)[0] for pid, name in s.tags.items()
+                              if proc_tag(name).role is Role.WORKER}
+                    for s in scans}
+    for fact, rank, tag in orphans:
+        # Per-rank figures on an engine or untagged line: the uni executor's (or V0 driver's) worker,
+        # unless a worker process of that file is that rank.
+        if rank in worker_ranks[fact.file]:
+            continue
+        ranks.setdefault(rank, RankFacts(tag)).facts[fact.kind].append(fact)
+    return Boot(ranks, engine, tuple(scans))
+
+
+def check_one_boot(scans: Sequence[FileScan]) -> None:
+    """Several files make one report only when they are parts of one boot (one file per node): a
+    BadInputError when two of them print different engine configs or figures for the same rank,
+    as the logs of two runs do."""
+    seen: list[tuple[FileScan, dict[str, Any], set[int]]] = []
+    for scan in scans:
+        boot = gather([scan])
+        config = engine_config(boot.engine)
+        version = engine_first(boot.engine, FactKind.VERSION)
+        if version is not None:
+            config["vllm version"] = version
+        ranks = {rank for rank, r in boot.ranks.items() if any(r.facts.values())}
+        for other, other_config, other_ranks in seen:
+            why = None
+            differ = [k for k in config if k in other_config and config[k] != other_config[k]]
+            if differ:
+                why = f"{differ[0]} {other_config[differ[0]]} in one, {config[differ[0]]} in the other"
+            elif both := sorted(ranks & other_ranks):
+                why = f"both print rank {both[0]}'s figures"
+            if why:
+                raise BadInputError(f"{other.where} and {scan.where} are logs of two different engine runs ({why}): "
+                                    f"ingest each on its own, or compare them with kvaudit diff")
+        seen.append((scan, config, ranks))
+
+
+def engine_first(engine: dict[FactKind, list[Located]], kind: FactKind) -> Any:
+    values = engine.get(kind)
+    return values[0].value if values else None
+
+
+def engine_last(engine: dict[FactKind, list[Located]], kind: FactKind) -> Any:
+    values = engine.get(kind)
+    return values[-1].value if values else None
+
+
+def engine_config(engine: dict[FactKind, list[Located]]) -> dict[str, Any]:
+    line = engine_first(engine, FactKind.ENGINE_CONFIG)
+    return knobs_from_engine_line(line) if line is not None else {}
+
+
+
+def untagged(boot: Boot) -> bool:
+    """No line names its process (an excerpt, or V0's single process): one rank, rank 0."""
+    return not any(s.tags for s in boot.scans)
+
+
+def give_check_figures_to_rank_0(boot: Boot) -> None:
+    """The KV check runs in the engine core and names no rank; with one rank, its "available KV
+    cache memory" is rank 0's (when rank 0 printed none of its own)."""
+    check = boot.engine.get(FactKind.KV_AVAILABLE_AT_CHECK)
+    if not check:
+        return
+    rank = boot.ranks.setdefault(0, RankFacts(ProcTag(Role.ENGINE)))
+    if not rank.has(FactKind.KV_AVAILABLE, FactKind.KV_FIXED, FactKind.KV_IN_USE):
+        rank.facts[FactKind.KV_AVAILABLE].extend(check)

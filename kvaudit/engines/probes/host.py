@@ -1,0 +1,90 @@
+"""`HostProbe`: the CPU backend's probe. vLLM's CPU worker sizes KV from the process RSS against the
+NUMA node's memory, so RSS is what this probe charges, and "other processes" are frozen at
+baseline (concurrent workers on the same node would otherwise land in this rank's ledger)."""
+
+from __future__ import annotations
+
+import gc
+import re
+from pathlib import Path
+
+from kvaudit.engines.probes import DeviceFacts, Reading
+
+
+_KB = 1024
+_STATUS_FIELD = re.compile(r"^(VmRSS|VmHWM):\s+(\d+)\s+kB", re.MULTILINE)
+
+
+def _status() -> dict[str, int]:
+    text = Path("/proc/self/status").read_text()
+    return {k: int(v) * _KB for k, v in _STATUS_FIELD.findall(text)}
+
+
+def node_meminfo(node: int = 0) -> tuple[int, int]:
+    """(total, available) of a NUMA node, the way vLLM's CPU worker reads them
+    (vllm/utils/cpu_resource_utils.py get_memory_node_info): MemTotal, and
+    MemFree + Active(file) + Inactive(file) + SReclaimable; /proc/meminfo when there is no node file."""
+    path = Path(f"/sys/devices/system/node/node{node}/meminfo")
+    fields: dict[str, int] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 4:
+                fields[parts[2].rstrip(":")] = int(parts[3]) * _KB
+        available = sum(fields.get(k, 0) for k in ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable"))
+    else:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2:
+                fields[parts[0].rstrip(":")] = int(parts[1]) * _KB
+        available = fields.get("MemAvailable", fields.get("MemFree", 0))
+    return fields["MemTotal"], available
+
+
+class HostProbe:
+    """RSS and peak RSS of this process. The peak is reset through /proc/self/clear_refs
+    (writing 5 resets VmHWM to the current RSS, Linux ≥ 4.0).
+
+    Mapped onto the CUDA vocabulary so one ledger serves both: what the process held when the
+    probe was made (interpreter, libraries, vLLM's runtime: the host's "context") is non-torch;
+    RSS growth after that is "torch" (allocated = reserved = RSS − baseline RSS); device used is
+    other processes at baseline + this process's RSS."""
+
+    def __init__(self, node: int = 0):
+        self.node = node
+        total, available = node_meminfo(node)
+        self.total_bytes = total
+        self.baseline_rss = _status()["VmRSS"]
+        self.others_bytes = max(total - available - self.baseline_rss, 0)
+        """Node memory in use by everything but this process, frozen at construction."""
+        self._peak_reset_ok = True
+
+    def sync(self) -> None:
+        pass
+
+    def settle(self) -> None:
+        gc.collect()
+
+    def reset_peak(self) -> None:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except OSError:
+            self._peak_reset_ok = False
+
+    def read(self, *, pools: bool = True) -> Reading:
+        st = _status()
+        rss = st["VmRSS"]
+        _, available = node_meminfo(self.node)
+        grown = rss - self.baseline_rss
+        peak = max(st["VmHWM"], rss) - self.baseline_rss
+        return Reading(allocated_bytes=grown, reserved_bytes=grown, peak_allocated_bytes=peak, peak_reserved_bytes=peak,
+                       device_used_bytes=self.others_bytes + rss, graph_pool_bytes=0, free_bytes=available)
+
+    def peak_reserved_bytes(self) -> int:
+        """Peak RSS growth over baseline since the last reset (the verify step adds the baseline
+        back as non-torch)."""
+        return _status()["VmHWM"] - self.baseline_rss
+
+    def facts(self) -> DeviceFacts:
+        return DeviceFacts(device_name=f"CPU (NUMA node {self.node})", total_bytes=self.total_bytes)

@@ -1,0 +1,121 @@
+"""The one sequence of sections of a report and of a diff, for every human-readable format.
+
+`SectionReporter` walks the sections in order (header, per-rank owners and the nodes they ran on,
+accuracy, bars, capacity, levers, sites, notes, warnings, the failure, the verdict); a format only
+says how each kind of section is drawn, by giving a `Page`. So the table and markdown show the same things in the same
+order and cannot drift. The words of each section come from kvaudit/render/summary.py, the tables
+from kvaudit/render/frames.py.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from enum import Enum
+from typing import TextIO
+
+import pandas as pd
+
+from kvaudit.render import frames, summary
+from kvaudit.schema import DiffReport, Report, Verdict
+
+OWNERS_LABEL = "owner (GiB)"
+ACCURACY_LABEL = "owner (planted vs measured, GiB)"
+DIFF_BINDING_LABEL = "owner, binding rank (GiB)"
+DIFF_RANKS_LABEL = "Δ per rank (GiB)"
+
+
+class Tone(Enum):
+    """How much a line asks for attention; a format may colour it."""
+
+    PLAIN = "plain"
+    WARNING = "warning"
+    ALERT = "alert"
+
+
+class Page(ABC):
+    """How one format draws each kind of section, on one output stream."""
+
+    @abstractmethod
+    def title(self, text: str) -> None:
+        """The first line: what was audited or compared."""
+
+    @abstractmethod
+    def table(self, frame: pd.DataFrame, label: str) -> None:
+        """A table of text cells; `label` heads its index column."""
+
+    @abstractmethod
+    def footnote(self, text: str) -> None:
+        """A line that explains a mark in the table just drawn."""
+
+    @abstractmethod
+    def gap(self) -> None:
+        """The space between two blocks."""
+
+    @abstractmethod
+    def bars(self, report: Report) -> None:
+        """The owners of each rank as a picture, where the format has one."""
+
+    @abstractmethod
+    def fact(self, label: str, value: str, *, pasteable: bool) -> None:
+        """One capacity figure; a pasteable value is meant to be copied whole."""
+
+    @abstractmethod
+    def lever(self, flag: str, effect: str) -> None:
+        """One lever: the flag to paste and what it frees."""
+
+    @abstractmethod
+    def line(self, text: str, *, label: str | None = None, tone: Tone = Tone.PLAIN) -> None:
+        """One line of prose, after `label: ` where given."""
+
+    @abstractmethod
+    def verdict(self, text: str, verdict: Verdict) -> None:
+        """The last line: the verdict and why."""
+
+
+class SectionReporter(ABC):
+    """A reporter that draws reports and diffs section by section on the page of its format."""
+
+    @abstractmethod
+    def page(self, out: TextIO) -> Page: ...
+
+    def report(self, report: Report, out: TextIO) -> None:
+        page = self.page(out)
+        page.title(summary.headline(report))
+        page.table(frames.owners_wide(report), OWNERS_LABEL)
+        if (note := summary.binding_note(report)) is not None:
+            page.footnote(note)
+        for line in summary.node_lines(report):  # more than one node: where each rank ran
+            page.footnote(line)
+        page.gap()
+        if report.accuracy:
+            page.table(frames.accuracy_frame(report), ACCURACY_LABEL)
+            page.gap()
+        page.bars(report)
+        for label, value in summary.capacity_lines(report):
+            page.fact(label, value, pasteable=label == summary.SAFE_FLAGS_LABEL)
+        for flag, effect in summary.lever_parts(report):
+            page.lever(flag, effect)
+        for line in summary.site_lines(report):
+            page.line(line, label="sites")
+        notes, warnings = summary.notes_and_warnings(report)
+        for line in notes:
+            page.line(line, label="note")
+        for line in warnings:
+            page.line(line, label="warning", tone=Tone.WARNING)
+        if (failure := summary.failure_line(report)) is not None:
+            page.line(failure, label="failure", tone=Tone.ALERT)
+        page.verdict(summary.verdict_line(report), report.verdict)
+
+    def diff(self, diff: DiffReport, out: TextIO) -> None:
+        page = self.page(out)
+        page.title(f"kvaudit diff {diff.a_name} → {diff.b_name}")
+        page.table(frames.diff_binding(diff), DIFF_BINDING_LABEL)
+        page.gap()
+        per_rank = frames.diff_ranks(diff)
+        if len(per_rank.columns) > 0:  # neither side numbers its ranks: nothing to show per rank
+            page.table(per_rank, DIFF_RANKS_LABEL)
+            page.gap()
+        for line in summary.diff_summary(diff):
+            page.line(line, tone=Tone.WARNING if line.startswith(summary.NOT_COMPARABLE) else Tone.PLAIN)
+        for line in summary.diff_site_lines(diff):
+            page.line(line, label="sites")

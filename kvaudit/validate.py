@@ -1,0 +1,343 @@
+"""Reading a report (`kvaudit.report/1`) or a diff (`kvaudit.diff/1`) back from JSON, every value
+checked.
+
+Strict about the stable keys of docs/design.md (report contract) and lenient about everything
+else: any JSON document that carries them is a report, extra keys are ignored, and the extensions
+of kvaudit/schema.py are optional. A document that is not one gives a one-line `BadInputError`
+with the path to the first bad key (`report.ranks[0].owners.weights: expected an integer …`).
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from kvaudit.config import (
+    BOOL_KEYS, FLOAT_KEYS, INT_KEYS, INT_LIST_KEYS, MODELLED_KEYS, STABLE_KEYS, STR_KEYS, AuditConfig,
+    config_from_json,
+)
+from kvaudit.errors import BadInputError
+from kvaudit.schema import (
+    DIFF_SCHEMA, REPORT_SCHEMA, STABLE_OWNERS, AccuracyEntry, Capacity, DiffReport, Engine, EnvDifference,
+    Environment, Failure, FailureKind, KnobDifference, Lever, NodeSummary, Owner, OwnerDelta, Phase, PhaseRecord,
+    PhaseStatus, RankNode, RankReport, Report, Site, SiteDelta, Source, SweepPoint, Verdict, Verify, VerifyRank,
+)
+
+
+class _JsonObject:
+    """A JSON object being read, with the path to it for error messages."""
+
+    def __init__(self, data: Any, where: str):
+        if not isinstance(data, dict):
+            raise BadInputError(f"{where}: expected an object, got {_kind(data)}")
+        self.data, self.where = data, where
+
+    def value(self, key: str, required: bool, nullable: bool = True) -> Any:
+        """The raw value of `key`; None where it is absent (and may be) or null."""
+        if key not in self.data:
+            if required:
+                raise BadInputError(f"{self.where}: missing key {key!r}")
+            return None
+        v = self.data[key]
+        # Unknown numbers and strings are null, but a section or a name the report is built
+        # around is not: null there would crash the loader or every renderer downstream.
+        if v is None and required and not nullable:
+            raise BadInputError(f"{self.where}.{key}: must not be null")
+        return v
+
+    def _bad(self, key: str, want: str, value: Any) -> BadInputError:
+        return BadInputError(f"{self.where}.{key}: expected {want}, got {_kind(value)}")
+
+    def int(self, key: str, required: bool = True) -> int | None:
+        v = self.value(key, required)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self._bad(key, "an integer or null", v)
+        return v
+
+    def number(self, key: str, required: bool = True) -> float | None:
+        v = self.value(key, required)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self._bad(key, "a number or null", v)
+        # json.loads reads NaN, Infinity and 1e999 as non-finite floats, which json.dumps would
+        # write back as non-JSON literals; an integer beyond float range cannot become a float.
+        try:
+            f = float(v)
+        except OverflowError:
+            f = math.inf
+        if not math.isfinite(f):
+            raise BadInputError(f"{self.where}.{key}: expected a number or null, got {_short(v)} (not finite)")
+        return f
+
+    def str(self, key: str, required: bool = True) -> str | None:
+        v = self.value(key, required)
+        if v is not None and not isinstance(v, str):
+            raise self._bad(key, "a string or null", v)
+        return v
+
+    def bool(self, key: str, required: bool = True) -> bool | None:
+        v = self.value(key, required)
+        if v is not None and not isinstance(v, bool):
+            raise self._bad(key, "true, false or null", v)
+        return v
+
+    def enum(self, key: str, kind: type[Enum], required: bool = True, nullable: bool = False) -> Any:
+        v = self.value(key, required, nullable)
+        if v is None:
+            return None
+        try:
+            return kind(v)
+        except (ValueError, TypeError):
+            allowed = ", ".join(str(m.value) for m in kind)  # type: ignore[attr-defined]
+            raise BadInputError(f"{self.where}.{key}: expected one of {allowed}, got {_short(v)}") from None
+
+    def list(self, key: str, required: bool = True) -> list[Any] | None:
+        v = self.value(key, required)
+        if v is not None and not isinstance(v, list):
+            raise self._bad(key, "a list or null", v)
+        return v
+
+    def child(self, key: str, required: bool = True, nullable: bool = False) -> _JsonObject | None:
+        v = self.value(key, required, nullable)
+        return None if v is None else _JsonObject(v, f"{self.where}.{key}")
+
+    def children(self, key: str, required: bool = True) -> list[_JsonObject]:
+        items = self.list(key, required) or []
+        return [_JsonObject(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(items)]
+
+    def integers(self, key: str, required: bool = True) -> list[int] | None:
+        items = self.list(key, required)
+        if items is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+            raise BadInputError(f"{self.where}.{key}: expected a list of integers")
+        return items
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        items = self.list(key, required=False) or []
+        if not all(isinstance(s, str) for s in items):
+            raise BadInputError(f"{self.where}.{key}: expected a list of strings")
+        return tuple(items)
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: f"the string {_short(v)}",
+            list: "a list", dict: "an object"}.get(type(v), type(v).__name__)
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _phase_record(node: _JsonObject) -> PhaseRecord:
+    return PhaseRecord(
+        name=node.enum("name", Phase), status=node.enum("status", PhaseStatus), seconds=node.number("seconds"),
+        torch_allocated_bytes=node.int("torch_allocated_bytes"), torch_reserved_bytes=node.int("torch_reserved_bytes"),
+        torch_peak_allocated_bytes=node.int("torch_peak_allocated_bytes"),
+        device_used_bytes=node.int("device_used_bytes"), detail=node.str("detail"),
+        graph_pool_bytes=node.int("graph_pool_bytes", required=False),
+        torch_peak_reserved_bytes=node.int("torch_peak_reserved_bytes", required=False))
+
+
+def _owners(node: _JsonObject) -> dict[Owner, int | None]:
+    for key in node.data:
+        if key not in Owner.__members__.values():
+            raise BadInputError(f"{node.where}: unknown owner {_short(key)}")
+    return {owner: node.int(owner.value, required=owner in STABLE_OWNERS) for owner in Owner}
+
+
+def _rank_report(node: _JsonObject) -> RankReport:
+    return RankReport(
+        rank=node.int("rank"), tp_rank=node.int("tp_rank"), dcp_rank=node.int("dcp_rank"),
+        device_total_bytes=node.int("device_total_bytes"), requested_bytes=node.int("requested_bytes"),
+        others_bytes=node.int("others_bytes"), owners=_owners(node.child("owners")),
+        graph_pool_estimate_bytes=node.int("graph_pool_estimate_bytes"),
+        graph_pool_actual_bytes=node.int("graph_pool_actual_bytes"),
+        kv_available_bytes=node.int("kv_available_bytes"),
+        phases=tuple(_phase_record(p) for p in node.children("phases")),
+        naive_kv_available_bytes=node.int("naive_kv_available_bytes", required=False),
+        free_at_start_bytes=node.int("free_at_start_bytes", required=False),
+        graph_pool_retained_bytes=node.int("graph_pool_retained_bytes", required=False),
+        kv_blocks=node.int("kv_blocks", required=False), deferred_steps=node.strings("deferred_steps"),
+        vllm_kv_available_bytes=node.int("vllm_kv_available_bytes", required=False),
+        vllm_graph_estimate_bytes=node.int("vllm_graph_estimate_bytes", required=False),
+        graph_capture_transient_bytes=node.int("graph_capture_transient_bytes", required=False),
+        sites=_sites(node), sweep=_sweep(node),
+        kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
+        node=_rank_node(node.child("node", required=False, nullable=True)))
+
+
+JOURNAL_SOURCES = ("rpc", "file", "relay")
+"""How a rank's record reached a run's report (RankNode.journal)."""
+
+
+def _rank_node(node: _JsonObject | None) -> RankNode | None:
+    if node is None:
+        return None
+    journal = node.str("journal", required=False)
+    if journal not in (None, *JOURNAL_SOURCES):
+        raise BadInputError(f"{node.where}.journal: expected rpc, file, relay or null, got {_short(journal)}")
+    return RankNode(node_rank=node.int("node_rank", required=False), host=node.str("host", required=False),
+                    ip=node.str("ip", required=False), local_rank=node.int("local_rank", required=False),
+                    device_index=node.int("device_index", required=False), journal=journal)
+
+
+def _nodes(node: _JsonObject) -> tuple[NodeSummary, ...] | None:
+    if node.list("nodes", required=False) is None:
+        return None
+    summaries = []
+    for summary in node.children("nodes"):
+        node_rank = summary.int("node_rank")
+        if node_rank is None:
+            raise BadInputError(f"{summary.where}.node_rank: must not be null")
+        summaries.append(NodeSummary(
+            node_rank=node_rank, host=summary.str("host"), ip=summary.str("ip"),
+            ranks=tuple(summary.integers("ranks") or ()), others_bytes=summary.int("others_bytes"),
+            physical_headroom_bytes=summary.int("physical_headroom_bytes"),
+            binding_rank=summary.int("binding_rank"), kv_available_bytes=summary.int("kv_available_bytes")))
+    return tuple(summaries)
+
+
+def _sweep(node: _JsonObject) -> tuple[SweepPoint, ...] | None:
+    if node.list("sweep", required=False) is None:
+        return None
+    points = []
+    for point in node.children("sweep"):
+        tokens, peak = point.int("tokens"), point.int("activation_peak_bytes")
+        if tokens is None or tokens < 1 or peak is None:
+            raise BadInputError(f"{point.where}: expected tokens ≥ 1 and activation_peak_bytes, not null")
+        points.append(SweepPoint(tokens=tokens, activation_peak_bytes=peak,
+                                 seconds=point.number("seconds", required=False)))
+    return tuple(sorted(points, key=lambda x: x.tokens))
+
+
+def _sites(node: _JsonObject) -> tuple[Site, ...] | None:
+    if node.list("sites", required=False) is None:
+        return None
+    sites = []
+    for site in node.children("sites"):
+        at = site.str("at", required=False) or "end"
+        if at not in ("end", "peak"):
+            raise BadInputError(f"{site.where}.at: expected end or peak, got {_short(at)}")
+        sites.append(Site(phase=site.str("phase"), owner=site.str("owner"), site=site.str("site"),
+                          bytes=site.int("bytes"), blocks=site.int("blocks"), at=at))
+    return tuple(sites)
+
+
+def _lever(node: _JsonObject) -> Lever:
+    return Lever(name=node.str("name"), flag=node.str("flag"), frees_bytes=node.int("frees_bytes"),
+                 frees_tokens=node.int("frees_tokens"), note=node.str("note", required=False) or "")
+
+
+def _capacity(node: _JsonObject) -> Capacity:
+    return Capacity(
+        kv_available_bytes=node.int("kv_available_bytes"), binding_rank=node.int("binding_rank"),
+        kv_tokens=node.int("kv_tokens"), kv_needed_bytes=node.int("kv_needed_bytes"),
+        max_model_len_fits=node.bool("max_model_len_fits"),
+        max_feasible_model_len=node.int("max_feasible_model_len"), gmu_needed=node.number("gmu_needed"),
+        physical_headroom_bytes=node.int("physical_headroom_bytes"),
+        naive_kv_available_bytes=node.int("naive_kv_available_bytes"),
+        safe_serve_flags=node.strings("safe_serve_flags"),
+        kv_bytes_per_block=node.int("kv_bytes_per_block", required=False),
+        block_size=node.int("block_size", required=False),
+        tokens_per_block=node.int("tokens_per_block", required=False),
+        over_allocation_bytes=node.int("over_allocation_bytes", required=False),
+        levers=tuple(_lever(x) for x in node.children("levers", required=False)))
+
+
+def _verify(node: _JsonObject) -> Verify:
+    return Verify(
+        ok=bool(node.bool("ok")), prompt_tokens=node.int("prompt_tokens"),
+        true_peak_bytes=node.int("true_peak_bytes"), slack_bytes=node.int("slack_bytes"), error=node.str("error"),
+        decode_tokens=node.int("decode_tokens", required=False), repeats=node.int("repeats", required=False),
+        oom_count=node.int("oom_count", required=False),
+        ranks=tuple(VerifyRank(rank=r.int("rank"), true_peak_bytes=r.int("true_peak_bytes"),
+                               slack_bytes=r.int("slack_bytes")) for r in node.children("ranks", required=False)))
+
+
+def _config(node: _JsonObject) -> AuditConfig:
+    for key in STABLE_KEYS:
+        node.value(key, required=True)
+    for key in STR_KEYS:
+        node.str(key, required=False)
+    for key in INT_KEYS:
+        node.int(key)
+    for key in FLOAT_KEYS:
+        node.number(key)
+    for key in BOOL_KEYS:
+        node.bool(key)
+    for key in INT_LIST_KEYS:
+        node.integers(key)
+    extra = node.child("extra_args", required=False)
+    data = {k: node.data.get(k) for k in MODELLED_KEYS if k in node.data}
+    data["extra_args"] = extra.data if extra else {}
+    return config_from_json(data)
+
+
+def report_from_json(data: Any, where: str = "report") -> Report:
+    """Parse a `kvaudit.report/1` document; raises BadInputError with the path to the first problem."""
+    node = _JsonObject(data, where)
+    schema = node.str("schema")
+    if schema != REPORT_SCHEMA:
+        raise BadInputError(f"{where}: schema {schema!r} is not {REPORT_SCHEMA!r}"
+                            + (": a diff, not a report" if schema == DIFF_SCHEMA else ""))
+    eng, env = node.child("engine"), node.child("environment")
+    env_vars = env.child("env", nullable=True)
+    if env_vars is not None and not all(isinstance(v, str) for v in env_vars.data.values()):
+        raise BadInputError(f"{env_vars.where}: expected string values")
+    verify, failure = node.child("verify", nullable=True), node.child("failure", nullable=True)
+    accuracy = node.list("accuracy", required=False)
+    return Report(
+        schema=schema, source=node.enum("source", Source),
+        engine=Engine(name=eng.str("name"), version=eng.str("version"), model_runner=eng.str("model_runner"),
+                      attention_backend=eng.str("attention_backend")),
+        environment=Environment(device_name=env.str("device_name"), driver=env.str("driver"), cuda=env.str("cuda"),
+                                torch=env.str("torch"), vllm=env.str("vllm"),
+                                env=dict(env_vars.data) if env_vars else {}),
+        config=_config(node.child("config")),
+        ranks=tuple(_rank_report(r) for r in node.children("ranks")),
+        capacity=_capacity(node.child("capacity")),
+        verify=_verify(verify) if verify else None,
+        accuracy=None if accuracy is None else tuple(
+            AccuracyEntry(owner=a.enum("owner", Owner), rank=a.int("rank"), planted_bytes=a.int("planted_bytes"),
+                          measured_bytes=a.int("measured_bytes")) for a in node.children("accuracy", required=False)),
+        verdict=node.enum("verdict", Verdict),
+        failure=None if failure is None else Failure(
+            phase=failure.enum("phase", Phase, nullable=True), rank=failure.int("rank"),
+            kind=failure.enum("kind", FailureKind), message=failure.str("message") or ""),
+        verdict_reason=node.str("verdict_reason", required=False) or "",
+        warnings=node.strings("warnings"), kvaudit_version=node.str("kvaudit_version", required=False),
+        nodes=_nodes(node))
+
+
+def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
+    """Parse a `kvaudit.diff/1` document; raises BadInputError with the path to the first problem."""
+    node = _JsonObject(data, where)
+    if node.str("schema") != DIFF_SCHEMA:
+        raise BadInputError(f"{where}: schema {node.data.get('schema')!r} is not {DIFF_SCHEMA!r}")
+    cap = node.child("capacity")
+    cap_a, cap_b = cap.child("a", nullable=True), cap.child("b", nullable=True)
+    verdict = node.child("verdict")
+    return DiffReport(
+        comparable=bool(node.bool("comparable")),
+        knob_differences=tuple(KnobDifference(k.str("knob"), k.value("a", True), k.value("b", True))
+                               for k in node.children("knob_differences")),
+        environment_differences=tuple(EnvDifference(e.str("key"), e.value("a", True), e.value("b", True))
+                                      for e in node.children("environment_differences")),
+        owners=tuple(OwnerDelta(owner=d.enum("owner", Owner), rank=d.int("rank"), a_bytes=d.int("a_bytes"),
+                                b_bytes=d.int("b_bytes"), delta_bytes=d.int("delta_bytes"))
+                     for d in node.children("owners")),
+        dominant_owner=node.enum("dominant_owner", Owner, nullable=True),
+        capacity={"a": _capacity(cap_a) if cap_a else None, "b": _capacity(cap_b) if cap_b else None,
+                  "kv_available_delta_bytes": cap.int("kv_available_delta_bytes"),
+                  "kv_tokens_delta": cap.int("kv_tokens_delta", required=False)},
+        verdict={"a": verdict.enum("a", Verdict), "b": verdict.enum("b", Verdict)},
+        a_name=node.str("a_name", required=False) or "a", b_name=node.str("b_name", required=False) or "b",
+        sites=tuple(SiteDelta(owner=d.str("owner"), site=d.str("site"), rank=d.int("rank"), phase=d.str("phase"),
+                              a_bytes=d.int("a_bytes"), b_bytes=d.int("b_bytes"), delta_bytes=d.int("delta_bytes"))
+                    for d in node.children("sites", required=False)))

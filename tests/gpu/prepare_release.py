@@ -1,0 +1,217 @@
+"""Prepare one vLLM release (0.22.0–0.26.0: they pin torch 2.11.0, the H200 image's torch) for a
+boot on the device machine, which cannot download anything.
+
+    python3 tests/gpu/prepare_release.py 0.24.0          # in the project root, on this machine
+
+It downloads vllm==RELEASE (Python 3.12, manylinux), drops what an H200 boot never loads
+(FlashAttention 2 — vLLM falls back to it only where FA3 is missing — and the vllm-rs front end),
+then resolves the release's own requirement pins against the packages the H200 image already holds
+(tests/gpu/h200-image.txt): every package a boot imports that the image lacks is downloaded at the
+version a boot has already proved (PROVEN, the set vLLM 0.26.0 booted with) where the release (or the
+package that needs it) allows it, else at the newest version it allows, recursively. Everything lands in
+.gpuwheels/RELEASE/c0 … cN (git-ignored), each small enough for one device call; the last one
+holds install.sh. It prints the device calls to make.
+
+Which packages a boot imports (BOOT_IMPORTS) was learned on vLLM 0.26.0: the ones vLLM imports
+on the way to an offline LLM(...) boot. Packages imported only by kernels an H200 dense/MLA boot
+does not select (LAZY) are left out even when a requirement names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+HERE = Path(__file__).resolve().parent
+IMAGE_LIST = HERE / "h200-image.txt"
+DROP = ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm-rs")
+# What travels with one call is the working tree plus the carried folder, 64 MiB in all.
+CALL_BYTES = 57 << 20
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64",
+             "manylinux_2_31_x86_64", "linux_x86_64")
+MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_machine": "x86_64",
+           "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+BOOT_IMPORTS = {canonicalize_name(n) for n in (
+    "apache-tvm-ffi", "cachetools", "cbor2", "fastapi", "flashinfer-python", "llguidance", "msgspec",
+    "openai", "openai-harmony", "opentelemetry-api", "partial-json-parser", "pybase64", "pydantic",
+    "pyzmq", "xgrammar")}
+PROVEN = {canonicalize_name(n): v for n, v in (
+    ("annotated-types", "0.8.0"), ("apache-tvm-ffi", "0.1.10"), ("cachetools", "8.0.2"), ("cbor2", "6.3.0"),
+    ("distro", "1.9.0"), ("fastapi", "0.136.3"), ("importlib-metadata", "10.2.0"), ("jiter", "0.19.0"),
+    ("llguidance", "1.7.6"), ("msgspec", "0.23.0"), ("openai", "2.54.0"), ("openai-harmony", "0.0.8"),
+    ("opentelemetry-api", "1.45.2"), ("partial-json-parser", "0.2.1.1.post7"), ("pybase64", "1.5.1"),
+    ("pydantic", "2.14.4"), ("pydantic-core", "2.50.5"), ("pyzmq", "27.3.0"), ("sniffio", "1.3.1"),
+    ("starlette", "1.10.0"), ("typing-inspection", "0.4.5"), ("xgrammar", "0.2.7"),
+    ("flashinfer-python", "0.6.14"))}
+LAZY = {canonicalize_name(n) for n in (
+    "flashinfer-cubin", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "fastapi-cli", "uvicorn")}
+
+
+def image_packages() -> dict[str, str | None]:
+    """name → version where the image's listing gives one (None: present, version not read)."""
+    held: dict[str, str | None] = {}
+    for line in IMAGE_LIST.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            held[canonicalize_name(name)] = version or None
+    return held
+
+
+def download(spec: str, dest: Path) -> Path:
+    before = set(dest.iterdir())
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+           "--python-version", "3.12", "--implementation", "cp", "-d", str(dest)]
+    for plat in PLATFORMS:
+        cmd += ["--platform", plat]
+    subprocess.run(cmd + [spec], check=True)
+    new = set(dest.iterdir()) - before
+    if len(new) != 1:
+        name = canonicalize_name(Requirement(spec).name)
+        new = {p for p in dest.iterdir() if canonicalize_name(p.name.split("-")[0]) == name}
+    return next(iter(new))
+
+
+def requirements(wheel: Path) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        msg = email.parser.Parser().parsestr(zf.read(meta).decode())
+    out = []
+    for raw in msg.get_all("Requires-Dist") or []:
+        req = Requirement(raw)
+        if req.marker is None or req.marker.evaluate(MARKERS):
+            out.append(req)
+    return out
+
+
+def resolve(vllm_wheel: Path, dest: Path) -> tuple[list[Path], list[str]]:
+    """The wheels a boot needs that the image lacks; plus notes on pins the image may not meet."""
+    held = image_packages()
+    notes: list[str] = []
+    wheels: list[Path] = []
+    seen: set[str] = set()
+    queue = [(req, "vllm") for req in requirements(vllm_wheel)]
+    while queue:
+        req, parent = queue.pop(0)
+        name = canonicalize_name(req.name)
+        if name in seen or (parent == "vllm" and name not in BOOT_IMPORTS and name not in held):
+            continue
+        seen.add(name)
+        if name in held:
+            version = held[name]
+            if version and req.specifier and not req.specifier.contains(Version(version), prereleases=True):
+                notes.append(f"image has {name} {version}; {parent} asks {req.specifier}")
+            continue
+        if name in LAZY:
+            continue
+        proven = PROVEN.get(name)
+        if proven and req.specifier.contains(proven, prereleases=True):
+            wheel = download(f"{req.name}=={proven}", dest)
+        else:
+            wheel = download(f"{req.name}{req.specifier}", dest)
+            notes.append(f"{wheel.name}: no boot proved it yet ({parent} asks {req.specifier or 'any'})")
+        wheels.append(wheel)
+        queue += [(sub, name) for sub in requirements(wheel)]
+    return wheels, notes
+
+
+def slim(wheel: Path, out: Path) -> None:
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            if info.filename in DROP:
+                continue
+            data = src.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(keepends=True)
+                                if not line.decode().startswith(DROP))
+            dst.writestr(info, data, compress_type=info.compress_type)
+
+
+INSTALL = """#!/usr/bin/env bash
+# On the device machine: join the vLLM {release} wheel from /tmp/parts-{release} and install it with
+# the packages the image lacks into /tmp/site-{release} (then PYTHONPATH=/tmp/site-{release}:$PWD).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+site=/tmp/site-{release}
+if [ ! -d "$site/vllm" ]; then
+  mkdir -p /tmp/parts-{release}
+  cp "$here"/vllm.part.* /tmp/parts-{release}/ 2>/dev/null || true
+  cat /tmp/parts-{release}/vllm.part.* > /tmp/{wheel}
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \\
+    /tmp/{wheel} "$here"/*.whl
+fi
+PYTHONPATH=$site python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("release", help="a vLLM release that pins torch 2.11.0 (0.22.0–0.26.0)")
+    args = ap.parse_args()
+    if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", args.release):
+        sys.exit(f"prepare_release: not a release number: {args.release!r}")
+    root = Path(".gpuwheels") / args.release
+    with tempfile.TemporaryDirectory() as tmp:
+        dl = Path(tmp)
+        full = download(f"vllm=={args.release}", dl)
+        torch_pin = [r for r in requirements(full) if canonicalize_name(r.name) == "torch"]
+        if not torch_pin or not torch_pin[0].specifier.contains("2.11.0"):
+            sys.exit(f"prepare_release: vLLM {args.release} pins {torch_pin[0] if torch_pin else 'no torch'}, "
+                     "not the H200 image's torch 2.11.0")
+        deps_dir = dl / "deps"
+        deps_dir.mkdir()
+        deps, notes = resolve(full, deps_dir)
+        slim_wheel = dl / full.name
+        slim(full, dl / "slim.whl")
+        full.unlink()
+        (dl / "slim.whl").rename(slim_wheel)
+        if root.exists():
+            shutil.rmtree(root)
+        # Dependency wheels and install.sh first, into the last call; vLLM's parts fill the rest.
+        dep_bytes = sum(p.stat().st_size for p in deps)
+        blob = slim_wheel.read_bytes()
+        first_cut = max(0, len(blob) - (CALL_BYTES - dep_bytes - (1 << 20)))
+        head, tail = blob[:first_cut], blob[first_cut:]
+        chunks = [head[i:i + CALL_BYTES] for i in range(0, len(head), CALL_BYTES)]
+        for i, chunk in enumerate(chunks):
+            folder = root / f"c{i}"
+            folder.mkdir(parents=True)
+            (folder / f"vllm.part.{i:02d}").write_bytes(chunk)
+        last = root / f"c{len(chunks)}"
+        last.mkdir(parents=True)
+        (last / f"vllm.part.{len(chunks):02d}").write_bytes(tail)
+        for dep in deps:
+            shutil.copy2(dep, last / dep.name)
+        (last / "install.sh").write_text(INSTALL.format(release=args.release, wheel=slim_wheel.name))
+    print(f"vLLM {args.release}: {len(blob) / 2**20:.0f} MiB without FA2 and vllm-rs; "
+          f"{len(deps)} packages the image lacks ({dep_bytes / 2**20:.1f} MiB):")
+    print("  " + " ".join(sorted(p.name.split("-")[0] + "==" + p.name.split("-")[1] for p in deps)))
+    for note in notes:
+        print(f"  note: {note}")
+    for folder in sorted(root.glob("c*")):
+        size = sum(f.stat().st_size for f in folder.iterdir())
+        print(f"{folder}: {size / 2**20:.1f} MiB")
+    n = len(chunks)
+    print("\nDevice calls, back to back (send the first alone on a cold machine):")
+    for k in range(n):
+        print(f'  run(carry=[".gpuwheels/{args.release}/c{k}"], command="mkdir -p /tmp/parts-{args.release} '
+              f'&& cp .gpuwheels/{args.release}/c{k}/* /tmp/parts-{args.release}/")')
+    print(f'  run(carry=[".gpuwheels/{args.release}/c{n}"], command="bash .gpuwheels/{args.release}/c{n}/install.sh '
+          f'&& export PYTHONPATH=/tmp/site-{args.release}:$PWD && <command>")')
+
+
+if __name__ == "__main__":
+    main()

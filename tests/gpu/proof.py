@@ -1,0 +1,186 @@
+"""H200 proofs that are tables rather than pass/fail tests (run through tests/gpu/session.sh):
+
+    python3 tests/gpu/proof.py matrix OUT [MODEL …]   # issue 17: the installed vLLM release
+    python3 tests/gpu/proof.py plan OUT                # issue 18: one --sweep boot and four edits
+    python3 tests/gpu/proof.py plan-solve OUT          # issue 18: the solve, from plan's base boot
+
+`matrix` boots the embedded model (MTP, graphs on) and Llama-3.2-1B (published dimensions, dummy
+weights) with `kvaudit run --gmu 0.98 --verify` on whatever vLLM is importable, and writes
+OUT/h200-matrix-<release>.json (release × model × runner × verdict × over-commit × verify slack).
+
+`plan` boots Llama-3.2-1B once with `--sweep`, plans four edited configs from that report
+(`kvaudit plan`), boots each edit for real and compares KV (bound: max(2 %, 64 MiB), verdict
+equal). `plan-solve` (a later device call on the same warm machine: a call has 600 s) solves the
+longest max_model_len at a low GMU from that base report, boots the answer with `--verify` (it must
+pass) and the answer + 5 % (it must not fit). Both write OUT/h200-plan.json, kept between calls in
+WORK. Every boot's report and vLLM log land in OUT beside the table.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "tests" / "gpu" / "models" / "llama-3.2-1b"
+WORK = Path("/tmp/kvaudit-proof")
+MiB = 1 << 20
+KNOBS = {"--gmu": "0.98", "--max-model-len": "32768", "--max-num-seqs": "16",
+         "--max-num-batched-tokens": "8192", "--cudagraph-sizes": "1,2,4,8,16,24,32,48,64"}
+LLAMA = ["--model", str(MODEL), "--dummy-weights"]
+EDITS = {
+    "gmu 0.90": {"--gmu": "0.9"},
+    "max_model_len 16384": {"--max-model-len": "16384"},
+    "max_num_batched_tokens 4096": {"--max-num-batched-tokens": "4096"},
+    "cudagraph sizes <= 16": {"--cudagraph-sizes": "1,2,4,8,16"},
+}
+
+
+def flags(knobs: dict[str, str]) -> list[str]:
+    return [x for pair in knobs.items() for x in pair]
+
+
+def boot(out: Path, name: str, *args: str, timeout: int = 300) -> tuple[int, dict | None, float, str]:
+    report_path = out / f"{name}.json"
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", *args, "--timeout", str(timeout),
+                               "--log", str(out / f"{name}.log"), "-o", str(report_path), "-f", "json"],
+                              capture_output=True, text=True, timeout=timeout + 60)
+        code, err = proc.returncode, proc.stderr.strip()[-600:]
+    except subprocess.TimeoutExpired:
+        code, err = 124, "timed out"
+    wall = round(time.monotonic() - started, 1)
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    print(f"{name}: exit {code}, {wall} s{', ' + err.splitlines()[-1] if code and err else ''}", flush=True)
+    return code, report, wall, err
+
+
+def kv_cache(report: dict | None) -> int | None:
+    if not report or not report.get("ranks"):
+        return None
+    return report["ranks"][0]["owners"].get("kv_cache")
+
+
+def release() -> str:
+    import vllm
+    return vllm.__version__
+
+
+MATRIX_MODELS = {
+    "embedded-mtp": ["--mtp", "1", "--gmu", "0.98", "--verify"],
+    "llama-3.2-1b": [*LLAMA, *flags(KNOBS), "--verify"],
+}
+
+
+def matrix(out: Path, *only: str) -> int:
+    version = release()
+    rows = []
+    for model, args in MATRIX_MODELS.items():
+        if only and model not in only:
+            continue
+        code, report, wall, err = boot(out, f"h200-matrix-{version}-{model}", *args)
+        rank = (report or {}).get("ranks", [{}])[0] if report else {}
+        owners = rank.get("owners") or {}
+        unallocated = owners.get("kv_unallocated")
+        verify = (report or {}).get("verify") or {}
+        rows.append({
+            "release": version, "model": model, "exit": code, "wall_s": wall,
+            "runner": ((report or {}).get("engine") or {}).get("model_runner"),
+            "verdict": (report or {}).get("verdict"),
+            "verdict_reason": (report or {}).get("verdict_reason"),
+            "over_commit_bytes": None if unallocated is None else max(0, -unallocated),
+            "verify_slack_bytes": verify.get("slack_bytes"),
+            "verify_oom_count": verify.get("oom_count"),
+            "kv_cache_bytes": owners.get("kv_cache"),
+            "graph_pool_bytes": owners.get("graph_pool"),
+            "error": err if code else None,
+        })
+    (out / f"h200-matrix-{version}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if all(r["exit"] == 0 and r["verdict"] == "ok" for r in rows) else 1
+
+
+def plan(base: Path, *args: str) -> tuple[int, dict]:
+    proc = subprocess.run([sys.executable, "-m", "kvaudit", "plan", str(base), *args, "-f", "json"],
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {"stderr": proc.stderr}
+
+
+def bound(kv: int) -> int:
+    return max(kv * 2 // 100, 64 * MiB)
+
+
+def plan_proof(out: Path) -> int:
+    code, base, wall, err = boot(out, "h200-plan-base", *LLAMA, *flags(KNOBS), "--sweep", "--verify")
+    table: dict = {"vllm": release(), "base": {"command": "kvaudit run " + " ".join(flags(KNOBS)) +
+                                                " --sweep --verify", "exit": code, "wall_s": wall,
+                                                "verdict": (base or {}).get("verdict"),
+                                                "kv_cache_bytes": kv_cache(base)}, "edits": []}
+    if base is None:
+        table["base"]["error"] = err
+        (out / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
+        return 1
+    WORK.mkdir(exist_ok=True)
+    base_path = WORK / "h200-plan-base.json"
+    base_path.write_text((out / "h200-plan-base.json").read_text())
+    for name, edit in EDITS.items():
+        plan_exit, predicted = plan(base_path, *flags(edit))
+        slug = name.replace(" ", "-").replace("<=", "le")
+        code, booted, wall, err = boot(out, f"h200-plan-{slug}", *LLAMA, *flags({**KNOBS, **edit}))
+        p, b = kv_cache(predicted), kv_cache(booted)
+        table["edits"].append({
+            "edit": name, "flags": flags(edit), "plan_exit": plan_exit, "boot_exit": code, "wall_s": wall,
+            "predicted_kv_cache_bytes": p, "booted_kv_cache_bytes": b,
+            "error_bytes": None if p is None or b is None else p - b,
+            "bound_bytes": None if b is None else bound(b),
+            "within_bound": None if p is None or b is None else abs(p - b) <= bound(b),
+            "stated_error_bytes": (predicted.get("plan") or {}).get("kv_error_bytes"),
+            "verdict": [predicted.get("verdict"), (booted or {}).get("verdict")],
+        })
+        (out / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
+    (WORK / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
+    return 0 if all(e["within_bound"] and e["verdict"][0] == e["verdict"][1] for e in table["edits"]) else 1
+
+
+def plan_solve(out: Path) -> int:
+    base_path = WORK / "h200-plan-base.json"
+    table = json.loads((WORK / "h200-plan.json").read_text())
+    # Solve at a GMU low enough that the answer lies inside the model's 131072-token context.
+    for gmu in ("0.045", "0.04", "0.05", "0.035"):
+        solve_exit, solved = plan(base_path, "--gmu", gmu, "--solve", "max-model-len")
+        answer = ((solved.get("plan") or {}).get("solution") or {}).get("value")
+        if answer and 16384 <= answer <= 120000:
+            break
+    solve = {"gmu": gmu, "plan_exit": solve_exit, "answer": answer,
+             "predicted_kv_cache_bytes": kv_cache(solved)}
+    if answer:
+        knobs = {**KNOBS, "--gmu": gmu}
+        code, at, wall, err = boot(out, "h200-plan-solve-answer", *LLAMA,
+                                   *flags({**knobs, "--max-model-len": str(answer)}), "--verify")
+        solve["at_answer"] = {"exit": code, "wall_s": wall, "verdict": (at or {}).get("verdict"),
+                              "verify": (at or {}).get("verify"), "kv_cache_bytes": kv_cache(at),
+                              "max_feasible_model_len": ((at or {}).get("capacity") or {}).get("max_feasible_model_len")}
+        over = answer + answer * 5 // 100
+        code, above, wall, err = boot(out, "h200-plan-solve-plus5", *LLAMA,
+                                      *flags({**knobs, "--max-model-len": str(over)}))
+        solve["at_answer_plus_5_percent"] = {"max_model_len": over, "exit": code, "wall_s": wall,
+                                             "verdict": (above or {}).get("verdict"),
+                                             "failure": (above or {}).get("failure")}
+    table["solve"] = solve
+    (out / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
+    at, above = solve.get("at_answer") or {}, solve.get("at_answer_plus_5_percent") or {}
+    return 0 if at.get("verdict") == "ok" and (at.get("verify") or {}).get("ok") and above.get("exit") else 1
+
+
+def main() -> int:
+    what, out, *rest = sys.argv[1:]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return {"matrix": matrix, "plan": plan_proof, "plan-solve": plan_solve}[what](out, *rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
