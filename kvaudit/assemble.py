@@ -18,10 +18,10 @@ from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
 )
-from kvaudit.ledger import growth_after_sizing, rank_ledger
+from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger
 from kvaudit.report import phase_map
 from kvaudit.schema import (
-    NON_KV_OWNERS, AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
+    AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
     RankNode, RankReport, Report, Site, Source, SweepPoint, Verdict, Verify, VerifyRank,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
@@ -103,6 +103,9 @@ class BootRecord:
     """False when there is no vLLM to pass flags to (the selftest): no safe serve flags."""
     planted_sizes: bool = False
     """The source planted known sizes: the report carries `accuracy` (empty when none was)."""
+    verify_overrun_bytes: int | None = None
+    """How far a verify's true peak went above the budget, when the record's own `verify` does
+    not tell it (a plan carries its measured boot's); the safe flags keep that much back."""
 
 
 class BootSource(Protocol):
@@ -127,7 +130,8 @@ def assemble(record: BootRecord) -> Report:
                    known_max_model_len_fits=record.stated.max_model_len_fits,
                    known_kv_needed_bytes=record.stated.kv_needed_bytes,
                    graph_bytes_per_size=record.graph_bytes_per_size,
-                   verify_overrun_bytes=verify.overrun_bytes if verify is not None else 0)
+                   verify_overrun_bytes=(record.verify_overrun_bytes if record.verify_overrun_bytes is not None
+                                         else verify.overrun_bytes if verify is not None else 0))
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)
@@ -170,23 +174,6 @@ def rank_report(record: RankRecord) -> RankReport:
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
         kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node)
-
-
-def owners_from_readings(readings: Mapping[Owner, int | None], *, requested: int | None,
-                         graph_pool_estimate_bytes: int | None = None,
-                         graph_pool_actual_bytes: int | None = None) -> dict[Owner, int | None]:
-    """Every owner key, as stated; `graph_pool`, when not stated, the larger known of the pool
-    charged at sizing and the real capture's (docs/design.md); `kv_unallocated` = requested −
-    the others when all of them are known (torch_other is an extension: a source that does not
-    state it balances over the rest, as ledger.check_balance does). A null reading stays null."""
-    owners: dict[Owner, int | None] = {o: readings.get(o) for o in Owner}
-    if owners[Owner.GRAPH_POOL] is None:
-        known = [g for g in (graph_pool_estimate_bytes, graph_pool_actual_bytes) if g is not None]
-        owners[Owner.GRAPH_POOL] = max(known) if known else None
-    charged = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
-    charged.append(owners[Owner.KV_CACHE])
-    owners[Owner.KV_UNALLOCATED] = None if None in charged else minus(requested, sum(charged))  # type: ignore[arg-type]
-    return owners
 
 
 def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:
@@ -312,7 +299,8 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
 def _growth_text(rank: RankReport) -> str:
     grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
                                 graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
-                                kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes)
+                                kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes,
+                                capture_transient_bytes=rank.graph_capture_transient_bytes)
     parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
     unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
     if unexplained > OVERCOMMIT_TOLERANCE_BYTES:

@@ -1,7 +1,7 @@
 """What the KV figure holds and whether the config fits: tokens on the binding rank (and per
-node, where a run spans several), the levers
-that would make a failing config fit, the `vllm serve` flags that reproduce the audited budget,
-and the tolerances of the over-commit and verify checks. Pure functions over integers.
+node, where a run spans several), the levers that would make a failing config fit, the `vllm
+serve` flags that reproduce the audited budget, and the tolerances of the over-commit and verify
+checks. Pure functions over integers.
 
 The owners and the KV figure per rank come from kvaudit/ledger.py; docs/design.md (KV sizing)
 and docs/vllm-startup.md §2.3 give vLLM's block and token arithmetic this module follows.
@@ -170,6 +170,17 @@ def over_committed(ranks: Sequence[RankReport]) -> bool:
     return overcommit_bytes(ranks) > OVERCOMMIT_TOLERANCE_BYTES
 
 
+def gmu_ceiling(ranks: Sequence[RankReport]) -> float | None:
+    """The highest GMU vLLM accepts on every rank (requested must not exceed the memory free at
+    start), rounded down to vLLM's 4 decimals; None when a rank's free memory is unknown."""
+    values = []
+    for r in ranks:
+        if r.free_at_start_bytes is None or not r.device_total_bytes:
+            return None
+        values.append(math.floor(r.free_at_start_bytes / r.device_total_bytes * 10_000) / 10_000)
+    return min(values) if values else None
+
+
 def _tokens_in(geometry: KvGeometry | None, freed: int | None) -> int | None:
     """Tokens the freed bytes hold, in whole blocks; None where either is unknown."""
     if geometry is None or freed is None:
@@ -197,9 +208,9 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
                             "needs less KV per request; frees_tokens is the context given up"))
 
     gmu = config.gpu_memory_utilization
-    if gmu is not None and device_total and cap.physical_headroom_bytes is not None \
+    ceiling = gmu_ceiling(ranks)
+    if gmu is not None and device_total and ceiling is not None and cap.physical_headroom_bytes is not None \
             and cap.physical_headroom_bytes > 0:
-        ceiling = math.floor((binding.requested_bytes + cap.physical_headroom_bytes) / device_total * 10_000) / 10_000
         target = min(cap.gmu_needed, ceiling) if cap.gmu_needed is not None else ceiling
         if target > gmu:
             freed = requested_bytes(device_total, target) - binding.requested_bytes

@@ -236,6 +236,14 @@ def with_passthrough(config: AuditConfig, args: Mapping[str, Any]) -> AuditConfi
     return dataclasses.replace(config, **modelled, extra_args={**config.extra_args, **extra})
 
 
+def parse_capture_sizes(text: str) -> tuple[int, ...]:
+    """`--cudagraph-sizes 1,2,4,8`: the sizes, sorted, each once."""
+    try:
+        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
+    except ValueError:
+        raise UsageError(f"--cudagraph-sizes takes integers separated by commas, got {text!r}") from None
+
+
 def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | None, passthrough: list[str],
                      mtp: int | None, cudagraph_sizes: str | None, **flags: Any) -> AuditConfig:
     """Embedded defaults, then the preset, then flags, then pass-through arguments; validated."""
@@ -245,11 +253,7 @@ def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | N
         config = config.replace(speculative_method="mtp", num_speculative_tokens=mtp) if mtp > 0 \
             else dataclasses.replace(config, speculative_method=None, num_speculative_tokens=None)
     if cudagraph_sizes is not None:
-        try:
-            sizes = tuple(sorted({int(x) for x in cudagraph_sizes.replace(" ", "").split(",") if x}))
-        except ValueError:
-            raise UsageError(f"--cudagraph-sizes takes integers separated by commas, got {cudagraph_sizes!r}") from None
-        config = config.replace(cudagraph_capture_sizes=sizes)
+        config = config.replace(cudagraph_capture_sizes=parse_capture_sizes(cudagraph_sizes))
     if dummy_weights:
         config = config.replace(load_format="dummy")
     if passthrough:

@@ -12,11 +12,7 @@ from kvaudit.schema import (
     NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report, Source,
 )
 from kvaudit.sites import site_deltas
-from kvaudit.units import fmt_gib, parse_bytes
-
-
-def _delta(a: int | None, b: int | None) -> int | None:
-    return None if a is None or b is None else b - a
+from kvaudit.units import fmt_gib, minus, parse_bytes
 
 
 def _owner_rows(a: RankReport | None, b: RankReport | None, rank: int | None) -> list[OwnerDelta]:
@@ -24,7 +20,7 @@ def _owner_rows(a: RankReport | None, b: RankReport | None, rank: int | None) ->
     for owner in Owner:
         av = a.owners.get(owner) if a else None
         bv = b.owners.get(owner) if b else None
-        rows.append(OwnerDelta(owner=owner, rank=rank, a_bytes=av, b_bytes=bv, delta_bytes=_delta(av, bv)))
+        rows.append(OwnerDelta(owner=owner, rank=rank, a_bytes=av, b_bytes=bv, delta_bytes=minus(bv, av)))
     return rows
 
 
@@ -93,8 +89,8 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         comparable=not knobs, knob_differences=tuple(knobs), environment_differences=tuple(_environment(a, b)),
         owners=tuple(owners), dominant_owner=dominant,
         capacity={"a": ca, "b": cb,
-                  "kv_available_delta_bytes": _delta(ca.kv_available_bytes, cb.kv_available_bytes),
-                  "kv_tokens_delta": _delta(ca.kv_tokens, cb.kv_tokens)},
+                  "kv_available_delta_bytes": minus(cb.kv_available_bytes, ca.kv_available_bytes),
+                  "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens)},
         verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites)
 
 

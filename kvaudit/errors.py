@@ -1,7 +1,8 @@
 """One error tree. Each error carries the exit code the CLI returns for it.
 
 Exit codes (docs/design.md): 0 the audit ran and the config fits; 1 a finding (the config does not
-fit, a diff gate tripped); 2 usage or bad input; 3 the audit could not complete.
+fit, an over-commit above the tolerance, a diff gate tripped); 2 usage or bad input; 3 the audit
+could not complete.
 """
 
 from __future__ import annotations

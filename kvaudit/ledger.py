@@ -222,17 +222,16 @@ def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) 
 
 
 def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
-                        kv_cache_bytes: int | None, requested: int | None) -> dict[Owner, int]:
+                        kv_cache_bytes: int | None, requested: int | None,
+                        capture_transient_bytes: int | None = None) -> dict[Owner, int]:
     """Per non-KV owner: what it held at the end of the boot minus what KV sizing charged it:
     the bytes that arrived after the budget was fixed (KV structures, the real capture above
     its estimate, sampler buffers, deferred warmups). Only owners that grew are listed."""
     final = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                               kv_cache_bytes=kv_cache_bytes, requested=requested)
-    sizing_phases = {phase: record for phase, record in phases.items()
-                     if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
-    sizing = owners_from_phases(sizing_phases, others_bytes=others_bytes,
-                                graph_pool_estimate_bytes=graph_pool_estimate_bytes, kv_cache_bytes=None,
-                                requested=requested)
+                               kv_cache_bytes=kv_cache_bytes, requested=requested,
+                               capture_transient_bytes=capture_transient_bytes)
+    sizing = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                              requested=requested, capture_transient_bytes=capture_transient_bytes)
     out = {}
     for owner in NON_KV_OWNERS:
         delta = minus(final[owner], sizing[owner])
@@ -280,7 +279,7 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
 
 def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: int | None,
                        graph_pool_estimate_bytes: int | None) -> int | None:
-    """What one profile pass before any warmup gives (the seed bug):
+    """What one profile pass before any warmup gives (upstream vLLM's order):
     requested − (weights + P(profile) − A(load) + non-torch at profile + graph estimate)."""
     weights = minus(_allocated(phases, Phase.LOAD), _allocated(phases, Phase.BASELINE))
     transient = minus(_reading(phases, Phase.PROFILE, "torch_peak_allocated_bytes"), _allocated(phases, Phase.LOAD))
@@ -288,13 +287,22 @@ def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: i
     return minus(requested, plus(weights, transient, non_torch, graph_pool_estimate_bytes or 0))
 
 
+def owners_at_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
+                     requested: int | None, capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
+    """The owners as KV sizing charged them: from the phases before KV (kv, capture and verify
+    come after the budget is fixed)."""
+    before_kv = {phase: record for phase, record in phases.items()
+                 if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
+    return owners_from_phases(before_kv, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                              kv_cache_bytes=None, requested=requested,
+                              capture_transient_bytes=capture_transient_bytes)
+
+
 def size_kv(phases: Phases, *, requested: int, others_bytes: int | None,
             graph_pool_estimate_bytes: int | None, capture_transient_bytes: int | None = None) -> int | None:
     """kvaudit's KV figure for one rank, from the phases up to `graphs`: requested − non-KV owners."""
-    before_kv = {phase: record for phase, record in phases.items() if phase not in (Phase.KV, Phase.CAPTURE)}
-    owners = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                                kv_cache_bytes=None, requested=requested, last=last_measured_phase(before_kv),
-                                capture_transient_bytes=capture_transient_bytes)
+    owners = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                              requested=requested, capture_transient_bytes=capture_transient_bytes)
     return minus(requested, plus(*(owners[o] for o in NON_KV_OWNERS)))
 
 
@@ -333,3 +341,20 @@ def check_balance(rank: RankReport) -> None:
     if total != rank.requested_bytes:
         raise BadInputError(f"rank {rank.rank}: owners sum to {total} bytes but requested is "
                             f"{rank.requested_bytes} ({total - rank.requested_bytes:+d}): the ledger does not balance")
+
+
+def owners_from_readings(readings: Mapping[Owner, int | None], *, requested: int | None,
+                         graph_pool_estimate_bytes: int | None = None,
+                         graph_pool_actual_bytes: int | None = None) -> dict[Owner, int | None]:
+    """Every owner key, as stated; `graph_pool`, when not stated, the larger known of the pool
+    charged at sizing and the real capture's (docs/design.md); `kv_unallocated` = requested −
+    the others when all of them are known (torch_other is an extension: a source that does not
+    state it balances over the rest, as ledger.check_balance does). A null reading stays null."""
+    owners: dict[Owner, int | None] = {o: readings.get(o) for o in Owner}
+    if owners[Owner.GRAPH_POOL] is None:
+        known = [g for g in (graph_pool_estimate_bytes, graph_pool_actual_bytes) if g is not None]
+        owners[Owner.GRAPH_POOL] = max(known) if known else None
+    charged = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
+    charged.append(owners[Owner.KV_CACHE])
+    owners[Owner.KV_UNALLOCATED] = None if None in charged else minus(requested, sum(charged))  # type: ignore[arg-type]
+    return owners

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Sequence
 
 from kvaudit.assemble import BootRecord, StatedRank, assemble
-from kvaudit.config import AuditConfig
-from kvaudit.errors import BadInputError, UsageError
-from kvaudit.capacity import KvGeometry, safe_serve_flags
+from kvaudit.capacity import KvGeometry, gmu_ceiling
+from kvaudit.config import AuditConfig, parse_capture_sizes
+from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import requested_bytes
+from kvaudit.report import exit_code as report_exit
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
 )
@@ -305,12 +305,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     predicted = assemble(BootRecord(
         source=Source.PLAN, config=config, ranks=tuple(StatedRank(r) for r in reports), engine=measured.engine,
         environment=measured.environment, geometry=geometry, warnings=tuple(warnings + notes),
-        graph_bytes_per_size=_graph_bytes_per_size(measured), failure=failure))
-    if overrun:
-        flags = safe_serve_flags(predicted.capacity, predicted.binding(), predicted.ranks, config, geometry,
-                                 verify_overrun_bytes=overrun)
-        predicted = dataclasses.replace(predicted, capacity=dataclasses.replace(predicted.capacity,
-                                                                                safe_serve_flags=flags))
+        graph_bytes_per_size=_graph_bytes_per_size(measured), failure=failure, verify_overrun_bytes=overrun))
     binding = next((p for p in plan_ranks if p.rank == predicted.capacity.binding_rank), None)
     error = binding.kv_error_bytes if binding else None
     if error is not None and geometry is not None:
@@ -547,7 +542,7 @@ def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None
 
 def _solve_gmu(measured: Report, edits: Edits, base: Plan) -> Plan:
     needed = base.report.capacity.gmu_needed
-    ceiling = _gmu_ceiling(base.report.ranks)
+    ceiling = gmu_ceiling(base.report.ranks)
     if needed is None:
         return dataclasses.replace(base, solution=Solution(Knob.GMU, None, note="no max_model_len to solve for: "
                                                            "pass --max-model-len"))
@@ -561,24 +556,9 @@ def _solve_gmu(measured: Report, edits: Edits, base: Plan) -> Plan:
         + (f" (the physical ceiling is {ceiling})" if ceiling is not None else ""))))
 
 
-def _gmu_ceiling(ranks: Sequence[RankReport]) -> float | None:
-    """The highest GMU vLLM accepts on every rank: requested must not exceed free at start."""
-    values = []
-    for r in ranks:
-        if r.free_at_start_bytes is None or not r.device_total_bytes:
-            return None
-        values.append(math.floor(r.free_at_start_bytes / r.device_total_bytes * 10_000) / 10_000)
-    return min(values) if values else None
-
-
 def edits_from_flags(*, cudagraph_sizes: str | None, **flags: Any) -> Edits:
     """Edits from the command line's values (vLLM's names; sizes as `1,2,4,8`)."""
-    sizes = None
-    if cudagraph_sizes is not None:
-        try:
-            sizes = tuple(sorted({int(x) for x in cudagraph_sizes.replace(" ", "").split(",") if x}))
-        except ValueError:
-            raise UsageError(f"--cudagraph-sizes takes integers separated by commas, got {cudagraph_sizes!r}") from None
+    sizes = parse_capture_sizes(cudagraph_sizes) if cudagraph_sizes is not None else None
     return Edits(gpu_memory_utilization=flags.get("gmu"), max_model_len=flags.get("max_model_len"),
                  max_num_seqs=flags.get("max_num_seqs"), max_num_batched_tokens=flags.get("max_num_batched_tokens"),
                  cudagraph_capture_sizes=sizes, kv_cache_dtype=flags.get("kv_cache_dtype"),
@@ -620,8 +600,6 @@ def plan_dumps(plan: Plan) -> str:
 
 def exit_code(plan: Plan) -> int:
     """0 the plan fits; 1 nothing does (or a solve found no value); 3 the plan needs a boot."""
-    from kvaudit.errors import ExitCode
-    from kvaudit.report import exit_code as report_exit
     if plan.solution is not None:
         if plan.solution.value is None:
             unknown = plan.report.capacity.kv_available_bytes is None

@@ -144,7 +144,7 @@ def _inflate(packed: bytes, where: str, *, keep: bool) -> bytes:
 def parse_report_text(text: str, where: str) -> Report:
     """A report from JSON text; every problem is one BadInputError line."""
     try:
-        # Editors on Windows save a UTF-8 BOM; looks_like_json skips it, so json.loads must too.
+        # Editors on Windows save a UTF-8 BOM; first_char skips it when a report is told from a log, so json.loads must too.
         data = json.loads(text.removeprefix("\ufeff"))
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise BadInputError(f"{where}: not valid JSON ({_json_error(exc)})") from None

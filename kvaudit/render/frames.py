@@ -38,17 +38,6 @@ def owners_wide(report: Report) -> pd.DataFrame:
     return pd.DataFrame(data, index=[name for name, _ in lines])
 
 
-def phases_long(report: Report) -> pd.DataFrame:
-    rows = [{"rank": r.rank, "phase": p.name.value, "status": p.status.value, "seconds": p.seconds,
-             "torch_allocated_bytes": p.torch_allocated_bytes, "torch_reserved_bytes": p.torch_reserved_bytes,
-             "torch_peak_allocated_bytes": p.torch_peak_allocated_bytes, "device_used_bytes": p.device_used_bytes,
-             "graph_pool_bytes": p.graph_pool_bytes, "detail": p.detail}
-            for r in report.ranks for p in r.phases]
-    return pd.DataFrame(rows, columns=["rank", "phase", "status", "seconds", "torch_allocated_bytes",
-                                       "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
-                                       "graph_pool_bytes", "detail"])
-
-
 def diff_long(diff: DiffReport) -> pd.DataFrame:
     rows = [{"rank": "binding" if d.rank is None else d.rank, "owner": d.owner.value, "a_bytes": d.a_bytes,
              "b_bytes": d.b_bytes, "delta_bytes": d.delta_bytes} for d in diff.owners]

@@ -3,6 +3,7 @@
     python3 tests/gpu/proof.py matrix OUT [MODEL …]   # issue 17: the installed vLLM release
     python3 tests/gpu/proof.py plan OUT                # issue 18: one --sweep boot and four edits
     python3 tests/gpu/proof.py plan-solve OUT          # issue 18: the solve, from plan's base boot
+    python3 tests/gpu/proof.py table RESULTS           # here: the matrix and plan tables from the reports
 
 `matrix` boots the embedded model (MTP, graphs on) and Llama-3.2-1B (published dimensions, dummy
 weights) with `kvaudit run --gmu 0.98 --verify` on whatever vLLM is importable, and writes
@@ -175,11 +176,94 @@ def plan_solve(out: Path) -> int:
     return 0 if at.get("verdict") == "ok" and (at.get("verify") or {}).get("ok") and above.get("exit") else 1
 
 
+# --------------------------------------------------------------------------------------------
+# Tables, built here from the committed reports (a device call that runs out of time may leave
+# only the reports behind).
+
+MATRIX_REPORTS = {
+    # report (under RESULTS) → the command it came from, minus --log/-o
+    "h200-matrix-0.22.1-embedded-mtp.json": "--mtp 1 --gmu 0.98 --verify",
+    "h200-matrix-0.22.1-llama-3.2-1b.json": "KNOBS --verify",
+    "h200-matrix-0.24.0-llama-3.2-1b.json": "KNOBS --verify",
+    "h200-plan-base.json": "KNOBS --verify --sweep",
+    "h200-real-llama-3.1-8b.json": "real-scale KNOBS --verify",
+    "h200-real-deepseek-v2-lite.json": "real-scale KNOBS --verify",
+    "h200-real-deepseek-v3-2layer-mtp.json": "real-scale KNOBS --verify --mtp 1",
+}
+
+
+def matrix_row(path: Path, command: str) -> dict:
+    report = json.loads(path.read_text())
+    rank = report["ranks"][0] if report.get("ranks") else {}
+    owners = rank.get("owners") or {}
+    unallocated = owners.get("kv_unallocated")
+    verify = report.get("verify") or {}
+    model = Path((report.get("config") or {}).get("model") or "?").name
+    return {"report": path.name, "release": report["engine"]["version"], "model": model,
+            "runner": report["engine"].get("model_runner"), "command": command, "verdict": report["verdict"],
+            "reason": None if report["verdict"] == "ok" else report.get("verdict_reason"),
+            "over_commit_bytes": None if unallocated is None else max(0, -unallocated),
+            "verify_slack_bytes": verify.get("slack_bytes"), "verify_oom_count": verify.get("oom_count"),
+            "kv_cache_bytes": owners.get("kv_cache"), "device_total_bytes": rank.get("device_total_bytes")}
+
+
+NOT_RETURNED = {
+    "max_num_batched_tokens 4096": "booted (exit 0, 74.5 s on 2026-12-03), but the device call ran out of time "
+                                   "before its report was packed: no figures",
+}
+
+
+def plan_rows(results: Path) -> list[dict]:
+    base = results / "h200-plan-base.json"
+    rows = []
+    for name, edit in EDITS.items():
+        booted_path = results / f"h200-plan-{name.replace(' ', '-').replace('<=', 'le')}.json"
+        if not booted_path.exists():
+            rows.append({"edit": name, "booted": False, "note": NOT_RETURNED.get(name, "not booted yet")})
+            continue
+        plan_exit, predicted = plan(base, *flags(edit))
+        booted = json.loads(booted_path.read_text())
+        p, b = kv_cache(predicted), kv_cache(booted)
+        rows.append({"edit": name, "booted": True, "plan_exit": plan_exit, "predicted_kv_cache_bytes": p,
+                     "booted_kv_cache_bytes": b, "error_bytes": p - b, "bound_bytes": bound(b),
+                     "within_bound": abs(p - b) <= bound(b),
+                     "stated_error_bytes": predicted["plan"]["kv_error_bytes"],
+                     "verdict": [predicted["verdict"], booted["verdict"]]})
+    return rows
+
+
+def tables(results: Path) -> int:
+    rows = [matrix_row(results / name, cmd) for name, cmd in MATRIX_REPORTS.items() if (results / name).exists()]
+    (results / "h200-matrix.json").write_text(json.dumps(rows, indent=1) + "\n")
+    mib = lambda v: "—" if v is None else f"{v / MiB:,.1f} MiB"  # noqa: E731
+    lines = ["| vLLM | runner | model | verdict | over-commit | verify slack (% of device) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        slack = r["verify_slack_bytes"]
+        share = "" if slack is None else f" ({100 * slack / r['device_total_bytes']:.2f} %)"
+        verdict = r["verdict"] if r["verdict"] == "ok" else f"{r['verdict']}: {r['reason']}"
+        lines.append(f"| {r['release']} | {r['runner']} | {r['model']} | {verdict} | {mib(r['over_commit_bytes'])} "
+                     f"| {mib(slack)}{share} |")
+    (results / "h200-matrix.md").write_text("\n".join(lines) + "\n")
+    prows = plan_rows(results)
+    (results / "h200-plan.json").write_text(json.dumps(prows, indent=1) + "\n")
+    plines = ["| edit | planned KV | booted KV | error | bound | verdict planned / booted |", "|---|---|---|---|---|---|"]
+    for r in prows:
+        if not r["booted"]:
+            plines.append(f"| {r['edit']} | {r['note']} | | | | |")
+            continue
+        plines.append(f"| {r['edit']} | {mib(r['predicted_kv_cache_bytes'])} | {mib(r['booted_kv_cache_bytes'])} | "
+                      f"{r['error_bytes'] / MiB:+,.1f} MiB | {mib(r['bound_bytes'])} | {r['verdict'][0]} / {r['verdict'][1]} |")
+    (results / "h200-plan.md").write_text("\n".join(plines) + "\n")
+    print("\n".join(lines) + "\n\n" + "\n".join(plines))
+    return 0
+
+
 def main() -> int:
     what, out, *rest = sys.argv[1:]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return {"matrix": matrix, "plan": plan_proof, "plan-solve": plan_solve}[what](out, *rest)
+    return {"matrix": matrix, "plan": plan_proof, "plan-solve": plan_solve, "table": tables}[what](out, *rest)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ import pytest
 
 from factories import BOOT_REQUESTED, GEOMETRY, boot_phases, config, gib, plain_rank
 from kvaudit.assemble import (
-    BootRecord, MeasuredRank, StatedRank, assemble, owners_from_readings, rank_report, verify_summary,
+    BootRecord, MeasuredRank, StatedRank, assemble, rank_report, verify_summary,
 )
 from kvaudit.engines.failures import CAUSES, classify_line
 from kvaudit.engines.logs.facts import FactKind, facts_from_message
+from kvaudit.ledger import owners_from_readings
 from kvaudit.schema import Engine, Environment, Owner, Phase, PhaseRecord, Source
 
 

@@ -3,7 +3,7 @@
 Owners a log can show (docs/vllm-startup.md §5.7): weights, graph_pool, kv_cache,
 activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}),
 non_torch (old wording only). `persistent` and `torch_other` are never logged; the ledger
-(`kvaudit.assemble.owners_from_readings`) makes graph_pool and kv_unallocated of what is stated,
+(`kvaudit.ledger.owners_from_readings`) makes graph_pool and kv_unallocated of what is stated,
 and a null stays null.
 """
 

@@ -2,7 +2,7 @@
 
 The same fixed order, sequencer, probes, warmup guard and ledger as the vLLM engine, driven over
 the planted workload. With `sizing = "naive"` the KV cache is sized the way a single profile
-pass before warmup sizes it (the seed bug); everything else is identical, so the verify step
+pass before warmup sizes it (upstream vLLM's order); everything else is identical, so the verify step
 shows what that over-allocation does at runtime.
 """
 

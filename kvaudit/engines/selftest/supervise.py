@@ -33,7 +33,7 @@ class SelftestOptions:
     repeat: int = 1
     inject_warmup_failure: bool = False
     sizing: str = "kvaudit"
-    """`kvaudit` (the fixed order) or `naive` (one profile pass before warmup: the seed bug)."""
+    """`kvaudit` (the fixed order) or `naive` (one profile pass before warmup: upstream vLLM's order)."""
     retain_graph_pool: bool = False
     """Keep the profiling graph pool alive through KV sizing (its pages stay retained)."""
     timeout_s: float = 900.0

@@ -3,9 +3,9 @@ them: module-level names (defined or imported, with where an import comes from),
 their parameters, classes with their bases, methods (parameters, and the names each one calls)
 and attributes (class-level and `self.x = …`).
 
-kvaudit's support check (adapter.unsupported) runs on this index of the installed vLLM in the
+kvaudit's support check (adapter.support) runs on this index of the installed vLLM in the
 boot process, where importing the worker modules would cost seconds; the source contracts of
-releases that are not installed here (tests/vllm/fixtures/) are this index, saved as JSON.
+releases that are not installed here (tests/fixtures/vllm-source/) are this index, saved as JSON.
 """
 
 from __future__ import annotations
