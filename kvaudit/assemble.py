@@ -16,13 +16,13 @@ from typing import Mapping, Protocol, Sequence
 from kvaudit import __version__
 from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
-    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, over_committed, overcommit_bytes, verify_error,
+    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
 )
 from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger
 from kvaudit.report import phase_map
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankReport, Report, Site, Source, SweepPoint, Verdict, Verify, VerifyRank,
+    RankNode, RankReport, Report, Site, Source, SweepPoint, Verdict, Verify, VerifyRank,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
@@ -55,6 +55,8 @@ class MeasuredRank:
     graph_capture_transient_bytes: int | None = None
     sweep: tuple[SweepPoint, ...] | None = None
     kv_cache_spec_dtype: str | None = None
+    node: RankNode | None = None
+    """Where the rank ran and how its record arrived (a run; None elsewhere)."""
     planted: Mapping[Owner, int] = field(default_factory=dict)
     """Sizes the source planted on purpose (the selftest), per owner: the report's accuracy."""
 
@@ -140,7 +142,8 @@ def assemble(record: BootRecord) -> Report:
     return Report(source=record.source, engine=record.engine, environment=record.environment, config=record.config,
                   ranks=tuple(ranks), capacity=cap, verdict=verdict, verify=verify, accuracy=accuracy,
                   failure=record.failure, verdict_reason=reason,
-                  warnings=tuple(record.warnings) + tuple(_ledger_notes(ranks, verify)), kvaudit_version=__version__)
+                  warnings=tuple(record.warnings) + tuple(_ledger_notes(ranks, verify)), kvaudit_version=__version__,
+                  nodes=node_summaries(ranks))
 
 
 def rank_report(record: RankRecord) -> RankReport:
@@ -170,7 +173,7 @@ def rank_report(record: RankRecord) -> RankReport:
         sites=tuple(record.sites) if record.sites is not None else None,
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
-        kv_cache_spec_dtype=record.kv_cache_spec_dtype)
+        kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node)
 
 
 def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:

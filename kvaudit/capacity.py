@@ -1,6 +1,7 @@
-"""What the KV figure holds and whether the config fits: tokens on the binding rank, the levers
-that would make a failing config fit, the `vllm serve` flags that reproduce the audited budget,
-and the tolerances of the over-commit and verify checks. Pure functions over integers.
+"""What the KV figure holds and whether the config fits: tokens on the binding rank (and per
+node, where a run spans several), the levers that would make a failing config fit, the `vllm
+serve` flags that reproduce the audited budget, and the tolerances of the over-commit and verify
+checks. Pure functions over integers.
 
 The owners and the KV figure per rank come from kvaudit/ledger.py; docs/design.md (KV sizing)
 and docs/vllm-startup.md §2.3 give vLLM's block and token arithmetic this module follows.
@@ -14,7 +15,7 @@ from typing import Sequence
 
 from kvaudit.config import AuditConfig
 from kvaudit.ledger import requested_bytes
-from kvaudit.schema import Capacity, Lever, Owner, RankReport
+from kvaudit.schema import Capacity, Lever, NodeSummary, Owner, RankReport
 from kvaudit.units import fmt_gib, minus
 
 
@@ -51,6 +52,41 @@ def _gmu_rounded_up(fraction: float) -> float:
     return math.ceil(fraction * 10_000 - 1e-9) / 10_000
 
 
+def binding_rank(ranks: Sequence[RankReport]) -> RankReport | None:
+    """The rank with the least KV memory (the lowest rank on a tie); None when no rank sized KV."""
+    sized = [r for r in ranks if r.kv_available_bytes is not None]
+    return min(sized, key=lambda r: (r.kv_available_bytes, r.rank)) if sized else None
+
+
+def physical_headroom(ranks: Sequence[RankReport]) -> int | None:
+    """Free at start − requested on the tightest rank; None when a rank does not say."""
+    per_rank = [minus(r.free_at_start_bytes, r.requested_bytes) for r in ranks]
+    return min(per_rank) if per_rank and None not in per_rank else None
+
+
+def node_summaries(ranks: Sequence[RankReport]) -> tuple[NodeSummary, ...] | None:
+    """Per node (the ranks that say where they ran): its ranks, the most its devices held for
+    other processes, its physical headroom and its binding rank; None when no rank says."""
+    groups: dict[int, list[RankReport]] = {}
+    for r in ranks:
+        if r.node is not None and r.node.node_rank is not None:
+            groups.setdefault(r.node.node_rank, []).append(r)
+    if not groups:
+        return None
+    summaries = []
+    for node_rank, members in sorted(groups.items()):
+        others = [r.others_bytes for r in members]
+        binding = binding_rank(members)
+        first = members[0].node
+        assert first is not None
+        summaries.append(NodeSummary(
+            node_rank=node_rank, host=first.host, ip=first.ip, ranks=tuple(r.rank for r in members),
+            others_bytes=max(others) if None not in others else None,  # type: ignore[type-var]
+            physical_headroom_bytes=physical_headroom(members), binding_rank=binding.rank if binding else None,
+            kv_available_bytes=binding.kv_available_bytes if binding else None))
+    return tuple(summaries)
+
+
 def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeometry | None, *,
              known_kv_tokens: int | None = None, known_max_feasible_model_len: int | None = None,
              known_max_model_len_fits: bool | None = None, known_kv_needed_bytes: int | None = None,
@@ -60,13 +96,11 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
     `known_*`: facts a log states outright (vLLM's KV size line means the check passed; its
     ValueError names the bytes one request needs); used where the geometry cannot say.
     `verify_overrun_bytes`: how far a verify's true peak went above the budget (0 if it did not)."""
-    sized = [r for r in ranks if r.kv_available_bytes is not None]
-    binding = min(sized, key=lambda r: (r.kv_available_bytes, r.rank)) if sized else None
+    binding = binding_rank(ranks)
     kv_available = binding.kv_available_bytes if binding else None
     naive_per_rank = [r.naive_kv_available_bytes for r in ranks]
     naive = min(naive_per_rank) if naive_per_rank and None not in naive_per_rank else None
-    headroom_per_rank = [minus(r.free_at_start_bytes, r.requested_bytes) for r in ranks]
-    headroom = min(headroom_per_rank) if headroom_per_rank and None not in headroom_per_rank else None
+    headroom = physical_headroom(ranks)
     length = config.max_model_len
 
     tokens, needed, fits = known_kv_tokens, known_kv_needed_bytes, known_max_model_len_fits

@@ -148,7 +148,7 @@ def run(ctx: typer.Context,
     """
     from kvaudit.config import build_run_config
     from kvaudit.engines.process import StopSignals
-    from kvaudit.engines.vllm import RunOptions, preflight, run_audit
+    from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
@@ -157,12 +157,18 @@ def run(ctx: typer.Context,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                               kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     preflight(config)  # what can be refused without booting is refused now, before any output
+    options = RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace, owners=tuple(owners or ()),
+                         sweep=sweep)
+    if node_rank(config) > 0:  # -- --nnodes N --node-rank K: serve this node's ranks; node 0 reports
+        with StopSignals() as signals:
+            with Progress.for_run(config, log) as progress:
+                outcome = run_follower(config, options, progress.on_event, signals)
+        typer.echo(f"kvaudit: {outcome.message}", err=True)
+        raise typer.Exit(outcome.exit_code)
     # SIGINT, SIGTERM and SIGHUP stop the boot; they stay deferred until the report is written
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:
-            report = run_audit(config, RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace,
-                                                  owners=tuple(owners or ()), sweep=sweep), progress.on_event,
-                                 signals)
+            report = run_audit(config, options, progress.on_event, signals)
         _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
 

@@ -157,6 +157,45 @@ class SweepPoint:
 
 
 @dataclass(frozen=True)
+class RankNode:
+    """Where a rank ran (`kvaudit run`), as the rank itself saw it."""
+
+    node_rank: int | None = None
+    """vLLM's --node-rank where the boot had one (mp multi-node); otherwise nodes are numbered
+    by host and IP in the order of their lowest rank (the node of rank 0 is 0)."""
+    host: str | None = None
+    ip: str | None = None
+    """The IP vLLM uses for the rank's node (its get_ip: VLLM_HOST_IP when set)."""
+    local_rank: int | None = None
+    """vLLM's local rank on that node."""
+    device_index: int | None = None
+    """The local device: the CUDA device index; on the CPU backend the NUMA node."""
+    journal: str | None = None
+    """How the record reached the report: `rpc` (collective_rpc at the end of a boot that lived),
+    `file` (the journal on the supervisor's node) or `relay` (from another node through vLLM's
+    distributed store, kvaudit.engines.relay)."""
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One node of a run: its ranks and where it is tightest (`kvaudit run`)."""
+
+    node_rank: int
+    host: str | None
+    ip: str | None
+    ranks: tuple[int, ...]
+    others_bytes: int | None
+    """The most any of its ranks' devices held for other processes at baseline (on the CPU
+    backend every rank of a NUMA node sees the same figure)."""
+    physical_headroom_bytes: int | None
+    """Free at start − requested on its tightest rank; null when a rank does not say."""
+    binding_rank: int | None
+    """Its rank with the least KV memory."""
+    kv_available_bytes: int | None
+    """KV on that rank."""
+
+
+@dataclass(frozen=True)
 class RankReport:
     """Everything one rank measured, and the owners the ledger made of it."""
 
@@ -207,6 +246,9 @@ class RankReport:
     kv_cache_spec_dtype: str | None = field(default=None, metadata=OMIT_NONE)
     """Extension: the dtype of vLLM's KV cache spec in this boot (`torch.bfloat16`), which
     `--kv-cache-dtype auto` leaves implicit; absent when not recorded."""
+    node: RankNode | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run`): where this rank ran and how its record reached the report;
+    absent in reports from logs and older runs."""
 
     def owner(self, owner: Owner) -> int | None:
         return self.owners.get(owner)
@@ -335,6 +377,9 @@ class Report:
     warnings: tuple[str, ...] = ()
     kvaudit_version: str | None = None
     schema: str = REPORT_SCHEMA
+    nodes: tuple[NodeSummary, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run`): per node, its ranks, others, physical headroom and binding
+    rank; absent where the ranks do not say where they ran."""
 
     def binding(self) -> RankReport | None:
         return next((r for r in self.ranks if r.rank == self.capacity.binding_rank), None)

@@ -20,8 +20,8 @@ from kvaudit.config import (
 from kvaudit.errors import BadInputError
 from kvaudit.schema import (
     DIFF_SCHEMA, REPORT_SCHEMA, STABLE_OWNERS, AccuracyEntry, Capacity, DiffReport, Engine, EnvDifference,
-    Environment, Failure, FailureKind, KnobDifference, Lever, Owner, OwnerDelta, Phase, PhaseRecord, PhaseStatus,
-    RankReport, Report, Site, SiteDelta, Source, SweepPoint, Verdict, Verify, VerifyRank,
+    Environment, Failure, FailureKind, KnobDifference, Lever, NodeSummary, Owner, OwnerDelta, Phase, PhaseRecord,
+    PhaseStatus, RankNode, RankReport, Report, Site, SiteDelta, Source, SweepPoint, Verdict, Verify, VerifyRank,
 )
 
 
@@ -109,6 +109,12 @@ class _JsonObject:
         items = self.list(key, required) or []
         return [_JsonObject(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(items)]
 
+    def integers(self, key: str, required: bool = True) -> list[int] | None:
+        items = self.list(key, required)
+        if items is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+            raise BadInputError(f"{self.where}.{key}: expected a list of integers")
+        return items
+
     def strings(self, key: str) -> tuple[str, ...]:
         items = self.list(key, required=False) or []
         if not all(isinstance(s, str) for s in items):
@@ -162,7 +168,39 @@ def _rank_report(node: _JsonObject) -> RankReport:
         vllm_graph_estimate_bytes=node.int("vllm_graph_estimate_bytes", required=False),
         graph_capture_transient_bytes=node.int("graph_capture_transient_bytes", required=False),
         sites=_sites(node), sweep=_sweep(node),
-        kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False))
+        kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
+        node=_rank_node(node.child("node", required=False, nullable=True)))
+
+
+JOURNAL_SOURCES = ("rpc", "file", "relay")
+"""How a rank's record reached a run's report (RankNode.journal)."""
+
+
+def _rank_node(node: _JsonObject | None) -> RankNode | None:
+    if node is None:
+        return None
+    journal = node.str("journal", required=False)
+    if journal not in (None, *JOURNAL_SOURCES):
+        raise BadInputError(f"{node.where}.journal: expected rpc, file, relay or null, got {_short(journal)}")
+    return RankNode(node_rank=node.int("node_rank", required=False), host=node.str("host", required=False),
+                    ip=node.str("ip", required=False), local_rank=node.int("local_rank", required=False),
+                    device_index=node.int("device_index", required=False), journal=journal)
+
+
+def _nodes(node: _JsonObject) -> tuple[NodeSummary, ...] | None:
+    if node.list("nodes", required=False) is None:
+        return None
+    summaries = []
+    for summary in node.children("nodes"):
+        node_rank = summary.int("node_rank")
+        if node_rank is None:
+            raise BadInputError(f"{summary.where}.node_rank: must not be null")
+        summaries.append(NodeSummary(
+            node_rank=node_rank, host=summary.str("host"), ip=summary.str("ip"),
+            ranks=tuple(summary.integers("ranks") or ()), others_bytes=summary.int("others_bytes"),
+            physical_headroom_bytes=summary.int("physical_headroom_bytes"),
+            binding_rank=summary.int("binding_rank"), kv_available_bytes=summary.int("kv_available_bytes")))
+    return tuple(summaries)
 
 
 def _sweep(node: _JsonObject) -> tuple[SweepPoint, ...] | None:
@@ -234,9 +272,7 @@ def _config(node: _JsonObject) -> AuditConfig:
     for key in BOOL_KEYS:
         node.bool(key)
     for key in INT_LIST_KEYS:
-        sizes = node.list(key)
-        if sizes is not None and not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes):
-            raise BadInputError(f"{node.where}.{key}: expected a list of integers")
+        node.integers(key)
     extra = node.child("extra_args", required=False)
     data = {k: node.data.get(k) for k in MODELLED_KEYS if k in node.data}
     data["extra_args"] = extra.data if extra else {}
@@ -275,7 +311,8 @@ def report_from_json(data: Any, where: str = "report") -> Report:
             phase=failure.enum("phase", Phase, nullable=True), rank=failure.int("rank"),
             kind=failure.enum("kind", FailureKind), message=failure.str("message") or ""),
         verdict_reason=node.str("verdict_reason", required=False) or "",
-        warnings=node.strings("warnings"), kvaudit_version=node.str("kvaudit_version", required=False))
+        warnings=node.strings("warnings"), kvaudit_version=node.str("kvaudit_version", required=False),
+        nodes=_nodes(node))
 
 
 def diff_from_json(data: Any, where: str = "diff") -> DiffReport:

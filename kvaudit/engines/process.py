@@ -121,18 +121,23 @@ def guard(sid: int) -> None:
         time.sleep(0.1)
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: [state, ppid, pgrp, session, …]; None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
 def session_members(sid: int) -> list[int]:
     """PIDs in session `sid` (the boot process started one): vLLM's engine core and workers."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+        fields = proc_stat(int(entry.name))
+        if fields is not None and len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
             members.append(int(entry.name))
     return members
 
@@ -175,11 +180,17 @@ class Stages(Protocol):
     def poll(self) -> str | None: ...
 
 
+StopCheck = Callable[[JournalTailer], FailureKind | None]
+"""Asked at each poll, with the journals read so far: a reason to stop the boot (a rank on
+another node died: engines.vllm.supervise.stop_when_gone), or None."""
+
+
 def watch(proc: subprocess.Popen, tailer: JournalTailer, on_progress: ProgressFn, timeout_s: float,
           started: float, signals: StopSignals | None = None,
-          stages: Stages | None = None) -> FailureKind | None:
+          stages: Stages | None = None, should_stop: StopCheck | None = None) -> FailureKind | None:
     """Wait for the process, reporting journal lines (and stages, as rank -1 "stage" events);
-    TIMEOUT or INTERRUPTED if it had to stop."""
+    TIMEOUT or INTERRUPTED if it had to stop, or what `should_stop` returned (a rank on another
+    node died)."""
     try:
         while proc.poll() is None:
             if signals is not None and signals.requested:
@@ -188,6 +199,8 @@ def watch(proc: subprocess.Popen, tailer: JournalTailer, on_progress: ProgressFn
                 on_progress(-1, {"type": "stage", "stage": stage})
             for rank, event in tailer.poll():
                 on_progress(rank, event)
+            if should_stop is not None and (kind := should_stop(tailer)) is not None:
+                return kind
             if time.monotonic() - started > timeout_s:
                 return FailureKind.TIMEOUT
             time.sleep(0.25)
@@ -217,7 +230,8 @@ class Finished:
     """How a supervised process ended."""
 
     stop: FailureKind | None
-    """TIMEOUT or INTERRUPTED when the supervisor had to stop it; None when it ended by itself."""
+    """TIMEOUT or INTERRUPTED when the supervisor had to stop it (or what `should_stop` said);
+    None when it ended by itself."""
     exit_code: int | None
     survivors: list[int]
     """PIDs of its session still alive after SIGKILL (none, unless the kernel refused)."""
@@ -226,11 +240,13 @@ class Finished:
 
 def run_supervised(module: str, spec: Path, *, log_path: Path, journal_dir: Path, on_progress: ProgressFn,
                    timeout_s: float, signals: StopSignals, env: Mapping[str, str] | None = None,
-                   stages: Stages | None = None, name: str | None = None) -> Finished:
+                   stages: Stages | None = None, name: str | None = None,
+                   should_stop: StopCheck | None = None) -> Finished:
     """`python -m MODULE SPEC` in a session of its own, its output into `log_path`: progress from
     the rank journals in `journal_dir` (and `stages`) while it runs, the timeout and the stop
-    signals enforced, every process of the session taken down afterwards, and the journal lines
-    that arrived meanwhile reported. `name` ("vLLM") announces a stop the supervisor made."""
+    signals enforced (and `should_stop`), every process of the session taken down afterwards, and
+    the journal lines that arrived meanwhile reported. `name` ("vLLM") announces a stop the
+    supervisor made."""
     tailer = JournalTailer(journal_dir)
     started = time.monotonic()
     stop: FailureKind | None = None
@@ -240,7 +256,7 @@ def run_supervised(module: str, spec: Path, *, log_path: Path, journal_dir: Path
                                 env=dict(env) if env is not None else None)
         guard_proc = start_guard(proc.pid)
         try:
-            stop = watch(proc, tailer, on_progress, timeout_s, started, signals, stages)
+            stop = watch(proc, tailer, on_progress, timeout_s, started, signals, stages, should_stop)
         finally:
             if stop is not None and name is not None:  # a process that ended by itself cleaned up already
                 on_progress(-1, {"type": "stage", "stage": f"stopping {name} ({signals.name or stop.value})"})

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from kvaudit.assemble import MeasuredRank
-from kvaudit.schema import PHASE_ORDER, Phase, PhaseRecord, PhaseStatus, Site, SweepPoint
+from kvaudit.schema import PHASE_ORDER, Phase, PhaseRecord, PhaseStatus, RankNode, Site, SweepPoint
 
 _MEASURES = ("torch_allocated_bytes", "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
              "graph_pool_bytes", "torch_peak_reserved_bytes")
@@ -119,8 +119,9 @@ def _sweep(value: Any) -> tuple[SweepPoint, ...] | None:
     return tuple(sorted(points, key=lambda x: x.tokens)) or None
 
 
-def measured_rank(folded: RankEvents, gmu: float | None = None) -> MeasuredRank:
-    """A rank's journal as the assembly's record; `gmu` where the rank stated none."""
+def measured_rank(folded: RankEvents, gmu: float | None = None, node: RankNode | None = None) -> MeasuredRank:
+    """A rank's journal as the assembly's record; `gmu` where the rank stated none; `node`:
+    where it ran (engines.vllm.nodes)."""
     f = folded.facts
     dtype = f.get("kv_cache_spec_dtype")
     return MeasuredRank(
@@ -134,4 +135,4 @@ def measured_rank(folded: RankEvents, gmu: float | None = None) -> MeasuredRank:
         vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records(),
         vllm_graph_estimate_bytes=folded.get_int("vllm_graph_estimate_bytes"),
         graph_capture_transient_bytes=folded.get_int("graph_capture_transient_bytes"), sweep=_sweep(f.get("sweep")),
-        kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None)
+        kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None, node=node)

@@ -34,7 +34,8 @@ class _MarkdownPage(Page):
         self.out.write(markdown_table(frame, label))
 
     def footnote(self, text: str) -> None:
-        self.out.write(f"\n\\{text}\n")  # a leading * would start a list
+        escape = "\\" if text.startswith("*") else ""  # a leading * would start a list
+        self.out.write(f"\n{escape}{text}\n")
 
     def gap(self) -> None:
         self.out.write("\n")

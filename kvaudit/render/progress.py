@@ -97,3 +97,8 @@ class Progress:
         elif kind == "error":
             self.console.print(f"  rank {rank}  {one_line(str(event.get('phase', '?'))):<10} error    "
                                f"{one_line(str(event.get('message')))}", style="red")
+        elif kind in ("died", "lost"):  # from another node, through the relay (engines/journal.py)
+            how = (f"{event.get('signal') or 'exit code ' + str(event.get('exit_code'))}, as node "
+                   f"{event.get('node_rank')} reports" if kind == "died" else
+                   f"no heartbeat for {event.get('silent_s')} s")
+            self.console.print(f"  rank {rank}  {kind}: {one_line(how)}", style="red")

@@ -1,8 +1,8 @@
 """The one sequence of sections of a report and of a diff, for every human-readable format.
 
-`SectionReporter` walks the sections in order (header, per-rank owners, accuracy, bars, capacity,
-levers, sites, notes, warnings, the failure, the verdict); a format only says how each kind of
-section is drawn, by giving a `Page`. So the table and markdown show the same things in the same
+`SectionReporter` walks the sections in order (header, per-rank owners and the nodes they ran on,
+accuracy, bars, capacity, levers, sites, notes, warnings, the failure, the verdict); a format only
+says how each kind of section is drawn, by giving a `Page`. So the table and markdown show the same things in the same
 order and cannot drift. The words of each section come from kvaudit/render/summary.py, the tables
 from kvaudit/render/frames.py.
 """
@@ -84,6 +84,8 @@ class SectionReporter(ABC):
         page.table(frames.owners_wide(report), OWNERS_LABEL)
         if (note := summary.binding_note(report)) is not None:
             page.footnote(note)
+        for line in summary.node_lines(report):  # more than one node: where each rank ran
+            page.footnote(line)
         page.gap()
         if report.accuracy:
             page.table(frames.accuracy_frame(report), ACCURACY_LABEL)

@@ -36,6 +36,7 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
     cap = report.capacity
     lines = [
         ("KV available", f"{fmt_gib(cap.kv_available_bytes)} on rank {cap.binding_rank}"
+         + ("" if (node := binding_node(report)) is None else f" (node {node})")
          + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
         ("naive single-profile KV", fmt_gib(cap.naive_kv_available_bytes)
          + (f" (over-allocates {fmt_gib(cap.over_allocation_bytes)})" if cap.over_allocation_bytes else "")),
@@ -77,8 +78,33 @@ def binding_note(report: Report) -> str | None:
     """What the `*` beside a rank means, when the owner table shows one."""
     if len(report.ranks) < 2 or report.capacity.binding_rank is None:
         return None
-    return (f"* the binding rank ({report.capacity.binding_rank}): it has the least KV, and every rank "
-            f"allocates its block count")
+    node = binding_node(report)
+    return (f"* the binding rank ({report.capacity.binding_rank}{'' if node is None else f', on node {node}'}): it "
+            f"has the least KV, and every rank allocates its block count")
+
+
+def binding_node(report: Report) -> int | None:
+    """The node of the binding rank, when the run spans more than one node."""
+    if not report.nodes or len(report.nodes) < 2:
+        return None
+    return next((n.node_rank for n in report.nodes if report.capacity.binding_rank in n.ranks), None)
+
+
+def node_lines(report: Report) -> list[str]:
+    """Per node (more than one): where it runs, its ranks, its own binding rank, others and
+    headroom; shown under the owner table, a partial report's too."""
+    if not report.nodes or len(report.nodes) < 2:
+        return []
+    lines = []
+    for n in report.nodes:
+        where = ", ".join(x for x in (n.host, n.ip) if x)
+        binds = " ← binds" if report.capacity.binding_rank is not None and report.capacity.binding_rank in n.ranks \
+            else ""
+        lines.append(f"node {n.node_rank}{f' ({where})' if where else ''}: ranks {', '.join(map(str, n.ranks))}; "
+                     f"least KV on rank {'—' if n.binding_rank is None else n.binding_rank} "
+                     f"({fmt_gib(n.kv_available_bytes)}); others {fmt_gib(n.others_bytes)}; physical headroom "
+                     f"{fmt_gib(n.physical_headroom_bytes)}{binds}")
+    return lines
 
 
 NOTE_PREFIX = "note: "

@@ -23,10 +23,10 @@ sys.exit(spec["code"])
 """
 
 
-def _run(tmp_path, *, sleep: float, code: int = 0, timeout_s: float = 60):
+def _run(tmp_path, *, sleep: float, code: int = 0, timeout_s: float = 60, should_stop=None):
     (tmp_path / "fakeengine.py").write_text(RANK_MAIN)
     journal = tmp_path / "journal"
-    journal.mkdir()
+    journal.mkdir(exist_ok=True)
     spec = tmp_path / "spec.json"
     spec.write_text(f'{{"journal": "{journal}", "sleep": {sleep}, "code": {code}}}')
     events = []
@@ -34,7 +34,7 @@ def _run(tmp_path, *, sleep: float, code: int = 0, timeout_s: float = 60):
     with StopSignals() as signals:
         finished = run_supervised("fakeengine", spec, log_path=tmp_path / "out.log", journal_dir=journal,
                                   on_progress=lambda rank, event: events.append((rank, event)), timeout_s=timeout_s,
-                                  signals=signals, env=env, name="the fake engine")
+                                  signals=signals, env=env, name="the fake engine", should_stop=should_stop)
     return finished, events
 
 
@@ -51,6 +51,19 @@ def test_a_process_past_its_timeout_is_stopped_and_the_stop_announced(tmp_path):
     assert finished.stop is FailureKind.TIMEOUT and finished.survivors == []
     assert time.monotonic() - started < 30
     assert (-1, {"type": "stage", "stage": "stopping the fake engine (timeout)"}) in events
+
+
+def test_should_stop_ends_the_process_with_its_reason(tmp_path):
+    # a died marker another node relayed for rank 1 (engines/journal.py: JournalTailer.stopped)
+    (tmp_path / "journal" / "relay").mkdir(parents=True)
+    (tmp_path / "journal" / "relay" / "rank1.jsonl").write_text('{"type": "died", "rank": 1}\n')
+    started = time.monotonic()
+    finished, events = _run(tmp_path, sleep=60, should_stop=lambda tailer: FailureKind.WORKER_DIED
+                            if tailer.stopped else None)
+    assert finished.stop is FailureKind.WORKER_DIED and finished.survivors == []
+    assert time.monotonic() - started < 30
+    assert (1, {"type": "died", "rank": 1}) in events
+    assert (-1, {"type": "stage", "stage": "stopping the fake engine (worker_died)"}) in events
 
 
 def test_the_workdir_is_removed_even_after_an_error(tmp_path, monkeypatch):

@@ -17,28 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from boot_processes import processes_under
+
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
-
-JOURNAL_ENV = b"KVAUDIT_JOURNAL_DIR="
 
 
 def vllm_processes(tmpdir: Path) -> list[int]:
     """Processes of boots whose temporary folder is under tmpdir: the boot process, vLLM's
     engine core and workers all inherit the journal variable that names it."""
-    marker = JOURNAL_ENV + str(tmpdir).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in environ and state != "Z":
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, _ in processes_under(tmpdir)]
 
 
 def boot_until_workers_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:

@@ -20,9 +20,8 @@ import os
 import time
 from typing import Any
 
-from kvaudit.engines.journal import Journal
 from kvaudit.engines.sequence import PhaseHandle, RankSequencer, WarmupGuard
-from kvaudit.engines.vllm import adapter
+from kvaudit.engines.vllm import adapter, transport
 from kvaudit.engines.records import phase_records
 from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
 from kvaudit.schema import Phase, PhaseStatus
@@ -62,7 +61,8 @@ class AuditMixin:
 
     # -- phases ---------------------------------------------------------------------------
     def _kva_start_journal(self) -> None:
-        self._kva_journal = Journal.for_rank(self.rank)
+        self._kva_journal = transport.RankJournal(self.rank)
+        self._kva_relay: transport.Relay | None = None
         self._kva_deferred: list[str] = []
         self._kva_guard = WarmupGuard(agree=adapter.agree_any)
         self._kva_seq: RankSequencer | None = None
@@ -83,6 +83,10 @@ class AuditMixin:
             self._kva_journal.write({"type": "error", "phase": Phase.BASELINE.value, "error": type(exc).__name__,
                                      "message": _line(exc)})
             raise
+        # vLLM's distributed start-up ran: journals of other nodes travel through its store
+        self._kva_relay = transport.attach(self, self._kva_journal)
+        if self._kva_relay is not None:
+            self._kva_journal.on_error = self._kva_relay.final
         probe = self._kva_make_probe()
         facts = probe.facts()
         self._kva_total = facts.total_bytes
@@ -93,7 +97,7 @@ class AuditMixin:
             "device_total_bytes": facts.total_bytes, "device_name": facts.device_name, "driver": facts.driver,
             "cuda": facts.cuda, "others_bytes": self._kva_others_bytes(), "gpu_memory_utilization": self._kva_gmu,
             "requested_bytes": self._kva_requested, "vllm_requested_bytes": self._kva_vllm_requested(),
-            "model_runner": adapter.model_runner_name(self), "pid": os.getpid(),
+            "model_runner": adapter.model_runner_name(self), "pid": os.getpid(), **transport.node_identity(self),
         })
         tracer = self._kva_make_tracer()
         if tracer is not None:
@@ -201,6 +205,18 @@ class AuditMixin:
     def kvaudit_record(self) -> list[dict[str, Any]]:
         """This rank's journal events (plain dicts), for collective_rpc."""
         return list(self._kva_journal.events)
+
+    def kvaudit_release(self) -> None:
+        """The supervisor has every record: stop the heartbeat; rank 0 tells the other nodes
+        (kvaudit on a node other than the head stops its vLLM workers then)."""
+        self._kva_journal.release()
+        if self._kva_relay is not None:
+            try:
+                self._kva_relay.pull()
+                self._kva_relay.stream.set_done()
+            except Exception:
+                pass
+            self._kva_relay.stop()
 
     def kvaudit_verify_begin(self) -> None:
         self._kva_verify = self._kva_seq.phase(Phase.VERIFY, settle=False)

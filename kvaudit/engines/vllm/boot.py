@@ -23,6 +23,7 @@ from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json,
 from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
 from kvaudit.engines.probes.host import node_meminfo
 from kvaudit.engines.journal import Journal
+from kvaudit.engines.vllm import multinode
 from kvaudit.engines.vllm.adapter import support, uses_mla
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
@@ -226,13 +227,28 @@ def main(argv: list[str]) -> int:
         config, note = cpu_defaults(config)
         notes += [note] if note else []
         try:
-            bind_cpu_threads(config.tensor_parallel_size or 1)
+            bind_cpu_threads(multinode.local_world_size(config))
         except ValueError as exc:
             result.set(error={"type": "UsageError", "message": str(exc)}, stage="boot")
             return 2
     versions = {"vllm": getattr(vllm, "__version__", None), "torch": torch.__version__,
                 "cuda": getattr(torch.version, "cuda", None), "backend": backend}
     result.set(config=config.to_json(), versions=versions, env=memory_env(), notes=notes, stage="boot")
+    refusal = multinode.refusal(config, current_platform)
+    if refusal:
+        result.set(error={"type": "UsageError", "message": refusal}, stage="boot")
+        return 2
+    multinode.carry_env_to_ray()
+    if multinode.node_rank(config) > 0:  # another node of a multi-node boot: serve its ranks, no report
+        boot_journal.write({"type": "stage", "stage": "vLLM: starting this node's workers"})
+        try:
+            return multinode.serve(config, WORKERS[backend], Path(spec["journal_dir"]), result.set)
+        except BaseException as exc:
+            if refused_config(exc, Path(spec["journal_dir"])):
+                result.set(error={"type": "UsageError", "message": f"vLLM refused the configuration: {reason(exc)}"})
+                return 2
+            result.set(error=_error(exc))
+            return 1
     boot_journal.write({"type": "boot", "config": config.to_json(), **versions, "stage": "vLLM: creating the engine"})
     try:
         llm = LLM(**engine_kwargs(config, WORKERS[backend]))
@@ -259,6 +275,7 @@ def main(argv: list[str]) -> int:
         return 1
     finally:
         boot_journal.write({"type": "stage", "stage": "vLLM: shutting down"})
+        multinode.release(llm)
         shutdown(llm)
     return 0
 

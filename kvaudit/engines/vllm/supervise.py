@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from kvaudit.assemble import BootRecord, Stated, assemble, verify_summary
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import records
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
-from kvaudit.engines.journal import JOURNAL_ENV, read_journals
+from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.engines.trace import trace_env
+from kvaudit.engines.vllm import nodes
+from kvaudit.engines.vllm.multinode import local_world_size, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
 from kvaudit.capacity import KvGeometry
@@ -62,8 +64,11 @@ def preflight(config: AuditConfig) -> None:
                          f"(or a Hugging Face model id)")
     tp = config.tensor_parallel_size or 1
     devices = _device_count()
-    if devices is not None and tp > devices[0]:
-        raise UsageError(f"tensor_parallel_size {tp} needs {tp} {devices[1]}; this machine has {devices[0]}: lower --tp")
+    multi = config.extra_args.get("nnodes") not in (None, 1)
+    local = local_world_size(config) if multi else tp  # more than one node: this node's share
+    if devices is not None and local > devices[0] and config.extra_args.get("distributed_executor_backend") != "ray":
+        raise UsageError(f"tensor_parallel_size {tp} needs {local} {devices[1]}" + (" on each node" if multi else "")
+                         + f"; this machine has {devices[0]}: lower --tp")
     hf = _model_config(model)
     heads = hf.get("num_attention_heads")
     if isinstance(heads, int) and not isinstance(heads, bool) and heads % tp:
@@ -126,10 +131,23 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
 
 def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals,
          folder: Path) -> RunOutcome:
+    finished, result, log_path = _boot(config, options, on_progress, signals, folder, verify=options.verify)
+    log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+    sources: dict[int, str] = {}
+    events = rank_events(result, folder / "journal", sources)
+    return RunOutcome(config, result, events, log_text, finished, timeout_s=options.timeout_s, traced=options.trace,
+                      stop_signal=signals.name, sources=sources)
+
+
+def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals, folder: Path, *,
+          verify: bool) -> tuple[Finished, dict[str, Any], Path]:
+    """The boot process (engines/vllm/boot.py) under the process runner: how it ended, its
+    result.json and where vLLM's log is. It stops early when another node reports a rank dead
+    or lost (`stop_when_gone`)."""
     journal_dir = folder / "journal"
     result_path = folder / "result.json"
     spec_path = folder / "spec.json"
-    spec_path.write_text(json.dumps({"config": config.to_json(), "verify": options.verify,
+    spec_path.write_text(json.dumps({"config": config.to_json(), "verify": verify,
                                      "journal_dir": str(journal_dir), "result": str(result_path)}))
     log_path = options.log_path or folder / "vllm.log"
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)},
@@ -139,28 +157,73 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
     finished = run_supervised("kvaudit.engines.vllm.boot", spec_path, log_path=log_path, journal_dir=journal_dir,
                               on_progress=on_progress, timeout_s=options.timeout_s, signals=signals, env=env,
-                              stages=StageTailer(log_path, journal_dir / "boot.jsonl"), name="vLLM")
+                              stages=StageTailer(log_path, journal_dir / "boot.jsonl"), name="vLLM",
+                              should_stop=stop_when_gone)
     try:
         result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else {}
     except (json.JSONDecodeError, OSError):
         result = {}
-    log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
-    return RunOutcome(config, result, rank_events(result, journal_dir), log_text, finished,
-                      timeout_s=options.timeout_s, traced=options.trace, stop_signal=signals.name)
+    return finished, result, log_path
+
+
+def stop_when_gone(tailer: JournalTailer) -> FailureKind | None:
+    """A rank's journal ended from outside it (its node saw it die, its heartbeat stopped): the
+    boot stops; the report names the rank (nodes.rank_gone)."""
+    return FailureKind.WORKER_DIED if tailer.stopped else None
+
+
+@dataclass(frozen=True)
+class FollowerOutcome:
+    """How node K > 0 of a multi-node boot ended: the exit code and one line for stderr."""
+
+    exit_code: int
+    message: str
+
+
+def run_follower(config: AuditConfig, options: RunOptions, on_progress: ProgressFn,
+                 signals: StopSignals) -> FollowerOutcome:
+    """Node K > 0 (`-- --nnodes N --node-rank K`): serve this node's ranks until node 0, which
+    writes the report, has every record (engines/vllm/multinode.py). Progress comes from this
+    node's own journals; there is no report here."""
+    with workdir("kvaudit-node-") as folder:
+        finished, result, _ = _boot(config, options, on_progress, signals, folder, verify=False)
+    where = f"node {node_rank(config)}"
+    survivors = finished.survivors
+    tail = f"; {len(survivors)} vLLM processes survived SIGKILL: {survivors}" if survivors else ""
+    if finished.stop is not None:
+        return FollowerOutcome(3, f"{where}: stopped ({signals.name or finished.stop.value}) before node 0 had every "
+                                  f"record{tail}")
+    error = result.get("error") if isinstance(result.get("error"), dict) else None
+    if error and error.get("type") == "UsageError":
+        return FollowerOutcome(2, f"{where}: {error.get('message')}")
+    outcome = result.get("follower") if isinstance(result.get("follower"), dict) else {}
+    if outcome.get("done"):
+        ranks = outcome.get("ranks") or []
+        return FollowerOutcome(0, f"{where}: ranks {', '.join(map(str, ranks))} served node 0's boot; "
+                                  f"the report is written on node 0{tail}")
+    message = outcome.get("message") or (f"{error.get('type')}: {_first_line(error.get('message'))}" if error
+                                         else f"the boot process exited with status {finished.exit_code}")
+    return FollowerOutcome(3, f"{where}: {message}{tail}")
 
 
 # ------------------------------------------------------------------------------------------------
 # What came back: result.json + journals + vLLM's log → BootRecord
 
 
-def rank_events(result: dict[str, Any], journal_dir: Path) -> dict[int, list[dict[str, Any]]]:
-    """Per rank: the collective_rpc record when the boot lived to return it, else the journal."""
-    out = read_journals(journal_dir)
+def rank_events(result: dict[str, Any], journal_dir: Path,
+                sources: dict[int, str] | None = None) -> dict[int, list[dict[str, Any]]]:
+    """Per rank: the collective_rpc record when the boot lived to return it, else the journal
+    (this node's file, or the copy relayed from another node). `sources` gets where each came
+    from: `rpc`, `file` or `relay`."""
+    where: dict[int, str] = {}
+    out = read_journals(journal_dir, where)
     for events in result.get("records") or []:
         if isinstance(events, list):
             ranks = [e.get("rank") for e in events if isinstance(e, dict) and e.get("type") == "rank"]
             if ranks and isinstance(ranks[0], int):
-                out[ranks[0]] = [e for e in events if isinstance(e, dict)]
+                out[ranks[0]], where[ranks[0]] = [e for e in events if isinstance(e, dict)], "rpc"
+    if sources is not None:
+        sources.update(where)
     return dict(sorted(out.items()))
 
 
@@ -197,23 +260,26 @@ class RunOutcome:
     timeout_s: float
     traced: bool = False
     stop_signal: str | None = None
+    sources: Mapping[int, str] = field(default_factory=dict)
+    """Per rank, how its events arrived (see rank_events): the report's `ranks[].node.journal`."""
 
     def record(self) -> BootRecord:
         result, config = self.result, self.config
         if isinstance(result.get("config"), dict):
             config = config_from_json(result["config"])
         folded = [records.fold(rank, events) for rank, events in self.events.items()]
+        where = nodes.rank_nodes(folded, self.sources)
         error = result.get("error") if isinstance(result.get("error"), dict) else None
         if error and error.get("type") == "UsageError":
             raise UsageError(error.get("message", "bad configuration"))
-        failure = find_failure(folded, error, self.log_text, stop=self.finished.stop,
-                               exit_code=self.finished.exit_code, timeout_s=self.timeout_s,
-                               stop_signal=self.stop_signal)
+        failure = nodes.rank_gone(folded, self.events) or find_failure(
+            folded, error, self.log_text, stop=self.finished.stop, exit_code=self.finished.exit_code,
+            timeout_s=self.timeout_s, stop_signal=self.stop_signal)
         facts = folded[0].facts if folded else {}
         versions = result.get("versions") or {}
         return BootRecord(
             source=Source.RUN, config=config,
-            ranks=tuple(records.measured_rank(f, config.gpu_memory_utilization) for f in folded),
+            ranks=tuple(records.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank)) for f in folded),
             engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
                           attention_backend=next((x.facts.get("attention_backend") for x in folded
                                                   if x.facts.get("attention_backend")), None)),
