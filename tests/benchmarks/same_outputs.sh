@@ -13,6 +13,7 @@ git -C "$here" worktree add -q --detach "$tmp/old" "$rev"
 outputs() {  # ROOT OUT
   local root=$1 out=$2 f n fmt r
   mkdir -p "$out"
+  cd "$root"  # python -m puts the working folder first on sys.path, before PYTHONPATH
   while IFS= read -r f; do
     n=${f#"$here/tests/fixtures/logs/"}; n=${n//\//__}
     for fmt in json table markdown csv; do
@@ -33,6 +34,6 @@ outputs() {  # ROOT OUT
 outputs "$tmp/old" "$tmp/a"
 outputs "$here" "$tmp/b"
 total=$(ls "$tmp/b" | wc -l)
-differ=$(diff -rq "$tmp/a" "$tmp/b" | wc -l || true)
+differ=$( (diff -rq "$tmp/a" "$tmp/b" || true) | wc -l)
 diff -r "$tmp/a" "$tmp/b" | grep '^[<>]' | sort | uniq -c | sort -rn | head -20 || true
 echo "$differ of $total outputs differ from $rev"
