@@ -332,12 +332,12 @@ def test_run_declares_sweep():
 
 def test_the_worker_sweep_fact_becomes_sorted_report_points():
     from factories import rank_journal
-    from kvaudit.engines import records
+    from kvaudit.engines import measured_ranks
     from kvaudit.assemble import rank_report
     events = rank_journal(0) + [{"type": "fact", "kv_cache_spec_dtype": "torch.bfloat16", "sweep": [
         {"tokens": 512, "activation_peak_bytes": 9, "seconds": 0.5}, {"tokens": 64, "activation_peak_bytes": 1},
         {"tokens": "x", "activation_peak_bytes": 3}]}]
-    rank = rank_report(records.measured_rank(records.fold(0, events), 0.875))
+    rank = rank_report(measured_ranks.measured_rank(measured_ranks.fold(0, events), 0.875))
     assert rank.sweep == (SweepPoint(64, 1, None), SweepPoint(512, 9, 0.5))
     assert rank.kv_cache_spec_dtype == "torch.bfloat16"
 

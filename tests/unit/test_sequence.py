@@ -1,6 +1,6 @@
 """The sequence machinery: the warmup guard (idempotent, retry once on every rank or none), the
 per-rank journal (a torn last line is skipped), RankSequencer's phase bracketing with a fake
-probe, and records.fold."""
+probe, and measured_ranks.fold."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from factories import GiB
-from kvaudit.engines import records
+from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import JOURNAL_ENV, Journal, read_journal
 from kvaudit.engines.sequence import RankSequencer, WarmupFailed, WarmupGuard
 from kvaudit.schema import Phase, PhaseStatus
@@ -245,7 +245,7 @@ def test_the_sequencer_journal_folds_back_into_records(tmp_path):
     for name in (Phase.BASELINE, Phase.LOAD):
         with seq.phase(name):
             pass
-    folded = records.fold(0, read_journal(tmp_path / "rank0.jsonl"))
+    folded = measured_ranks.fold(0, read_journal(tmp_path / "rank0.jsonl"))
     assert list(folded.phases) == [Phase.BASELINE, Phase.LOAD]
     assert folded.phases[Phase.LOAD].torch_allocated_bytes == 10 * GiB
     assert folded.phases[Phase.LOAD].torch_peak_reserved_bytes == 10 * GiB
@@ -253,7 +253,7 @@ def test_the_sequencer_journal_folds_back_into_records(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# records.fold
+# measured_ranks.fold
 
 
 def test_fold_collects_facts_phases_errors_and_where_the_rank_died():
@@ -268,7 +268,7 @@ def test_fold_collects_facts_phases_errors_and_where_the_rank_died():
         {"type": "phase", "name": "no-such-phase"},
         {"type": "phase", "name": "load", "status": "weird"},
     ]
-    folded = records.fold(1, events)
+    folded = measured_ranks.fold(1, events)
     assert folded.rank == 1
     assert folded.facts == {"rank": 1, "device_total_bytes": 80 * GiB, "tp_rank": 9, "kv_available_bytes": 7}
     assert list(folded.phases) == [Phase.BASELINE]
@@ -287,12 +287,12 @@ def test_fold_keeps_the_last_record_of_a_retried_phase_and_no_bools_as_bytes():
          "device_used_bytes": "12", "detail": 5},
         {"type": "fact", "flag": True},
     ]
-    folded = records.fold(0, events)
+    folded = measured_ranks.fold(0, events)
     rec = folded.phases[Phase.PERSISTENT]
     assert rec.status is PhaseStatus.OK and folded.died_in is None
     assert rec.torch_allocated_bytes is None and rec.device_used_bytes is None and rec.detail is None
     assert folded.get_int("flag") is None
-    assert records.phase_records(events) == {Phase.PERSISTENT: rec}
+    assert measured_ranks.phase_records(events) == {Phase.PERSISTENT: rec}
 
 
 def test_fold_of_a_real_journal_round_trip(tmp_path):
@@ -300,4 +300,4 @@ def test_fold_of_a_real_journal_round_trip(tmp_path):
     journal.write({"type": "rank", "rank": 0})
     journal.write({"type": "start", "phase": "replay"})
     assert json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[0])["rank"] == 0
-    assert records.fold(0, read_journal(journal.path)).died_in is Phase.REPLAY
+    assert measured_ranks.fold(0, read_journal(journal.path)).died_in is Phase.REPLAY

@@ -4,12 +4,13 @@
     report_from_log_text(text, where)       one log → Report
     report_from_logs([(text, where), …])    several logs of one boot → Report
 
-The pipeline: `scan` finds the few lines worth reading (single-character passes, no per-line
-loop), `lines` splits each into process tag / level / file / message, `facts` turns messages into
-typed facts (the catalogue of docs/vllm-startup.md §5), `parse` follows worker renames, `ranks`
-gives each fact to its rank, `logged_config`, `failure_timeline` and `owners` read the config,
-the failure and each rank's owners, and `boot` makes the `BootRecord` that
-`kvaudit.assemble.assemble` turns into the report. Nothing here imports torch or vllm.
+The pipeline: `parse` drives one file: `scan` finds the few lines worth reading (single-character
+passes, no per-line loop), `unwrap` joins a record's wrapped and continuation lines, `lines` splits
+each into process tag / level / file / message, `facts` turns messages into typed facts (the
+catalogue of docs/vllm-startup.md §5; `knobs` reads the engine arguments) and `parse` follows
+worker renames. Then `ranks` gives each fact to its rank; `logged_config`, `failure_timeline` and
+`owners` read the config, the failure and each rank's owners; and `boot_record` makes the
+`BootRecord` that `kvaudit.assemble.assemble` turns into the report. Nothing here imports torch or vllm.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from kvaudit.assemble import BootRecord, assemble
-from kvaudit.engines.logs.boot import LogBoot
+from kvaudit.engines.logs.boot_record import LogBoot
 from kvaudit.engines.logs.parse import parse_file
 from kvaudit.engines.logs.ranks import check_one_boot
 from kvaudit.errors import BadInputError

@@ -7,7 +7,7 @@ from typing import Mapping
 
 from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
-from kvaudit.engines.logs.records import joined, record_at
+from kvaudit.engines.logs.unwrap import joined, record_at
 from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
 
 V0_WORKER = "VllmWorkerProcess"

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 
 from kvaudit.engines.logs.facts import backend
-from kvaudit.engines.logs.records import bounds, line_end
+from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
 # `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal

@@ -18,7 +18,7 @@ from typing import Any
 from kvaudit.engines.probes.cuda import CudaProbe
 from kvaudit.engines.probes.host import HostProbe
 from kvaudit.engines.probes.nvml import nvml_device_used
-from kvaudit.engines.records import phase_records
+from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.selftest.workload import Planted, Workload
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.sequence import RankSequencer, WarmupGuard

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvaudit.assemble import BootRecord, assemble, verify_summary
 from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_gmu, cpu_gmu_note
-from kvaudit.engines import records
+from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.errors import AuditIncompleteError, UsageError
@@ -94,18 +94,18 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
                                       journal_dir=journal_dir, on_progress=on_progress, timeout_s=opts.timeout_s,
                                       signals=signals)
         log_text = log_path.read_text(encoding="utf-8", errors="replace")
-        folded = [records.fold(rank, events) for rank, events in read_journals(journal_dir).items()]
+        folded = [measured_ranks.fold(rank, events) for rank, events in read_journals(journal_dir).items()]
         outcome = SelftestOutcome(opts, folded, finished, log_tail=log_text[-3000:], note=note)
     return assemble(outcome.record())
 
 
-def _planted(f: records.RankEvents) -> dict[Owner, int]:
+def _planted(f: measured_ranks.RankEvents) -> dict[Owner, int]:
     planted = f.facts.get("planted") or {}
     return {owner: size for key, owner in ACCURACY_OWNERS.items()
             if isinstance(size := planted.get(key), int) and size > 0}
 
 
-def _verify(folded: list[records.RankEvents]) -> Verify | None:
+def _verify(folded: list[measured_ranks.RankEvents]) -> Verify | None:
     runs = {f.rank: f.facts.get("verify") for f in folded if f.facts.get("verify")}
     if not runs:
         return None
@@ -126,7 +126,7 @@ class SelftestOutcome:
     """What the selftest ranks left behind, as a `kvaudit.assemble.BootSource`."""
 
     opts: SelftestOptions
-    folded: list[records.RankEvents]
+    folded: list[measured_ranks.RankEvents]
     finished: Finished
     log_tail: str
     note: str | None = None
@@ -146,7 +146,7 @@ class SelftestOutcome:
             rank, e = errors[0]
             kind = FailureKind.NO_DEVICE if "no CUDA device" in str(e.get("message")) else (
                 FailureKind.OOM if "OutOfMemory" in str(e.get("error")) else FailureKind.CRASH)
-            failure = Failure(records.phase_named(e.get("phase")), rank, kind, str(e.get("message")))
+            failure = Failure(measured_ranks.phase_named(e.get("phase")), rank, kind, str(e.get("message")))
         elif self.finished.exit_code not in (0, None) or not folded:
             last = self.log_tail.strip().splitlines()[-1] if self.log_tail.strip() else "no output"
             failure = Failure(None, None, FailureKind.CRASH,
@@ -163,7 +163,7 @@ class SelftestOutcome:
                                 f"{f.facts.get('warmup_skipped_calls')} skipped by the guard")
         return BootRecord(
             source=Source.SELFTEST, config=config,
-            ranks=tuple(replace(records.measured_rank(f), planted=_planted(f)) for f in folded),
+            ranks=tuple(replace(measured_ranks.measured_rank(f), planted=_planted(f)) for f in folded),
             engine=Engine(name="selftest", version=None, model_runner=None, attention_backend=None),
             environment=Environment(device_name=facts.get("device_name"), driver=facts.get("driver"),
                                     cuda=facts.get("cuda"), torch=facts.get("torch")),

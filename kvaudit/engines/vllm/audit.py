@@ -22,7 +22,7 @@ from typing import Any
 
 from kvaudit.engines.sequence import PhaseHandle, RankSequencer, WarmupGuard
 from kvaudit.engines.vllm import adapter, transport
-from kvaudit.engines.records import phase_records
+from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
 from kvaudit.schema import Phase, PhaseStatus
 

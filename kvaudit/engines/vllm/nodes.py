@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from kvaudit.engines import records
+from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import stop_marker
 from kvaudit.schema import Failure, FailureKind, PHASE_ORDER, RankNode
 
@@ -15,7 +15,7 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def rank_nodes(folded: Sequence[records.RankEvents], sources: Mapping[int, str]) -> dict[int, RankNode]:
+def rank_nodes(folded: Sequence[measured_ranks.RankEvents], sources: Mapping[int, str]) -> dict[int, RankNode]:
     """Each rank's node: vLLM's node rank where the boot had one; otherwise nodes are numbered
     by (host, IP) in the order of their lowest rank. A rank that never said where it ran (it
     died before its first record) keeps only how its journal arrived."""
@@ -33,7 +33,7 @@ def rank_nodes(folded: Sequence[records.RankEvents], sources: Mapping[int, str])
     return out
 
 
-def rank_gone(folded: Sequence[records.RankEvents], events: Mapping[int, list[dict[str, Any]]]) -> Failure | None:
+def rank_gone(folded: Sequence[measured_ranks.RankEvents], events: Mapping[int, list[dict[str, Any]]]) -> Failure | None:
     """The first rank whose journal ends with a died/lost marker (its node saw it die, or its
     heartbeat stopped): the boot failed there, whatever the other ranks then raised."""
     by_rank = {f.rank: f for f in folded}

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from kvaudit.assemble import BootRecord, Stated, assemble, verify_summary
 from kvaudit.config import AuditConfig, config_from_json
-from kvaudit.engines import records
+from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
 from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
@@ -227,7 +227,7 @@ def rank_events(result: dict[str, Any], journal_dir: Path,
     return dict(sorted(out.items()))
 
 
-def _geometry(folded: list[records.RankEvents], config: AuditConfig) -> KvGeometry | None:
+def _geometry(folded: list[measured_ranks.RankEvents], config: AuditConfig) -> KvGeometry | None:
     for rank in folded:
         bpb, bs = rank.get_int("kv_bytes_per_block"), rank.get_int("block_size")
         if bpb and bs:
@@ -267,7 +267,7 @@ class RunOutcome:
         result, config = self.result, self.config
         if isinstance(result.get("config"), dict):
             config = config_from_json(result["config"])
-        folded = [records.fold(rank, events) for rank, events in self.events.items()]
+        folded = [measured_ranks.fold(rank, events) for rank, events in self.events.items()]
         where = nodes.rank_nodes(folded, self.sources)
         error = result.get("error") if isinstance(result.get("error"), dict) else None
         if error and error.get("type") == "UsageError":
@@ -279,7 +279,7 @@ class RunOutcome:
         versions = result.get("versions") or {}
         return BootRecord(
             source=Source.RUN, config=config,
-            ranks=tuple(records.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank)) for f in folded),
+            ranks=tuple(measured_ranks.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank)) for f in folded),
             engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
                           attention_backend=next((x.facts.get("attention_backend") for x in folded
                                                   if x.facts.get("attention_backend")), None)),
@@ -290,7 +290,7 @@ class RunOutcome:
             warnings=tuple(self._warnings(folded, facts)),
             stated=Stated(max_feasible_model_len=estimated_max_model_len(self.log_text) if failure else None))
 
-    def _warnings(self, folded: list[records.RankEvents], facts: dict[str, Any]) -> list[str]:
+    def _warnings(self, folded: list[measured_ranks.RankEvents], facts: dict[str, Any]) -> list[str]:
         warnings = [n for n in self.result.get("notes") or [] if isinstance(n, str)]
         survivors = self.finished.survivors
         if survivors:
@@ -315,7 +315,7 @@ class RunOutcome:
 # Failures
 
 
-def _last_phase(folded: list[records.RankEvents]) -> tuple[Phase | None, int | None]:
+def _last_phase(folded: list[measured_ranks.RankEvents]) -> tuple[Phase | None, int | None]:
     """Where the boot stopped: the earliest phase any rank failed or died in, else the phase
     after the last one every rank finished."""
     stopped = []
@@ -333,7 +333,7 @@ def _last_phase(folded: list[records.RankEvents]) -> tuple[Phase | None, int | N
     return (PHASE_ORDER[idx + 1] if idx + 1 < len(PHASE_ORDER) else None), rank
 
 
-def find_failure(folded: list[records.RankEvents], error: dict[str, Any] | None, log_text: str, *,
+def find_failure(folded: list[measured_ranks.RankEvents], error: dict[str, Any] | None, log_text: str, *,
                  stop: FailureKind | None, exit_code: int | None, timeout_s: float,
                  stop_signal: str | None = None) -> Failure | None:
     phase, rank = _last_phase(folded)
@@ -352,7 +352,7 @@ def find_failure(folded: list[records.RankEvents], error: dict[str, Any] | None,
         return Failure(phase, rank, kind, message)
     if rank_errors:
         r, e = rank_errors[0]
-        return Failure(records.phase_named(e.get("phase")), r, FailureKind.CRASH,
+        return Failure(measured_ranks.phase_named(e.get("phase")), r, FailureKind.CRASH,
                        str(e.get("message") or e.get("error")))
     if error is not None:
         return Failure(phase, rank, FailureKind.CRASH, f"{error.get('type')}: {_first_line(error.get('message'))}")

@@ -10,7 +10,7 @@ import pytest
 from factories import (
     BOOT_REQUESTED, DATA, GEOMETRY, GiB, MiB, config, gib, plain_rank, plain_report, rank_journal, write_journal,
 )
-from kvaudit.engines import records
+from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import JournalTailer
 from kvaudit.assemble import assemble
 from kvaudit.engines.process import Finished
@@ -235,7 +235,7 @@ def test_no_journal_at_all(tmp_path, code, kind, message):
 
 
 def test_find_failure_on_folded_ranks_directly():
-    folded = [records.fold(0, rank_journal(0)), records.fold(1, rank_journal(1, died_in=Phase.CAPTURE))]
+    folded = [measured_ranks.fold(0, rank_journal(0)), measured_ranks.fold(1, rank_journal(1, died_in=Phase.CAPTURE))]
     failure = find_failure(folded, None, "", stop=None, exit_code=-6, timeout_s=1)
     assert (failure.phase, failure.rank, failure.kind) == (Phase.CAPTURE, 1, FailureKind.WORKER_DIED)
 
