@@ -115,6 +115,7 @@ class BootSource(Protocol):
 
 
 def report_of(source: BootSource) -> Report:
+    """The report of what a source tells: the boot engines end here."""
     return assemble(source.record())
 
 

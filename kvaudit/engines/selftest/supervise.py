@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvaudit.assemble import BootRecord, assemble, verify_summary
+from kvaudit.assemble import BootRecord, report_of, verify_summary
 from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import read_journals
@@ -96,7 +96,7 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
         log_text = log_path.read_text(encoding="utf-8", errors="replace")
         folded = [measured_ranks.fold(rank, events) for rank, events in read_journals(journal_dir).items()]
         outcome = SelftestOutcome(opts, folded, finished, log_tail=log_text[-3000:], note=note)
-    return assemble(outcome.record())
+    return report_of(outcome)
 
 
 def _planted(f: measured_ranks.RankEvents) -> dict[Owner, int]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from kvaudit.assemble import BootRecord, Stated, assemble, verify_summary
+from kvaudit.assemble import BootRecord, Stated, report_of, verify_summary
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
@@ -126,7 +126,7 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     with StopSignals() if signals is None else contextlib.nullcontext(signals) as stop_signals:
         # the folder is never left behind, with or without --log (that file lives elsewhere)
         with workdir("kvaudit-run-") as folder:
-            return assemble(_run(config, options, on_progress, stop_signals, folder).record())
+            return report_of(_run(config, options, on_progress, stop_signals, folder))
 
 
 def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals,
