@@ -57,9 +57,9 @@ class RankSequencer:
         try:
             yield handle
         except BaseException as exc:
-            self._record(name, start, PhaseStatus.FAILED, _one_line(exc), settle=False, facts=handle.facts)
+            self._record(name, start, PhaseStatus.FAILED, one_line(exc), settle=False, facts=handle.facts)
             self.journal.write({"type": "error", "phase": name.value, "error": type(exc).__name__,
-                                "message": _one_line(exc)})
+                                "message": one_line(exc)})
             raise
         self._record(name, start, handle.status, handle.detail, settle=settle, facts=handle.facts)
 
@@ -73,7 +73,7 @@ class RankSequencer:
                 self.probe.sync()
             reading = self.probe.read()
         except Exception as exc:  # a dead device cannot be read; the phase still gets its line
-            detail = f"{detail}; probe failed: {_one_line(exc)}" if detail else f"probe failed: {_one_line(exc)}"
+            detail = f"{detail}; probe failed: {one_line(exc)}" if detail else f"probe failed: {one_line(exc)}"
         event: dict[str, Any] = {"type": "phase", "name": name.value, "status": status.value,
                                  "seconds": round(time.perf_counter() - start, 3), "detail": detail}
         if reading is not None:
@@ -86,13 +86,13 @@ class RankSequencer:
                 try:
                     event["sites"] = self.tracer.sites(name.value)
                 except Exception as exc:  # a trace is an aid: the phase keeps its measurement
-                    event["trace_error"] = _one_line(exc)
+                    event["trace_error"] = one_line(exc)
         event.update(facts)
         self.journal.write(event)
         self.done.add(name)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}"[:2000]
@@ -135,5 +135,5 @@ class WarmupGuard:
             if not self.agree(failure is not None):
                 self.done = True
                 return True
-            self.errors.append(f"attempt {attempt}: " + (_one_line(failure) if failure else "another rank failed"))
+            self.errors.append(f"attempt {attempt}: " + (one_line(failure) if failure else "another rank failed"))
         raise WarmupFailed("; ".join(self.errors))

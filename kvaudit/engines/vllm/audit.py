@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from kvaudit.engines.sequence import PhaseHandle, RankSequencer, WarmupGuard
+from kvaudit.engines.sequence import PhaseHandle, RankSequencer, WarmupGuard, one_line
 from kvaudit.engines.vllm import adapter, transport
 from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
@@ -79,9 +79,9 @@ class AuditMixin:
             super().init_device()
         except BaseException as exc:
             self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "failed",
-                                     "seconds": round(time.perf_counter() - start, 3), "detail": _line(exc)})
+                                     "seconds": round(time.perf_counter() - start, 3), "detail": one_line(exc)})
             self._kva_journal.write({"type": "error", "phase": Phase.BASELINE.value, "error": type(exc).__name__,
-                                     "message": _line(exc)})
+                                     "message": one_line(exc)})
             raise
         # vLLM's distributed start-up ran: journals of other nodes travel through its store
         self._kva_relay = transport.attach(self, self._kva_journal)
@@ -243,11 +243,6 @@ def sweep_token_counts(max_num_batched_tokens: int) -> list[int]:
     """An eighth, a quarter, a half and all of max_num_batched_tokens (distinct, at least 1)."""
     top = max(int(max_num_batched_tokens), 1)
     return sorted({max(top // 8, 1), max(top // 4, 1), max(top // 2, 1), top})
-
-
-def _line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:2000]
 
 
 def mark_deferred(worker: AuditMixin, handle: PhaseHandle, step: str, why: str) -> None:
