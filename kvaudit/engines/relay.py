@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any
 
 KEY_PREFIX = "kvaudit/journal/"
@@ -58,3 +59,23 @@ def decode(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return event if isinstance(event, dict) else None
+
+
+class Poller:
+    """A daemon thread running the subclass's `_run` loop (which waits on `_stop` between its
+    looks) from `start()` until `stop()`: node 0's relay and node K's watcher."""
+
+    thread_name = "kvaudit-poller"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+
+    def start(self):  # -> the subclass, for `Relay(…).start()`
+        threading.Thread(target=self._run, daemon=True, name=self.thread_name).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        raise NotImplementedError

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from kvaudit.config import AuditConfig
 from kvaudit.engines.journal import read_journals
 from kvaudit.engines.process import proc_stat
+from kvaudit.engines.relay import Poller
 
 HEAD_LOST_S = 15.0
 """Node 0's store unanswered this long (after it answered once): node 0 is gone."""
@@ -102,11 +103,14 @@ def _death(status: int | None) -> dict[str, Any]:
     return {"signal": None, "exit_code": status >> 8}
 
 
-class Watcher:
+class Watcher(Poller):
     """A thread of the follower's boot process: node 0's store (the done mark, its liveness) and
     this node's ranks (their pids from the local journals); a dead rank gets a `died` marker."""
 
+    thread_name = "kvaudit-follower-watch"
+
     def __init__(self, address: tuple[str, int], journal_dir: Path, node: int):
+        super().__init__()
         self.address, self.journal_dir, self.node = address, journal_dir, node
         self.stream: Any = None
         self.done = threading.Event()
@@ -114,14 +118,6 @@ class Watcher:
         self.head_lost = False
         self.reported: set[int] = set()
         self.ranks: set[int] = set()
-        self._stop = threading.Event()
-
-    def start(self) -> Watcher:
-        threading.Thread(target=self._run, daemon=True, name="kvaudit-follower-watch").start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def _run(self) -> None:
         from kvaudit.engines.vllm import transport

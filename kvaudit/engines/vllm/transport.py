@@ -164,14 +164,16 @@ class RankJournal(Journal):
             self._stop.wait(BEAT_S)
 
 
-class Relay:
+class Relay(relay.Poller):
     """On global rank 0: copies every other rank's journal from the store into the supervisor's
     journal folder (`relay/rankN.jsonl`) and marks ranks whose heartbeat stopped as `lost`."""
 
     HOLE_S = 5.0
     """An index reserved but never set (its writer died between the two calls) is skipped after this."""
+    thread_name = "kvaudit-journal-relay"
 
     def __init__(self, stream: StoreStream, folder: Path, ranks: list[int]):
+        super().__init__()
         self.stream, self.ranks = stream, ranks
         self.folder = folder / RELAY_DIR
         self.folder.mkdir(exist_ok=True)
@@ -182,14 +184,6 @@ class Relay:
         self.ended: set[int] = set()
         self.lost_after = relay.lost_after_s()
         self.lock = threading.Lock()
-        self._stop = threading.Event()
-
-    def start(self) -> Relay:
-        threading.Thread(target=self._run, daemon=True, name="kvaudit-journal-relay").start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def _run(self) -> None:
         while not self._stop.wait(RELAY_POLL_S):
