@@ -144,3 +144,14 @@ def test_truncated_gzip_is_a_bad_input_error(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(b"(Worker_TP0 pid=1) INFO 11-30 10:00:00 [x.py:1] hi\n" * 1000)[:200])
     with pytest.raises(BadInputError):
         load_report(path)
+
+
+def test_a_dense_brace_line_near_the_start_still_finds_the_engine_arguments():
+    """Found by the property test above: after eight braces that are not vLLM's, the scan looks
+    for `non-default args: {` in the rest of the line from a few characters back, which near the
+    start of the text was a negative offset (str.find counts it from the end)."""
+    line = ("(MainProcess pid=7881) INFO 12-02 20:55:20 [api_utils.py:286] non-default args: "
+            "{'max_model_len': 1024, 'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.3}")
+    text = "{" * 10 + line
+    assert scan(text) == scan_exhaustive(text)
+    assert scan(text).segments == ((0, len(text)),)

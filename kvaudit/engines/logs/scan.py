@@ -78,7 +78,7 @@ MISSES_BEFORE_LINE = 8
 def _next_in_line(char: str, text: str, i: int, end: int) -> int:
     """The next offset in text[i:end] where `char` passes its check, or -1."""
     if char == "{":
-        j = text.find(_ARGS + "{", i - len(_ARGS), end)
+        j = text.find(_ARGS + "{", max(i - len(_ARGS), 0), end)  # a negative start counts from the end
         return -1 if j < 0 else j + len(_ARGS)
     if char == "#":
         j = text.find("#", i, end)
