@@ -98,40 +98,49 @@ def classify_line(line: str) -> FailureKind | None:
 
 
 # --------------------------------------------------------------------------------------------
-# A run's log: the boot kvaudit itself supervised
+# Which failure is the boot's, and its words: the same for `run` (its own vLLM log) and `ingest`
 
+MESSAGE_CHARS = 400
+"""A failure's message is its first line, trimmed to this many characters."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_EXCEPTION = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception)): (.+)$")
+_EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception): ")
 _MAX_LEN = re.compile(r"estimated maximum model length is (\d+)")
-_SEVERITY = {FailureKind.DOES_NOT_FIT: 0, FailureKind.STARTUP_MEMORY: 0, FailureKind.OOM: 1,
-             FailureKind.REFUSED: 2, FailureKind.CRASH: 3}
-"""A run's most telling failure: a does-not-fit or memory error over a crash that merely reports it."""
 
 
-def _message(line: str) -> str:
-    """The error sentence: from the exception name on, without the log prefix."""
-    line = _ANSI.sub("", line).strip()
-    m = _EXCEPTION.search(line)
-    text = f"{m.group(1)}: {m.group(2)}" if m else line
-    return text[:600]
+def error_text(msg: str, cause: Cause) -> str:
+    """The error as its first line shows it: from the exception class printed before the
+    cause's anchor when there is one (a log prefix, a container prefix or a `Worker failed with
+    error '…'` wrapper may precede it), else the whole message; one line, capped."""
+    msg = _ANSI.sub("", msg)
+    at = msg.find(cause.start(msg))
+    before = None
+    for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):
+        before = m
+    first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
+    return first if len(first) <= MESSAGE_CHARS else first[: MESSAGE_CHARS - 1] + "…"
+
+
+def root_cause(candidates: list[tuple[int, tuple[int, ...], object]]) -> object | None:
+    """The boot's failure among (cause priority, position, item) candidates: the catalogue's
+    priority first (a does-not-fit or memory error over a crash that merely reports it), then the
+    earliest line (a wrapper re-raises what a worker printed first)."""
+    return min(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
 
 
 def find_failure_in_log(text: str) -> tuple[FailureKind, str] | None:
-    """The most telling failure in the log of a run: the last line of the most severe cause. A
-    generic "initialization failed" line is left out: the supervisor has the rank's own error
-    for a failure whose cause the log does not name."""
-    best: tuple[int, FailureKind, str] | None = None
-    for line in text.splitlines():
+    """The root cause in the log of a run (`root_cause`). A generic "initialization failed"
+    line is left out: the supervisor has the rank's own error for a failure whose cause the log
+    does not name."""
+    candidates = []
+    for index, line in enumerate(text.splitlines()):
         if len(line) > 20000 or not ("Error" in line or "error" in line or "memory" in line or "support" in line
                                      or "Exception" in line):
             continue
         cause = cause_of(line)
-        if cause is None or cause.priority >= GENERIC:
-            continue
-        candidate = (_SEVERITY.get(cause.kind, 4), cause.kind, _message(line))
-        if best is None or candidate[0] <= best[0]:
-            best = candidate
-    return (best[1], best[2]) if best else None
+        if cause is not None and cause.priority < GENERIC:
+            candidates.append((cause.priority, (index,), (cause.kind, error_text(line, cause))))
+    found = root_cause(candidates)
+    return found  # type: ignore[return-value]
 
 
 def estimated_max_model_len(text: str) -> int | None:

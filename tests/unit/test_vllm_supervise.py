@@ -152,7 +152,7 @@ def test_an_oom_in_the_log_names_the_kind(tmp_path):
     journals = {0: rank_journal(0, died_in=Phase.PERSISTENT)}
     rep = run(tmp_path, journals, log=f"INFO loading\n{OOM_LINE}\n", code=1)
     assert rep.failure.kind is FailureKind.OOM and rep.failure.phase is Phase.PERSISTENT
-    assert rep.failure.message.startswith("OutOfMemoryError: CUDA out of memory")
+    assert rep.failure.message.startswith("torch.OutOfMemoryError: CUDA out of memory")
     # an OOM is a failed verdict, but the audit did not complete: exit 3
     assert rep.verdict is Verdict.FAIL and exit_code(rep) is ExitCode.INCOMPLETE
 

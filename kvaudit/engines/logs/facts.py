@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Callable, Iterable
 
-from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, cause_of
+from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, cause_of, error_text
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.units import MiB, gib_to_bytes
 
@@ -31,8 +31,6 @@ CINT = r"\d{1,3}(?:[,.'_ ]\d{3}){1,4}(?!\d)|\d{1,12}"
 kv_cache_utils.py), `1.205.440`, `1 205 440` (a non-breaking space is a space by now), `1'205'440`."""
 _SEPARATORS = str.maketrans("", "", ",.'_ ")
 
-MESSAGE_CHARS = 400
-"""A failure's message is its first line, trimmed to this many characters."""
 
 
 class FactKind(StrEnum):
@@ -130,11 +128,6 @@ def _mib(text: str) -> int:
 
 def _int(text: str) -> int:
     return int(text.translate(_SEPARATORS))
-
-
-def _message(msg: str) -> str:
-    first = msg.strip()
-    return first if len(first) <= MESSAGE_CHARS else first[: MESSAGE_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -462,18 +455,6 @@ _CPU_KV_ALLOC = re.compile(rf"{_NODE} on kv cache allocation is less than reques
                            rf"\(({SNUM})(?:/({SNUM}))? GiB\)")
 
 
-_EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception): ")
-
-
-def _error_text(msg: str, anchor: str) -> str:
-    """The error as its first line shows it: from the exception class printed before the anchor
-    when there is one (a container prefix or a `Worker failed with error '…'` wrapper may precede
-    it), else the whole message."""
-    at = msg.find(anchor)
-    before = None
-    for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):
-        before = m
-    return _message(msg[before.start():] if before else msg)
 
 
 def _kv_check(msg: str) -> Iterable[Fact]:
@@ -522,7 +503,7 @@ def _failure(msg: str) -> Iterable[Fact]:
         # kv ≤ 0: the process already used its whole budget (nothing left for KV: does not fit);
         # kv > 0: other processes hold the node memory it asked for.
         kind = FailureKind.DOES_NOT_FIT
-    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, _error_text(msg, cause.start(msg)),
+    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, error_text(msg, cause),
                                              priority=cause.priority))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))

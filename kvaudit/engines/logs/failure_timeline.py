@@ -1,11 +1,12 @@
-"""The boot's failure in its logs: the root cause among the failure facts (the catalogue's
-priority, then the earliest), the phase it struck in (stated by the message, else the last
+"""The boot's failure in its logs: the root cause among the failure facts (failures.root_cause:
+the catalogue's priority, then the earliest, as for a run's own log), the phase it struck in (stated by the message, else the last
 milestone printed before it), the rank that printed it, and failures after startup finished,
 which are notes, not the boot's.
 """
 
 from __future__ import annotations
 
+from kvaudit.engines.failures import root_cause
 from kvaudit.engines.logs.facts import FactKind, FailureFact
 from kvaudit.engines.logs.ranks import Boot, engine_config, parallel_sizes, rank_of_proc, untagged
 from kvaudit.schema import Failure, FailureKind, Phase
@@ -54,7 +55,7 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
     notes = sorted({f"after startup finished: {f.value.message}" for f in after})
     if not during:
         return None, None, notes
-    root = min(during, key=lambda f: (f.value.priority, f.file, f.pos))
+    root = root_cause([(f.value.priority, (f.file, f.pos), f) for f in during])
     value: FailureFact = root.value
     scan = by_file[root.file]
     phase = value.phase or _timeline_phase(scan.text, root.pos)
