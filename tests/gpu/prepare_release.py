@@ -12,8 +12,8 @@ package that needs it) allows it, else at the newest version it allows, recursiv
 .gpuwheels/RELEASE/c0 … cN (git-ignored), each small enough for one device call; the last one
 holds install.sh. It prints the device calls to make.
 
-Which packages a boot imports (BOOT_IMPORTS) was learned on vLLM 0.26.0: the ones vLLM imports
-on the way to an offline LLM(...) boot. Packages imported only by kernels an H200 dense/MLA boot
+Which packages a boot imports (BOOT_IMPORTS) was learned on vLLM 0.26.0, 0.24.0 and 0.22.1: the
+ones vLLM imports on the way to an offline LLM(...) boot. Packages imported only by kernels an H200 dense/MLA boot
 does not select (LAZY) are left out even when a requirement names them.
 """
 
@@ -45,9 +45,11 @@ MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_
            "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
            "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
 BOOT_IMPORTS = {canonicalize_name(n) for n in (
-    "apache-tvm-ffi", "cachetools", "cbor2", "fastapi", "flashinfer-python", "llguidance", "msgspec",
+    "apache-tvm-ffi", "cachetools", "cbor2", "fastapi", "flashinfer-python", "gguf", "llguidance", "msgspec",
     "openai", "openai-harmony", "opentelemetry-api", "partial-json-parser", "pybase64", "pydantic",
     "pyzmq", "xgrammar")}
+# gguf: vLLM 0.22.1 and 0.24.0 import it at start-up (vllm/transformers_utils/gguf_utils.py, seen on
+# the H200 on 2026-12-03); 0.26.0 imports it lazily.
 PROVEN = {canonicalize_name(n): v for n, v in (
     ("annotated-types", "0.8.0"), ("apache-tvm-ffi", "0.1.10"), ("cachetools", "8.0.2"), ("cbor2", "6.3.0"),
     ("distro", "1.9.0"), ("fastapi", "0.136.3"), ("importlib-metadata", "10.2.0"), ("jiter", "0.19.0"),
