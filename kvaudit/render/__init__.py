@@ -60,6 +60,12 @@ class _Printable(_EscapedSurrogates):
         return super().write(printable(text))
 
 
+def printable_stream(out: TextIO) -> TextIO:
+    """`out`, escaping control characters but newlines and tabs: for text a command writes
+    besides a reporter's (the plan's how-each-figure-was-obtained section)."""
+    return _Printable(out)  # type: ignore[return-value]
+
+
 class _Encodable:
     """Any reporter, writing through _EscapedSurrogates (or _Printable)."""
 

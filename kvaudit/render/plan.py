@@ -7,7 +7,7 @@ import csv
 from typing import TextIO
 
 from kvaudit.plan import Figure, How, Plan, plan_dumps
-from kvaudit.render import Format, reporter
+from kvaudit.render import Format, printable_stream, reporter
 from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
 
 
@@ -16,7 +16,7 @@ def render_plan(plan: Plan, fmt: Format, out: TextIO, *, width: int | None = Non
         out.write(plan_dumps(plan))
         return
     if fmt is Format.CSV:
-        writer = csv.writer(out, lineterminator="\n")
+        writer = csv.writer(printable_stream(out), lineterminator="\n")
         writer.writerow(["rank", "owner", "bytes", "how", "error_bytes", "extrapolated", "rule", "points", "boot"])
         for rank in plan.ranks:
             for f in rank.figures:
@@ -30,6 +30,7 @@ def render_plan(plan: Plan, fmt: Format, out: TextIO, *, width: int | None = Non
         return
     reporter(fmt, width=width).report(plan.report, out)
     md = fmt is Format.MARKDOWN
+    out = printable_stream(out)  # edits and notes carry the user's flags and the report's strings
     out.write("\n" + ("## " if md else "") + "plan: how each figure was obtained\n\n")
     for line in plan_lines(plan, markdown=md):
         out.write(line + "\n")

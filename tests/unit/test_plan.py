@@ -365,3 +365,12 @@ def test_a_selftest_report_is_not_planned_from(run1):
     from kvaudit.errors import BadInputError
     with pytest.raises(BadInputError, match="selftest report has no vLLM config"):
         plan_report(dataclasses.replace(run1, source=Source.SELFTEST), Edits())
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_the_plan_section_never_writes_a_control_character_raw(cli, fmt):
+    """The how-each-figure section repeats the user's flags and the report's strings: a terminal
+    escape among them is shown escaped, as in every other human format."""
+    result = cli("plan", str(DATA / "run1.json"), "--kv-cache-dtype", "fp8\x1b]0;pwned\x07", "-f", fmt)
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "fp8\\x1b]0;pwned\\x07" in result.stdout
