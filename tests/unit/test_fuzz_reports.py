@@ -47,17 +47,11 @@ COMMON = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.t
 # the contract
 
 
-UNNAMED_BALANCE = re.compile(r"^rank -?\d+: owners sum to -?\d+ bytes but requested is -?\d+ \([+-]\d+\): the "
-                             r"ledger does not balance$")
-"""The balance error does not name the file yet (known bug, see test_schema)."""
-
-
 def _not_json(literal: str):
     raise ValueError(f"{literal} is not JSON (RFC 8259)")
 
 
-def check_contract(raw: bytes, *, fmt: str = "table", strict_json_out: bool = False,
-                   all_bugs_fixed: bool = False) -> str:
+def check_contract(raw: bytes, *, fmt: str = "table", strict_json_out: bool = False) -> str:
     """Write raw to a file; load it and show it; assert the contract. Returns the outcome."""
     path = WORK / "input.json"
     path.write_bytes(raw)
@@ -69,8 +63,7 @@ def check_contract(raw: bytes, *, fmt: str = "table", strict_json_out: bool = Fa
         outcome = "bad"
         message = str(exc)
         assert message and "\n" not in message, f"not one line: {message!r}"
-        if not (UNNAMED_BALANCE.match(message) and not all_bugs_fixed):
-            assert str(path) in message, f"does not name the file: {message!r}"
+        assert str(path) in message, f"does not name the file: {message!r}"
     args = ["show", str(path), "--width", "100"] + (["-f", fmt] if fmt != "table" else [])
     result = run_cli(*args)
     assert "Traceback" not in result.stdout + result.stderr
@@ -254,7 +247,7 @@ def anything(draw) -> tuple[bytes, str]:
 @given(case=anything())
 def test_everything_at_once(case):
     raw, fmt = case
-    check_contract(raw, fmt=fmt, strict_json_out=True, all_bugs_fixed=True)
+    check_contract(raw, fmt=fmt, strict_json_out=True)
 
 
 # ------------------------------------------------------------------------------------------
