@@ -77,6 +77,32 @@ MATRIX_MODELS = {
 }
 
 
+def report_figures(report: dict | None) -> dict:
+    """What a matrix row says of one boot's report (all None when the boot left none)."""
+    report = report or {}
+    rank = (report.get("ranks") or [{}])[0]
+    owners = rank.get("owners") or {}
+    unallocated = owners.get("kv_unallocated")
+    verify = report.get("verify") or {}
+    return {"runner": (report.get("engine") or {}).get("model_runner"), "verdict": report.get("verdict"),
+            "verdict_reason": None if report.get("verdict") == "ok" else report.get("verdict_reason"),
+            "over_commit_bytes": None if unallocated is None else max(0, -unallocated),
+            "verify_slack_bytes": verify.get("slack_bytes"), "verify_oom_count": verify.get("oom_count"),
+            "kv_cache_bytes": owners.get("kv_cache"), "graph_pool_bytes": owners.get("graph_pool"),
+            "device_total_bytes": rank.get("device_total_bytes")}
+
+
+def edit_figures(predicted: dict, booted: dict | None) -> dict:
+    """A planned edit against its real boot: KV cache bytes, the error and the bound, verdicts."""
+    p, b = kv_cache(predicted), kv_cache(booted)
+    return {"predicted_kv_cache_bytes": p, "booted_kv_cache_bytes": b,
+            "error_bytes": None if p is None or b is None else p - b,
+            "bound_bytes": None if b is None else bound(b),
+            "within_bound": None if p is None or b is None else abs(p - b) <= bound(b),
+            "stated_error_bytes": (predicted.get("plan") or {}).get("kv_error_bytes"),
+            "verdict": [predicted.get("verdict"), (booted or {}).get("verdict")]}
+
+
 def matrix(out: Path, *only: str) -> int:
     version = release()
     rows = []
@@ -84,22 +110,8 @@ def matrix(out: Path, *only: str) -> int:
         if only and model not in only:
             continue
         code, report, wall, err = boot(out, f"h200-matrix-{version}-{model}", *args)
-        rank = (report or {}).get("ranks", [{}])[0] if report else {}
-        owners = rank.get("owners") or {}
-        unallocated = owners.get("kv_unallocated")
-        verify = (report or {}).get("verify") or {}
-        rows.append({
-            "release": version, "model": model, "exit": code, "wall_s": wall,
-            "runner": ((report or {}).get("engine") or {}).get("model_runner"),
-            "verdict": (report or {}).get("verdict"),
-            "verdict_reason": (report or {}).get("verdict_reason"),
-            "over_commit_bytes": None if unallocated is None else max(0, -unallocated),
-            "verify_slack_bytes": verify.get("slack_bytes"),
-            "verify_oom_count": verify.get("oom_count"),
-            "kv_cache_bytes": owners.get("kv_cache"),
-            "graph_pool_bytes": owners.get("graph_pool"),
-            "error": err if code else None,
-        })
+        rows.append({"release": version, "model": model, "exit": code, "wall_s": wall, **report_figures(report),
+                     "error": err if code else None})
     (out / f"h200-matrix-{version}.json").write_text(json.dumps(rows, indent=1) + "\n")
     return 0 if all(r["exit"] == 0 and r["verdict"] == "ok" for r in rows) else 1
 
@@ -131,16 +143,8 @@ def plan_proof(out: Path) -> int:
         plan_exit, predicted = plan(base_path, *flags(edit))
         slug = name.replace(" ", "-").replace("<=", "le")
         code, booted, wall, err = boot(out, f"h200-plan-{slug}", *LLAMA, *flags({**KNOBS, **edit}))
-        p, b = kv_cache(predicted), kv_cache(booted)
-        table["edits"].append({
-            "edit": name, "flags": flags(edit), "plan_exit": plan_exit, "boot_exit": code, "wall_s": wall,
-            "predicted_kv_cache_bytes": p, "booted_kv_cache_bytes": b,
-            "error_bytes": None if p is None or b is None else p - b,
-            "bound_bytes": None if b is None else bound(b),
-            "within_bound": None if p is None or b is None else abs(p - b) <= bound(b),
-            "stated_error_bytes": (predicted.get("plan") or {}).get("kv_error_bytes"),
-            "verdict": [predicted.get("verdict"), (booted or {}).get("verdict")],
-        })
+        table["edits"].append({"edit": name, "flags": flags(edit), "plan_exit": plan_exit, "boot_exit": code,
+                               "wall_s": wall, **edit_figures(predicted, booted)})
         (out / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
     (WORK / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
     return 0 if all(e["within_bound"] and e["verdict"][0] == e["verdict"][1] for e in table["edits"]) else 1
@@ -194,17 +198,9 @@ MATRIX_REPORTS = {
 
 def matrix_row(path: Path, command: str) -> dict:
     report = json.loads(path.read_text())
-    rank = report["ranks"][0] if report.get("ranks") else {}
-    owners = rank.get("owners") or {}
-    unallocated = owners.get("kv_unallocated")
-    verify = report.get("verify") or {}
     model = Path((report.get("config") or {}).get("model") or "?").name
-    return {"report": path.name, "release": report["engine"]["version"], "model": model,
-            "runner": report["engine"].get("model_runner"), "command": command, "verdict": report["verdict"],
-            "reason": None if report["verdict"] == "ok" else report.get("verdict_reason"),
-            "over_commit_bytes": None if unallocated is None else max(0, -unallocated),
-            "verify_slack_bytes": verify.get("slack_bytes"), "verify_oom_count": verify.get("oom_count"),
-            "kv_cache_bytes": owners.get("kv_cache"), "device_total_bytes": rank.get("device_total_bytes")}
+    return {"report": path.name, "release": report["engine"]["version"], "model": model, "command": command,
+            **report_figures(report)}
 
 
 NOT_RETURNED = {
@@ -222,13 +218,8 @@ def plan_rows(results: Path) -> list[dict]:
             rows.append({"edit": name, "booted": False, "note": NOT_RETURNED.get(name, "not booted yet")})
             continue
         plan_exit, predicted = plan(base, *flags(edit))
-        booted = json.loads(booted_path.read_text())
-        p, b = kv_cache(predicted), kv_cache(booted)
-        rows.append({"edit": name, "booted": True, "plan_exit": plan_exit, "predicted_kv_cache_bytes": p,
-                     "booted_kv_cache_bytes": b, "error_bytes": p - b, "bound_bytes": bound(b),
-                     "within_bound": abs(p - b) <= bound(b),
-                     "stated_error_bytes": predicted["plan"]["kv_error_bytes"],
-                     "verdict": [predicted["verdict"], booted["verdict"]]})
+        rows.append({"edit": name, "booted": True, "plan_exit": plan_exit,
+                     **edit_figures(predicted, json.loads(booted_path.read_text()))})
     return rows
 
 
@@ -241,7 +232,7 @@ def tables(results: Path) -> int:
     for r in rows:
         slack = r["verify_slack_bytes"]
         share = "" if slack is None else f" ({100 * slack / r['device_total_bytes']:.2f} %)"
-        verdict = r["verdict"] if r["verdict"] == "ok" else f"{r['verdict']}: {r['reason']}"
+        verdict = r["verdict"] if r["verdict"] == "ok" else f"{r['verdict']}: {r['verdict_reason']}"
         lines.append(f"| {r['release']} | {r['runner']} | {r['model']} | {verdict} | {mib(r['over_commit_bytes'])} "
                      f"| {mib(slack)}{share} |")
     (results / "h200-matrix.md").write_text("\n".join(lines) + "\n")
