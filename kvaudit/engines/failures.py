@@ -139,8 +139,7 @@ def find_failure_in_log(text: str) -> tuple[FailureKind, str] | None:
         cause = cause_of(line)
         if cause is not None and cause.priority < GENERIC:
             candidates.append((cause.priority, (index,), (cause.kind, error_text(line, cause))))
-    found = root_cause(candidates)
-    return found  # type: ignore[return-value]
+    return root_cause(candidates)  # type: ignore[return-value]
 
 
 def estimated_max_model_len(text: str) -> int | None:
