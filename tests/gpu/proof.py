@@ -2,7 +2,8 @@
 
     python3 tests/gpu/proof.py matrix OUT [MODEL …]   # issue 17: the installed vLLM release
     python3 tests/gpu/proof.py plan OUT                # issue 18: one --sweep boot and four edits
-    python3 tests/gpu/proof.py plan-solve OUT          # issue 18: the solve, from plan's base boot
+    python3 tests/gpu/proof.py plan-edits OUT BASE [EDIT …]  # issue 18: edits from a kept base report
+    python3 tests/gpu/proof.py plan-solve OUT [BASE]   # issue 18: the solve, from plan's base boot
     python3 tests/gpu/proof.py table RESULTS           # here: the matrix and plan tables from the reports
 
 `matrix` boots the embedded model (MTP, graphs on) and Llama-3.2-1B (published dimensions, dummy
@@ -44,13 +45,17 @@ def flags(knobs: dict[str, str]) -> list[str]:
     return [x for pair in knobs.items() for x in pair]
 
 
-def boot(out: Path, name: str, *args: str, timeout: int = 300) -> tuple[int, dict | None, float, str]:
+def boot(out: Path, name: str, *args: str, timeout: int = 300,
+         engine_args: tuple[str, ...] = ()) -> tuple[int, dict | None, float, str]:
+    """`kvaudit run ARGS … -- ENGINE_ARGS` with its report and vLLM log kept in OUT under NAME."""
     report_path = out / f"{name}.json"
     started = time.monotonic()
+    command = [sys.executable, "-m", "kvaudit", "run", *args, "--timeout", str(timeout),
+               "--log", str(out / f"{name}.log"), "-o", str(report_path), "-f", "json"]
+    if engine_args:
+        command += ["--", *engine_args]
     try:
-        proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", *args, "--timeout", str(timeout),
-                               "--log", str(out / f"{name}.log"), "-o", str(report_path), "-f", "json"],
-                              capture_output=True, text=True, timeout=timeout + 60)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout + 60)
         code, err = proc.returncode, proc.stderr.strip()[-600:]
     except subprocess.TimeoutExpired:
         code, err = 124, "timed out"
@@ -71,9 +76,13 @@ def release() -> str:
     return vllm.__version__
 
 
+# model → (kvaudit run arguments, vLLM engine arguments after `--`, seconds before the boot is stopped)
 MATRIX_MODELS = {
-    "embedded-mtp": ["--mtp", "1", "--gmu", "0.98", "--verify"],
-    "llama-3.2-1b": [*LLAMA, *flags(KNOBS), "--verify"],
+    # vLLM 0.22.1 picks FlashInfer CUTLASS for the embedded model's unquantized MoE; its first-boot
+    # JIT build outlasted 300 s on the H200, hence the long timeout and the Triton row beside it
+    "embedded-mtp": (["--mtp", "1", "--gmu", "0.98", "--verify"], (), 900),
+    "embedded-mtp-triton-moe": (["--mtp", "1", "--gmu", "0.98", "--verify"], ("--moe-backend", "triton"), 300),
+    "llama-3.2-1b": ([*LLAMA, *flags(KNOBS), "--verify"], (), 300),
 }
 
 
@@ -106,10 +115,11 @@ def edit_figures(predicted: dict, booted: dict | None) -> dict:
 def matrix(out: Path, *only: str) -> int:
     version = release()
     rows = []
-    for model, args in MATRIX_MODELS.items():
-        if only and model not in only:
+    for model, (args, engine_args, timeout) in MATRIX_MODELS.items():
+        if (only and model not in only) or (not only and model == "embedded-mtp-triton-moe"):
             continue
-        code, report, wall, err = boot(out, f"h200-matrix-{version}-{model}", *args)
+        code, report, wall, err = boot(out, f"h200-matrix-{version}-{model}", *args, timeout=timeout,
+                                       engine_args=engine_args)
         rows.append({"release": version, "model": model, "exit": code, "wall_s": wall, **report_figures(report),
                      "error": err if code else None})
     (out / f"h200-matrix-{version}.json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -126,6 +136,10 @@ def bound(kv: int) -> int:
     return max(kv * 2 // 100, 64 * MiB)
 
 
+def slug(edit: str) -> str:
+    return edit.replace(" ", "-").replace("<=", "le")
+
+
 def plan_proof(out: Path) -> int:
     code, base, wall, err = boot(out, "h200-plan-base", *LLAMA, *flags(KNOBS), "--sweep", "--verify")
     table: dict = {"vllm": release(), "base": {"command": "kvaudit run " + " ".join(flags(KNOBS)) +
@@ -137,22 +151,31 @@ def plan_proof(out: Path) -> int:
         (out / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
         return 1
     WORK.mkdir(exist_ok=True)
-    base_path = WORK / "h200-plan-base.json"
-    base_path.write_text((out / "h200-plan-base.json").read_text())
-    for name, edit in EDITS.items():
+    (WORK / "h200-plan-base.json").write_text((out / "h200-plan-base.json").read_text())
+    return plan_edits(out, WORK / "h200-plan-base.json", *EDITS, table=table)
+
+
+def plan_edits(out: Path, base_path: Path | str, *names: str, table: dict | None = None) -> int:
+    """Plan each named edit (default: all) from BASE_PATH, boot it for real and compare KV."""
+    base_path = Path(base_path)
+    table = table or {"vllm": release(), "base": {"report": base_path.name}, "edits": []}
+    for name in names or EDITS:
+        edit = EDITS[name]
         plan_exit, predicted = plan(base_path, *flags(edit))
-        slug = name.replace(" ", "-").replace("<=", "le")
-        code, booted, wall, err = boot(out, f"h200-plan-{slug}", *LLAMA, *flags({**KNOBS, **edit}))
+        code, booted, wall, err = boot(out, f"h200-plan-{slug(name)}", *LLAMA, *flags({**KNOBS, **edit}))
         table["edits"].append({"edit": name, "flags": flags(edit), "plan_exit": plan_exit, "boot_exit": code,
                                "wall_s": wall, **edit_figures(predicted, booted)})
         (out / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
+    WORK.mkdir(exist_ok=True)
     (WORK / "h200-plan.json").write_text(json.dumps(table, indent=1) + "\n")
     return 0 if all(e["within_bound"] and e["verdict"][0] == e["verdict"][1] for e in table["edits"]) else 1
 
 
-def plan_solve(out: Path) -> int:
-    base_path = WORK / "h200-plan-base.json"
-    table = json.loads((WORK / "h200-plan.json").read_text())
+def plan_solve(out: Path, base_path: Path | str = WORK / "h200-plan-base.json") -> int:
+    """Solve the longest max_model_len at a low GMU from BASE_PATH; boot the answer and the answer + 5 %."""
+    base_path = Path(base_path)
+    table_path = WORK / "h200-plan.json"
+    table = json.loads(table_path.read_text()) if table_path.exists() else {"vllm": release()}
     # Solve at a GMU low enough that the answer lies inside the model's 131072-token context.
     for gmu in ("0.045", "0.04", "0.05", "0.035"):
         solve_exit, solved = plan(base_path, "--gmu", gmu, "--solve", "max-model-len")
@@ -213,7 +236,7 @@ def plan_rows(results: Path) -> list[dict]:
     base = results / "h200-plan-base.json"
     rows = []
     for name, edit in EDITS.items():
-        booted_path = results / f"h200-plan-{name.replace(' ', '-').replace('<=', 'le')}.json"
+        booted_path = results / f"h200-plan-{slug(name)}.json"
         if not booted_path.exists():
             rows.append({"edit": name, "booted": False, "note": NOT_RETURNED.get(name, "not booted yet")})
             continue
@@ -254,7 +277,8 @@ def main() -> int:
     what, out, *rest = sys.argv[1:]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return {"matrix": matrix, "plan": plan_proof, "plan-solve": plan_solve, "table": tables}[what](out, *rest)
+    return {"matrix": matrix, "plan": plan_proof, "plan-edits": plan_edits, "plan-solve": plan_solve,
+            "table": tables}[what](out, *rest)
 
 
 if __name__ == "__main__":

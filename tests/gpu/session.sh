@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
 #   bash tests/gpu/session.sh selftest|vllm1|vllm2|real1|real2|bench|trace|trace-selftest|contract
-#   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-solve
+#   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-edits BASE [EDIT …]|plan-solve [BASE]|bench-sweep
 # (real1: dense 8B and MLA+MoE 16B on MRv2; real2: MLA+MoE+MTP on V1, the retained-pool selftest and
 #  an allocator-snapshot fixture; see tests/gpu/test_real_scale_gpu.py)
 # (matrix: the installed vLLM release's row of the version matrix plus its contract tests;
@@ -42,11 +42,17 @@ elif [ "$stage" = bench ]; then
 elif [ "$stage" = matrix ]; then
   shift
   ver=$(python3 -c 'import vllm; print(vllm.__version__)')
-  timeout 480 python3 tests/gpu/proof.py matrix "$res" "$@" 2>&1 | tee "$res/matrix-$ver.txt"
+  timeout ${STAGE_TIMEOUT:-1000} python3 tests/gpu/proof.py matrix "$res" "$@" 2>&1 | tee "$res/matrix-$ver.txt"
   timeout 90 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/h200-contract-vllm$ver.txt"
   stage=matrix-$ver
-elif [ "$stage" = plan ] || [ "$stage" = plan-solve ]; then
-  timeout 570 python3 tests/gpu/proof.py "$stage" "$res" 2>&1 | tee "$res/$stage.txt"
+elif [ "$stage" = plan ] || [ "$stage" = plan-edits ] || [ "$stage" = plan-solve ]; then
+  shift
+  timeout ${STAGE_TIMEOUT:-570} python3 tests/gpu/proof.py "$stage" "$res" "$@" 2>&1 | tee "$res/$stage.txt"
+elif [ "$stage" = bench-sweep ]; then
+  # the cost of --sweep at real dimensions: kvaudit run, then --sweep twice, then kvaudit run again
+  timeout ${STAGE_TIMEOUT:-560} python3 tests/benchmarks/bench_run.py --model tests/gpu/models/llama-3.2-1b \
+    --dummy-weights --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
+    --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders kssk --json "$res/h200-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
 elif [ "$stage" = contract ]; then
   timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"
 else
