@@ -57,6 +57,8 @@ class MeasuredRank:
     kv_cache_spec_dtype: str | None = None
     node: RankNode | None = None
     """Where the rank ran and how its record arrived (a run; None elsewhere)."""
+    kv_tensor_block_bytes: tuple[int, ...] | None = None
+    kv_segment_rounding_bytes: int | None = None
     planted: Mapping[Owner, int] = field(default_factory=dict)
     """Sizes the source planted on purpose (the selftest), per owner: the report's accuracy."""
 
@@ -174,7 +176,8 @@ def rank_report(record: RankRecord) -> RankReport:
         sites=tuple(record.sites) if record.sites is not None else None,
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
-        kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node)
+        kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node,
+        kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=record.kv_segment_rounding_bytes)
 
 
 def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:

@@ -25,7 +25,7 @@ from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
 from kvaudit.config import AuditConfig, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
-from kvaudit.ledger import requested_bytes
+from kvaudit.ledger import kv_blocks_within, requested_bytes
 from kvaudit.report import exit_code as report_exit
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
@@ -277,6 +277,9 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         plan_rank, rank_report = _planned_rank(rank, figures, edited, config, old.gpu_memory_utilization)
         plan_ranks.append(plan_rank)
         reports.append(rank_report)
+    # As the run sizes KV on CUDA: whole blocks whose tensors' allocator segments fit.
+    reports = [_fit_segments(r, m.kv_tensor_block_bytes, measured.capacity.kv_bytes_per_block, geometry)
+               for r, m in zip(reports, measured.ranks)]
     # vLLM allocates the binding rank's block count on every rank.
     blocks = _common_blocks(reports, geometry)
     if blocks is not None and geometry is not None:
@@ -313,7 +316,8 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     tokens = (-(-error // geometry.bytes_per_block) * geometry.tokens_per_block
               if error is not None and geometry is not None else None)
     if measured.engine.name == "vllm" and not (measured.environment.device_name or "").startswith("CPU") \
-            and predicted.capacity.kv_available_bytes is not None and error is not None:
+            and predicted.capacity.kv_available_bytes is not None and error is not None \
+            and any(r.kv_tensor_block_bytes is None for r in predicted.ranks):
         notes.append("on CUDA kvaudit sizes KV in whole blocks whose tensors' allocator segments fit: add up to "
                      "2 MiB per KV tensor to the stated error")
     return Plan(report=predicted, measured=measured, edits=changed, ranks=tuple(plan_ranks), kv_error_bytes=error,
@@ -461,7 +465,8 @@ def _planned_rank(rank: RankReport, figures: dict[Owner, Figure], edited: set[Ow
     gmu = config.gpu_memory_utilization
     if rank.device_total_bytes is not None and gmu is not None and gmu != measured_gmu:
         requested = requested_bytes(rank.device_total_bytes, gmu)
-    charge = (rank.requested_bytes - rank.kv_available_bytes
+    # The budget left unused so that whole blocks' segments fit is no owner's: it is not charged.
+    charge = (rank.requested_bytes - rank.kv_available_bytes - (rank.kv_segment_rounding_bytes or 0)
               if rank.requested_bytes is not None and rank.kv_available_bytes is not None else None)
     error = 0
     for owner, fig in figures.items():
@@ -485,6 +490,22 @@ def _planned_rank(rank: RankReport, figures: dict[Owner, Figure], edited: set[Ow
         free_at_start_bytes=rank.free_at_start_bytes)
     return PlanRank(rank=rank.rank, figures=tuple(figures[o] for o in NON_KV_OWNERS), requested_bytes=requested,
                     kv_available_bytes=available, kv_error_bytes=error if available is not None else None), report
+
+
+def _fit_segments(rank: RankReport, measured_pages: tuple[int, ...] | None, measured_bytes_per_block: int | None,
+                  geometry: KvGeometry | None) -> RankReport:
+    """The rank's KV figure in whole blocks whose tensors' allocator segments fit, as the run
+    sizes it (ledger.kv_blocks_within), with each tensor's bytes per block scaled to the planned
+    block (a --kv-cache-dtype edit). Unchanged where the boot recorded no tensors."""
+    if measured_pages is None or geometry is None or rank.kv_available_bytes is None \
+            or sum(measured_pages) != measured_bytes_per_block:
+        return rank
+    pages = tuple(p * geometry.bytes_per_block // sum(measured_pages) for p in measured_pages)
+    if sum(pages) != geometry.bytes_per_block:  # no whole-byte scaling: leave it to the stated error
+        return rank
+    fitted = kv_blocks_within(rank.kv_available_bytes, pages) * sum(pages)
+    return dataclasses.replace(rank, kv_available_bytes=fitted, kv_tensor_block_bytes=pages,
+                               kv_segment_rounding_bytes=rank.kv_available_bytes - fitted)
 
 
 def _common_blocks(ranks: Sequence[RankReport], geometry: KvGeometry | None) -> int | None:

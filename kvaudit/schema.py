@@ -246,6 +246,13 @@ class RankReport:
     kv_cache_spec_dtype: str | None = field(default=None, metadata=OMIT_NONE)
     """Extension: the dtype of vLLM's KV cache spec in this boot (`torch.bfloat16`), which
     `--kv-cache-dtype auto` leaves implicit; absent when not recorded."""
+    kv_tensor_block_bytes: tuple[int, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (CUDA): bytes per block of each KV tensor vLLM allocates; the allocator rounds
+    each tensor up to its segments, so KV is sized in whole blocks whose segments fit. Absent
+    where no allocator rounds (host memory) or the boot did not record it."""
+    kv_segment_rounding_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (CUDA): bytes of the budget left unused so that whole blocks' segments fit
+    (kv_available_bytes is after it); absent where kv_tensor_block_bytes is."""
     node: RankNode | None = field(default=None, metadata=OMIT_NONE)
     """Extension (`kvaudit run`): where this rank ran and how its record reached the report;
     absent in reports from logs and older runs."""

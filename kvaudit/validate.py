@@ -169,7 +169,18 @@ def _rank_report(node: _JsonObject) -> RankReport:
         graph_capture_transient_bytes=node.int("graph_capture_transient_bytes", required=False),
         sites=_sites(node), sweep=_sweep(node),
         kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
-        node=_rank_node(node.child("node", required=False, nullable=True)))
+        node=_rank_node(node.child("node", required=False, nullable=True)),
+        kv_tensor_block_bytes=_positive_ints(node, "kv_tensor_block_bytes"),
+        kv_segment_rounding_bytes=node.int("kv_segment_rounding_bytes", required=False))
+
+
+def _positive_ints(node: _JsonObject, key: str) -> tuple[int, ...] | None:
+    items = node.integers(key, required=False)
+    if items is None:
+        return None
+    if not items or any(i <= 0 for i in items):
+        raise BadInputError(f"{node.where}.{key}: expected a non-empty list of positive integers")
+    return tuple(items)
 
 
 JOURNAL_SOURCES = ("rpc", "file", "relay")

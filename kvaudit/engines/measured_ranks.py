@@ -106,6 +106,15 @@ def fold(rank: int, events: Iterable[Mapping[str, Any]]) -> RankEvents:
     return out
 
 
+def _ints(value: Any) -> tuple[int, ...] | None:
+    """A list of positive integers from a fact, or None (journals are data)."""
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        return None
+    return tuple(value)
+
+
 def _sweep(value: Any) -> tuple[SweepPoint, ...] | None:
     """The worker's sweep fact as report records (malformed entries skipped: journals are data)."""
     if not isinstance(value, list):
@@ -135,4 +144,6 @@ def measured_rank(folded: RankEvents, gmu: float | None = None, node: RankNode |
         vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records(),
         vllm_graph_estimate_bytes=folded.get_int("vllm_graph_estimate_bytes"),
         graph_capture_transient_bytes=folded.get_int("graph_capture_transient_bytes"), sweep=_sweep(f.get("sweep")),
-        kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None, node=node)
+        kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None, node=node,
+        kv_tensor_block_bytes=_ints(f.get("kv_tensor_block_bytes")),
+        kv_segment_rounding_bytes=folded.get_int("kv_segment_rounding_bytes"))

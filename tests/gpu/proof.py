@@ -172,7 +172,11 @@ def plan_edits(out: Path, base_path: Path | str, *names: str, table: dict | None
 
 
 def plan_solve(out: Path, base_path: Path | str = WORK / "h200-plan-base.json") -> int:
-    """Solve the longest max_model_len at a low GMU from BASE_PATH; boot the answer and the answer + 5 %."""
+    """Solve the longest max_model_len at a low GMU from BASE_PATH (`boot`: a fresh `--sweep` boot
+    at KNOBS first); boot the answer with --verify and the answer + 5 %."""
+    if str(base_path) == "boot":
+        boot(out, "h200-plan-solve-base", *LLAMA, *flags(KNOBS), "--sweep")
+        base_path = out / "h200-plan-solve-base.json"
     base_path = Path(base_path)
     table_path = WORK / "h200-plan.json"
     table = json.loads(table_path.read_text()) if table_path.exists() else {"vllm": release()}
@@ -182,7 +186,7 @@ def plan_solve(out: Path, base_path: Path | str = WORK / "h200-plan-base.json") 
         answer = ((solved.get("plan") or {}).get("solution") or {}).get("value")
         if answer and 16384 <= answer <= 120000:
             break
-    solve = {"gmu": gmu, "plan_exit": solve_exit, "answer": answer,
+    solve = {"base": base_path.name, "gmu": gmu, "plan_exit": solve_exit, "answer": answer,
              "predicted_kv_cache_bytes": kv_cache(solved)}
     if answer:
         knobs = {**KNOBS, "--gmu": gmu}

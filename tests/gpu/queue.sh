@@ -18,6 +18,7 @@ status() {
     for job in $(ls "$q/$state"); do echo "$state $job"; done
   done
   tail -n 4 "$q"/out/*/results/*.txt 2>/dev/null | grep -v '^$' | tail -n 40
+  return 0
 }
 
 collect() {

@@ -49,10 +49,10 @@ elif [ "$stage" = plan ] || [ "$stage" = plan-edits ] || [ "$stage" = plan-solve
   shift
   timeout ${STAGE_TIMEOUT:-570} python3 tests/gpu/proof.py "$stage" "$res" "$@" 2>&1 | tee "$res/$stage.txt"
 elif [ "$stage" = bench-sweep ]; then
-  # the cost of --sweep at real dimensions: kvaudit run, then --sweep twice, then kvaudit run again
+  # the cost of --sweep at real dimensions: kvaudit run, then --sweep (BENCH_ORDERS=kssk for a balanced order)
   timeout ${STAGE_TIMEOUT:-560} python3 tests/benchmarks/bench_run.py --model tests/gpu/models/llama-3.2-1b \
     --dummy-weights --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
-    --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders kssk --json "$res/h200-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
+    --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders ${BENCH_ORDERS:-ks} --json "$res/h200-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
 elif [ "$stage" = contract ]; then
   timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"
 else

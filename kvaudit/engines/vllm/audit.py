@@ -148,7 +148,7 @@ class AuditMixin:
             rounding, available = int(available) - fitted, fitted
         seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=int(available),
                  kv_structures_reserve_bytes=self._kva_kv_structures, capture_reserve_bytes=capture_reserve,
-                 kv_segment_rounding_bytes=rounding,
+                 kv_segment_rounding_bytes=rounding if pages else None, kv_tensor_block_bytes=pages or None,
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
                  kv_cache_spec_dtype=self._kva_spec_dtype(), **(adapter.kv_geometry_estimate(self) or {}))
