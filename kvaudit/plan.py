@@ -398,6 +398,15 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
             rule=(rest.rule + "; " if rest.rule else "")
             + f"block tables change by about {fmt_bytes(table, signed=True)} "
               f"(int32 × max_num_seqs × blocks per request, host and device), counted as error")
+    # On CUDA torch_other is mostly the caching allocator's partly used segments at sizing, and
+    # how many there are differs from boot to boot of one config (the H200 plan proof saw KV up to
+    # 368 MiB above the plan: tests/benchmarks/results/h200-plan.md).
+    other = figures[Owner.TORCH_OTHER]
+    if other.bytes and not (measured.environment.device_name or "").startswith("CPU"):
+        figures[Owner.TORCH_OTHER] = dataclasses.replace(
+            other, error_bytes=other.error_bytes + other.bytes,
+            rule=(other.rule + "; " if other.rule else "") + "the allocator's cached segments at sizing differ "
+            "from boot to boot of one config: counted as error up to this figure")
     return figures
 
 

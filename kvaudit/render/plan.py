@@ -71,9 +71,11 @@ def plan_lines(plan: Plan, *, markdown: bool = False) -> list[str]:
         lines.append(f"{bullet}kv_available: {kv}")
     cap = plan.report.capacity
     if plan.kv_error_bytes is not None:
+        cuda = any("differ from boot to boot" in f.rule for r in plan.ranks for f in r.figures)
+        variation = ("torch_other's boot-to-boot variation included, the other measured owners' not" if cuda
+                     else "boot-to-boot variation of the measured owners not included")
         lines.append(f"KV on the binding rank: {fmt_bytes(cap.kv_available_bytes)} ± {fmt_bytes(plan.kv_error_bytes)}"
-                     f" (± {fmt_tokens(plan.kv_error_tokens)} tokens; whole blocks included; boot-to-boot variation "
-                     f"of the measured owners not included)")
+                     f" (± {fmt_tokens(plan.kv_error_tokens)} tokens; whole blocks included; {variation})")
     for note in plan.notes:
         lines.append(f"note: {note}")
     for boot in plan.boots_needed:
