@@ -216,6 +216,7 @@ MATRIX_REPORTS = {
     "h200-matrix-0.22.1-embedded-mtp.json": "--mtp 1 --gmu 0.98 --verify",
     "h200-matrix-0.22.1-llama-3.2-1b.json": "KNOBS --verify",
     "h200-matrix-0.24.0-llama-3.2-1b.json": "KNOBS --verify",
+    "h200-matrix-0.26.0-embedded-mtp.json": "--mtp 1 --gmu 0.98 --verify",
     "h200-plan-base.json": "KNOBS --verify --sweep",
     "h200-real-llama-3.1-8b.json": "real-scale KNOBS --verify",
     "h200-real-deepseek-v2-lite.json": "real-scale KNOBS --verify",
@@ -230,24 +231,37 @@ def matrix_row(path: Path, command: str) -> dict:
             **report_figures(report)}
 
 
-NOT_RETURNED = {
-    "max_num_batched_tokens 4096": "booted (exit 0, 74.5 s on 2026-12-03), but the device call ran out of time "
-                                   "before its report was packed: no figures",
-}
-
-
 def plan_rows(results: Path) -> list[dict]:
     base = results / "h200-plan-base.json"
     rows = []
     for name, edit in EDITS.items():
         booted_path = results / f"h200-plan-{slug(name)}.json"
         if not booted_path.exists():
-            rows.append({"edit": name, "booted": False, "note": NOT_RETURNED.get(name, "not booted yet")})
+            rows.append({"edit": name, "booted": False, "note": "not booted yet"})
             continue
         plan_exit, predicted = plan(base, *flags(edit))
         rows.append({"edit": name, "booted": True, "plan_exit": plan_exit,
                      **edit_figures(predicted, json.loads(booted_path.read_text()))})
     return rows
+
+
+def solve_row(results: Path) -> dict | None:
+    """The solve check from its three committed reports (base, answer with --verify, answer + 5 %)."""
+    paths = [results / f"h200-plan-solve-{n}.json" for n in ("base", "answer", "plus5")]
+    if not all(path.exists() for path in paths):
+        return None
+    base, at, above = (json.loads(path.read_text()) for path in paths)
+    gmu = str(at["config"]["gpu_memory_utilization"])
+    plan_exit, solved = plan(paths[0], "--gmu", gmu, "--solve", "max-model-len")
+    verify = at.get("verify") or {}
+    return {"base": paths[0].name, "gmu": gmu, "plan_exit": plan_exit,
+            "answer": solved["plan"]["solution"]["value"], "predicted_kv_cache_bytes": kv_cache(solved),
+            "at_answer": {"max_model_len": at["config"]["max_model_len"], "verdict": at["verdict"],
+                          "kv_cache_bytes": kv_cache(at), "verify_ok": verify.get("ok"),
+                          "verify_slack_bytes": verify.get("slack_bytes")},
+            "at_answer_plus_5_percent": {"max_model_len": above["config"]["max_model_len"],
+                                         "exit": 1 if above["verdict"] == "fail" else 0, "verdict": above["verdict"],
+                                         "failure_kind": (above.get("failure") or {}).get("kind")}}
 
 
 def tables(results: Path) -> int:
@@ -264,14 +278,26 @@ def tables(results: Path) -> int:
                      f"| {mib(slack)}{share} |")
     (results / "h200-matrix.md").write_text("\n".join(lines) + "\n")
     prows = plan_rows(results)
-    (results / "h200-plan.json").write_text(json.dumps(prows, indent=1) + "\n")
-    plines = ["| edit | planned KV | booted KV | error | bound | verdict planned / booted |", "|---|---|---|---|---|---|"]
+    solved = solve_row(results)
+    (results / "h200-plan.json").write_text(json.dumps({"edits": prows, "solve": solved}, indent=1) + "\n")
+    plines = ["| edit | planned KV | booted KV | error | stated error | bound | verdict planned / booted |",
+              "|---|---|---|---|---|---|---|"]
     for r in prows:
         if not r["booted"]:
-            plines.append(f"| {r['edit']} | {r['note']} | | | | |")
+            plines.append(f"| {r['edit']} | {r['note']} | | | | | |")
             continue
         plines.append(f"| {r['edit']} | {mib(r['predicted_kv_cache_bytes'])} | {mib(r['booted_kv_cache_bytes'])} | "
-                      f"{r['error_bytes'] / MiB:+,.1f} MiB | {mib(r['bound_bytes'])} | {r['verdict'][0]} / {r['verdict'][1]} |")
+                      f"{r['error_bytes'] / MiB:+,.1f} MiB | ± {mib(r['stated_error_bytes'])} | {mib(r['bound_bytes'])} | "
+                      f"{r['verdict'][0]} / {r['verdict'][1]} |")
+    if solved:
+        at, above = solved["at_answer"], solved["at_answer_plus_5_percent"]
+        plines += ["", "| solve | planned | booted |", "|---|---|---|",
+                   f"| `--gmu {solved['gmu']} --solve max-model-len` | {solved['answer']:,} tokens, "
+                   f"{mib(solved['predicted_kv_cache_bytes'])} KV | {mib(at['kv_cache_bytes'])} KV; verdict "
+                   f"{at['verdict']}, --verify {'passed' if at['verify_ok'] else 'FAILED'} (slack "
+                   f"{mib(at['verify_slack_bytes'])}) |",
+                   f"| answer + 5 % ({above['max_model_len']:,}) | does not fit | exit {above['exit']}, "
+                   f"{above['verdict']}: {above['failure_kind']} |"]
     (results / "h200-plan.md").write_text("\n".join(plines) + "\n")
     print("\n".join(lines) + "\n\n" + "\n".join(plines))
     return 0
