@@ -553,7 +553,7 @@ def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None
                                                                "memory from the other owners"))
         solved = plan_report(measured, dataclasses.replace(edits, max_model_len=length))
         return dataclasses.replace(solved, solution=Solution(
-            knob, length, note=f"the longest request that fits, ± {fmt_tokens(base.kv_error_tokens)} tokens of stated "
+            knob, length, note=f"the longest request that fits, ± {fmt_tokens(solved.kv_error_tokens)} tokens of stated "
                                f"error; not checked against the model's own context limit (not in the report)"))
     if knob is Knob.GMU:
         return _solve_gmu(measured, edits, base)
