@@ -98,3 +98,15 @@ def test_a_bad_tensor_list_is_refused_by_name(value):
     bad = text.replace('"kv_tensor_block_bytes": [', f'"kv_tensor_block_bytes": {value}, "x": [', 1)
     with pytest.raises(BadInputError, match="kv_tensor_block_bytes"):
         parse_report_text(bad, "bad.json")
+
+
+def test_an_fp8_edit_halves_each_tensors_block_and_refits(solve_base):
+    plan = plan_report(solve_base, Edits(kv_cache_dtype="fp8"))
+    rank = plan.report.ranks[0]
+    assert rank.kv_tensor_block_bytes == (PAGE // 2,) * 16
+    unrounded = rank.kv_available_bytes + rank.kv_segment_rounding_bytes
+    assert rank.kv_available_bytes == kv_blocks_within(unrounded, (PAGE // 2,) * 16) * 8 * PAGE
+    assert 0 <= rank.kv_segment_rounding_bytes < 16 * 2 * MiB
+    # the sizing charge is the base's, so the unrounded budget is the base's too
+    base = solve_base.ranks[0]
+    assert unrounded == base.kv_available_bytes + base.kv_segment_rounding_bytes
