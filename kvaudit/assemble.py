@@ -58,7 +58,9 @@ class MeasuredRank:
     node: RankNode | None = None
     """Where the rank ran and how its record arrived (a run; None elsewhere)."""
     kv_tensor_block_bytes: tuple[int, ...] | None = None
+    """Bytes per block of each KV tensor (CUDA; see RankReport)."""
     kv_segment_rounding_bytes: int | None = None
+    """Budget left unused so that whole blocks' segments fit (CUDA; see RankReport)."""
     planted: Mapping[Owner, int] = field(default_factory=dict)
     """Sizes the source planted on purpose (the selftest), per owner: the report's accuracy."""
 

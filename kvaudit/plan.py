@@ -137,6 +137,12 @@ class Plan:
     solution: Solution | None = None
     schema: str = PLAN_SCHEMA
 
+    @property
+    def counts_torch_other_variation(self) -> bool:
+        """The stated error holds torch_other's boot-to-boot variation (_rank_figures: CUDA only)."""
+        return not _on_cpu(self.measured) and any(
+            f.owner is Owner.TORCH_OTHER and f.bytes for r in self.ranks for f in r.figures)
+
 
 # --------------------------------------------------------------------------------------------
 # Rules
@@ -211,6 +217,11 @@ def fp8_bytes_per_block(measured_bpb: int, spec_dtype: str | None, measured_dtyp
     return None
 
 
+def _on_cpu(report: Report) -> bool:
+    """The boot ran on vLLM's CPU backend (host memory: no caching allocator's segments)."""
+    return (report.environment.device_name or "").startswith("CPU")
+
+
 def geometry_of(report: Report) -> KvGeometry | None:
     """The KV geometry the boot recorded (vLLM's kv_cache_config: block bytes over all layers).
     A log states no block bytes, only its KV size line (tokens in the available bytes): bytes
@@ -259,8 +270,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     notes: list[str] = []
     boots: list[str] = []
 
-    if config.gpu_memory_utilization != old.gpu_memory_utilization and \
-            (measured.environment.device_name or "").startswith("CPU"):
+    if config.gpu_memory_utilization != old.gpu_memory_utilization and _on_cpu(measured):
         notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
                      "node's total can change between boots (memory hot-plug), and the plan cannot see it")
     if config.max_model_len != old.max_model_len:
@@ -315,7 +325,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         error += geometry.bytes_per_block  # the cache holds whole blocks: one block either way
     tokens = (-(-error // geometry.bytes_per_block) * geometry.tokens_per_block
               if error is not None and geometry is not None else None)
-    if measured.engine.name == "vllm" and not (measured.environment.device_name or "").startswith("CPU") \
+    if measured.engine.name == "vllm" and not _on_cpu(measured) \
             and predicted.capacity.kv_available_bytes is not None and error is not None \
             and any(r.kv_tensor_block_bytes is None for r in predicted.ranks):
         notes.append("on CUDA kvaudit sizes KV in whole blocks whose tensors' allocator segments fit: add up to "
@@ -402,7 +412,7 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
     # how many there are differs from boot to boot of one config (the H200 plan proof saw KV up to
     # 368 MiB above the plan: tests/benchmarks/results/h200-plan.md).
     other = figures[Owner.TORCH_OTHER]
-    if other.bytes and not (measured.environment.device_name or "").startswith("CPU"):
+    if other.bytes and not _on_cpu(measured):
         figures[Owner.TORCH_OTHER] = dataclasses.replace(
             other, error_bytes=other.error_bytes + other.bytes,
             rule=(other.rule + "; " if other.rule else "") + "the allocator's cached segments at sizing differ "
@@ -506,10 +516,11 @@ def _fit_segments(rank: RankReport, measured_pages: tuple[int, ...] | None, meas
     """The rank's KV figure in whole blocks whose tensors' allocator segments fit, as the run
     sizes it (ledger.kv_blocks_within), with each tensor's bytes per block scaled to the planned
     block (a --kv-cache-dtype edit). Unchanged where the boot recorded no tensors."""
-    if measured_pages is None or geometry is None or rank.kv_available_bytes is None \
-            or sum(measured_pages) != measured_bytes_per_block:
+    measured_block = sum(measured_pages or ())
+    if not measured_block or measured_block != measured_bytes_per_block or geometry is None \
+            or rank.kv_available_bytes is None:
         return rank
-    pages = tuple(p * geometry.bytes_per_block // sum(measured_pages) for p in measured_pages)
+    pages = tuple(p * geometry.bytes_per_block // measured_block for p in measured_pages)  # type: ignore[union-attr]
     if sum(pages) != geometry.bytes_per_block:  # no whole-byte scaling: leave it to the stated error
         return rank
     fitted = kv_blocks_within(rank.kv_available_bytes, pages) * sum(pages)
@@ -553,8 +564,8 @@ def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None
                                                                "memory from the other owners"))
         solved = plan_report(measured, dataclasses.replace(edits, max_model_len=length))
         return dataclasses.replace(solved, solution=Solution(
-            knob, length, note=f"the longest request that fits, ± {fmt_tokens(solved.kv_error_tokens)} tokens of stated "
-                               f"error; not checked against the model's own context limit (not in the report)"))
+            knob, length, note=f"the longest request that fits, ± {fmt_tokens(solved.kv_error_tokens)} tokens of "
+                               f"stated error; not checked against the model's own context limit (not in the report)"))
     if knob is Knob.GMU:
         return _solve_gmu(measured, edits, base)
     blocks = cap.kv_available_bytes // geometry.bytes_per_block

@@ -71,8 +71,8 @@ def plan_lines(plan: Plan, *, markdown: bool = False) -> list[str]:
         lines.append(f"{bullet}kv_available: {kv}")
     cap = plan.report.capacity
     if plan.kv_error_bytes is not None:
-        cuda = any("differ from boot to boot" in f.rule for r in plan.ranks for f in r.figures)
-        variation = ("torch_other's boot-to-boot variation included, the other measured owners' not" if cuda
+        variation = ("torch_other's boot-to-boot variation included, the other measured owners' not"
+                     if plan.counts_torch_other_variation
                      else "boot-to-boot variation of the measured owners not included")
         lines.append(f"KV on the binding rank: {fmt_bytes(cap.kv_available_bytes)} ± {fmt_bytes(plan.kv_error_bytes)}"
                      f" (± {fmt_tokens(plan.kv_error_tokens)} tokens; whole blocks included; {variation})")
