@@ -33,7 +33,8 @@ case $verb in
     n=$(find "$q/pending" "$q/running" "$q/done" -type f | grep -c .)
     printf '%s\n' "$site" "$@" > "$q/pending/$(printf %03d "$n")-$name"
     cp "$0" "$q/queue.sh"   # the runner reads its own copy: the tree may be re-synced under it
-    tar --exclude=./.gpuwheels -cf - . | (mkdir -p "$q/tree" && tar -xf - -C "$q/tree")
+    # the wheels and a local virtual environment stay out of the snapshot: each is gigabytes
+    tar --exclude=./.gpuwheels --exclude=./.venv -cf - . | (mkdir -p "$q/tree" && tar -xf - -C "$q/tree")
     setsid -f bash "$q/queue.sh" run < /dev/null >> "$q/runner.log" 2>&1
     status ;;
   run)
@@ -48,6 +49,7 @@ case $verb in
       mkdir -p "$q/out/$name"
       (cd "$q/run-$name" && OUT=$q/out/$name KVAUDIT_SITE=${spec[0]} bash tests/gpu/session.sh "${spec[@]:1}")
       echo "$(date +%T) end $job: exit $?"
+      rm -rf "$q/run-$name"   # its results are under out/NAME; the snapshot is not needed again
       mv "$q/running/$job" "$q/done/$job"
     done ;;
   collect)
