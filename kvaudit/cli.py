@@ -57,7 +57,7 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 @app.command()
-def show(report: Annotated[Path, typer.Argument(help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
+def show(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Render one report (or a vLLM startup log) as a table, JSON, CSV or markdown."""
     from kvaudit.engines.inputs import load_report
@@ -65,8 +65,8 @@ def show(report: Annotated[Path, typer.Argument(help="A kvaudit report (JSON) or
 
 
 @app.command()
-def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSON or vLLM log; - reads stdin).")],
-         b: Annotated[Path, typer.Argument(help="The run to compare with it.")],
+def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that booted (report JSON or vLLM log; - reads stdin).")],
+         b: Annotated[Path, typer.Argument(metavar="B", help="The run to compare with it.")],
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
          fail_on_kv_drop: Annotated[Optional[str], typer.Option(
              "--fail-on-kv-drop", metavar="BYTES",
@@ -88,7 +88,7 @@ def diff(a: Annotated[Path, typer.Argument(help="The run that booted (report JSO
 
 
 @app.command()
-def ingest(logs: Annotated[list[Path], typer.Argument(help="The vLLM startup logs of one boot, one file per node "
+def ingest(logs: Annotated[list[Path], typer.Argument(metavar="LOG", help="The vLLM startup logs of one boot, one file per node "
                                                             "(gzip too); - reads stdin.")],
            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
            fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
@@ -189,9 +189,9 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
                                                  "before warmup, the order upstream vLLM sizes KV in).")] = "kvaudit",
              retain_graph_pool: Annotated[bool, typer.Option("--retain-graph-pool", help="Keep the profiling "
                                                              "graph pool (and its pages) alive.")] = False,
-             output: Annotated[Optional[Path], typer.Option("--output", "-o")] = None,
+             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
              fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
-             timeout: Annotated[float, typer.Option("--timeout")] = 900.0,
+             timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung rank is stopped.")] = 900.0,
              trace: TraceOpt = False, owners: OwnersOpt = None) -> None:
     """Planted-allocation ground truth: a torch workload of known sizes through the same sequence."""
     from kvaudit.engines.selftest import SelftestOptions, run_selftest
@@ -253,6 +253,7 @@ def _usage_error(exc: Exception) -> NoReturn:
     if "\n" in message:
         typer.echo(message, err=True)
     elif message:
+        message = message.replace("Value error, ", "")  # pydantic's label, not ours
         # typer >= 0.2x checks values with pydantic, whose message leaves out the value it refused
         cause = exc.__cause__
         given = [e.get("input") for e in cause.errors()] if callable(getattr(cause, "errors", None)) else []
@@ -274,7 +275,7 @@ def _stdout_closed() -> NoReturn:
 
 
 @app.command()
-def plan(report: Annotated[Path, typer.Argument(help="A measured kvaudit report (JSON) or a raw vLLM log.")],
+def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measured kvaudit report (JSON) or a raw vLLM log.")],
          gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization")] = None,
          max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
          max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs")] = None,

@@ -12,7 +12,7 @@ from kvaudit.schema import (
     NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report, Source,
 )
 from kvaudit.sites import site_deltas
-from kvaudit.units import fmt_gib, minus, parse_bytes
+from kvaudit.units import fmt_bytes, fmt_gib, minus, parse_bytes
 
 
 def _owner_rows(a: RankReport | None, b: RankReport | None, rank: int | None) -> list[OwnerDelta]:
@@ -108,8 +108,8 @@ def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
     if delta is None and a is not None and a.kv_available_bytes is not None:
         raise FindingError(f"{diff.b_name} has no KV figure ({diff.verdict['b'].value}): it never reached KV sizing")
     if delta is not None and -delta > limit_bytes:
-        raise FindingError(f"KV cache fell by {fmt_gib(-delta)} ({diff.a_name} → {diff.b_name}), more than the "
-                           f"allowed {fmt_gib(limit_bytes)}"
+        raise FindingError(f"KV cache fell by {fmt_bytes(-delta)} ({diff.a_name} → {diff.b_name}), more than the "
+                           f"allowed {fmt_bytes(limit_bytes)}"
                            + (f"; dominant owner: {diff.dominant_owner.value}" if diff.dominant_owner else ""))
 
 
