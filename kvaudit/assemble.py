@@ -259,6 +259,9 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):
             return Verdict.FAIL, f"boot failed{where}{rank} ({failure.kind.value}): {failure.message}"
         return Verdict.UNKNOWN, f"audit incomplete{where}{rank} ({failure.kind.value}): {failure.message}"
+    if cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0:
+        # nothing to size: what the owners hold beyond the request is no over-commit of a KV cache
+        return Verdict.FAIL, _does_not_fit(cap, config)
     if over_committed(ranks):
         worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
         return Verdict.FAIL, (f"rank {worst.rank} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "

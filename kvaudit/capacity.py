@@ -256,7 +256,8 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
         levers.append(Lever("max_num_batched_tokens", f"--max-num-batched-tokens={half}", freed,
                             _tokens_in(geometry, freed),
                             "estimate: the profile's transient scales about linearly with batched tokens"))
-    return tuple(levers)
+    # A lever that frees less than one block gains no KV (max_model_len's tokens are the context given up)
+    return tuple(lv for lv in levers if lv.name == "max_model_len" or lv.frees_tokens != 0)
 
 
 def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[RankReport],

@@ -264,6 +264,21 @@ def test_solve_gmu_holds_back_what_grew_after_sizing():
     assert plan.report.verdict is Verdict.OK
 
 
+def test_a_gmu_that_leaves_no_kv_is_no_request_fits_not_an_over_commit():
+    # at GMU 0.04 of cpu-sweep-base.json's 15.59 GiB node the sizing charge exceeds the request
+    base = load_report(RESULTS / "cpu-sweep-base.json")
+    r = base.ranks[0]
+    requested = int(r.device_total_bytes * 0.04)
+    assert requested < r.requested_bytes - r.kv_available_bytes
+    plan = solve(base, Edits(gpu_memory_utilization=0.04), Knob.MAX_MODEL_LEN)
+    assert plan.report.capacity.kv_available_bytes < 0
+    assert plan.report.verdict is Verdict.FAIL and plan.report.verdict_reason.startswith("no request fits: ")
+    assert plan.solution.value is None and exit_code(plan) == 1
+    # every lever left gains KV: halving max_num_batched_tokens frees under one block here
+    levers = plan.report.capacity.levers
+    assert [lv.name for lv in levers] == ["gpu_memory_utilization"] and levers[0].frees_tokens > 0
+
+
 def test_solve_gmu_above_the_physical_ceiling_finds_nothing(run5):
     plan = solve(run5, Edits(max_model_len=50_000_000), Knob.GMU)
     assert plan.solution.value is None and "above the physical ceiling" in plan.solution.note
