@@ -317,7 +317,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         boots.append(f"kvaudit run with the edited config (the measured boot failed: {failure.kind.value})")
     predicted = assemble(BootRecord(
         source=Source.PLAN, config=config, ranks=tuple(StatedRank(r) for r in reports), engine=measured.engine,
-        environment=measured.environment, geometry=geometry, warnings=tuple(warnings + notes),
+        environment=measured.environment, geometry=geometry, warnings=tuple(warnings + [f"note: {n}" for n in notes]),
         graph_bytes_per_size=_graph_bytes_per_size(measured), failure=failure, verify_overrun_bytes=overrun))
     binding = next((p for p in plan_ranks if p.rank == predicted.capacity.binding_rank), None)
     error = binding.kv_error_bytes if binding else None

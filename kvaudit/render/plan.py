@@ -76,8 +76,10 @@ def plan_lines(plan: Plan, *, markdown: bool = False) -> list[str]:
                      else "boot-to-boot variation of the measured owners not included")
         lines.append(f"KV on the binding rank: {fmt_bytes(cap.kv_available_bytes)} ± {fmt_bytes(plan.kv_error_bytes)}"
                      f" (± {fmt_tokens(plan.kv_error_tokens)} tokens; whole blocks included; {variation})")
+    shown = set(plan.report.warnings)  # the predicted report's notes were drawn above it: not twice
     for note in plan.notes:
-        lines.append(f"note: {note}")
+        if f"note: {note}" not in shown:
+            lines.append(f"note: {note}")
     for boot in plan.boots_needed:
         lines.append(f"to learn what is unknown, boot: {boot}")
     if plan.solution is not None:

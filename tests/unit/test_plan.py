@@ -410,3 +410,13 @@ def test_the_plan_section_never_writes_a_control_character_raw(cli, fmt):
     result = cli("plan", str(DATA / "run1.json"), "--kv-cache-dtype", "fp8\x1b]0;pwned\x07", "-f", fmt)
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "fp8\\x1b]0;pwned\\x07" in result.stdout
+
+
+def test_a_plan_says_each_note_once(cli):
+    # the predicted report carries the plan's notes (kvaudit show reads them from its JSON); the
+    # plan section below it does not repeat them
+    out = cli("plan", str(RESULTS / "cpu-sweep-base.json"), "--gmu", "0.16", "--max-num-batched-tokens", "128",
+              "--width", "400").stdout
+    assert out.count("requested is the new GMU of the node total") == 1
+    assert "note: requested is the new GMU of the node total" in out
+
