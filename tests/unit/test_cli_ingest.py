@@ -134,3 +134,12 @@ def test_gzip_logs_expand_whole_through_many_small_steps(tmp_path):
     with gzip.open(path, "wt") as fh:
         fh.write(text * 3000)  # 15 MB expanded: many 1 MiB steps
     assert read_text(path) == text * 3000
+
+
+def test_ingest_exits_by_the_verdict_while_show_only_renders_it(cli):
+    # README "Exit codes": a log whose boot did not fit is a finding to ingest (1); show draws the
+    # same FAIL and exits 0, as a viewer does
+    failing = FIXTURES / "public" / "02-v0.6-10517-29k-fails.log"
+    ingested, shown = cli("ingest", str(failing)), cli("show", str(failing))
+    assert ingested.code == 1 and shown.code == 0
+    assert "FAIL: does not fit" in ingested.stdout and "FAIL: does not fit" in shown.stdout
