@@ -194,13 +194,14 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
              timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung rank is stopped.")] = 900.0,
              trace: TraceOpt = False, owners: OwnersOpt = None) -> None:
     """Planted-allocation ground truth: a torch workload of known sizes through the same sequence."""
-    from kvaudit.engines.selftest import SelftestOptions, run_selftest
+    from kvaudit.engines.selftest import SelftestOptions, check_options, run_selftest
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
                            repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,
                            retain_graph_pool=retain_graph_pool, timeout_s=timeout, trace=trace,
                            owners=tuple(owners or ()))
+    check_options(opts)  # before the progress line says anything has started
     with Progress.for_selftest(opts) as progress:
         report = run_selftest(opts, progress.on_event)
     _emit_report(report, fmt, width, output)

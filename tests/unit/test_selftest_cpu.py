@@ -48,3 +48,14 @@ def test_every_rank_allocates_the_binding_ranks_block_count(tp2):
         # as vLLM's engine does: the fewest blocks any rank has room for, on every rank
         assert rank["kv_blocks"] == min(own.values()), (own, rank["kv_blocks"])
         assert rank["owners"]["kv_cache"] == rank["kv_blocks"] * bpb
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "tpu"], "--device must be cuda or cpu, got 'tpu'"),
+    (["--device", "cpu", "--sizing", "eager"], "--sizing must be kvaudit or naive, got 'eager'"),
+    (["--device", "cpu", "--trace"], "--trace needs --device cuda"),
+])
+def test_bad_options_are_one_line_before_any_rank_starts(cli, args, message):
+    result = cli("selftest", *args)
+    assert result.code == 2 and result.stdout == ""
+    assert len(result.stderr_lines) == 1 and message in result.stderr_lines[0]  # no "starting the ranks" first

@@ -65,7 +65,8 @@ def has_nvidia_gpu() -> bool:
     return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").exists()
 
 
-def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
+def check_options(opts: SelftestOptions) -> None:
+    """Refuse bad options before anything starts (UsageError, exit 2)."""
     if opts.device not in ("cuda", "cpu"):
         raise UsageError(f"--device must be cuda or cpu, got {opts.device!r}")
     if opts.sizing not in ("kvaudit", "naive"):
@@ -75,6 +76,10 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
     if opts.trace:
         from kvaudit.sites import load_rules
         load_rules(opts.owners)  # a bad rule file is a usage error now, not a dead rank later
+
+
+def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
+    check_options(opts)
     if opts.device == "cuda" and not has_nvidia_gpu():
         raise AuditIncompleteError("kvaudit selftest needs a CUDA GPU and this machine has none: "
                                    "run the CPU smoke with --device cpu")
