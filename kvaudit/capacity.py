@@ -55,7 +55,8 @@ def _gmu_rounded_up(fraction: float) -> float:
 def binding_rank(ranks: Sequence[RankReport]) -> RankReport | None:
     """The rank with the least KV memory (the lowest rank on a tie); None when no rank sized KV."""
     sized = [r for r in ranks if r.kv_available_bytes is not None]
-    return min(sized, key=lambda r: (r.kv_available_bytes, r.rank)) if sized else None
+    # a rank without a number (a report may leave it null) loses a tie to every numbered one
+    return min(sized, key=lambda r: (r.kv_available_bytes, r.rank is None, r.rank or 0)) if sized else None
 
 
 def physical_headroom(ranks: Sequence[RankReport]) -> int | None:
@@ -135,7 +136,8 @@ def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int, verify_overru
     sizing, or a verify's overrun, is what the safe flags hold back)."""
     worst = None
     for r in ranks:
-        if r.device_total_bytes is None or r.requested_bytes is None or r.kv_available_bytes is None:
+        if not r.device_total_bytes or r.device_total_bytes < 0 or r.requested_bytes is None \
+                or r.kv_available_bytes is None:  # a log's "0.00 GiB" total is no total to divide by
             return None
         non_kv = r.requested_bytes - r.kv_available_bytes
         need = _gmu_rounded_up((non_kv + _grown_after_sizing(r, verify_overrun_bytes) + kv_bytes_needed)

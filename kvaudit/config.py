@@ -56,6 +56,8 @@ class AuditConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")
+            if value is not None and value > 2**63 - 1:
+                raise UsageError(f"{name} must be below 2^63, got an integer of {value.bit_length()} bits")
         gmu = self.gpu_memory_utilization
         # A preset or a pass-through value can be any TOML/JSON type: "0.9" must not reach the comparison.
         if gmu is not None and (not isinstance(gmu, (int, float)) or isinstance(gmu, bool)):
@@ -68,8 +70,9 @@ class AuditConfig:
                 raise UsageError(f"{name} must be a string, got {value!r}")
         sizes = self.cudagraph_capture_sizes
         if sizes is not None and not (isinstance(sizes, tuple)
-                                      and all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)):
-            raise UsageError(f"cudagraph_capture_sizes must be a list of integers, got {sizes!r}")
+                                      and all(isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2**63
+                                              for x in sizes)):
+            raise UsageError(f"cudagraph_capture_sizes must be a list of positive integers, got {sizes!r}")
         if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
             raise UsageError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
         tp, dcp = self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1
@@ -237,11 +240,12 @@ def with_passthrough(config: AuditConfig, args: Mapping[str, Any]) -> AuditConfi
 
 
 def parse_capture_sizes(text: str) -> tuple[int, ...]:
-    """`--cudagraph-sizes 1,2,4,8`: the sizes, sorted, each once."""
-    try:
-        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
-    except ValueError:
-        raise UsageError(f"--cudagraph-sizes takes integers separated by commas, got {text!r}") from None
+    """`--cudagraph-sizes 1,2,4,8` (spaces beside the commas allowed): the sizes, sorted, each once.
+    Only ASCII digits: `1 2` is not 12, `1_000` and full-width digits are no size."""
+    parts = [x.strip() for x in text.split(",")]
+    if not all(x.isascii() and x.isdigit() for x in parts if x):
+        raise UsageError(f"--cudagraph-sizes takes integers separated by commas, got {text!r}")
+    return tuple(sorted({int(x) for x in parts if x}))
 
 
 def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | None, passthrough: list[str],

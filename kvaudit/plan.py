@@ -160,7 +160,7 @@ def scale_activation(measured_bytes: int | None, measured_tokens: int | None, to
     is the error. Without a sweep: proportional through zero from the one measured point (the
     estimate the ledger's lever uses), and the whole change is the error."""
     owner = Owner.ACTIVATION_PEAK
-    if measured_bytes is None or measured_tokens is None:
+    if measured_bytes is None or not measured_tokens or measured_tokens < 0:
         return Figure(owner, None, How.UNKNOWN, rule="the report has no activation peak or max_num_batched_tokens",
                       boot=f"kvaudit run --sweep --max-num-batched-tokens {tokens}")
     if tokens == measured_tokens:
@@ -229,7 +229,9 @@ def geometry_of(report: Report) -> KvGeometry | None:
     is below `tokens` bytes, and lengths are to the token, not the block."""
     cap = report.capacity
     if (not cap.kv_bytes_per_block or not cap.block_size) and cap.kv_tokens and cap.kv_available_bytes:
-        return KvGeometry(block_size=1, bytes_per_block=cap.kv_available_bytes // cap.kv_tokens)
+        per_token = cap.kv_available_bytes // cap.kv_tokens
+        # more tokens than bytes (a doctored or garbled line) leaves no bytes per token to plan with
+        return KvGeometry(block_size=1, bytes_per_block=per_token) if per_token > 0 else None
     if not cap.kv_bytes_per_block or not cap.block_size:
         return None
     dcp = (cap.tokens_per_block // cap.block_size) if cap.tokens_per_block else (
@@ -588,8 +590,9 @@ def _solve_gmu(measured: Report, edits: Edits, base: Plan) -> Plan:
     needed = base.report.capacity.gmu_needed
     ceiling = gmu_ceiling(base.report.ranks)
     if needed is None:
-        return dataclasses.replace(base, solution=Solution(Knob.GMU, None, note="no max_model_len to solve for: "
-                                                           "pass --max-model-len"))
+        note = ("no max_model_len to solve for: pass --max-model-len" if base.report.config.max_model_len is None
+                else "a rank's device total is not known (or is 0): no GMU is a fraction of it")
+        return dataclasses.replace(base, solution=Solution(Knob.GMU, None, note=note))
     if ceiling is not None and needed > ceiling:
         return dataclasses.replace(base, solution=Solution(Knob.GMU, None, note=(
             f"max_model_len {base.report.config.max_model_len} needs GMU {needed}, above the physical ceiling "

@@ -53,6 +53,8 @@ def read_text(path: Path | str) -> str:
     undecodable bytes replaced. Only regular files are opened: a FIFO with no writer would block
     forever and a device (`/dev/zero`) never ends."""
     if str(path) == STDIN:
+        if sys.stdin is None:  # started with standard input closed (`<&-`)
+            raise BadInputError("- reads standard input, which is closed: pass a file")
         return _decode(_read_capped(sys.stdin.buffer, input_name(path)))
     try:
         mode = os.stat(path).st_mode

@@ -441,9 +441,10 @@ class SiteDelta:
     site: str
     rank: int
     phase: str
-    a_bytes: int
-    b_bytes: int
-    delta_bytes: int
+    a_bytes: int | None
+    b_bytes: int | None
+    delta_bytes: int | None
+    """Unknown (null) where either side traced the site without a size."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -244,7 +244,7 @@ def site_deltas(a: Sequence[Site], b: Sequence[Site], rank: int) -> tuple[SiteDe
     deltas = []
     for owner, site in sa.keys() | sb.keys():
         av, bv = sa.get((owner, site), 0), sb.get((owner, site), 0)
-        if av != bv:
+        if av != bv:  # a site of unknown size on either side has an unknown change, never 0
             deltas.append(SiteDelta(owner=owner, site=site, rank=rank, phase=phase, a_bytes=av, b_bytes=bv,
-                                    delta_bytes=bv - av))
-    return tuple(sorted(deltas, key=lambda d: (-abs(d.delta_bytes), d.owner, d.site)))
+                                    delta_bytes=None if av is None or bv is None else bv - av))
+    return tuple(sorted(deltas, key=lambda d: (d.delta_bytes is None, -abs(d.delta_bytes or 0), d.owner, d.site)))

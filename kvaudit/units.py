@@ -56,6 +56,18 @@ def parse_bytes(text: str) -> int:
     return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+LOG_INT_LIMIT = 2**63 - 1
+"""The largest figure a log line may state (int64, 8 EiB: far above any device); beyond it the
+line is garbled or doctored and the figure is dropped."""
+
+LOG_FLOAT_LIMIT = 1e12
+"""Likewise for a log's other numbers (GMU, seconds, concurrency)."""
+
+INT_LIMIT = 2**128
+"""The largest integer a report may hold: above what figures within the log limits combine to,
+and far inside float range, so every sum, ratio and GiB of it is safe to compute."""
+
+
 def gib_to_bytes(text: str) -> int:
     """vLLM prints GiB rounded to 2 decimals (`format_gib`); this gives the bytes it stands for."""
     return round(float(text) * GiB)

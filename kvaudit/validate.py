@@ -23,6 +23,7 @@ from kvaudit.schema import (
     Environment, Failure, FailureKind, KnobDifference, Lever, NodeSummary, Owner, OwnerDelta, Phase, PhaseRecord,
     PhaseStatus, RankNode, RankReport, Report, Site, SiteDelta, Source, SweepPoint, Verdict, Verify, VerifyRank,
 )
+from kvaudit.units import INT_LIMIT
 
 
 class _JsonObject:
@@ -49,12 +50,15 @@ class _JsonObject:
     def _bad(self, key: str, want: str, value: Any) -> BadInputError:
         return BadInputError(f"{self.where}.{key}: expected {want}, got {_kind(value)}")
 
-    def int(self, key: str, required: bool = True) -> int | None:
-        v = self.value(key, required)
+    def int(self, key: str, required: bool = True, nullable: bool = True, least: int | None = None) -> int | None:
+        """An integer within ±INT_LIMIT (no count or size of a boot is larger, and every one fits a
+        float), at least `least` where given; None where null."""
+        v = self.value(key, required, nullable)
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, int):
             raise self._bad(key, "an integer or null", v)
+        _check_int(v, f"{self.where}.{key}", least)
         return v
 
     def number(self, key: str, required: bool = True) -> float | None:
@@ -113,6 +117,8 @@ class _JsonObject:
         items = self.list(key, required)
         if items is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
             raise BadInputError(f"{self.where}.{key}: expected a list of integers")
+        for i, item in enumerate(items or ()):
+            _check_int(item, f"{self.where}.{key}[{i}]", None)
         return items
 
     def strings(self, key: str) -> tuple[str, ...]:
@@ -120,6 +126,13 @@ class _JsonObject:
         if not all(isinstance(s, str) for s in items):
             raise BadInputError(f"{self.where}.{key}: expected a list of strings")
         return tuple(items)
+
+
+def _check_int(v: int, where: str, least: int | None) -> None:
+    if abs(v) > INT_LIMIT:
+        raise BadInputError(f"{where}: expected an integer within ±2^128, got one of {v.bit_length()} bits")
+    if least is not None and v < least:
+        raise BadInputError(f"{where}: expected an integer of at least {least} or null, got {v}")
 
 
 def _kind(v: Any) -> str:
@@ -153,8 +166,8 @@ def _owners(node: _JsonObject) -> dict[Owner, int | None]:
 
 def _rank_report(node: _JsonObject) -> RankReport:
     return RankReport(
-        rank=node.int("rank"), tp_rank=node.int("tp_rank"), dcp_rank=node.int("dcp_rank"),
-        device_total_bytes=node.int("device_total_bytes"), requested_bytes=node.int("requested_bytes"),
+        rank=node.int("rank", least=0), tp_rank=node.int("tp_rank"), dcp_rank=node.int("dcp_rank"),
+        device_total_bytes=node.int("device_total_bytes", least=1), requested_bytes=node.int("requested_bytes"),
         others_bytes=node.int("others_bytes"), owners=_owners(node.child("owners")),
         graph_pool_estimate_bytes=node.int("graph_pool_estimate_bytes"),
         graph_pool_actual_bytes=node.int("graph_pool_actual_bytes"),
@@ -254,9 +267,9 @@ def _capacity(node: _JsonObject) -> Capacity:
         physical_headroom_bytes=node.int("physical_headroom_bytes"),
         naive_kv_available_bytes=node.int("naive_kv_available_bytes"),
         safe_serve_flags=node.strings("safe_serve_flags"),
-        kv_bytes_per_block=node.int("kv_bytes_per_block", required=False),
-        block_size=node.int("block_size", required=False),
-        tokens_per_block=node.int("tokens_per_block", required=False),
+        kv_bytes_per_block=node.int("kv_bytes_per_block", required=False, least=1),
+        block_size=node.int("block_size", required=False, least=1),
+        tokens_per_block=node.int("tokens_per_block", required=False, least=1),
         over_allocation_bytes=node.int("over_allocation_bytes", required=False),
         levers=tuple(_lever(x) for x in node.children("levers", required=False)))
 

@@ -143,3 +143,10 @@ def test_ingest_exits_by_the_verdict_while_show_only_renders_it(cli):
     ingested, shown = cli("ingest", str(failing)), cli("show", str(failing))
     assert ingested.code == 1 and shown.code == 0
     assert "FAIL: does not fit" in ingested.stdout and "FAIL: does not fit" in shown.stdout
+
+
+def test_reading_a_closed_standard_input_is_one_line():
+    proc = subprocess.run([sys.executable, "-m", "kvaudit", "show", "-"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, preexec_fn=lambda: __import__("os").close(0))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "kvaudit: error: - reads standard input, which is closed: pass a file"

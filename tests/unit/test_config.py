@@ -129,6 +129,13 @@ def test_cudagraph_sizes_flag_is_sorted_and_deduplicated():
         build(cudagraph_sizes="1,two")
 
 
+@pytest.mark.parametrize("text", ["1 2 3", "1_000", "１,２", "-4", "1e3"])
+def test_cudagraph_sizes_are_plain_ascii_integers(text):
+    # "1 2 3" once became the one size 123
+    with pytest.raises(UsageError, match=r"--cudagraph-sizes takes integers separated by commas"):
+        build(cudagraph_sizes=text)
+
+
 def test_a_model_folder_needs_a_config_and_weights_or_dummy_weights(tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()

@@ -407,3 +407,17 @@ def test_escape_sequences_in_a_log_and_its_name_are_shown_escaped():
     missing = run_cli("show", str(WORK / "gone\x1b[2J.json"))
     assert missing.code == 2
     assert missing.stderr_lines == [f"kvaudit: error: {WORK}/gone\\x1b[2J.json: no such file"]
+
+
+def test_a_site_of_unknown_size_on_one_side_diffs_to_an_unknown_change():
+    sides = []
+    for name, size in (("nullside.json", None), ("sizedside.json", 4096)):
+        doc = copy.deepcopy(BASES["run1"])
+        doc["ranks"][0]["sites"] = [{"phase": "load", "owner": "weights", "site": "x", "bytes": size, "blocks": 1,
+                                     "at": "end"}]
+        (WORK / name).write_bytes(dump(doc, ascii_only=True))
+        sides.append(str(WORK / name))
+    result = run_cli("diff", *sides, "-f", "json")
+    assert result.code == 0, result.stderr
+    assert [(d["site"], d["a_bytes"], d["b_bytes"], d["delta_bytes"]) for d in json.loads(result.stdout)["sites"]] \
+        == [("x", None, 4096, None)]

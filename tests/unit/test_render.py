@@ -314,6 +314,20 @@ def test_csv_of_an_accepted_report_with_huge_integers(tmp_path):
     assert str(owners["weights"]) in render_report(rep, Format.CSV)
 
 
+@pytest.mark.parametrize("where", ["owners.weights", "device_total_bytes", "kv_available_bytes"])
+def test_an_integer_beyond_2_to_the_128_is_refused_in_one_line(tmp_path, cli, where):
+    # 10**400 bytes once reached the GiB formatting and died there (OverflowError, exit 3)
+    data = real_json("run1")
+    node, key = (data["ranks"][0]["owners"], "weights") if "." in where else (data["ranks"][0], where)
+    node[key] = 10 ** 400
+    path = write_json(tmp_path / "huge.json", data)
+    for verb in (("show",), ("diff", str(path)), ("plan", "--gmu", "0.5")):
+        result = cli(verb[0], str(path), *verb[1:])
+        assert result.code == 2 and result.stdout == ""
+        assert result.stderr_lines == [f"kvaudit: error: {path}.ranks[0].{where}: expected an integer within "
+                                       f"±2^128, got one of 1329 bits"]
+
+
 def test_a_report_with_a_lone_surrogate_renders_or_is_refused(tmp_path):
     text = (DATA / "run1.json").read_text(encoding="utf-8").replace("/data/tiny-deepseek", "/data/tiny-\\ud800")
     assert "\\ud800" in text
