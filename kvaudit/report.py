@@ -143,8 +143,16 @@ def _inflate(packed: bytes, where: str, *, keep: bool) -> bytes:
     return bytes(out)
 
 
+MAX_REPORT_CHARS = 256 << 20
+"""A JSON report is kilobytes to a few MB (a traced one included); parsed JSON takes about 25×
+its size in memory, so a larger document is refused before it is parsed."""
+
+
 def parse_report_text(text: str, where: str) -> Report:
     """A report from JSON text; every problem is one BadInputError line."""
+    if len(text) > MAX_REPORT_CHARS:
+        raise BadInputError(f"{where}: {len(text) >> 20} MiB of JSON, far larger than any kvaudit report "
+                            f"(at most {MAX_REPORT_CHARS >> 20} MiB are read)")
     try:
         # Editors on Windows save a UTF-8 BOM; first_char skips it when a report is told from a log, so json.loads must too.
         data = json.loads(text.removeprefix("\ufeff"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvaudit.engines import logs
 from kvaudit.errors import BadInputError
-from kvaudit.report import first_char, input_name, parse_report_text, read_text
+from kvaudit.report import MAX_REPORT_CHARS, first_char, input_name, parse_report_text, read_text
 from kvaudit.schema import Report
 
 
@@ -27,7 +27,7 @@ def report_from_text(text: str, where: str) -> Report:
     first = first_char(text)
     if first == "{":
         return parse_report_text(text, where)
-    if first == "[":
+    if first == "[" and len(text) <= MAX_REPORT_CHARS:
         try:
             json.loads(text.removeprefix("\ufeff"))
         except (json.JSONDecodeError, RecursionError, ValueError):

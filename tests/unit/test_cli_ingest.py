@@ -150,3 +150,15 @@ def test_reading_a_closed_standard_input_is_one_line():
                           capture_output=True, text=True, timeout=60, preexec_fn=lambda: __import__("os").close(0))
     assert proc.returncode == 2
     assert proc.stderr.strip() == "kvaudit: error: - reads standard input, which is closed: pass a file"
+
+
+def test_a_json_document_larger_than_any_report_is_refused_before_it_is_parsed(cli, tmp_path, monkeypatch):
+    # parsed JSON takes about 25x its size: a 1 GB "report" would exhaust the machine's memory
+    import kvaudit.report as report
+    monkeypatch.setattr(report, "MAX_REPORT_CHARS", 1 << 20)
+    big = tmp_path / "big.json"
+    big.write_text('{"x": [' + ",".join(["{}"] * (1 << 19)) + "]}", encoding="utf-8")
+    result = cli("show", str(big))
+    assert result.code == 2
+    assert result.stderr_lines == [f"kvaudit: error: {big}: 1 MiB of JSON, far larger than any kvaudit report "
+                                   f"(at most 1 MiB are read)"]
