@@ -12,7 +12,7 @@ from kvaudit.schema import (
     NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report, Source,
 )
 from kvaudit.sites import site_deltas
-from kvaudit.units import fmt_bytes, fmt_gib, minus, parse_bytes
+from kvaudit.units import fmt_bytes, minus, parse_bytes
 
 
 def _owner_rows(a: RankReport | None, b: RankReport | None, rank: int | None) -> list[OwnerDelta]:
