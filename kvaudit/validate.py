@@ -167,7 +167,7 @@ def _owners(node: _JsonObject) -> dict[Owner, int | None]:
 def _rank_report(node: _JsonObject) -> RankReport:
     return RankReport(
         rank=node.int("rank", least=0), tp_rank=node.int("tp_rank"), dcp_rank=node.int("dcp_rank"),
-        device_total_bytes=node.int("device_total_bytes", least=1), requested_bytes=node.int("requested_bytes"),
+        device_total_bytes=node.int("device_total_bytes"), requested_bytes=node.int("requested_bytes"),
         others_bytes=node.int("others_bytes"), owners=_owners(node.child("owners")),
         graph_pool_estimate_bytes=node.int("graph_pool_estimate_bytes"),
         graph_pool_actual_bytes=node.int("graph_pool_actual_bytes"),

@@ -162,3 +162,17 @@ def test_a_json_document_larger_than_any_report_is_refused_before_it_is_parsed(c
     assert result.code == 2
     assert result.stderr_lines == [f"kvaudit: error: {big}: 1 MiB of JSON, far larger than any kvaudit report "
                                    f"(at most 1 MiB are read)"]
+
+
+def test_a_file_of_nothing_but_memory_lines_is_refused_not_read_for_minutes(cli, tmp_path, monkeypatch):
+    # each fact line is read as a record; 6 million of them took 8 minutes and 5.6 GB
+    import kvaudit.engines.logs.parse as parse
+    monkeypatch.setattr(parse, "MAX_FACT_LINES", 1000)
+    flood = tmp_path / "flood.log"
+    flood.write_text("# GPU blocks: 1\n" * 1001, encoding="utf-8")
+    result = cli("show", str(flood))
+    assert result.code == 2
+    assert result.stderr_lines == [f"kvaudit: error: {flood}: more than 1,000 lines state memory figures, where one "
+                                   f"vLLM startup states a few hundred: pass the startup log of one boot"]
+    flood.write_text("# GPU blocks: 1\n" * 1000, encoding="utf-8")
+    assert cli("show", str(flood)).code == 0

@@ -9,6 +9,7 @@ from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
 from kvaudit.engines.logs.unwrap import joined, record_at
 from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
+from kvaudit.errors import BadInputError
 
 V0_WORKER = "VllmWorkerProcess"
 """V0's multiprocessing workers (vllm/executor/multiproc_worker_utils.py): ranks 1… of the boot. The
@@ -42,8 +43,18 @@ class FileScan:
     name carries no rank; the driver, rank 0, prints untagged)."""
 
 
+MAX_FACT_LINES = 100_000
+"""Lines that may state a memory figure, per file. One boot's startup states a few hundred (a few
+thousand with vLLM's per-graph DEBUG lines); each is read as a record (up to MAX_RECORD_LINES
+lines either side looked at when it has no prefix), so a file of nothing else, built to be slow,
+is refused here instead of read at ~80 µs a line."""
+
+
 def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = False) -> FileScan:
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
+    if len(cands.segments) + len(cands.concurrency) > MAX_FACT_LINES:
+        raise BadInputError(f"{where}: more than {MAX_FACT_LINES:,} lines state memory figures, where one vLLM "
+                            f"startup states a few hundred: pass the startup log of one boot")
     parsed: dict[int, ParsedLine] = {}
     covered: set[int] = set()
     seen_vllm = False
