@@ -176,3 +176,19 @@ def test_a_file_of_nothing_but_memory_lines_is_refused_not_read_for_minutes(cli,
                                    f"vLLM startup states a few hundred: pass the startup log of one boot"]
     flood.write_text("# GPU blocks: 1\n" * 1000, encoding="utf-8")
     assert cli("show", str(flood)).code == 0
+
+
+def test_two_boots_appended_into_one_file_are_refused_not_mixed(cli, tmp_path):
+    # a TP=2 boot that fit, then a TP=4 boot that did not: read as one, it said "OK: fits", exit 0
+    both = tmp_path / "two.log"
+    both.write_text((FIXTURES / "gpu-0.32-v1-tp2-ok.log").read_text(encoding="utf-8")
+                    + (FIXTURES / "gpu-0.32-v1-tp4-does-not-fit.log").read_text(encoding="utf-8"), encoding="utf-8")
+    result = cli("ingest", str(both))
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr_lines == [f"kvaudit: error: {both}: the logs of two engine runs in one file (max_model_len "
+                                   f"16384, then 524288): split it and ingest each run on its own, or compare them "
+                                   f"with kvaudit diff"]
+    # the same boot twice (a restart with the same config) is still one run: the last figures win
+    again = tmp_path / "again.log"
+    again.write_text((FIXTURES / "gpu-0.32-v1-tp2-ok.log").read_text(encoding="utf-8") * 2, encoding="utf-8")
+    assert cli("ingest", str(again)).code == 0

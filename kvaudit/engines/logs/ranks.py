@@ -19,6 +19,7 @@ from kvaudit.engines.logs.knobs import knobs_from_engine_line
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
 from kvaudit.errors import BadInputError
+from kvaudit.render.printable import one_line
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,22 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
                 raise BadInputError(f"{other.where} and {scan.where} are logs of two different engine runs ({why}): "
                                     f"ingest each on its own, or compare them with kvaudit diff")
         seen.append((scan, config, ranks))
+
+
+def check_one_run(scan: FileScan) -> None:
+    """One file makes one report only when it holds one engine run: a BadInputError when it prints
+    two engine configs (or vLLM versions) that differ, as two boots' logs appended into one file
+    do. The same config printed twice (a restart) is read as before: the last figures win."""
+    engine = gather([scan]).engine
+    configs = [knobs_from_engine_line(x.value) for x in engine.get(FactKind.ENGINE_CONFIG, ())]
+    configs += [{"vllm version": x.value} for x in engine.get(FactKind.VERSION, ())]
+    first: dict[str, Any] = {}
+    for config in configs:
+        for key, value in config.items():
+            if first.setdefault(key, value) != value:
+                a, b = (one_line(str(v))[:80] for v in (first[key], value))
+                raise BadInputError(f"{scan.where}: the logs of two engine runs in one file ({key} {a}, then {b}): "
+                                    f"split it and ingest each run on its own, or compare them with kvaudit diff")
 
 
 def engine_first(engine: dict[FactKind, list[Located]], kind: FactKind) -> Any:
