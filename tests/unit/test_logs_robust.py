@@ -155,3 +155,14 @@ def test_a_dense_brace_line_near_the_start_still_finds_the_engine_arguments():
     text = "{" * 10 + line
     assert scan(text) == scan_exhaustive(text)
     assert scan(text).segments == ((0, len(text)),)
+
+
+def test_a_knob_beyond_int64_in_a_log_is_unknown_and_the_report_round_trips() -> None:
+    # found by the property above: a 40-digit max_model_len reached the report and broke its JSON contract
+    text = ("(MainProcess pid=1) INFO 11-30 10:00:00 [api_utils.py:1] non-default args: {'max_model_len': "
+            "1000000000000000000000000000000000000000, 'tensor_parallel_size': 7, 'model': '/tmp/boot/tiny'}\n"
+            "(Worker_TP2 pid=32) INFO 11-30 13:03:00 [gpu_model_runner.py:6475] Estimated CUDA graph memory: "
+            "1.27 GiB total\n")
+    report = ingest_ok(text)
+    assert report is not None
+    assert report.config.max_model_len is None and report.config.tensor_parallel_size == 7
