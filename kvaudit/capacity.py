@@ -136,7 +136,7 @@ def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int, verify_overru
     sizing, or a verify's overrun, is what the safe flags hold back)."""
     worst = None
     for r in ranks:
-        if not r.device_total_bytes or r.device_total_bytes < 0 or r.requested_bytes is None \
+        if (r.device_total_bytes or 0) <= 0 or r.requested_bytes is None \
                 or r.kv_available_bytes is None:  # a log's "0.00 GiB" total is no total to divide by
             return None
         non_kv = r.requested_bytes - r.kv_available_bytes

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kvaudit.errors import UsageError
+from kvaudit.units import INT64_MAX
 
 # Engine arguments that replace kvaudit's sizing with a fixed number: the audit would then
 # measure nothing it decides. vLLM spells them with underscores in Python, dashes on its CLI.
@@ -56,7 +57,7 @@ class AuditConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")
-            if value is not None and value > 2**63 - 1:
+            if value is not None and value > INT64_MAX:
                 raise UsageError(f"{name} must be below 2^63, got an integer of {value.bit_length()} bits")
         gmu = self.gpu_memory_utilization
         # A preset or a pass-through value can be any TOML/JSON type: "0.9" must not reach the comparison.
@@ -70,7 +71,7 @@ class AuditConfig:
                 raise UsageError(f"{name} must be a string, got {value!r}")
         sizes = self.cudagraph_capture_sizes
         if sizes is not None and not (isinstance(sizes, tuple)
-                                      and all(isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2**63
+                                      and all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= INT64_MAX
                                               for x in sizes)):
             raise UsageError(f"cudagraph_capture_sizes must be a list of positive integers, got {sizes!r}")
         if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):

@@ -56,9 +56,9 @@ def parse_bytes(text: str) -> int:
     return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-LOG_INT_LIMIT = 2**63 - 1
-"""The largest figure a log line may state (int64, 8 EiB: far above any device); beyond it the
-line is garbled or doctored and the figure is dropped."""
+INT64_MAX = 2**63 - 1
+"""The largest figure a log line or a knob may state (8 EiB: far above any device); beyond it a
+log's line is garbled or doctored and the figure dropped, a knob refused."""
 
 LOG_FLOAT_LIMIT = 1e12
 """Likewise for a log's other numbers (GMU, seconds, concurrency)."""

@@ -50,10 +50,10 @@ class _JsonObject:
     def _bad(self, key: str, want: str, value: Any) -> BadInputError:
         return BadInputError(f"{self.where}.{key}: expected {want}, got {_kind(value)}")
 
-    def int(self, key: str, required: bool = True, nullable: bool = True, least: int | None = None) -> int | None:
+    def int(self, key: str, required: bool = True, least: int | None = None) -> int | None:
         """An integer within ±INT_LIMIT (no count or size of a boot is larger, and every one fits a
         float), at least `least` where given; None where null."""
-        v = self.value(key, required, nullable)
+        v = self.value(key, required)
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, int):

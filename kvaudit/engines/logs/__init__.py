@@ -20,7 +20,7 @@ from typing import Sequence
 from kvaudit.assemble import BootRecord, assemble
 from kvaudit.engines.logs.boot_record import LogBoot
 from kvaudit.engines.logs.parse import parse_file
-from kvaudit.engines.logs.ranks import check_one_boot, check_one_run
+from kvaudit.engines.logs.ranks import check_one_boot
 from kvaudit.errors import BadInputError
 from kvaudit.schema import Report
 
@@ -52,8 +52,6 @@ def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
         if not scan.is_vllm:
             raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
                                 f"(looked for {LOOKED_FOR})")
-        check_one_run(scan)
         scans.append(scan)
-    if len(scans) > 1:
-        check_one_boot(scans)
+    check_one_boot(scans)
     return LogBoot(tuple(scans)).record()

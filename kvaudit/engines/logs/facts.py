@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, cause_of, error_text
 from kvaudit.schema import FailureKind, Phase
-from kvaudit.units import LOG_FLOAT_LIMIT, LOG_INT_LIMIT, MiB, gib_to_bytes
+from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
 
 NUM = r"\d{1,12}(?:\.\d{1,12})?"
 SNUM = r"-?" + NUM
@@ -634,26 +634,28 @@ RULES: tuple[Rule, ...] = (
 
 
 def facts_from_message(msg: str, rules: tuple[Rule, ...] = RULES) -> list[Fact]:
-    """Every fact one message states, in catalogue order; a figure no device has (beyond
-    LOG_INT_LIMIT bytes: a garbled or doctored line) is dropped, not carried into the report."""
+    """Every fact one message states, in catalogue order; a figure out of range (a garbled or
+    doctored line, `in_log_range`) is dropped, not carried into the report."""
     out: list[Fact] = []
     for rule in rules:
         if rule.applies(msg):
-            out.extend(f for f in rule.facts(msg) if _in_range(f.value))
+            out.extend(f for f in rule.facts(msg) if in_log_range(f.value))
     return out
 
 
-def _in_range(value: Any) -> bool:
+def in_log_range(value: Any) -> bool:
+    """A number a log may state: an integer within INT64_MAX (bytes no device exceeds), another
+    number within LOG_FLOAT_LIMIT (and not NaN); checked inside tuples, lists and graph estimates."""
     if isinstance(value, bool):
         return True
     if isinstance(value, int):
-        return abs(value) <= LOG_INT_LIMIT
+        return abs(value) <= INT64_MAX
     if isinstance(value, float):
         return abs(value) <= LOG_FLOAT_LIMIT  # not NaN either: NaN compares false
     if isinstance(value, GraphEstimate):
-        return abs(value.bytes) <= LOG_INT_LIMIT
-    if isinstance(value, tuple):
-        return all(_in_range(v) for v in value)
+        return abs(value.bytes) <= INT64_MAX
+    if isinstance(value, (tuple, list)):
+        return all(in_log_range(v) for v in value)
     return True
 
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Iterable
 
 from kvaudit.config import AuditConfig
-from kvaudit.engines.logs.facts import FactKind
+from kvaudit.engines.logs.facts import FactKind, in_log_range
 from kvaudit.engines.logs.knobs import knobs_from_args, non_default_args
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, engine_config, engine_first, engine_last
-from kvaudit.units import LOG_INT_LIMIT
 
 
 def build_config(boot: Boot) -> AuditConfig:
@@ -40,18 +39,12 @@ def build_config(boot: Boot) -> AuditConfig:
         "num_speculative_tokens", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
         "max_num_batched_tokens", "cudagraph_capture_sizes", "enforce_eager", "kv_cache_dtype", "block_size",
         "load_format")}
-    # A knob no engine runs with (beyond int64: a garbled or doctored line) is not known.
-    fields = {k: None if _beyond_limit(v) else v for k, v in fields.items()}
+    # A knob no engine runs with (a garbled or doctored line) is not known.
+    fields = {k: v if in_log_range(v) else None for k, v in fields.items()}
     for key in ("pipeline_parallel_size", "data_parallel_size", "prefill_context_parallel_size"):
         if key in merged and key not in extra and merged[key] != 1:
             extra[key] = merged[key]
     return AuditConfig(**fields, extra_args=extra)
-
-
-def _beyond_limit(value: object) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(_beyond_limit(v) for v in value)
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > LOG_INT_LIMIT
 
 
 def uni(tags: Iterable[ProcTag]) -> bool:

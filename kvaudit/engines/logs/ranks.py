@@ -147,12 +147,13 @@ def gather(scans: Sequence[FileScan]) -> Boot:
 
 
 def check_one_boot(scans: Sequence[FileScan]) -> None:
-    """Several files make one report only when they are parts of one boot (one file per node): a
-    BadInputError when two of them print different engine configs or figures for the same rank,
-    as the logs of two runs do."""
+    """The files make one report only when they are one boot (one file per node): a BadInputError
+    when one file holds two runs (_check_one_run), or two files print different engine configs or
+    figures for the same rank, as the logs of two runs do."""
     seen: list[tuple[FileScan, dict[str, Any], set[int]]] = []
     for scan in scans:
         boot = gather([scan])
+        _check_one_run(scan, boot.engine)
         config = engine_config(boot.engine)
         version = engine_first(boot.engine, FactKind.VERSION)
         if version is not None:
@@ -171,11 +172,10 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
         seen.append((scan, config, ranks))
 
 
-def check_one_run(scan: FileScan) -> None:
-    """One file makes one report only when it holds one engine run: a BadInputError when it prints
-    two engine configs (or vLLM versions) that differ, as two boots' logs appended into one file
-    do. The same config printed twice (a restart) is read as before: the last figures win."""
-    engine = gather([scan]).engine
+def _check_one_run(scan: FileScan, engine: dict[FactKind, list[Located]]) -> None:
+    """A BadInputError when one file prints two engine configs (or vLLM versions) that differ, as
+    two boots' logs appended into one file do. The same config printed twice (a restart) is one
+    run: the last figures win."""
     configs = [knobs_from_engine_line(x.value) for x in engine.get(FactKind.ENGINE_CONFIG, ())]
     configs += [{"vllm version": x.value} for x in engine.get(FactKind.VERSION, ())]
     first: dict[str, Any] = {}
