@@ -154,7 +154,17 @@ def test_each_excerpt_reads_as_sentences_whatever_the_log_leaves_out(name: str) 
     text = out.getvalue()
     assert "None" not in text and "— —" not in text
     assert "rank None" not in report.verdict_reason and " — " not in report.verdict_reason
-    if report.verdict.value == "fail" and report.verdict_reason.startswith("does not fit"):
-        length = report.config.max_model_len
-        assert f"max_model_len {length} needs " in report.verdict_reason \
-            or f"max_model_len {length} is longer than the KV cache's " in report.verdict_reason
+
+
+def test_every_does_not_fit_excerpt_names_the_length_and_what_it_needs_or_exceeds() -> None:
+    """The FAIL lines that were garbled (02: `max_model_len 29000 2.89 GiB available`; 08, 28:
+    `— available`) say what the length needs, or which token count it exceeds."""
+    reasons = {}
+    for name in sorted(EXPECTED):
+        report = load_report(PUBLIC / name)
+        if report.verdict_reason.startswith("does not fit"):
+            reasons[name] = (report.config.max_model_len, report.verdict_reason)
+    assert {"02-v0.6-10517-29k-fails.log", "08-v0-qwen-295-fails.log", "28-v0-0.7-13061-tp2-fails.log"} <= set(reasons)
+    for name, (length, reason) in reasons.items():
+        assert (f"max_model_len {length} needs " in reason
+                or f"max_model_len {length} is longer than the KV cache's " in reason), name
