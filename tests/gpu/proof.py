@@ -227,7 +227,9 @@ def solve_figures(solved: dict, at: dict | None, above: dict | None) -> dict:
 MATRIX_REPORTS = {
     # report (under RESULTS) → the command it came from, minus --log/-o
     "h200-matrix-0.22.1-embedded-mtp.json": "--mtp 1 --gmu 0.98 --verify",
+    "h200-matrix-0.22.1-embedded-mtp-triton-moe.json": "--mtp 1 --gmu 0.98 --verify -- --moe-backend triton",
     "h200-matrix-0.22.1-llama-3.2-1b.json": "KNOBS --verify",
+    "h200-matrix-0.24.0-embedded-mtp.json": "--mtp 1 --gmu 0.98 --verify",
     "h200-matrix-0.24.0-llama-3.2-1b.json": "KNOBS --verify",
     "h200-matrix-0.26.0-embedded-mtp.json": "--mtp 1 --gmu 0.98 --verify",
     "h200-plan-base.json": "KNOBS --verify --sweep",
@@ -239,7 +241,11 @@ MATRIX_REPORTS = {
 
 def matrix_row(path: Path, command: str) -> dict:
     report = json.loads(path.read_text())
-    model = Path((report.get("config") or {}).get("model") or "?").name
+    config = report.get("config") or {}
+    model = Path(config.get("model") or "?").name
+    moe_backend = (config.get("extra_args") or {}).get("moe_backend")
+    if moe_backend:
+        model += f" ({moe_backend} MoE)"
     return {"report": path.name, "release": report["engine"]["version"], "model": model, "command": command,
             **report_figures(report)}
 
