@@ -7,6 +7,7 @@ Reports are made in `kvaudit.assemble`; telling a report from a vLLM log is
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import stat
@@ -50,8 +51,8 @@ def input_name(path: Path | str) -> str:
 
 def read_text(path: Path | str) -> str:
     """File contents as text: `-` is standard input; gzip by its magic bytes, not its suffix;
-    undecodable bytes replaced. Only regular files are opened: a FIFO with no writer would block
-    forever and a device (`/dev/zero`) never ends."""
+    UTF-8 or UTF-16 (_decode), undecodable bytes replaced. Only regular files are opened: a FIFO
+    with no writer would block forever and a device (`/dev/zero`) never ends."""
     if str(path) == STDIN:
         if sys.stdin is None:  # started with standard input closed (`<&-`)
             raise BadInputError("- reads standard input, which is closed: pass a file")
@@ -74,7 +75,33 @@ def read_text(path: Path | str) -> str:
 
 
 def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
+    """Text in the encoding a byte-order mark names (UTF-8, or UTF-16 as Windows PowerShell's `>`
+    writes it; the mark is dropped), else UTF-16 when NUL bytes at every other position say so
+    (_utf16_without_bom), else UTF-8. Undecodable bytes are replaced; each way is one linear pass."""
+    if raw.startswith(codecs.BOM_UTF8):
+        return raw.decode("utf-8-sig", errors="replace")
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return raw.decode("utf-16", errors="replace")   # reads the mark for the byte order, and drops it
+    return raw.decode(_utf16_without_bom(raw) or "utf-8", errors="replace")
+
+
+_SNIFF_BYTES = 4096
+"""How much of the start of a file tells UTF-16 without a byte-order mark from UTF-8."""
+
+
+def _utf16_without_bom(raw: bytes) -> str | None:
+    """`utf-16-le` or `utf-16-be` when the file starts as UTF-16 text with no byte-order mark: more
+    than half the bytes at one parity are NUL (the high byte of every ASCII character) and few at
+    the other. UTF-8 text has no NUL bytes, and a run of them (a log truncated in place by
+    logrotate's copytruncate) has them at both parities."""
+    sample = raw[:_SNIFF_BYTES]
+    pairs = len(sample) // 2
+    even_nuls, odd_nuls = sample[0::2].count(0), sample[1::2].count(0)
+    if odd_nuls > pairs / 2 and even_nuls < pairs / 10:
+        return "utf-16-le"
+    if even_nuls > pairs / 2 and odd_nuls < pairs / 10:
+        return "utf-16-be"
+    return None
 
 
 def _too_large(where: str) -> BadInputError:

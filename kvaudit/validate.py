@@ -4,7 +4,8 @@ checked.
 Strict about the stable keys of docs/design.md (report contract) and lenient about everything
 else: any JSON document that carries them is a report, extra keys are ignored, and the extensions
 of kvaudit/schema.py are optional. A document that is not one gives a one-line `BadInputError`
-with the path to the first bad key (`report.ranks[0].owners.weights: expected an integer …`).
+with the path to the first bad key (`report.ranks[0].owners.weights: expected an integer …`); so
+does a report whose fields name ranks it does not have (`_check_rank_references`).
 """
 
 from __future__ import annotations
@@ -316,7 +317,7 @@ def report_from_json(data: Any, where: str = "report") -> Report:
         raise BadInputError(f"{env_vars.where}: expected string values")
     verify, failure = node.child("verify", nullable=True), node.child("failure", nullable=True)
     accuracy = node.list("accuracy", required=False)
-    return Report(
+    report = Report(
         schema=schema, source=node.enum("source", Source),
         engine=Engine(name=eng.str("name"), version=eng.str("version"), model_runner=eng.str("model_runner"),
                       attention_backend=eng.str("attention_backend")),
@@ -337,6 +338,58 @@ def report_from_json(data: Any, where: str = "report") -> Report:
         verdict_reason=node.str("verdict_reason", required=False) or "",
         warnings=node.strings("warnings"), kvaudit_version=node.str("kvaudit_version", required=False),
         nodes=_nodes(node))
+    _check_rank_references(report, where)
+    return report
+
+
+def _check_rank_references(report: Report, where: str) -> None:
+    """What the types cannot say: each numbered rank appears once in `ranks`, and each field that
+    names a rank (the binding ranks, accuracy, verify, the nodes) names one of them; each node
+    appears once in `nodes`, and each rank on one node. The assembly derives all of these from
+    `ranks`, so a report that breaks one was edited or made by something else (a diff compares
+    ranks by number and would silently keep the last of two rank 1s, and a binding rank with no
+    entry has no owners to compare).
+
+    A rank's number may be null (unknown): such ranks never collide, and while a report has one, a
+    field may name a number no entry has (it may be that rank's), so names are checked only when
+    every rank has its number, as in every report kvaudit writes. `failure.rank` is never checked:
+    a rank that died before it wrote a record is named there and has no entry."""
+    index_of: dict[int, int] = {}
+    for i, rank in enumerate(report.ranks):
+        if rank.rank is None:
+            continue
+        if rank.rank in index_of:
+            first = index_of[rank.rank]
+            raise BadInputError(f"{where}.ranks[{i}].rank: rank {rank.rank} appears twice (ranks[{first}] is rank "
+                                f"{rank.rank} too): each rank must appear once")
+        index_of[rank.rank] = i
+    every_rank_numbered = len(index_of) == len(report.ranks)
+
+    def must_name_a_rank(rank: int | None, key: str) -> None:
+        if rank is not None and every_rank_numbered and rank not in index_of:
+            raise BadInputError(f"{where}.{key}: names rank {rank}, but no entry of ranks is rank {rank}")
+
+    must_name_a_rank(report.capacity.binding_rank, "capacity.binding_rank")
+    for i, entry in enumerate(report.accuracy or ()):
+        must_name_a_rank(entry.rank, f"accuracy[{i}].rank")
+    for i, verified in enumerate(report.verify.ranks if report.verify else ()):
+        must_name_a_rank(verified.rank, f"verify.ranks[{i}].rank")
+    node_index: dict[int, int] = {}
+    node_of_rank: dict[int, int] = {}
+    for i, summary in enumerate(report.nodes or ()):
+        if summary.node_rank in node_index:
+            raise BadInputError(f"{where}.nodes[{i}].node_rank: node {summary.node_rank} appears twice "
+                                f"(nodes[{node_index[summary.node_rank]}] is node {summary.node_rank} too)")
+        node_index[summary.node_rank] = i
+        for j, rank in enumerate(summary.ranks):
+            must_name_a_rank(rank, f"nodes[{i}].ranks[{j}]")
+            if rank in node_of_rank:
+                raise BadInputError(f"{where}.nodes[{i}].ranks[{j}]: rank {rank} is already in "
+                                    f"nodes[{node_of_rank[rank]}].ranks: a rank runs on one node")
+            node_of_rank[rank] = i
+        if summary.binding_rank is not None and node_of_rank.get(summary.binding_rank) != i:
+            raise BadInputError(f"{where}.nodes[{i}].binding_rank: names rank {summary.binding_rank}, which is not "
+                                f"one of this node's ranks")
 
 
 def diff_from_json(data: Any, where: str = "diff") -> DiffReport:

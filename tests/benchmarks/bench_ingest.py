@@ -1,6 +1,8 @@
-"""Ingest throughput vs `grep -cE` of the same memory patterns, on one generated ~200 MB log.
+"""Ingest throughput vs `grep -cE` of the same memory patterns, on one generated ~200 MB log;
+or, with --files, ingest time for many one-rank logs of one boot.
 
     python tests/benchmarks/bench_ingest.py [--mb 200] [--repeat 5] [--keep DIR]
+    python tests/benchmarks/bench_ingest.py --files 1000 --files 4000 [--repeat 1]
 
 Generates an 8-rank TP=8 vLLM 0.32 startup log (Model Runner V1, graphs on, MTP) whose memory
 lines are spread over the whole file between realistic noise: NCCL INFO chatter, tqdm bars
@@ -8,7 +10,12 @@ lines are spread over the whole file between realistic noise: NCCL INFO chatter,
 metrics lines ("GPU KV cache usage"), HTTP access lines and tracebacks. Then, several times
 each, times `read_text` + `report_from_log_text` and `grep -cE <the catalogue's anchors>`, prints
 both throughputs (MB/s, medians) and their ratio, and exits 1 when the ratio is below the goal.
-Not part of the pytest run.
+
+With `--files N` (repeatable) it writes N files, each one rank's lines of a TP=N boot (the
+engine's lines in every file, as a node's log holds them), and times `read_text` of each +
+`report_from_logs` of all, as `kvaudit ingest rank*.log` does: each N's median and its seconds
+per 1000 files, which stay flat when ingest is linear in the number of files. Not part of the
+pytest run.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs import report_from_log_text, report_from_logs
 from kvaudit.engines.logs.facts import grep_pattern
 from kvaudit.report import read_text
 
@@ -60,50 +67,57 @@ def _ts(rng: random.Random) -> str:
         if rng.random() < 0.5 else ""
 
 
-def boot_events() -> list[str]:
-    """The memory lines of one TP=8 boot, in boot order (vLLM 0.32 templates, docs/vllm-startup.md §5)."""
-    w = [300 + r for r in range(TP)]
-    ev = [
+def boot_events(tp: int = TP) -> list[str]:
+    """The memory lines of one TP=tp boot, in boot order (vLLM 0.32 templates, docs/vllm-startup.md §5)."""
+    return [line for _, line in ranked_boot_events(tp)]
+
+
+def ranked_boot_events(tp: int = TP) -> list[tuple[int | None, str]]:
+    """boot_events with the rank that prints each line (None: the API server or engine core)."""
+    w = [300 + r for r in range(tp)]
+    ev: list[tuple[int | None, str]] = [(None, line) for line in [
         "(APIServer pid=100) INFO 11-30 10:00:00 [api_utils.py:286] non-default args: {'model_tag': "
-        "'deepseek-ai/DeepSeek-V3', 'model': 'deepseek-ai/DeepSeek-V3', 'tensor_parallel_size': 8, "
+        f"'deepseek-ai/DeepSeek-V3', 'model': 'deepseek-ai/DeepSeek-V3', 'tensor_parallel_size': {tp}, "
         "'gpu_memory_utilization': 0.95, 'max_model_len': 65536, 'speculative_config': {'method': 'mtp', "
         "'num_speculative_tokens': 1}}",
         "(EngineCore pid=200) INFO 11-30 10:00:05 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
         "model='deepseek-ai/DeepSeek-V3', speculative_config=SpeculativeConfig(method='mtp', "
         "model='deepseek-ai/DeepSeek-V3', num_spec_tokens=1), tokenizer='deepseek-ai/DeepSeek-V3', "
-        "skip_tokenizer_init=False, dtype=torch.bfloat16, max_seq_len=65536, load_format=auto, tensor_parallel_size=8, "
-        "pipeline_parallel_size=1, data_parallel_size=1, decode_context_parallel_size=1, enforce_eager=False, "
-        "kv_cache_dtype=auto, device_config=cuda, compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, "
+        "skip_tokenizer_init=False, dtype=torch.bfloat16, max_seq_len=65536, load_format=auto, "
+        f"tensor_parallel_size={tp}, pipeline_parallel_size=1, data_parallel_size=1, "
+        "decode_context_parallel_size=1, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, "
+        "compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, "
         "'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, 'cudagraph_capture_sizes': [1, 2, 4, 8, 16, "
         "24, 32]}, kernel_config=KernelConfig(enable_jit_warmup=True)",
-    ]
-    ev += [f"(VllmWorker-{r} pid={w[r]}) WARNING 11-30 10:00:10 [vllm.py:725] Starting worker" for r in range(TP)]
-    ev += [f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:00:20 [cuda.py:507] Using FLASH_ATTN_MLA attention backend out of "
-           f"potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA']." for r in range(TP)]
-    ev.append(f"(Worker_TP0 pid={w[0]}) INFO 11-30 10:02:20 [gpu_model_runner.py:5150] Model loading took 83.42 GiB "
-              f"memory and 120.512345 seconds")
-    for r in range(TP):
-        ev.append(f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:04:00 [gpu_model_runner.py:6369] Profiling CUDA graph "
-                  f"memory: PIECEWISE=7 (largest=32), FULL=4 (largest=16)")
-        ev.append(f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:04:10 [gpu_model_runner.py:6475] Estimated CUDA graph "
-                  f"memory: 0.{85 + r % 3} GiB total")
-    ev.append(f"(Worker_TP0 pid={w[0]}) INFO 11-30 10:04:11 [gpu_worker.py:760] Available KV cache memory: 31.12 GiB")
-    ev.append("(EngineCore pid=200) INFO 11-30 10:04:12 [kv_cache_utils.py:2327] GPU KV cache size: 2,039,040 tokens, "
-              "Maximum concurrency for 65,536 tokens per request: 31.11x")
-    ev.append(f"(Worker_TP0 pid={w[0]}) INFO 11-30 10:05:00 [gpu_model_runner.py:6582] Graph capturing finished in 12 "
-              f"secs, took 0.91 GiB")
-    for r in range(TP):
-        ev.append(f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:05:01 [gpu_worker.py:972] CUDA graph pool memory: 0.91 GiB "
-                  f"(actual), 0.{85 + r % 3} GiB (estimated), difference: 0.06 GiB (6.6%).")
-        ev.append(f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:05:02 [gpu_worker.py:1038] Free memory on device "
+    ]]
+    ev += [(r, f"(VllmWorker-{r} pid={w[r]}) WARNING 11-30 10:00:10 [vllm.py:725] Starting worker") for r in range(tp)]
+    ev += [(r, f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:00:20 [cuda.py:507] Using FLASH_ATTN_MLA attention backend "
+               f"out of potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'].") for r in range(tp)]
+    ev.append((0, f"(Worker_TP0 pid={w[0]}) INFO 11-30 10:02:20 [gpu_model_runner.py:5150] Model loading took 83.42 "
+                  f"GiB memory and 120.512345 seconds"))
+    for r in range(tp):
+        ev.append((r, f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:04:00 [gpu_model_runner.py:6369] Profiling CUDA graph "
+                      f"memory: PIECEWISE=7 (largest=32), FULL=4 (largest=16)"))
+        ev.append((r, f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:04:10 [gpu_model_runner.py:6475] Estimated CUDA graph "
+                      f"memory: 0.{85 + r % 3} GiB total"))
+    ev.append((0, f"(Worker_TP0 pid={w[0]}) INFO 11-30 10:04:11 [gpu_worker.py:760] Available KV cache memory: "
+                  f"31.12 GiB"))
+    ev.append((None, "(EngineCore pid=200) INFO 11-30 10:04:12 [kv_cache_utils.py:2327] GPU KV cache size: 2,039,040 "
+                     "tokens, Maximum concurrency for 65,536 tokens per request: 31.11x"))
+    ev.append((0, f"(Worker_TP0 pid={w[0]}) INFO 11-30 10:05:00 [gpu_model_runner.py:6582] Graph capturing finished in "
+                  f"12 secs, took 0.91 GiB"))
+    for r in range(tp):
+        ev.append((r, f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:05:01 [gpu_worker.py:972] CUDA graph pool memory: 0.91 "
+                      f"GiB (actual), 0.{85 + r % 3} GiB (estimated), difference: 0.06 GiB (6.6%)."))
+        ev.append((r, f"(Worker_TP{r} pid={w[r]}) INFO 11-30 10:05:02 [gpu_worker.py:1038] Free memory on device "
                   f"(139.25/139.81 GiB) on startup. Desired GPU memory utilization is (0.95, 132.82 GiB). Actual usage "
                   f"is 85.9 GiB for consumed memory (weights + non-torch), 17.{50 + r} GiB for peak activation, and "
                   f"0.91 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with "
                   f"`--kv-cache-memory=32000000000` (29.8 GiB) to fit into requested memory, or "
                   f"`--kv-cache-memory=39000000000` (36.32 GiB) to fully utilize gpu memory. "
-                  f"Current kv cache memory in use is {31.12 - 0.01 * (r % 4):.2f} GiB.")
-    ev.append("(EngineCore pid=200) INFO 11-30 10:05:10 [core.py:402] init engine (profile, create kv cache, warmup "
-              "model) took 305.10 s")
+                  f"Current kv cache memory in use is {31.12 - 0.01 * (r % 4):.2f} GiB."))
+    ev.append((None, "(EngineCore pid=200) INFO 11-30 10:05:10 [core.py:402] init engine (profile, create kv cache, "
+                     "warmup model) took 305.10 s"))
     return ev
 
 
@@ -130,6 +144,43 @@ def generate(path: Path, megabytes: int, seed: int = 7) -> int:
             out.write(chunk)
             written += len(chunk.encode("utf-8"))
     return written
+
+
+def generate_rank_files(folder: Path, tp: int) -> list[Path]:
+    """One file per rank of a TP=tp boot: the engine's lines, then that rank's (grouped in one
+    pass: a filter per rank would cost tp² to write 16,000 files)."""
+    engine, by_rank = [], [[] for _ in range(tp)]
+    for rank, line in ranked_boot_events(tp):
+        (engine if rank is None else by_rank[rank]).append(line)
+    paths = []
+    for rank, lines in enumerate(by_rank):
+        path = folder / f"rank{rank:05d}.log"
+        path.write_text("\n".join(engine + lines) + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def time_ingest_files(paths: list[Path]) -> tuple[float, object]:
+    start = time.perf_counter()
+    report = report_from_logs([(read_text(p), str(p)) for p in paths])
+    return time.perf_counter() - start, report
+
+
+def bench_files(counts: list[int], repeat: int) -> int:
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}")
+    for count in counts:
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = generate_rank_files(Path(tmp), count)
+            runs = []
+            for _ in range(repeat):
+                elapsed, report = time_ingest_files(paths)
+                assert len(report.ranks) == count, f"expected {count} ranks, got {len(report.ranks)}"
+                runs.append(elapsed)
+        median = statistics.median(runs)
+        print(f"{count:6d} one-rank files: median {median:.2f} s = {1000 * median / count:.3f} s per 1000 files  "
+              f"(runs: {', '.join(f'{t:.2f}' for t in runs)})", flush=True)
+    return 0
 
 
 def time_ingest(path: Path) -> tuple[float, object]:
@@ -162,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mb", type=int, default=200, help="size of the generated log (MiB)")
     ap.add_argument("--repeat", type=int, default=5, help="timed repetitions of each side")
     ap.add_argument("--keep", type=Path, default=None, help="write the log here instead of a temp dir")
+    ap.add_argument("--files", type=int, action="append", default=None, metavar="N",
+                    help="instead: time ingesting N one-rank logs of a TP=N boot (repeatable)")
     args = ap.parse_args(argv)
+    if args.files:
+        return bench_files(args.files, args.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         path = (args.keep or Path(tmp)) / "bench-8rank.log"
         size = generate(path, args.mb)

@@ -1,9 +1,11 @@
 """Reading inputs (issue 15, item 4): gzip expands as a stream and stops at the cap, plain files
 and standard input are never read past it, and what is not a regular file (a FIFO that may never
-be written, a device that never ends) is refused at once, except `-`."""
+be written, a device that never ends) is refused at once, except `-`. Logs and reports saved as
+UTF-16 (Windows PowerShell's `>`) or with a UTF-8 byte-order mark read as the same text."""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import os
@@ -19,6 +21,7 @@ from kvaudit.errors import BadInputError
 from kvaudit.report import read_text
 
 CAP = 1 << 20
+TP2_OK = Path(__file__).parent.parent / "fixtures" / "logs" / "gpu-0.32-v1-tp2-ok.log"
 
 
 @pytest.fixture
@@ -120,3 +123,52 @@ def test_a_fifo_is_refused_at_once(tmp_path: Path, cli) -> None:
 def test_a_device_is_refused(cli) -> None:
     result = cli("ingest", "/dev/zero")
     assert result.code == 2 and "/dev/zero: not a regular file" in result.stderr
+
+
+ENCODINGS = {
+    "UTF-16LE with a BOM (Windows PowerShell 5 `>`)": lambda text: codecs.BOM_UTF16_LE + text.encode("utf-16-le"),
+    "UTF-16BE with a BOM": lambda text: codecs.BOM_UTF16_BE + text.encode("utf-16-be"),
+    "UTF-16LE without a BOM": lambda text: text.encode("utf-16-le"),
+    "UTF-16BE without a BOM": lambda text: text.encode("utf-16-be"),
+    "UTF-16LE with a BOM, gzipped": lambda text: gzip.compress(codecs.BOM_UTF16_LE + text.encode("utf-16-le")),
+    "UTF-8 with a BOM (Notepad)": lambda text: codecs.BOM_UTF8 + text.encode("utf-8"),
+}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_log_in_another_unicode_encoding_reads_as_the_same_text(tmp_path: Path, encoding: str) -> None:
+    # GIVEN a real log (its tqdm bars are not ASCII) saved in another encoding
+    text = TP2_OK.read_bytes().decode("utf-8")
+    assert "█" in text
+    path = tmp_path / "saved.log"
+    path.write_bytes(ENCODINGS[encoding](text))
+    # WHEN read  THEN the same text, without the byte-order mark
+    assert read_text(path) == text
+
+
+def test_a_utf16_log_and_report_show_as_their_utf8_originals(tmp_path: Path, cli) -> None:
+    # GIVEN the log and its report JSON, each saved as UTF-16LE with a BOM, as PowerShell's
+    # `kvaudit show LOG -f json > report.json` writes them
+    original = cli("show", str(TP2_OK), "-f", "json")
+    log, report = tmp_path / "utf16.log", tmp_path / "utf16.json"
+    log.write_bytes(codecs.BOM_UTF16_LE + TP2_OK.read_bytes().decode("utf-8").encode("utf-16-le"))
+    report.write_bytes(codecs.BOM_UTF16_LE + original.stdout.encode("utf-16-le"))
+    # THEN each shows as the original did (it was "neither a kvaudit report nor a vLLM log")
+    for path in (log, report):
+        result = cli("show", str(path), "-f", "json")
+        assert (result.code, result.stdout) == (0, original.stdout), result.stderr
+
+
+def test_utf16_on_standard_input_reads_as_the_same_text(monkeypatch) -> None:
+    text = TP2_OK.read_bytes().decode("utf-8")
+    raw = codecs.BOM_UTF16_BE + text.encode("utf-16-be")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    assert read_text("-") == text
+
+
+def test_a_utf8_log_after_a_run_of_nul_bytes_stays_utf8(tmp_path: Path) -> None:
+    # GIVEN a log truncated in place while vLLM kept writing at its offset (logrotate's
+    # copytruncate): NUL bytes at both parities, then UTF-8  THEN it is not taken for UTF-16
+    path = tmp_path / "rotated.log"
+    path.write_bytes(b"\0" * 10_000 + TP2_OK.read_bytes())
+    assert read_text(path) == "\0" * 10_000 + TP2_OK.read_bytes().decode("utf-8")

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.parse import FileScan, parse_file
+from kvaudit.engines.logs.ranks import check_one_boot, engine_config, gather
 from kvaudit.engines.logs.scan import bounds
 from kvaudit.errors import BadInputError
 from kvaudit.render.table import TableReporter
@@ -124,3 +126,27 @@ def test_a_long_engine_line_still_gives_its_capture_sizes() -> None:
     text = ENGINE + "x" * 300_000 + ", compilation_config={'cudagraph_capture_sizes': [1, 2, 4]}, y=1\n"
     report = report_from_log_text(text, "x")
     assert report.config.cudagraph_capture_sizes == (1, 2, 4)
+
+
+def one_rank_logs(count: int) -> list[FileScan]:
+    """The logs of a TP=count boot, one file per rank: each file has the engine's config line
+    and one line of its rank's figures, as `kvaudit ingest rank*.log` reads them."""
+    engine = ENGINE.replace("model='m', ", f"model='m', tensor_parallel_size={count}, enforce_eager=False, ")
+    return [parse_file(engine + "\n" + KV_LINE.replace("Worker_TP0 pid=3", f"Worker_TP{r} pid={r + 10}") + "\n",
+                       f"rank{r}.log", r) for r in range(count)]
+
+
+def test_checking_that_many_files_are_one_boot_stays_linear() -> None:
+    # GIVEN 4000 one-rank files of one boot (each file was compared with every file before it:
+    # 4.4 s for these; tests/benchmarks/bench_ingest.py --files times whole ingests)
+    scans = one_rank_logs(4000)
+    last = gather([scans[-1]])
+    assert set(last.ranks) == {3999} and engine_config(last.engine)["enforce_eager"] is False
+    start = time.perf_counter()
+    for scan in scans:
+        gather([scan])   # the per-file reading check_one_boot has to do
+    per_file = time.perf_counter() - start
+    # WHEN they are checked  THEN it costs about that per-file reading, not the square of the count
+    start = time.perf_counter()
+    check_one_boot(scans)
+    assert time.perf_counter() - start <= 2 * per_file + SLACK_S

@@ -146,6 +146,30 @@ def test_a_bad_node_record_is_one_line(tmp_path):
         report_from_json(data)
 
 
+def _edit_node(index, key, value):
+    def edit(nodes):
+        nodes[index][key] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, pattern", [
+    (_edit_node(1, "node_rank", 0), r"^report\.nodes\[1\]\.node_rank: node 0 appears twice \(nodes\[0\] is node 0 "
+                                    r"too\)$"),
+    (_edit_node(0, "ranks", [0, 1]), r"^report\.nodes\[1\]\.ranks\[0\]: rank 1 is already in nodes\[0\]\.ranks: a "
+                                     r"rank runs on one node$"),
+    (_edit_node(0, "ranks", [5]), r"^report\.nodes\[0\]\.ranks\[0\]: names rank 5, but no entry of ranks is rank 5$"),
+    (_edit_node(0, "binding_rank", 1), r"^report\.nodes\[0\]\.binding_rank: names rank 1, which is not one of this "
+                                       r"node's ranks$"),
+])
+def test_nodes_that_name_ranks_or_nodes_wrongly_are_one_line(tmp_path, edit, pattern):
+    # GIVEN a two-node report (node 0 holds rank 0, node 1 rank 1) with one node entry edited
+    folder = two_node_folder(tmp_path, rank1(rank_journal(1, kv_available=40 * 2**30)))
+    data = json.loads(dumps(run(folder)))
+    edit(data["nodes"])
+    with pytest.raises(BadInputError, match=pattern):
+        report_from_json(data)
+
+
 def test_multinode_helpers():
     cfg = AuditConfig(tensor_parallel_size=8, extra_args={"pipeline_parallel_size": 2, "nnodes": 2, "node_rank": 1})
     assert multinode.local_world_size(cfg) == 8 and multinode.node_rank(cfg) == 1

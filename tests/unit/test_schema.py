@@ -184,6 +184,12 @@ REFUSALS = [
     (put("kvaudit.report/2", "schema"), r": schema 'kvaudit.report/2' is not 'kvaudit.report/1'$"),
     (put("memray/1", "schema"), r": schema 'memray/1' is not"),
     (put(1, "schema"), r"\.schema: expected a string or null, got an integer"),
+    # cross-references: a rank twice, or a field naming a rank the report does not have
+    (put(0, "ranks", 1, "rank"), r"\.ranks\[1\]\.rank: rank 0 appears twice \(ranks\[0\] is rank 0 too\)"),
+    (put(7, "capacity", "binding_rank"), r"\.capacity\.binding_rank: names rank 7, but no entry of ranks is rank 7$"),
+    (put(2, "verify", "ranks", 1, "rank"), r"\.verify\.ranks\[1\]\.rank: names rank 2, but no entry of ranks"),
+    (put([{"owner": "weights", "rank": 3, "planted_bytes": 1, "measured_bytes": 1}], "accuracy"),
+     r"\.accuracy\[0\]\.rank: names rank 3, but no entry of ranks is rank 3$"),
 ]
 
 
@@ -201,6 +207,25 @@ def test_the_loader_refuses_with_one_line_naming_the_path(tmp_path, mutate, patt
     assert message.startswith(str(path))
     assert re.search(pattern, message), message
     assert info.value.exit_code is ExitCode.USAGE
+
+
+def test_ranks_without_numbers_are_no_duplicates_and_may_be_the_ranks_named(tmp_path):
+    # GIVEN a report whose two ranks lost their numbers, while capacity and verify still name
+    # ranks 0 and 1  THEN it loads: the nulls do not collide, and the names may be those ranks
+    data = real_json("run2")
+    for rank in data["ranks"]:
+        rank["rank"] = None
+    report = load_report(write_json(tmp_path / "unnumbered.json", data))
+    assert [r.rank for r in report.ranks] == [None, None] and report.capacity.binding_rank == 1
+
+
+def test_a_failure_may_name_a_rank_that_left_no_record(tmp_path):
+    # GIVEN a partial report whose failing rank died before it wrote a record  THEN it loads
+    data = real_json("run3")
+    data["ranks"] = data["ranks"][:1]
+    data["capacity"]["binding_rank"] = 0
+    data["failure"]["rank"] = 1
+    assert load_report(write_json(tmp_path / "partial.json", data)).failure.rank == 1
 
 
 def test_a_diff_passed_as_a_report_is_named_as_such(tmp_path):

@@ -149,8 +149,18 @@ def gather(scans: Sequence[FileScan]) -> Boot:
 def check_one_boot(scans: Sequence[FileScan]) -> None:
     """The files make one report only when they are one boot (one file per node): a BadInputError
     when one file holds two runs (_check_one_run), or two files print different engine configs or
-    figures for the same rank, as the logs of two runs do."""
+    figures for the same rank, as the logs of two runs do. The message names the first file that
+    clashes with one before it, and the earliest of those it clashes with.
+
+    Linear in the number of files (16,000 one-rank files took 50 s when each was compared with
+    every file before it): while no two files clash, every file that printed a key printed the
+    value the first one did, and every rank's figures come from one file, so a new file is
+    compared with those first values and rank owners only."""
     seen: list[tuple[FileScan, dict[str, Any], set[int]]] = []
+    # config key → the value every file so far printed for it, and the first such file's index in seen
+    agreed: dict[str, tuple[Any, int]] = {}
+    # rank → the index in seen of the file that printed its figures
+    printed_by: dict[int, int] = {}
     for scan in scans:
         boot = gather([scan])
         _check_one_run(scan, boot.engine)
@@ -159,16 +169,21 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
         if version is not None:
             config["vllm version"] = version
         ranks = {rank for rank, r in boot.ranks.items() if any(r.facts.values())}
-        for other, other_config, other_ranks in seen:
-            why = None
+        clashes = [agreed[k][1] for k in config if k in agreed and config[k] != agreed[k][0]]
+        clashes += [printed_by[rank] for rank in ranks if rank in printed_by]
+        if clashes:
+            other, other_config, other_ranks = seen[min(clashes)]
             differ = [k for k in config if k in other_config and config[k] != other_config[k]]
             if differ:
                 why = f"{differ[0]} {other_config[differ[0]]} in one, {config[differ[0]]} in the other"
-            elif both := sorted(ranks & other_ranks):
-                why = f"both print rank {both[0]}'s figures"
-            if why:
-                raise BadInputError(f"{other.where} and {scan.where} are logs of two different engine runs ({why}): "
-                                    f"ingest each on its own, or compare them with kvaudit diff")
+            else:
+                why = f"both print rank {min(ranks & other_ranks)}'s figures"
+            raise BadInputError(f"{other.where} and {scan.where} are logs of two different engine runs ({why}): "
+                                f"ingest each on its own, or compare them with kvaudit diff")
+        for key, value in config.items():
+            agreed.setdefault(key, (value, len(seen)))
+        for rank in ranks:
+            printed_by[rank] = len(seen)
         seen.append((scan, config, ranks))
 
 
