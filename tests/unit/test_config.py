@@ -280,6 +280,36 @@ def test_flags_are_validated_too():
         build(tensor_parallel_size=2, decode_context_parallel_size=4)
 
 
+# vLLM's DCP size rule (ParallelConfig._validate_parallel_config): without PCP, DCP divides TP;
+# with PCP (a pass-through argument), DCP is 1, PCP or TP × PCP.
+
+@pytest.mark.parametrize("tp, dcp, message", [
+    (2, 4, "decode_context_parallel_size 4 must divide tensor_parallel_size 2: DCP reuses the TP ranks; "
+           "pass a --dcp that divides --tp 2"),
+    (4, 3, "decode_context_parallel_size 3 must divide tensor_parallel_size 4: DCP reuses the TP ranks; "
+           "pass a --dcp that divides --tp 4"),
+])
+def test_a_dcp_larger_than_tp_or_not_dividing_it_is_refused_naming_the_fix(tp, dcp, message):
+    with pytest.raises(UsageError) as info:
+        build(tensor_parallel_size=tp, decode_context_parallel_size=dcp)
+    assert str(info.value) == message
+    one_line_usage_error(info)
+
+
+def test_with_pcp_dcp_must_be_off_span_pcp_or_span_tp_times_pcp():
+    with pytest.raises(UsageError) as info:
+        build(tensor_parallel_size=4, decode_context_parallel_size=2,
+              passthrough=["--prefill-context-parallel-size", "3"])
+    assert str(info.value) == (
+        "decode_context_parallel_size 2 with prefill_context_parallel_size 3 and tensor_parallel_size 4: with PCP, "
+        "vLLM's DCP is off, spans the PCP axis or spans all of TP × PCP; pass --dcp 1 or 3 or 12")
+    # DCP across the PCP axis, or across TP × PCP, need not divide TP: vLLM accepts both
+    for tp, dcp in ((1, 2), (2, 4)):
+        config = build(tensor_parallel_size=tp, decode_context_parallel_size=dcp,
+                       passthrough=["--prefill-context-parallel-size", "2"])
+        assert config.decode_context_parallel_size == dcp
+
+
 def test_a_preset_with_a_string_gmu_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match=r"gpu_memory_utilization"):
         build(preset=preset(tmp_path, 'gpu_memory_utilization = "0.9"\n'))

@@ -14,6 +14,7 @@ import pytest
 
 from factories import real_json, write_json
 from kvaudit.config import embedded_model_path
+from kvaudit.engines.vllm.adapter import dcp_refusal, decode_attention_impl
 from kvaudit.engines.vllm.boot import reason
 
 
@@ -58,6 +59,39 @@ def test_a_max_model_len_above_the_models_limit(cli):
     assert result.stderr_lines == ["kvaudit: error: max_model_len 200000 is above the model's limit "
                                    "(max_position_embeddings 163840 in config.json): lower --max-model-len to "
                                    "163840 or less"]
+
+
+def test_a_dcp_that_does_not_divide_tp_is_refused_before_any_vllm_import(cli):
+    result = run_quickly(cli, "--tp", "2", "--dcp", "4")
+    assert result.code == 2
+    assert result.stderr_lines == ["kvaudit: error: decode_context_parallel_size 4 must divide tensor_parallel_size "
+                                   "2: DCP reuses the TP ranks; pass a --dcp that divides --tp 2"]
+
+
+# DCP on attention that cannot return the softmax LSE is refused in the boot process, once vLLM's
+# platform is known (tests/vllm/test_dcp_cpu.py, against the installed vLLM); these are the cases
+# where kvaudit does not ask vLLM at all.
+
+class Untouchable:
+    def __getattr__(self, name):
+        raise AssertionError(f"the platform was asked for {name}")
+
+
+class GpuPlatform:
+    device_name = "cuda"
+
+    def is_cpu(self) -> bool:
+        return False
+
+
+def test_without_dcp_the_platform_is_not_asked():
+    assert dcp_refusal(1, Untouchable(), mla=True) is None
+
+
+def test_on_a_gpu_the_attention_is_left_to_vllms_own_check_in_the_worker():
+    # there the backend depends on the device and the model's shapes, which only a worker has
+    assert decode_attention_impl(GpuPlatform(), mla=True) is None
+    assert dcp_refusal(2, GpuPlatform(), mla=True) is None
 
 
 def test_vllms_validation_error_keeps_its_reason():

@@ -158,17 +158,6 @@ def test_a_max_model_len_that_does_not_fit_is_a_finding(tmp, long_fits):
     assert "lower --max-model-len" in report["verdict_reason"]
 
 
-def test_dcp_refused_by_the_cpu_backend_gives_a_partial_report(tmp):
-    code, report, err = kvaudit(tmp, "dcp", "--tp", "2", "--dcp", "2")
-    assert code == 3, err
-    assert report["failure"]["kind"] == "refused"
-    assert "Decode Context Parallelism" in report["failure"]["message"]
-    assert [r["rank"] for r in report["ranks"]] == [0, 1]  # both ranks reported, with the phases
-    for rank in report["ranks"]:                           # before the refusal
-        names = [p["name"] for p in rank["phases"]]
-        assert names[:6] == PHASES[:6]
-
-
 def test_a_hung_boot_times_out_with_a_partial_report(tmp):
     started = time.monotonic()
     code, report, err = kvaudit(tmp, "timeout", "--timeout", "20")

@@ -428,6 +428,63 @@ def kv_block_zeroer(worker: Any) -> Any | None:
     return zeroer if zeroer is not None and hasattr(zeroer, "warmup") else None
 
 
+# -- decode context parallelism: does the platform's attention return the softmax LSE -----------
+
+
+def decode_attention_impl(platform: Any, mla: bool, attention_backend: Any = None) -> Any | None:
+    """The attention implementation class vLLM's CPU platform will run a model with, asked of the
+    platform's own selector (`get_attn_backend_cls`, the call vllm/v1/attention/selector.py makes
+    in each worker) before any worker exists; None where kvaudit cannot ask it here.
+
+    On CPU the selector decides by MLA or not, sparse attention (which it refuses) and the backend
+    the user named (`--attention-backend`, parsed by vLLM's own AttentionConfig validator); the
+    head size, dtype and block size do not enter it, so the stand-ins passed for them change
+    nothing (tests/vllm/test_dcp_cpu.py pins this on the installed vLLM). On another platform the
+    choice depends on the device and the model's shapes, which only a worker has: None. None as
+    well where the selector takes other arguments or raises, or the backend name is not vLLM's:
+    vLLM then decides, and refuses, for itself. After `from vllm import LLM` importing the backend
+    adds no measurable time (a refusal takes the 7 s of --trace's on the 2-core machine), and a
+    boot that follows it is unchanged: the engine and its workers are other processes."""
+    if not platform.is_cpu():
+        return None
+    select = getattr(platform, "get_attn_backend_cls", None)
+    if select is None or not _accepts(select, "attn_selector_config"):
+        return None
+    try:
+        import importlib
+
+        import torch
+        from vllm.config.attention import AttentionConfig
+        from vllm.v1.attention.selector import AttentionSelectorConfig
+        selected = AttentionConfig.validate_backend_before(attention_backend)  # "auto" and None: no choice
+        wanted = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16, kv_cache_dtype=None, block_size=None,
+                                         use_mla=mla)
+        module, _, name = select(selected, attn_selector_config=wanted).rpartition(".")
+        return getattr(importlib.import_module(module), name).get_impl_cls()
+    except Exception:  # the check is an aid: where it cannot tell, vLLM's own check in the worker decides
+        return None
+
+
+def dcp_refusal(dcp: int, platform: Any, mla: bool, attention_backend: Any = None) -> str | None:
+    """One line (exit 2, before LLM(...)) when DCP is asked of attention that cannot do it, else None.
+
+    vLLM's check (check_attention_cp_compatibility in vllm/v1/worker/cp_utils.py) asserts, once
+    the worker has loaded the model and built its KV cache, that every attention layer's impl
+    returns the softmax LSE during decode: `need_to_return_lse_for_decode`, which the impl sets
+    from its class attribute `can_return_lse_for_decode` when DCP > 1. kvaudit reads the same
+    attribute of the impl the platform picks (decode_attention_impl); an impl without it is not
+    judged."""
+    if dcp <= 1:
+        return None
+    impl = decode_attention_impl(platform, mla, attention_backend)
+    if impl is None or getattr(impl, "can_return_lse_for_decode", True):
+        return None
+    where = getattr(platform, "device_name", None) or "this"
+    return (f"decode_context_parallel_size {dcp} needs attention that returns the softmax LSE during decode, and "
+            f"vLLM's {where} platform runs this model with {impl.__name__}, which does not (vLLM would refuse it "
+            f"only after loading the model): set --dcp 1")
+
+
 # -- the support check: which vLLM kvaudit can audit ---------------------------------------------
 
 SUPPORTED = {

