@@ -80,9 +80,12 @@ def _decode(raw: bytes) -> str:
     (_utf16_without_bom), else UTF-8. Undecodable bytes are replaced; each way is one linear pass."""
     if raw.startswith(codecs.BOM_UTF8):
         return raw.decode("utf-8-sig", errors="replace")
+    # UTF-16 in whole code units: a stray last byte (a file cut short) is dropped, not turned into U+FFFD
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return raw.decode("utf-16", errors="replace")   # reads the mark for the byte order, and drops it
-    return raw.decode(_utf16_without_bom(raw) or "utf-8", errors="replace")
+        return raw[:len(raw) // 2 * 2].decode("utf-16", errors="replace")   # the mark gives the byte order; dropped
+    if encoding := _utf16_without_bom(raw):
+        return raw[:len(raw) // 2 * 2].decode(encoding, errors="replace")
+    return raw.decode("utf-8", errors="replace")
 
 
 _SNIFF_BYTES = 4096

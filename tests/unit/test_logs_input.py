@@ -159,6 +159,17 @@ def test_a_utf16_log_and_report_show_as_their_utf8_originals(tmp_path: Path, cli
         assert (result.code, result.stdout) == (0, original.stdout), result.stderr
 
 
+@pytest.mark.parametrize("mark", [codecs.BOM_UTF16_LE, b""], ids=["with a BOM", "without a BOM"])
+def test_a_utf16_report_with_a_stray_last_byte_still_loads(tmp_path: Path, cli, mark: bytes) -> None:
+    # GIVEN a UTF-16 report whose file ends in half a code unit (a copy cut one byte short of even)
+    original = cli("show", str(TP2_OK), "-f", "json")
+    report = tmp_path / "odd.json"
+    report.write_bytes(mark + original.stdout.encode("utf-16-le") + b"\n")
+    # THEN the half unit is dropped: it was decoded as U+FFFD, and the JSON refused as "Extra data"
+    result = cli("show", str(report), "-f", "json")
+    assert (result.code, result.stdout) == (0, original.stdout), result.stderr
+
+
 def test_utf16_on_standard_input_reads_as_the_same_text(monkeypatch) -> None:
     text = TP2_OK.read_bytes().decode("utf-8")
     raw = codecs.BOM_UTF16_BE + text.encode("utf-16-be")
