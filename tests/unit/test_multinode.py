@@ -173,6 +173,9 @@ def test_nodes_that_name_ranks_or_nodes_wrongly_are_one_line(tmp_path, edit, pat
 def test_multinode_helpers():
     cfg = AuditConfig(tensor_parallel_size=8, extra_args={"pipeline_parallel_size": 2, "nnodes": 2, "node_rank": 1})
     assert multinode.local_world_size(cfg) == 8 and multinode.node_rank(cfg) == 1
+    pcp = AuditConfig(tensor_parallel_size=2, decode_context_parallel_size=2,
+                      extra_args={"prefill_context_parallel_size": 2})
+    assert multinode.local_world_size(pcp) == 4   # vLLM's world size: tp × pp × pcp; DCP adds no rank
     assert multinode.node_rank(AuditConfig(extra_args={"node_rank": True})) == 0
     ray = AuditConfig(extra_args={"distributed_executor_backend": "ray"})
     assert "cpu platform has no Ray executor" in multinode.refusal(ray, SimpleNamespace(device_name="cpu",

@@ -41,6 +41,18 @@ def test_more_tp_ranks_than_cpu_cores(cli):
                                    f"the CPU backend; this machine has {cores}: lower --tp"]
 
 
+@pytest.mark.skipif(Path("/proc/driver/nvidia/gpus").exists(), reason="counts CPU cores")
+def test_pipeline_and_prefill_context_ranks_count_too(cli):
+    # vLLM's world size is tp × pp × pcp: each of those ranks needs a core (DCP reuses the TP ranks)
+    cores = len(os.sched_getaffinity(0))
+    result = run_quickly(cli, "--tp", "1", "--", "--pipeline-parallel-size", "1",
+                         "--prefill-context-parallel-size", str(cores + 1))
+    assert result.code == 2
+    assert result.stderr_lines == [f"kvaudit: error: tensor_parallel_size 1 × prefill_context_parallel_size "
+                                   f"{cores + 1} needs {cores + 1} CPU cores on the CPU backend; this machine has "
+                                   f"{cores}: lower them"]
+
+
 def test_a_tp_that_does_not_divide_the_heads(cli, tmp_path):
     model = tmp_path / "three-heads"
     shutil.copytree(embedded_model_path(), model)
