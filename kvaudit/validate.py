@@ -385,7 +385,9 @@ def _check_rank_references(report: Report, where: str) -> None:
             must_name_a_rank(rank, f"nodes[{i}].ranks[{j}]")
             if rank in node_of_rank:
                 raise BadInputError(f"{where}.nodes[{i}].ranks[{j}]: rank {rank} is already in "
-                                    f"nodes[{node_of_rank[rank]}].ranks: a rank runs on one node")
+                                    f"nodes[{node_of_rank[rank]}].ranks: " + (
+                                        "each rank is listed once" if node_of_rank[rank] == i else
+                                        "a rank runs on one node"))
             node_of_rank[rank] = i
         if summary.binding_rank is not None and node_of_rank.get(summary.binding_rank) != i:
             raise BadInputError(f"{where}.nodes[{i}].binding_rank: names rank {summary.binding_rank}, which is not "

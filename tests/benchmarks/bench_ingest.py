@@ -169,6 +169,7 @@ def time_ingest_files(paths: list[Path]) -> tuple[float, object]:
 def bench_files(counts: list[int], repeat: int) -> int:
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
           f"Python {platform.python_version()}")
+    per_thousand: dict[int, float] = {}
     for count in counts:
         with tempfile.TemporaryDirectory() as tmp:
             paths = generate_rank_files(Path(tmp), count)
@@ -180,6 +181,11 @@ def bench_files(counts: list[int], repeat: int) -> int:
         median = statistics.median(runs)
         print(f"{count:6d} one-rank files: median {median:.2f} s = {1000 * median / count:.3f} s per 1000 files  "
               f"(runs: {', '.join(f'{t:.2f}' for t in runs)})", flush=True)
+        per_thousand[count] = 1000 * median / count
+    if len(per_thousand) > 1:
+        few, many = min(per_thousand), max(per_thousand)
+        print(f"per-1000-files time at {many} / at {few} = {per_thousand[many] / per_thousand[few]:.2f} "
+              f"(1 is linear; quadratic would be {many / few:.0f})")
     return 0
 
 

@@ -13,7 +13,6 @@ import inspect
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -82,11 +81,9 @@ def test_vllms_dcp_check_derives_from_the_attribute_kvaudit_reads():
     assert "self.need_to_return_lse_for_decode" in derived and "self.can_return_lse_for_decode" in derived
 
 
-def test_kvaudit_run_with_dcp_2_is_refused_in_seconds_without_a_boot(tmp_path):
-    started = time.monotonic()
+def test_kvaudit_run_with_dcp_2_is_refused_without_a_boot(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--dcp", "2", "-f", "json",
                            "-o", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=300)
-    seconds = time.monotonic() - started
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"kvaudit: error: decode_context_parallel_size 2 needs attention that returns the softmax LSE during "
@@ -95,4 +92,3 @@ def test_kvaudit_run_with_dcp_2_is_refused_in_seconds_without_a_boot(tmp_path):
     assert "Traceback" not in proc.stderr and proc.stderr.count("error") == 1
     assert "vLLM: creating the engine" not in proc.stderr  # the stage before LLM(...): never reached
     assert proc.stdout == "" and not (tmp_path / "r.json").exists()
-    assert seconds < 30, seconds  # the vLLM import, not a boot: the boot it replaces failed after 40 s

@@ -152,8 +152,8 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
     figures for the same rank, as the logs of two runs do. The message names the first file that
     clashes with one before it, and the earliest of those it clashes with.
 
-    Linear in the number of files (16,000 one-rank files took 50 s when each was compared with
-    every file before it): while no two files clash, every file that printed a key printed the
+    Linear in the number of files (when each file was compared with every file before it, an
+    ingest of 16,000 one-rank files took 168 s on the 2-core machine; now 9 s): while no two files clash, every file that printed a key printed the
     value the first one did, and every rank's figures come from one file, so a new file is
     compared with those first values and rank owners only."""
     seen: list[tuple[FileScan, dict[str, Any], set[int]]] = []

@@ -442,9 +442,9 @@ def decode_attention_impl(platform: Any, mla: bool, attention_backend: Any = Non
     nothing (tests/vllm/test_dcp_cpu.py pins this on the installed vLLM). On another platform the
     choice depends on the device and the model's shapes, which only a worker has: None. None as
     well where the selector takes other arguments or raises, or the backend name is not vLLM's:
-    vLLM then decides, and refuses, for itself. After `from vllm import LLM` importing the backend
-    adds no measurable time (a refusal takes the 7 s of --trace's on the 2-core machine), and a
-    boot that follows it is unchanged: the engine and its workers are other processes."""
+    vLLM then decides, and refuses, for itself. Importing the backend here costs nothing
+    measurable once vLLM is imported, and changes nothing for a boot that follows: the engine and
+    its workers are other processes."""
     if not platform.is_cpu():
         return None
     select = getattr(platform, "get_attn_backend_cls", None)
