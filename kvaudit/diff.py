@@ -9,8 +9,8 @@ from typing import Any
 from kvaudit.config import COMPARED_KNOBS
 from kvaudit.errors import FindingError, UsageError
 from kvaudit.schema import (
-    NON_KV_OWNERS, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report, Source,
-    Verdict,
+    NON_KV_OWNERS, Capacity, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report,
+    Source, Verdict,
 )
 from kvaudit.sites import site_deltas
 from kvaudit.units import fmt_bytes, minus, parse_bytes
@@ -123,7 +123,7 @@ def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
 NEVER_SIZED = "it never reached KV sizing"
 
 
-def _kv_bytes_missing(capacity: Any, verdict: Verdict) -> str | None:
+def _kv_bytes_missing(capacity: Capacity | None, verdict: Verdict) -> str | None:
     """Why one side of a diff has no KV figure in bytes, or None when it has one."""
     if capacity is not None and capacity.kv_available_bytes is not None:
         return None

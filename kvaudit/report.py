@@ -79,13 +79,14 @@ def _decode(raw: bytes) -> str:
     writes it; the mark is dropped), else UTF-16 when NUL bytes at every other position say so
     (_utf16_without_bom), else UTF-8. Undecodable bytes are replaced; each way is one linear pass."""
     if raw.startswith(codecs.BOM_UTF8):
-        return raw.decode("utf-8-sig", errors="replace")
-    # UTF-16 in whole code units: a stray last byte (a file cut short) is dropped, not turned into U+FFFD
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return raw[:len(raw) // 2 * 2].decode("utf-16", errors="replace")   # the mark gives the byte order; dropped
-    if encoding := _utf16_without_bom(raw):
-        return raw[:len(raw) // 2 * 2].decode(encoding, errors="replace")
-    return raw.decode("utf-8", errors="replace")
+        encoding = "utf-8-sig"
+    elif raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"   # the mark gives the byte order, and is dropped
+    else:
+        encoding = _utf16_without_bom(raw) or "utf-8"
+    if encoding.startswith("utf-16"):   # whole code units: a stray last byte is dropped, not turned into U+FFFD
+        raw = raw[:len(raw) // 2 * 2]
+    return raw.decode(encoding, errors="replace")
 
 
 _SNIFF_BYTES = 4096

@@ -14,6 +14,7 @@ without a new branch; `branches` says which way each goes on a given vLLM.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -451,8 +452,6 @@ def decode_attention_impl(platform: Any, mla: bool, attention_backend: Any = Non
     if select is None or not _accepts(select, "attn_selector_config"):
         return None
     try:
-        import importlib
-
         import torch
         from vllm.config.attention import AttentionConfig
         from vllm.v1.attention.selector import AttentionSelectorConfig

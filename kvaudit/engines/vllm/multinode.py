@@ -37,18 +37,12 @@ def node_rank(config: AuditConfig) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def parallel_arg(config: AuditConfig, name: str) -> int:
-    """A parallel size among the pass-through arguments (1 when absent or not a positive integer)."""
-    v = config.extra_args.get(name, 1)
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
-
-
 def local_world_size(config: AuditConfig) -> int:
     """Ranks on this node: vLLM's world size, tp × pp × pcp (prefill context parallelism adds
     ranks; DCP reuses the TP ranks), divided by vLLM's --nnodes (the mp executor splits evenly)."""
-    world = ((config.tensor_parallel_size or 1) * parallel_arg(config, "pipeline_parallel_size")
-             * parallel_arg(config, "prefill_context_parallel_size"))
-    return max(world // parallel_arg(config, "nnodes"), 1)
+    size = lambda name: config.passthrough_size(name) or 1  # noqa: E731
+    world = (config.tensor_parallel_size or 1) * size("pipeline_parallel_size") * size("prefill_context_parallel_size")
+    return max(world // size("nnodes"), 1)
 
 
 def refusal(config: AuditConfig, platform: Any) -> str | None:

@@ -22,7 +22,7 @@ from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.engines.trace import trace_env
 from kvaudit.engines.vllm import nodes
-from kvaudit.engines.vllm.multinode import local_world_size, node_rank, parallel_arg
+from kvaudit.engines.vllm.multinode import local_world_size, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
 from kvaudit.capacity import KvGeometry
@@ -68,8 +68,8 @@ def preflight(config: AuditConfig) -> None:
     local = local_world_size(config)  # more than one node: this node's share
     if devices is not None and local > devices[0] and config.extra_args.get("distributed_executor_backend") != "ray":
         sizes = [f"tensor_parallel_size {tp}"] + [
-            f"{name} {parallel_arg(config, name)}" for name in ("pipeline_parallel_size", "prefill_context_parallel_size")
-            if parallel_arg(config, name) > 1]
+            f"{name} {config.passthrough_size(name)}" for name in ("pipeline_parallel_size", "prefill_context_parallel_size")
+            if (config.passthrough_size(name) or 1) > 1]
         raise UsageError(" × ".join(sizes) + f" needs {local} {devices[1]}" + (" on each node" if multi else "")
                          + f"; this machine has {devices[0]}: " + ("lower --tp" if len(sizes) == 1 else "lower them"))
     hf = _model_config(model)
