@@ -61,7 +61,9 @@ class AuditWorker(AuditMixin, Worker):
             steps.clear()
             probe.settle()
             before = probe.read(pools=False).reserved_bytes
-            with adapter.minimal_kv_cache(self):
+            # MRv2: enough blocks for warmup_kernels to schedule every sequence, as after KV
+            blocks = adapter.warmup_blocks(self.model_runner) if adapter.uses_v2_runner(self) else None
+            with adapter.minimal_kv_cache(self, blocks):
                 # What KV initialisation takes besides the cache (metadata builders, block
                 # tables, input batch): it comes again with the real cache, so it is reserved.
                 # Reserved, not allocated: the device holds the structures' segments, and the
@@ -137,7 +139,8 @@ class AuditWorker(AuditMixin, Worker):
             return vllm_estimate
 
         with adapter.patched(runner, "profile_run", replay) as original_profile_run, \
-                adapter.patched(runner, "profile_cudagraph_memory", graphs) as original_graphs:
+                adapter.patched(runner, "profile_cudagraph_memory", graphs) as original_graphs, \
+                adapter.startup_plan_off(self, {}):
             vllm_available = int(Worker.determine_available_memory(self))
         if Phase.GRAPHS not in seq.done:
             with seq.phase(Phase.GRAPHS) as handle:
@@ -167,12 +170,16 @@ class AuditWorker(AuditMixin, Worker):
             box["vllm_graph_bytes"] = int(original_capture(*args, **kwargs))
             return box["vllm_graph_bytes"]
 
+        plan: dict[str, int] = {}
         with self._kva_seq.phase(Phase.CAPTURE) as handle:
             with adapter.patched(module, "kernel_warmup", guarded_warmup), \
-                    adapter.patched(self.model_runner, "capture_model", capture) as original_capture:
+                    adapter.patched(self.model_runner, "capture_model", capture) as original_capture, \
+                    adapter.startup_plan_off(self, plan):
                 result = super().compile_or_warm_up_model()
             handle.facts.update(vllm_graph_bytes=box.get("vllm_graph_bytes"),
                                 deferred_steps=list(self._kva_deferred))
+            if "vllm_suggested_kv_cache_memory_bytes" in plan:
+                self._kva_seq.fact(**plan)
             if self._kva_deferred:
                 handle.note("ran after KV, unbudgeted: " + ", ".join(self._kva_deferred))
         self._kva_seq.fact(deferred_steps=list(self._kva_deferred), warmup_skipped_calls=self._kva_guard.skipped_calls)
