@@ -25,7 +25,7 @@ case $stage in
   trace) sel="trace" ;;
   real1) sel="dense_8b or mla_moe_16b" ;;
   real2) sel="mtp_over_40" ;;
-  release-a|release-b) sel="" ;;
+  release-a|release-b|release-all) sel="" ;;
 esac
 if [ "$stage" = trace ]; then
   timeout ${STAGE_TIMEOUT:-380} python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -p no:cacheprovider 2>&1 | tee "$res/pytest-trace.txt"
@@ -39,6 +39,10 @@ elif [ "$stage" = release-a ]; then
   timeout 60 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/h200-contract-vllm$ver.txt"
   MATRIX_TIMEOUT=${EMBEDDED_TIMEOUT:-220} timeout 280 python3 tests/gpu/proof.py matrix "$res" embedded-mtp 2>&1 | tee "$res/matrix-$ver.txt"
   timeout ${STAGE_TIMEOUT:-300} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k dense_8b -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+  stage=$stage-$ver
+elif [ "$stage" = release-all ]; then
+  ver=$(python3 -c 'import vllm; print(vllm.__version__)')
+  timeout ${STAGE_TIMEOUT:-580} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
   stage=$stage-$ver
 elif [ "$stage" = release-b ]; then
   ver=$(python3 -c 'import vllm; print(vllm.__version__)')

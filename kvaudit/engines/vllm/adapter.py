@@ -105,7 +105,7 @@ def minimal_kv_cache(worker: Any, blocks: int | None = None) -> Iterator[None]:
         else:
             count = blocks if blocks is not None else warmup_blocks(runner)
             build = lambda: _v2_build(runner, count)  # noqa: E731
-        teardown = (lambda: cg._teardown_profiling_state(runner)) if own else (lambda: _v2_teardown(runner))
+        teardown = (lambda: _v2_teardown_with_vllm(runner, cg)) if own else (lambda: _v2_teardown(runner))
     with set_current_vllm_config(worker.vllm_config):
         try:
             build()
@@ -217,12 +217,7 @@ def _v2_teardown(runner: Any) -> None:
     for name in ("cudagraph_manager", "block_tables", "pcp_manager", "kv_block_zeroer"):
         if hasattr(runner, name):
             setattr(runner, name, None)
-    cg = _v2_cudagraph_utils()
-    speculator = getattr(runner, "speculator", None)
-    if speculator is not None and cg is not None:
-        for name, value in list(vars(speculator).items()):
-            if isinstance(value, cg.CudaGraphManager):
-                setattr(speculator, name, None)
+    _drop_speculator_graph_managers(runner, _v2_cudagraph_utils())
     try:
         from vllm.v1.worker.gpu.kv_connector import NO_OP_KV_CONNECTOR
         runner.kv_connector = NO_OP_KV_CONNECTOR
@@ -233,6 +228,33 @@ def _v2_teardown(runner: Any) -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _v2_teardown_with_vllm(runner: Any, cg: Any) -> None:
+    """vLLM's own _teardown_profiling_state (0.29 on), and the speculator's graph managers dropped
+    as vLLM's profile_cudagraph_memory drops them: the teardown leaves them, and with their graphs
+    they keep the pool of a profiling capture alive (seen on the H200, vLLM 0.33 MRv2 with MTP:
+    566 MiB of pool still resident after the teardown). The real initialize_kv_cache builds them
+    again."""
+    try:
+        cg._teardown_profiling_state(runner)
+    finally:
+        _drop_speculator_graph_managers(runner, cg)
+        import gc
+
+        import torch
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _drop_speculator_graph_managers(runner: Any, cg: Any) -> None:
+    speculator = getattr(runner, "speculator", None)
+    if speculator is None or cg is None:
+        return
+    for name, value in list(vars(speculator).items()):
+        if isinstance(value, cg.CudaGraphManager):
+            setattr(speculator, name, None)
 
 
 def _clear_layer_kv_caches(runner: Any) -> None:

@@ -85,7 +85,7 @@ class AuditWorker(AuditMixin, Worker):
         handle.note(f"{', '.join(steps)} ran under the minimal KV cache (attempts: {self._kva_guard.attempts}); "
                     f"KV structures {self._kva_kv_structures} bytes reserved")
 
-    def _kva_measure_graphs(self) -> GraphMeasurement:
+    def _kva_measure_graphs(self, phase_start: tuple[int, int] | None = None) -> GraphMeasurement:
         """kvaudit's own graph-pool figure: the runner's capture_model (every configured size, the
         speculator's graphs too) into a temporary private pool under a minimal KV cache, read
         from the allocator's segments of that pool, then everything torn down and the device
@@ -111,7 +111,7 @@ class AuditWorker(AuditMixin, Worker):
         pools_after = probe.pool_segments()
         retained = (max(pools_after[0] - pools_before[0], 0), max(pools_after[1] - pools_before[1], 0))
         return measure_graphs(resident=resident, start=start, end=end, peak_reserved=peak, pool=pool_bytes,
-                              after=after, retained=retained)
+                              after=after, retained=retained, phase_start=phase_start)
 
     def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:
         """vLLM's own determine_available_memory is the replay: its profile_run (on top of the
@@ -127,13 +127,18 @@ class AuditWorker(AuditMixin, Worker):
 
         def graphs(*args: Any, **kwargs: Any) -> int:
             with seq.phase(Phase.GRAPHS) as handle:
+                probe = seq.probe
+                before = probe.read(pools=False)  # before vLLM's own profiling capture
                 vllm_estimate = int(original_graphs(*args, **kwargs))
-                measured = self._kva_measure_graphs() if adapter.graphs_enabled(self) else None
+                measured = self._kva_measure_graphs((before.reserved_bytes, before.device_used_bytes)) \
+                    if adapter.graphs_enabled(self) else None
                 box.update(vllm=vllm_estimate, measured=measured)
                 handle.facts.update(vllm_graph_estimate_bytes=vllm_estimate, **(measured.facts() if measured else {}))
                 handle.note(f"vLLM graph estimate {vllm_estimate} bytes"
                             + (f"; kvaudit measured {measured.estimate_bytes} bytes (pool {measured.pool_bytes}, "
-                               f"driver {measured.live_non_torch_bytes}, transient {measured.transient_bytes}, "
+                               f"held by the capture {measured.session_torch_bytes}, "
+                               f"driver {measured.live_non_torch_bytes}, graph profiling's resident driver residue "
+                               f"{measured.profiling_residue_non_torch_bytes}, transient {measured.transient_bytes}, "
                                f"left after teardown {measured.residue_bytes} torch + "
                                f"{measured.residue_non_torch_bytes} non-torch)" if measured else ""))
             return vllm_estimate
