@@ -209,12 +209,27 @@ def capture_non_torch(phases: Phases) -> int | None:
     return minus(_outside_torch(phases, Phase.CAPTURE), _outside_torch(phases, Phase.KV))
 
 
+def capture_held_outside_pool(phases: Phases) -> int:
+    """Torch memory the real capture added outside its pool, where it captured graphs (its pool
+    grew): buffers the graph managers keep alive and the cached blocks of the capture's warmup
+    passes (vLLM 0.33 MRv2: 33 MiB of live buffers per graph manager). Graph memory, charged at
+    sizing in kvaudit's estimate (GraphMeasurement.session_torch_bytes); 0 where nothing was
+    captured (eager, the CPU backend), where the phase's growth is not graph memory."""
+    pool_growth = minus(_pool_segments(phases, Phase.CAPTURE), _pool_segments(phases, Phase.KV))
+    if not pool_growth or pool_growth <= 0:
+        return 0
+    torch_growth = minus(_reserved(phases, Phase.CAPTURE), _reserved(phases, Phase.KV))
+    return max((torch_growth or 0) - pool_growth, 0)
+
+
 def graph_pool_actual(phases: Phases) -> int | None:
-    """Pool segments at the end of the real capture (retained pages included), plus the
-    non-torch growth of the capture and what graph profiling left behind."""
+    """Pool segments at the end of the real capture (retained pages included), plus what the
+    capture holds outside its pool, the non-torch growth of the capture and what graph
+    profiling left behind."""
     if Phase.CAPTURE not in phases or Phase.KV not in phases:
         return None
-    return plus(_pool_segments(phases, Phase.CAPTURE), capture_non_torch(phases), graphs_non_torch(phases))
+    return plus(_pool_segments(phases, Phase.CAPTURE), capture_held_outside_pool(phases),
+                capture_non_torch(phases), graphs_non_torch(phases))
 
 
 def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) -> int | None:
@@ -277,8 +292,9 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
     if last is not None:
         non_torch_at_last = minus(_outside_torch(phases, last), others_bytes)  # NT(last)
         non_torch = minus(non_torch_at_last, plus(persistent_non_torch, capture_added, graphs_left))
+        held = capture_held_outside_pool(phases) if last is Phase.CAPTURE else 0
         torch_other = minus(_reserved(phases, last),
-                            plus(_pool_segments(phases, last), weights, persistent_torch, kv_held))
+                            plus(_pool_segments(phases, last), weights, persistent_torch, kv_held, held))
 
     owners = {Owner.WEIGHTS: weights, Owner.PERSISTENT: persistent, Owner.ACTIVATION_PEAK: activation,
               Owner.GRAPH_POOL: graph_pool, Owner.NON_TORCH: non_torch, Owner.TORCH_OTHER: torch_other,
