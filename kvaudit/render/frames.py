@@ -32,6 +32,13 @@ def owners_wide(report: Report) -> pd.DataFrame:
         ("graph_pool estimate", [r.graph_pool_estimate_bytes for r in report.ranks]),
         ("graph_pool actual", [r.graph_pool_actual_bytes for r in report.ranks]),
     ]
+    # vLLM's own figures of the same boot, beside kvaudit's, where it states them
+    vllm = [
+        ("graph_pool (vLLM's estimate)", [r.vllm_graph_estimate_bytes for r in report.ranks]),
+        ("kv_available (vLLM's own)", [r.vllm_kv_available_bytes for r in report.ranks]),
+        ("kv-cache-memory (vLLM's)", [r.vllm_suggested_kv_cache_memory_bytes for r in report.ranks]),
+    ]
+    lines += [(name, values) for name, values in vllm if any(v is not None for v in values)]
     columns = [f"rank {r.rank}" + (" *" if r.rank == report.capacity.binding_rank and len(report.ranks) > 1 else "")
                for r in report.ranks]
     data = {col: [fmt_gib3(values[i]) for _, values in lines] for i, col in enumerate(columns)}
