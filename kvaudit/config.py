@@ -42,6 +42,9 @@ class AuditConfig:
     enforce_eager: bool | None = None
     kv_cache_dtype: str | None = None
     block_size: int | None = None
+    enable_chunked_prefill: bool | None = None
+    """vLLM's SchedulerConfig.enable_chunked_prefill as it ran (a report extension: vLLM's CPU platform
+    turns it off for MLA without AMX, and a whole prompt is then one step)."""
     load_format: str | None = None
     """`dummy` boots from config.json alone (random weights of the real shapes)."""
     extra_args: Mapping[str, Any] = field(default_factory=dict)
@@ -74,8 +77,10 @@ class AuditConfig:
                                       and all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= INT64_MAX
                                               for x in sizes)):
             raise UsageError(f"cudagraph_capture_sizes must be a list of positive integers, got {sizes!r}")
-        if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
-            raise UsageError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
+        for name in BOOL_KEYS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise UsageError(f"{name} must be true or false, got {value!r}")
         dcp_rule = _dcp_rule_violation(self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1,
                                        self.passthrough_size("prefill_context_parallel_size"))
         if dcp_rule:
@@ -101,6 +106,8 @@ class AuditConfig:
         data["cudagraph_capture_sizes"] = (list(self.cudagraph_capture_sizes)
                                            if self.cudagraph_capture_sizes is not None else None)
         data["extra_args"] = dict(self.extra_args)
+        if data["enable_chunked_prefill"] is None:  # an extension: reports that never knew it stay as they were
+            del data["enable_chunked_prefill"]
         return data
 
 
@@ -131,9 +138,9 @@ CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(AuditConfig))
 MODELLED_KEYS = tuple(k for k in CONFIG_KEYS if k != "extra_args")
 """The knobs kvaudit models, each a field of its own; any other engine argument is an extra arg."""
 
-STABLE_KEYS = tuple(k for k in MODELLED_KEYS if k != "load_format")
-"""The keys every report's `config` carries (docs/design.md, report contract); load_format is an
-extension."""
+STABLE_KEYS = tuple(k for k in MODELLED_KEYS if k not in ("load_format", "enable_chunked_prefill"))
+"""The keys every report's `config` carries (docs/design.md, report contract); load_format and
+enable_chunked_prefill are extensions."""
 
 COMPARED_KNOBS = tuple(k for k in MODELLED_KEYS if k != "load_format")
 """The knobs `kvaudit diff` compares: a run on dummy weights is comparable with one on real weights."""

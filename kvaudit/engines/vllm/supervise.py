@@ -21,7 +21,7 @@ from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_lo
 from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.engines.trace import trace_env
-from kvaudit.engines.vllm import nodes
+from kvaudit.engines.vllm import nodes, resolved
 from kvaudit.engines.vllm.multinode import local_world_size, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
@@ -138,8 +138,11 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
     log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     sources: dict[int, str] = {}
     events = rank_events(result, folder / "journal", sources)
-    return RunOutcome(config, result, events, log_text, finished, timeout_s=options.timeout_s, traced=options.trace,
-                      stop_signal=signals.name, sources=sources)
+    outcome = RunOutcome(config, result, events, log_text, finished, timeout_s=options.timeout_s,
+                         traced=options.trace, stop_signal=signals.name, sources=sources)
+    for line in outcome.forced_change_lines():  # on stderr too, not only in the report
+        on_progress(-1, {"type": "warning", "message": line})
+    return outcome
 
 
 def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals, folder: Path, *,
@@ -271,6 +274,8 @@ class RunOutcome:
         if isinstance(result.get("config"), dict):
             config = config_from_json(result["config"])
         folded = [measured_ranks.fold(rank, events) for rank, events in self.events.items()]
+        asked = config
+        config = resolved.apply(config, self.resolved_knobs(folded))
         where = nodes.rank_nodes(folded, self.sources)
         error = result.get("error") if isinstance(result.get("error"), dict) else None
         if error and error.get("type") == "UsageError":
@@ -290,11 +295,38 @@ class RunOutcome:
                                     cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
                                     vllm=versions.get("vllm"), env=result.get("env") or {}),
             geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
-            warnings=tuple(self._warnings(folded, facts)),
+            warnings=tuple(self._warnings(folded, facts, asked)),
             stated=Stated(max_feasible_model_len=estimated_max_model_len(self.log_text) if failure else None))
 
-    def _warnings(self, folded: list[measured_ranks.RankEvents], facts: dict[str, Any]) -> list[str]:
+    def forced_change_lines(self) -> list[str]:
+        config = config_from_json(self.result["config"]) if isinstance(self.result.get("config"), dict) else self.config
+        return self.forced_changes(config, [measured_ranks.fold(r, e) for r, e in self.events.items()])
+
+    def resolved_knobs(self, folded: list[measured_ranks.RankEvents]) -> dict[str, Any]:
+        """The knobs vLLM resolved (engines/vllm/resolved.py): from the engine once LLM() returned,
+        else from a rank that journaled them at init_device; {} when neither lived that long."""
+        knobs = self.result.get("resolved")
+        if not isinstance(knobs, dict):
+            knobs = next((f.facts["resolved"] for f in folded if isinstance(f.facts.get("resolved"), dict)), {})
+        return knobs
+
+    def forced_changes(self, asked: AuditConfig, folded: list[measured_ranks.RankEvents]) -> list[str]:
+        facts = folded[0].facts if folded else {}
+        backend = next((f.facts.get("attention_backend") for f in folded if f.facts.get("attention_backend")), None)
+        if backend is None and facts.get("use_mla") and facts.get("amx_tiles") is False:
+            backend = "CPU_MLA"  # a boot that died before KV: the platform's rule, as the rank saw it
+        return resolved.forced_changes(asked, self.resolved_knobs(folded), facts.get("backend"), backend)
+
+    def _warnings(self, folded: list[measured_ranks.RankEvents], facts: dict[str, Any],
+                  asked: AuditConfig) -> list[str]:
         warnings = [n for n in self.result.get("notes") or [] if isinstance(n, str)]
+        warnings += self.forced_changes(asked, folded)
+        for f in folded:
+            probe = f.facts.get("prefill_probe")
+            if isinstance(probe, dict) and probe.get("error"):
+                warnings.append(f"rank {f.rank}: the prefill probe failed ({probe['error']}): the activation peak "
+                                f"has no attention at {probe.get('query_tokens')} tokens; check with --verify")
+                break
         survivors = self.finished.survivors
         if survivors:
             warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
