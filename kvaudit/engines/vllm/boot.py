@@ -247,9 +247,10 @@ def main(argv: list[str]) -> int:
         result.set(error=_error(exc))
         return 1
     finally:
-        boot_journal.write({"type": "stage", "stage": "vLLM: shutting down"})
+        boot_journal.write({"type": "stage", "stage": "vLLM: shutting down (the engine core stops its workers)"})
         multinode.release(llm)
         shutdown(llm)
+        boot_journal.write({"type": "stage", "stage": "vLLM: stopped; the boot process is exiting"})
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,6 +19,7 @@ from kvaudit.assemble import BootRecord, Stated, report_of, verify_summary
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
+from kvaudit.engines.isolation import installed_only_env
 from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.engines.trace import trace_env
@@ -156,8 +158,9 @@ def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sig
     spec_path.write_text(json.dumps({"config": config.to_json(), "verify": verify,
                                      "journal_dir": str(journal_dir), "result": str(result_path)}))
     log_path = options.log_path or folder / "vllm.log"
-    env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)},
-               **trace_env(options.trace, tuple(p.resolve() for p in options.owners)))
+    env = installed_only_env(dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1",
+                                  **{JOURNAL_ENV: str(journal_dir)},
+                                  **trace_env(options.trace, tuple(p.resolve() for p in options.owners))))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     if options.sweep:
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
@@ -392,10 +395,25 @@ def find_failure(folded: list[measured_ranks.RankEvents], error: dict[str, Any] 
     if error is not None:
         return Failure(phase, rank, FailureKind.CRASH, f"{error.get('type')}: {_first_line(error.get('message'))}")
     if exit_code not in (0, None):
+        last = last_error_line(log_text)
         return Failure(phase, rank, FailureKind.WORKER_DIED,
-                       f"the boot process exited with status {exit_code} and no error: see the vLLM log (--log)")
+                       f"the boot process exited with status {exit_code}"
+                       + (f": {last}" if last else " and no error: see the vLLM log (--log)"))
     if not folded:
         return Failure(None, None, FailureKind.CRASH, "vLLM produced no rank records: see the vLLM log (--log)")
+    return None
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|[\w.]+\.\w+Error)\b.*")
+
+
+def last_error_line(log_text: str) -> str | None:
+    """The last line of the log that a Python traceback ends with (`ModuleNotFoundError: …`), on
+    one line, or None: what a process that died without writing its result last said."""
+    for line in reversed(log_text[-20_000:].splitlines()):
+        line = line.strip()
+        if _ERROR_LINE.match(line):
+            return " ".join(line.split())[:400]
     return None
 
 
