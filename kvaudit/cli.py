@@ -106,7 +106,16 @@ def _stdin_once(paths: list[Path]) -> None:
         raise UsageError("- (standard input) can be read only once: save one of the inputs to a file")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+class _RunCommand(typer.core.TyperCommand):
+    """Remembers what came before `--`: an option `run` does not have there is a typo of one of
+    its own or a vLLM argument (config.check_run_options); after `--` it is vLLM's."""
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        ctx.meta["kvaudit.before_dashdash"] = list(args[:args.index("--")] if "--" in args else args)
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_RunCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(ctx: typer.Context,
         model: Annotated[Optional[str], typer.Option(help="Model directory (config.json). Default: the embedded "
                                                           "tiny DeepSeek-V3-style model.")] = None,
@@ -146,12 +155,19 @@ def run(ctx: typer.Context,
 
     Further vLLM engine arguments go after `--`: kvaudit run --tp 2 -- --enable-expert-parallel
     """
-    from kvaudit.config import build_run_config
+    from kvaudit.config import build_run_config, check_run_options
     from kvaudit.engines.process import StopSignals
     from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
+    from kvaudit.engines.vllm.engine_args import engine_arg_names
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+    engine_args = engine_arg_names()
+    before = ctx.meta.get("kvaudit.before_dashdash", [])
+    check_run_options([a for a in ctx.args[:len(before)] if a in before],
+                      [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")],
+                      engine_args)
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
+                              engine_args=engine_args,
                               tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,

@@ -25,7 +25,7 @@ from kvaudit.engines.probes.host import HostProbe
 from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.vllm import adapter, resolved
 from kvaudit.schema import Phase
-from kvaudit.engines.vllm.audit import AuditMixin
+from kvaudit.engines.vllm.audit import SWEEP_ENV, AuditMixin
 
 
 class AuditCPUWorker(AuditMixin, CPUWorker):
@@ -73,11 +73,19 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
         with self._kva_seq.phase(Phase.REPLAY) as handle:
             adapter.profile_run(self)
             self._kva_seq.fact(prefill_probe=_prefill_probe(self, handle))
+        if os.environ.get(SWEEP_ENV) == "1":
+            # Before the graphs phase reads RSS, so what the sweep's passes leave in the heap
+            # (host memory is not returned at once) is charged at sizing: after the graphs phase
+            # it went unbudgeted (28 MiB over the request in one --sweep boot).
+            AuditMixin._kva_sweep(self)
         with self._kva_seq.phase(Phase.GRAPHS) as handle:
             handle.note("CPU backend: no CUDA graphs")
         # vLLM's CPUWorker.determine_available_memory: requested − RSS (no activation term).
         vllm_available = int(self.requested_cpu_memory - psutil.Process(os.getpid()).memory_info().rss)
         return 0, vllm_available
+
+    def _kva_sweep(self) -> None:
+        """Ran in _kva_replay_and_graphs, before the graphs phase (AuditMixin calls this after it)."""
 
     def compile_or_warm_up_model(self) -> Any:
         with self._kva_seq.phase(Phase.CAPTURE) as handle:
