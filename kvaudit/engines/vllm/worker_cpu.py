@@ -118,7 +118,8 @@ def prefill_shape(max_model_len: int, max_num_batched_tokens: int, chunked_prefi
 
 
 def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any]:
-    """One request of the largest prefill step (prefill_shape), attention included, under a minimal
+    """One request of the largest prefill step (prefill_shape), attention included, then its sampler
+    and one decode step over max_model_len tokens of context (what a real request does next), under a minimal
     KV cache of the real spec (_probe_kv_cache): the runner's own _dummy_run with force_attention (the call vLLM's
     warmups use to build attention metadata), with max_num_seqs lowered to 1 for that call so the
     tokens are one request and not max_num_seqs short ones. Its slot mapping is -1 (no KV write);
@@ -137,14 +138,21 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     try:
         with set_current_vllm_config(worker.vllm_config), _probe_kv_cache(runner), \
                 adapter.patched(sched, "max_num_seqs", 1):
-            runner._dummy_run(query, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
-                              skip_eplb=True, profile_seq_lens=context if context != query else None)
+            _, last = runner._dummy_run(query, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
+                                        skip_eplb=True, profile_seq_lens=context if context != query else None)
+            runner._dummy_sampler_run(last)  # the request's first token, sampled as a real step does
+            del last
+            # then a decode step of that request over the whole context: the decode kernel's path
+            step = int(getattr(runner, "uniform_decode_query_len", 1))
+            runner._dummy_run(step, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
+                              uniform_decode=True, skip_eplb=True, profile_seq_lens=length)
     except Exception as exc:  # noqa: BLE001 - reported in the record and as a warning
         out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
         handle.note(f"prefill probe failed: {out['error']}")
     else:
         handle.note(f"CPU backend: the profile pass, then one {query}-token prefill with attention"
-                    + (f" over {context} tokens of context" if context != query else ""))
+                    + (f" over {context} tokens of context" if context != query else "")
+                    + ", its sampler and a decode step")
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
 
