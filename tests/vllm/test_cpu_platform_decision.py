@@ -82,3 +82,14 @@ def test_attention_backend_cpu_mla_forces_the_non_amx_path_on_a_cpu_with_amx():
     assert decision["resolved"]["attention_backend_asked"] == "CPU_MLA"
     assert (decision["resolved"]["enable_chunked_prefill"], decision["resolved"]["max_num_batched_tokens"]) == \
         (False, 4096)
+
+
+@pytest.mark.parametrize("length, batched, chunked, shape", [
+    (4096, 4096, False, (4096, 4096)),   # CPU_MLA: a whole prompt is one step
+    (2048, 4096, False, (2048, 2048)),   # the platform's 2048 floor: the prompt is still at most max_model_len
+    (4096, 512, True, (512, 4096)),      # AMX_MLA: the last 512-token chunk attends to all 4096
+    (256, 512, True, (256, 256)),
+])
+def test_the_prefill_probe_takes_the_largest_step_vllm_can_schedule(length, batched, chunked, shape):
+    from kvaudit.engines.vllm.worker_cpu import prefill_shape
+    assert prefill_shape(length, batched, chunked) == shape
