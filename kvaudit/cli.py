@@ -202,8 +202,17 @@ def run(ctx: typer.Context,
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:
             report = run_audit(config, options, progress.on_event, signals)
+        _echo_warnings(report)
         _emit_report(report, fmt, width, output)
     raise typer.Exit(int(exit_code(report)))
+
+
+def _echo_warnings(report) -> None:
+    """The report's warnings (those that want action, not its notes) on stderr too: stdout may be a
+    file or JSON, and an untested vLLM, a retried warmup or a surviving process must be seen."""
+    from kvaudit.render.summary import notes_and_warnings
+    for line in notes_and_warnings(report)[1]:
+        typer.echo(f"kvaudit: warning: {one_line(line)}", err=True)
 
 
 @app.command(cls=_Command, short_help="Planted allocations of known size: the ground truth.")

@@ -81,36 +81,41 @@ class GraphMeasurement:
     live_non_torch_bytes: int
     """Device memory outside the allocator that the live graphs held (driver graph objects)."""
     transient_bytes: int
-    """The capture's peak above what was resident before it and the final pool: warmup runs and
-    capture inputs outside the pool, freed before KV is used."""
+    """The capture's peak above what the session held at its end: warmup runs and capture inputs
+    outside the pool, freed before KV is used."""
     retained_pool_bytes: int = 0
     """Private-pool segments still resident after the teardown (a pool something keeps alive)."""
     retained_live_bytes: int = 0
     """Of those, bytes still in use by live blocks."""
     residue_bytes: int = 0
-    """Torch reserved after the teardown minus before the minimal cache was built: what one
-    capture session keeps outside its pool (measured on the H200: a 32 MiB buffer of
-    torch.compile's generated code per session). The real capture keeps the same again."""
+    """Torch reserved after the teardown minus before the minimal cache was built: what the
+    session kept after its teardown (already resident when KV is sized)."""
     residue_non_torch_bytes: int = 0
     """Non-torch bytes the teardown did not give back."""
+    session_torch_bytes: int = 0
+    """Torch reserved the capture session held at its end over its start: the pool, the buffers
+    the capture keeps alive outside it (vLLM 0.33 MRv2: 32 MiB per graph manager) and the
+    default pool's cached blocks of its warmup passes; the real capture holds the same, since
+    vLLM empties no cache after it. 0 where not read (older measurements: the pool alone)."""
+    profiling_residue_non_torch_bytes: int = 0
+    """Non-torch bytes the whole graphs phase left resident (vLLM's own profiling capture and
+    this session): driver memory of destroyed graphs, which the real capture reuses."""
 
     @property
     def estimate_bytes(self) -> int:
-        """What the real capture will hold: the pool's high-water and the graphs' driver memory.
-        A retained pool with live blocks may have none of its pages reused, so it is charged on
-        top; a retained pool whose pages are all free holds the same capture again, so only its
-        part above the high-water is."""
+        """The graph memory KV sizing charges: what the real capture will hold in torch memory
+        (the session's held bytes, at least its pool) and in driver memory (its graphs' driver
+        memory, or the residue profiling left resident, whichever is larger: the residue is
+        resident when KV is sized and the real capture reuses it). A retained pool with live
+        blocks may have none of its pages reused, so it is charged on top; a retained pool whose
+        pages are all free holds the same capture again, so only its part above the high-water is."""
+        held = max(self.session_torch_bytes, self.pool_bytes)
         if self.retained_live_bytes:
             retained = self.retained_pool_bytes
         else:
-            retained = max(self.retained_pool_bytes - self.pool_bytes, 0)
-        return self.pool_bytes + max(self.live_non_torch_bytes, 0) + retained
-
-    @property
-    def capture_reserve_bytes(self) -> int:
-        """What the real capture leaves outside the pool: the residue of this session, less the
-        retained pool segments, which the estimate already charges."""
-        return max(self.residue_bytes - self.retained_pool_bytes, 0)
+            retained = max(self.retained_pool_bytes - held, 0)
+        driver = max(self.live_non_torch_bytes, self.profiling_residue_non_torch_bytes, 0)
+        return held + driver + retained
 
     def facts(self) -> dict[str, int]:
         return {"graph_pool_measured_bytes": self.pool_bytes, "graph_live_non_torch_bytes": self.live_non_torch_bytes,
@@ -118,24 +123,30 @@ class GraphMeasurement:
                 "graph_retained_pool_bytes": self.retained_pool_bytes,
                 "graph_retained_live_bytes": self.retained_live_bytes,
                 "graph_profiling_residue_bytes": self.residue_bytes,
-                "graph_profiling_residue_non_torch_bytes": self.residue_non_torch_bytes}
+                "graph_profiling_residue_non_torch_bytes": self.residue_non_torch_bytes,
+                "graph_session_torch_bytes": self.session_torch_bytes,
+                "graph_phase_residue_non_torch_bytes": self.profiling_residue_non_torch_bytes}
 
 
 def measure_graphs(*, resident: tuple[int, int], start: tuple[int, int], end: tuple[int, int],
                    peak_reserved: int, pool: int, after: tuple[int, int],
-                   retained: tuple[int, int] = (0, 0)) -> GraphMeasurement:
+                   retained: tuple[int, int] = (0, 0), phase_start: tuple[int, int] | None = None) -> GraphMeasurement:
     """GraphMeasurement from (torch reserved, device used) pairs read around the capture:
-    `resident` before the minimal cache was built, `start` just before capture (cache built),
-    `end` just after it (graphs live), `after` once everything was torn down and the cache
-    emptied; `peak_reserved` the allocator's peak during capture (reset at `start`), `pool` the
-    temporary pool's segments at `end`, `retained` (reserved, allocated) of private pools after."""
+    `phase_start` before vLLM's own graph profiling (None: not read), `resident` before the
+    minimal cache was built, `start` just before capture (cache built), `end` just after it
+    (graphs live), `after` once everything was torn down and the cache emptied; `peak_reserved`
+    the allocator's peak during capture (reset at `start`), `pool` the temporary pool's segments
+    at `end`, `retained` (reserved, allocated) of private pools after."""
+    first = phase_start if phase_start is not None else resident
     return GraphMeasurement(
         pool_bytes=pool,
         live_non_torch_bytes=_non_torch(end) - _non_torch(start),
-        transient_bytes=max(peak_reserved - start[0] - pool, 0),
+        transient_bytes=max(peak_reserved - max(end[0], start[0] + pool), 0),
         retained_pool_bytes=retained[0], retained_live_bytes=retained[1],
         residue_bytes=after[0] - resident[0],
-        residue_non_torch_bytes=_non_torch(after) - _non_torch(resident))
+        residue_non_torch_bytes=_non_torch(after) - _non_torch(resident),
+        session_torch_bytes=max(end[0] - start[0], 0),
+        profiling_residue_non_torch_bytes=max(_non_torch(after) - _non_torch(first), 0))
 
 
 def _non_torch(reading: tuple[int, int]) -> int:

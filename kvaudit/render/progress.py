@@ -94,9 +94,6 @@ class Progress:
                                f"{fmt_gib(used if isinstance(used, int) else None)}"
                                + (f"   {one_line(str(event['detail']))}" if event.get("detail") else ""), style=style,
                                soft_wrap=True)
-        elif kind == "warning":  # the supervisor's: a change vLLM forced on the config
-            self.console.print(f"kvaudit: warning: {one_line(str(event.get('message')))}", style="yellow",
-                               soft_wrap=True)
         elif kind == "error":
             self.console.print(f"  rank {rank}  {one_line(str(event.get('phase', '?'))):<10} error    "
                                f"{one_line(str(event.get('message')))}", style="red")

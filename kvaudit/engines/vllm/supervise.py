@@ -140,11 +140,8 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
     log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     sources: dict[int, str] = {}
     events = rank_events(result, folder / "journal", sources)
-    outcome = RunOutcome(config, result, events, log_text, finished, timeout_s=options.timeout_s,
-                         traced=options.trace, stop_signal=signals.name, sources=sources)
-    for line in outcome.forced_change_lines():  # on stderr too, not only in the report
-        on_progress(-1, {"type": "warning", "message": line})
-    return outcome
+    return RunOutcome(config, result, events, log_text, finished, timeout_s=options.timeout_s, traced=options.trace,
+                      stop_signal=signals.name, sources=sources)
 
 
 def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals, folder: Path, *,
@@ -300,10 +297,6 @@ class RunOutcome:
             geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
             warnings=tuple(self._warnings(folded, facts, asked)),
             stated=Stated(max_feasible_model_len=estimated_max_model_len(self.log_text) if failure else None))
-
-    def forced_change_lines(self) -> list[str]:
-        config = config_from_json(self.result["config"]) if isinstance(self.result.get("config"), dict) else self.config
-        return self.forced_changes(config, [measured_ranks.fold(r, e) for r, e in self.events.items()])
 
     def resolved_knobs(self, folded: list[measured_ranks.RankEvents]) -> dict[str, Any]:
         """The knobs vLLM resolved (engines/vllm/resolved.py): from the engine once LLM() returned,
