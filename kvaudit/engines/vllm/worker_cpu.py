@@ -124,7 +124,8 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     warmups use to build attention metadata), with max_num_seqs lowered to 1 for that call so the
     tokens are one request and not max_num_seqs short ones. Its slot mapping is -1 (no KV write);
     a context beyond the query reads block 0 (the dummy block table is zeros). Runs inside the replay phase, so its peak
-    is part of activation_peak. An error is reported, not raised: the audit goes on without it
+    is part of activation_peak. The attention layers write no KV during it (_no_kv_writes). An error
+    is reported, not raised: the audit goes on without it
     and the report says the activation peak lacks attention."""
     import time
 
@@ -137,7 +138,7 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     start = time.perf_counter()
     try:
         with set_current_vllm_config(worker.vllm_config), _probe_kv_cache(runner), \
-                adapter.patched(sched, "max_num_seqs", 1):
+                adapter.patched(sched, "max_num_seqs", 1), _no_kv_writes(runner):
             _, last = runner._dummy_run(query, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
                                         skip_eplb=True, profile_seq_lens=context if context != query else None)
             runner._dummy_sampler_run(last)  # the request's first token, sampled as a real step does
@@ -155,6 +156,22 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
                     + ", its sampler and a decode step")
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
+
+
+@contextmanager
+def _no_kv_writes(runner: Any) -> Iterator[None]:
+    """Every attention layer's impl.do_kv_cache_update (the one call that writes KV, from
+    Attention and MLAAttention in vllm/model_executor/layers/attention/) is a no-op for the probe,
+    restored after it. The dummy batch's slot mapping is −1 (vLLM's "skip this write"), which
+    CPU_MLA's Python writer skips; a kernel that did not (AMX_MLA's amx_mla_concat_and_cache, not
+    run on this machine) would write before the cache. The values written change no memory figure."""
+    from contextlib import ExitStack
+    with ExitStack() as stack:
+        for layer in runner.compilation_config.static_forward_context.values():
+            impl = getattr(layer, "impl", None)
+            if impl is not None and callable(getattr(impl, "do_kv_cache_update", None)):
+                stack.enter_context(adapter.patched(impl, "do_kv_cache_update", lambda *args, **kwargs: None))
+        yield
 
 
 PROBE_BLOCKS = 2
