@@ -292,13 +292,13 @@ def _config(node: _JsonObject) -> AuditConfig:
     for key in STR_KEYS:
         node.str(key, required=False)
     for key in INT_KEYS:
-        node.int(key)
+        node.int(key, required=key in STABLE_KEYS)
     for key in FLOAT_KEYS:
-        node.number(key)
+        node.number(key, required=key in STABLE_KEYS)
     for key in BOOL_KEYS:
-        node.bool(key)
+        node.bool(key, required=key in STABLE_KEYS)
     for key in INT_LIST_KEYS:
-        node.integers(key)
+        node.integers(key, required=key in STABLE_KEYS)
     extra = node.child("extra_args", required=False)
     data = {k: node.data.get(k) for k in MODELLED_KEYS if k in node.data}
     data["extra_args"] = extra.data if extra else {}

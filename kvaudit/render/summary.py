@@ -171,8 +171,9 @@ def failure_line(report: Report) -> str | None:
     f = report.failure
     if f is None:
         return None
-    return (f"{f.kind.value} in {f.phase.value if f.phase else '?'} on rank {'?' if f.rank is None else f.rank}: "
-            f"{f.message}")
+    where = f" in {f.phase.value}" if f.phase else (" before any rank journaled a phase" if f.rank is None else "")
+    rank = f" on rank {f.rank}" if f.rank is not None else ""
+    return f"{f.kind.value}{where}{rank}: {f.message}"
 
 
 def verdict_line(report: Report) -> str:
