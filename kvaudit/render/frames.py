@@ -82,3 +82,33 @@ def accuracy_frame(report: Report) -> pd.DataFrame:
                      else "—"})
     frame = pd.DataFrame(rows, columns=["rank", "owner", "planted", "measured", "error", "error %"])
     return frame.set_index(["owner"]) if rows else frame
+
+
+def verify_frame(report: Report) -> pd.DataFrame:
+    """`--verify`'s scenarios: their load, true peak and slack on the worst rank, the outcome."""
+    from kvaudit.units import fmt_bytes, fmt_tokens
+    rows = {}
+    for s in (report.verify.scenarios or ()) if report.verify is not None else ():
+        rows[s.name.value] = {
+            "requests": fmt_tokens(s.requests), "prompt": fmt_tokens(s.prompt_tokens), "tokens": fmt_tokens(s.tokens),
+            "decode step": fmt_tokens(s.step_tokens), "true peak (GiB)": fmt_gib3(s.true_peak_bytes),
+            "slack": fmt_bytes(s.slack_bytes, signed=True), "outcome": "ok" if s.ok else "FAILED"}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def repeat_frame(report: Report) -> pd.DataFrame:
+    """`--repeat`: per owner (rows) and rank (columns) the range over the boots, `min–max` in
+    GiB (one figure where every boot agreed to the shown digits)."""
+    repeat = report.repeat
+    if repeat is None:
+        return pd.DataFrame()
+    ranks = sorted({o.rank for o in repeat.owners})
+    cells = {(o.owner, o.rank): o for o in repeat.owners}
+
+    def cell(owner: Owner, rank: int) -> str:
+        spread = cells.get((owner, rank))
+        if spread is None:
+            return fmt_gib3(None)
+        low, high = fmt_gib3(spread.min_bytes), fmt_gib3(spread.max_bytes)
+        return low if low == high else f"{low}–{high}"
+    return pd.DataFrame({f"rank {r}": [cell(o, r) for o in Owner] for r in ranks}, index=[o.value for o in Owner])

@@ -1,7 +1,8 @@
 """The one sequence of sections of a report and of a diff, for every human-readable format.
 
 `SectionReporter` walks the sections in order (header, per-rank owners and the nodes they ran on,
-accuracy, bars, capacity, levers, sites, notes, warnings, the failure, the verdict); a format only
+accuracy, bars, capacity, levers, verify's scenarios, the spread of --repeat, sites, notes, warnings,
+the failure, the verdict); a format only
 says how each kind of section is drawn, by giving a `Page`. So the table and markdown show the same things in the same
 order and cannot drift. The words of each section come from kvaudit/render/summary.py, the tables
 from kvaudit/render/frames.py.
@@ -99,6 +100,15 @@ class SectionReporter(ABC):
             page.fact(label, value, pasteable=label == summary.SAFE_FLAGS_LABEL)
         for flag, effect in summary.lever_parts(report):
             page.lever(flag, effect)
+        if report.verify is not None and report.verify.scenarios:
+            page.gap()
+            page.table(frames.verify_frame(report), summary.VERIFY_LABEL)
+        if report.repeat is not None:
+            page.gap()
+            page.table(frames.repeat_frame(report), summary.REPEAT_LABEL)
+            for line in summary.repeat_lines(report):
+                page.footnote(line)
+            page.gap()
         for line in summary.site_lines(report):
             page.line(line, label="sites")
         notes, warnings = summary.notes_and_warnings(report)

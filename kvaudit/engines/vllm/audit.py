@@ -218,15 +218,26 @@ class AuditMixin:
                 pass
             self._kva_relay.stop()
 
-    def kvaudit_verify_begin(self) -> None:
+    def kvaudit_verify_begin(self, scenario: str | None = None) -> None:
+        """A verify scenario starts (engines/vllm/verify.py): a verify phase of its own, with the
+        peak statistics reset, so each scenario's true peak is its own."""
         self._kva_verify = self._kva_seq.phase(Phase.VERIFY, settle=False)
-        self._kva_verify.__enter__()
+        handle = self._kva_verify.__enter__()
+        self._kva_verify_scenario = scenario
+        if scenario:
+            handle.note(f"scenario {scenario}")
 
     def kvaudit_verify_end(self, error: str | None = None) -> dict[str, Any]:
+        """The scenario's true peak on this rank: peak reserved since it began + non-torch now."""
         probe = self._kva_seq.probe
         probe.sync()
         peak = probe.peak_reserved_bytes() + self._kva_non_torch_now()
-        self._kva_seq.fact(verify_true_peak_bytes=peak)
+        peaks = getattr(self, "_kva_verify_peaks", {})
+        scenario = getattr(self, "_kva_verify_scenario", None)
+        if scenario:
+            peaks[scenario] = peak
+            self._kva_verify_peaks = peaks
+        self._kva_seq.fact(verify_true_peak_bytes=peak, **({"verify_scenario_peaks": dict(peaks)} if peaks else {}))
         self._kva_verify.__exit__(None, None, None)
         return {"rank": self.rank, "true_peak_bytes": peak, "requested_bytes": self._kva_requested}
 
