@@ -15,7 +15,7 @@ from kvaudit.engines.vllm import supervise
 from kvaudit.errors import BadInputError
 from kvaudit.render import Format, reporter
 from kvaudit.repeat import combine, worst_index
-from kvaudit.schema import Capacity, Failure, FailureKind, Owner, Phase, Verdict, dumps
+from kvaudit.schema import Failure, FailureKind, Owner, Phase, Verdict, dumps
 from kvaudit.validate import diff_from_json, report_from_json
 
 
