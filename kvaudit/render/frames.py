@@ -109,6 +109,6 @@ def repeat_frame(report: Report) -> pd.DataFrame:
         spread = cells.get((owner, rank))
         if spread is None:
             return fmt_gib3(None)
-        low, high = fmt_gib3(spread.min_bytes), fmt_gib3(spread.max_bytes)
+        low, high = (fmt_gib3(b).replace("-0.000", "0.000") for b in (spread.min_bytes, spread.max_bytes))
         return low if low == high else f"{low}–{high}"
     return pd.DataFrame({f"rank {r}": [cell(o, r) for o in Owner] for r in ranks}, index=[o.value for o in Owner])

@@ -53,7 +53,9 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
         lines.append(("verify", ("ok" if v.ok else "FAILED")
                       + (f": {len(v.scenarios or ())} scenarios, the worst {worst}" if worst else "")
                       + f": true peak {fmt_gib(v.true_peak_bytes)}, "
-                      f"slack {fmt_gib(v.slack_bytes)}" + (f" ({v.error})" if v.error else "")
+                      # a scenario's slack is often MiB: its own unit (the table beside it has them all)
+                      f"slack {fmt_bytes(v.slack_bytes, signed=True) if worst else fmt_gib(v.slack_bytes)}"
+                      + (f" ({v.error})" if v.error else "")
                       + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
         lines.append((SAFE_FLAGS_LABEL, " ".join(cap.safe_serve_flags)))

@@ -139,3 +139,25 @@ def test_repeat_logs_go_one_per_boot(tmp_path):
     opts = supervise.RunOptions(log_path=tmp_path / "v.log", repeat=3)
     assert supervise._boot_log(opts, 2) == tmp_path / "v.boot2.log"
     assert supervise._boot_log(supervise.RunOptions(log_path=tmp_path / "v.log"), 1) == tmp_path / "v.log"
+
+
+# a real report with both sections: tests/vllm/test_verify_cpu.py's `--verify --repeat 2 --cold` boot
+RESULTS = __import__("pathlib").Path(__file__).parents[1] / "benchmarks" / "results"
+SUFFIX = {Format.TABLE: "table.txt", Format.MARKDOWN: "md", Format.CSV: "csv", Format.JSON: "json"}
+
+
+@pytest.mark.parametrize("fmt", list(Format), ids=str)
+def test_a_real_verify_and_repeat_report_matches_its_golden(golden, fmt):
+    from kvaudit.engines.inputs import load_report
+    report = load_report(RESULTS / "cpu-verify-repeated.json")
+    assert report.repeat is not None and report.verify.scenarios
+    golden(f"verify_repeat.{SUFFIX[fmt]}", render(report, fmt))
+
+
+@pytest.mark.parametrize("fmt", [Format.TABLE, Format.JSON], ids=str)
+def test_a_real_diff_of_repeated_boots_matches_its_golden(golden, fmt):
+    from kvaudit.engines.inputs import load_report
+    a = load_report(RESULTS / "cpu-verify-repeated.json")
+    b = load_report(RESULTS / "cpu-verify-mtp.json")
+    diff = diff_reports(a, b, "cpu-verify-repeated.json", "cpu-verify-mtp.json")
+    golden(f"diff_verify_repeat.{SUFFIX[fmt]}", render(diff, fmt, diff=True))

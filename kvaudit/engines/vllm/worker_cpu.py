@@ -204,7 +204,7 @@ def _sampler_logprobs(runner: Any, logprobs: int) -> Iterator[None]:
     run asks for none (gpu_model_runner._dummy_sampler_run: max_num_logprobs=None), so the
     logprobs path, whose torch.compile'd kernel (vllm/v1/sample/ops/logprobs.py
     batched_count_greater_than) is compiled and loaded on first use, first ran at a request
-    after KV was sized: 39 MiB of RSS above the budget with logprobs 20 on the AMD EPYC (a plain
+    after KV was sized: 37.5 MiB of RSS above the budget with logprobs 20 on the AMD EPYC (a plain
     vLLM boot at kvaudit's KV; the same load without logprobs held). Scoped to the probe's one
     call; the metadata of that call only is replaced."""
     if logprobs <= 0:
