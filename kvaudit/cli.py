@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Callable, NoReturn, Optional, Sequence, TextIO
 
 import typer
 
@@ -23,7 +23,11 @@ app = typer.Typer(
     help="Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe.")
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
-WidthOpt = Annotated[Optional[int], typer.Option("--width", min=1, help="Table width (default: the terminal's).")]
+MIN_WIDTH = 40
+"""Narrower, the owner table's label column alone fills the line."""
+WidthOpt = Annotated[Optional[int], typer.Option("--width", min=MIN_WIDTH, help="Table width (default: the terminal's).")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here; - is stdout "
+                                                   "(the view then goes to stderr).")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocator's history and attribute every "
                                         "block to an owner and an allocation site (module/function).")]
 OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
@@ -31,16 +35,28 @@ OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
                                      "see configs/owners.toml). Repeatable.")]
 
 
-def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
-    from kvaudit.render.output import write_output
+def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None,
+                 inputs: Sequence[Path] = ()) -> None:
     from kvaudit.schema import dumps
-    if output is not None:
-        try:
-            write_output(output, dumps(report))
-        except OSError as exc:
-            raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
+    _emit(lambda out: reporter(fmt, width=width).report(report, out), dumps(report), fmt, output, inputs)
+
+
+def _emit(view: Callable[[TextIO], None], report_json: str, fmt: Format, output: Path | None,
+          inputs: Sequence[Path] = ()) -> None:
+    """The view on stdout, then the report file: a file that cannot be written never costs the
+    view. `-o -` puts the report JSON on stdout and the view on stderr (once, for -f json)."""
+    from kvaudit.render.output import is_stdout, write_output
+    to_stdout = is_stdout(output)
+    if not (to_stdout and fmt is Format.JSON):
+        view(sys.stderr if to_stdout else sys.stdout)
+    if output is None:
+        return
+    try:
+        write_output(output, report_json, inputs=inputs)
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
+    if not to_stdout:
         typer.echo(f"kvaudit: report written to {output}", err=True)
-    reporter(fmt, width=width).report(report, sys.stdout)
 
 
 def _version(value: bool) -> None:
@@ -90,14 +106,15 @@ def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that boote
 @app.command()
 def ingest(logs: Annotated[list[Path], typer.Argument(metavar="LOG", help="The vLLM startup logs of one boot, one file per node "
                                                             "(gzip too); - reads stdin.")],
-           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
-           fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
+           output: OutputOpt = None, fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Turn the raw vLLM startup logs of one boot into a report (source log): every rank's owners and the verdict."""
     from kvaudit.engines.logs import report_from_logs
+    from kvaudit.render.output import check_paths
     from kvaudit.report import exit_code, input_name, read_text
     _stdin_once(logs)
+    check_paths([("-o", output)], [("", path) for path in logs])
     report = report_from_logs([(read_text(path), input_name(path)) for path in logs])
-    _emit_report(report, fmt, width, output)
+    _emit_report(report, fmt, width, output, logs)
     raise typer.Exit(int(exit_code(report)))
 
 
@@ -134,7 +151,8 @@ def run(ctx: typer.Context,
         verify: Annotated[bool, typer.Option("--verify", help="After boot: a max_model_len prefill + decode, "
                                              "true peak vs budget.")] = False,
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here "
-                                                       "(also when the boot fails).")] = None,
+                                                       "(also when the boot fails); - is stdout (the view then "
+                                                       "goes to stderr).")] = None,
         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
         timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung boot is stopped.")] = 1800.0,
         log: Annotated[Optional[Path], typer.Option("--log", help="Keep vLLM's own log in this file.")] = None,
@@ -149,8 +167,13 @@ def run(ctx: typer.Context,
     from kvaudit.config import build_run_config
     from kvaudit.engines.process import StopSignals
     from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
+    from kvaudit.render.output import check_paths, model_config
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+    # every file this run reads or writes, before the boot: a missing folder or a FIFO is exit 2 now
+    inputs = [("--config", config_file), *(("--owners", path) for path in owners or ()),
+              ("the model's", model_config(model))]
+    check_paths([("-o", output), ("--log", log)], inputs)
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
                               tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
@@ -169,7 +192,7 @@ def run(ctx: typer.Context,
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:
             report = run_audit(config, options, progress.on_event, signals)
-        _emit_report(report, fmt, width, output)
+        _emit_report(report, fmt, width, output, [p for _, p in inputs if p is not None])
     raise typer.Exit(int(exit_code(report)))
 
 
@@ -189,14 +212,15 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
                                                  "before warmup, the order upstream vLLM sizes KV in).")] = "kvaudit",
              retain_graph_pool: Annotated[bool, typer.Option("--retain-graph-pool", help="Keep the profiling "
                                                              "graph pool (and its pages) alive.")] = False,
-             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
-             fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
+             output: OutputOpt = None, fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
              timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung rank is stopped.")] = 900.0,
              trace: TraceOpt = False, owners: OwnersOpt = None) -> None:
     """Planted-allocation ground truth: a torch workload of known sizes through the same sequence."""
     from kvaudit.engines.selftest import SelftestOptions, check_options, run_selftest
+    from kvaudit.render.output import check_paths
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+    check_paths([("-o", output)], [("--owners", path) for path in owners or ()])
     opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
                            repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,
                            retain_graph_pool=retain_graph_pool, timeout_s=timeout, trace=trace,
@@ -288,15 +312,20 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
                                                       help="Solve for one knob.")] = None,
          for_len: Annotated[Optional[int], typer.Option("--for-len", help="With --solve max-num-seqs: tokens "
                                                         "per request.")] = None,
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan's report JSON here "
+                                                        "(as -f json prints it); - is stdout (the view then goes "
+                                                        "to stderr).")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Predict the report of an edited config from a measured one, without booting: every owner
     measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
-    from kvaudit.plan import edits_from_flags, exit_code, plan_or_solve
+    from kvaudit.plan import edits_from_flags, exit_code, plan_dumps, plan_or_solve
+    from kvaudit.render.output import check_paths
     from kvaudit.render.plan import render_plan
     from kvaudit.engines.inputs import load_report
+    check_paths([("-o", output)], [("", report)])
     edits = edits_from_flags(gmu=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     result = plan_or_solve(load_report(report), edits, solve, for_len)
-    render_plan(result, fmt, sys.stdout, width=width)
+    _emit(lambda out: render_plan(result, fmt, out, width=width), plan_dumps(result), fmt, output, [report])
     raise typer.Exit(exit_code(result))

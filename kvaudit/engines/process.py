@@ -369,7 +369,10 @@ def run_supervised(module: str, spec: Path, *, log_path: Path, journal_dir: Path
     tailer = JournalTailer(journal_dir)
     started = time.monotonic()
     stop: FailureKind | None = None
-    with open(log_path, "wb") as log:
+    # created or truncated as `>` does, and opened so that it cannot block (the CLI refused a FIFO
+    # before the boot; should one have taken its place since, the open fails at once)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    with open(fd, "wb") as log:
         guard_proc = spawn_guard(folder)
         proc = subprocess.Popen([sys.executable, "-m", module, str(spec)], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=boot_env(folder, env))
