@@ -35,6 +35,13 @@ from kvaudit.units import fmt_bytes, fmt_tokens
 PLAN_SCHEMA = "kvaudit.plan/1"
 """The `plan` section beside a predicted report (which is itself `kvaudit.report/1`)."""
 
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                   "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+                   "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4",
+                   "nvfp4_4over6")
+"""Every `--kv-cache-dtype` vLLM knows: its CacheDType (vllm/config/cache.py, 0.32.0; earlier
+releases know a subset). tests/vllm/test_kv_cache_dtypes.py checks it against the installed vLLM."""
+
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 """`--kv-cache-dtype` values whose element is one byte in every vLLM attention spec that stores
 plain elements (FullAttentionSpec and MLAAttentionSpec: page_size_bytes ∝ dtype size)."""
@@ -349,6 +356,9 @@ def _check_edits(edits: Edits) -> None:
         raise UsageError("--cudagraph-sizes takes positive integers separated by commas")
     if edits.kv_cache_dtype is not None and not edits.kv_cache_dtype.strip():
         raise UsageError("--kv-cache-dtype must not be empty")
+    if edits.kv_cache_dtype is not None and edits.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise UsageError(f"--kv-cache-dtype {edits.kv_cache_dtype!r} is none of vLLM's: {', '.join(KV_CACHE_DTYPES)} "
+                         f"(the plan sizes {', '.join(FP8_KV_DTYPES)} from a 16-bit KV spec; other changes need a boot)")
 
 
 def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry | None, str | None]:

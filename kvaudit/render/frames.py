@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kvaudit.schema import DiffReport, Owner, Report
+from kvaudit.render.summary import rank_name
 from kvaudit.units import fmt_gib3
 
 
@@ -32,8 +33,9 @@ def owners_wide(report: Report) -> pd.DataFrame:
         ("graph_pool estimate", [r.graph_pool_estimate_bytes for r in report.ranks]),
         ("graph_pool actual", [r.graph_pool_actual_bytes for r in report.ranks]),
     ]
-    columns = [f"rank {r.rank}" + (" *" if r.rank == report.capacity.binding_rank and len(report.ranks) > 1 else "")
-               for r in report.ranks]
+    columns = [rank_name(r.rank, i) + (" *" if r.rank is not None and r.rank == report.capacity.binding_rank
+                                        and len(report.ranks) > 1 else "")
+               for i, r in enumerate(report.ranks)]
     data = {col: [fmt_gib3(values[i]) for _, values in lines] for i, col in enumerate(columns)}
     return pd.DataFrame(data, index=[name for name, _ in lines])
 
