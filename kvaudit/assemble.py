@@ -239,9 +239,14 @@ def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[st
                      f"(within the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
         if r.deferred_steps:
-            notes.append(f"rank {r.rank}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
+            notes.append(f"{_rank_name(r)}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
                          f"after it; their bytes were not budgeted")
     return notes
+
+
+def _rank_name(rank: RankReport) -> str:
+    """`rank 3`, or `a rank with no number` (a report may have one), never `rank None`."""
+    return f"rank {rank.rank}" if rank.rank is not None else "a rank with no number"
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,7 +269,7 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         return Verdict.FAIL, _does_not_fit(cap, config)
     if over_committed(ranks):
         worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
-        return Verdict.FAIL, (f"rank {worst.rank} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
+        return Verdict.FAIL, (f"{_rank_name(worst)} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
                               f"after KV was sized ({_growth_text(worst)}): "
                               + (f"pass {cap.safe_serve_flags[0]}" if cap.safe_serve_flags
                                  else "lower the KV cache by that much"))

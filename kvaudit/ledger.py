@@ -339,7 +339,8 @@ def check_balance(rank: RankReport) -> None:
         return
     total = sum(values)  # type: ignore[arg-type]
     if total != rank.requested_bytes:
-        raise BadInputError(f"rank {rank.rank}: owners sum to {total} bytes but requested is "
+        name = f"rank {rank.rank}" if rank.rank is not None else "a rank with no number"  # never "rank None"
+        raise BadInputError(f"{name}: owners sum to {total} bytes but requested is "
                             f"{rank.requested_bytes} ({total - rank.requested_bytes:+d}): the ledger does not balance")
 
 

@@ -65,6 +65,9 @@ class PhaseStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"
     DEFERRED = "deferred"
+    INTERRUPTED = "interrupted"
+    """Stopped from outside while it ran (the boot was stopped: vLLM's signal handler raises
+    SystemExit in its workers), not failed. An extension of the report contract."""
 
 
 class Source(StrEnum):

@@ -633,9 +633,32 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+_LOCALIZED = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d{1,12})?|\d{1,3}(?:\.\d{3})+,\d{1,12}|\d{1,12},\d{1,12})"
+                        r"(?=\s?(?:GiB|MiB|KiB|GB|MB|secs?\b|seconds|s\b|x\b))")
+"""A figure before a unit written with thousands separators or a decimal comma, as a log that
+passed through a spreadsheet or a localized tool has them: `1,234.56 GiB`, `1.234,56 GiB`,
+`2,35 GiB`. vLLM's own are plain (`%.2f`), and its patterns read plain figures only, so these were
+dropped without a word. A lone comma before exactly three digits is a thousands separator
+(`2,350 GiB`); before one, two or more than three, a decimal comma (`2,35`, vLLM prints 2 or 4
+decimals); where both marks appear, the last is the decimal one."""
+
+
+def _plain_figure(m: re.Match[str]) -> str:
+    figure = m.group(1)
+    if "." in figure and "," in figure:
+        thousands, decimal = (",", ".") if figure.rfind(".") > figure.rfind(",") else (".", ",")
+        return figure.replace(thousands, "").replace(decimal, ".")
+    if re.fullmatch(r"\d{1,3}(?:,\d{3})+", figure):
+        return figure.replace(",", "")
+    return figure.replace(",", ".")
+
+
 def facts_from_message(msg: str, rules: tuple[Rule, ...] = RULES) -> list[Fact]:
     """Every fact one message states, in catalogue order; a figure out of range (a garbled or
-    doctored line, `in_log_range`) is dropped, not carried into the report."""
+    doctored line, `in_log_range`) is dropped, not carried into the report. Figures with
+    thousands separators or a decimal comma read as the plain ones they stand for (_LOCALIZED)."""
+    if "," in msg:
+        msg = _LOCALIZED.sub(_plain_figure, msg)
     out: list[Fact] = []
     for rule in rules:
         if rule.applies(msg):

@@ -173,6 +173,8 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
         clashes += [printed_by[rank] for rank in ranks if rank in printed_by]
         if clashes:
             other, other_config, other_ranks = seen[min(clashes)]
+            if other.text == scan.text:
+                raise BadInputError(f"{other.where} and {scan.where} are the same log, given twice: pass it once")
             differ = [k for k in config if k in other_config and config[k] != other_config[k]]
             if differ:
                 why = f"{differ[0]} {other_config[differ[0]]} in one, {config[differ[0]]} in the other"

@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from kvaudit.engines.sequence import PhaseHandle, RankSequencer, WarmupGuard, one_line
+from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, interrupted, one_line
 from kvaudit.engines.vllm import adapter, transport
 from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
@@ -77,6 +77,10 @@ class AuditMixin:
         start = time.perf_counter()
         try:
             super().init_device()
+        except STOPPED as exc:  # the boot is being stopped (sequence.STOPPED)
+            self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "interrupted",
+                                     "seconds": round(time.perf_counter() - start, 3), "detail": interrupted(exc)})
+            raise
         except BaseException as exc:
             self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "failed",
                                      "seconds": round(time.perf_counter() - start, 3), "detail": one_line(exc)})
