@@ -284,3 +284,24 @@ def test_a_text_that_turns_wide_at_its_end_is_never_held_twice(tmp_path: Path) -
     assert text.startswith("\ufeffINFO") and text.endswith("█\n")
     # THEN the peak is the text (two bytes a character) and a few chunks, within 2x the input
     assert peak < 2 * size + (8 << 20)
+
+
+def test_reading_stays_linear_under_a_tracer(tmp_path: Path) -> None:
+    # GIVEN a tracer (a debugger, coverage, cProfile), which turns off CPython's in-place append:
+    # each `+=` copied the whole text then (100 MiB took 12 s instead of 0.35 s)
+    path = tmp_path / "big.log"
+    line = "INFO █ an ordinary line with a tqdm bar's block\n".encode()
+    path.write_bytes(line * ((64 << 20) // len(line)))
+    import time
+    started = time.perf_counter()
+    text = read_text(path)
+    plain = time.perf_counter() - started
+    sys.settrace(lambda *args: None)
+    try:
+        started = time.perf_counter()
+        traced = read_text(path)
+        seconds = time.perf_counter() - started
+    finally:
+        sys.settrace(None)
+    assert traced == text
+    assert seconds < 4 * plain + 0.5  # without the join: 3.9 s against 0.31 s here
