@@ -52,6 +52,7 @@ class MeasuredRank:
     vllm_kv_available_bytes: int | None = None
     sites: tuple[Site, ...] | None = None
     vllm_graph_estimate_bytes: int | None = None
+    vllm_suggested_kv_cache_memory_bytes: int | None = None
     graph_capture_transient_bytes: int | None = None
     sweep: tuple[SweepPoint, ...] | None = None
     kv_cache_spec_dtype: str | None = None
@@ -177,6 +178,7 @@ def rank_report(record: RankRecord) -> RankReport:
         deferred_steps=tuple(record.deferred_steps), vllm_kv_available_bytes=record.vllm_kv_available_bytes,
         sites=tuple(record.sites) if record.sites is not None else None,
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
+        vllm_suggested_kv_cache_memory_bytes=record.vllm_suggested_kv_cache_memory_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
         kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node,
         kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=record.kv_segment_rounding_bytes)

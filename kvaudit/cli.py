@@ -7,6 +7,7 @@ the commands that boot something.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, NoReturn, Optional, Sequence, TextIO
@@ -33,6 +34,18 @@ TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocat
 OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
     "--owners", metavar="FILE", help="Extra owner rules for --trace (TOML, tried before kvaudit's defaults; "
                                      "see configs/owners.toml). Repeatable.")]
+
+
+class _Command(typer.core.TyperCommand):
+    """Plain help that reads at 80 columns: `REPORT`, not typer's `{REPORT}`, in the usage line,
+    and `<path>...` for a list of paths, not its Python type."""
+
+    def collect_usage_pieces(self, ctx):  # type: ignore[no-untyped-def]
+        return [re.sub(r"^\{([^}]*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+    def format_help(self, ctx, formatter):  # type: ignore[no-untyped-def]
+        super().format_help(ctx, formatter)
+        formatter.buffer[:] = ["".join(formatter.buffer).replace("<list[Path]>", "<path>...   ")]  # same width: the column stays aligned
 
 
 def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None,
@@ -72,7 +85,7 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
     """Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe."""
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Render a report or a vLLM log (table, json, csv, markdown).")
 def show(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Render one report (or a vLLM startup log) as a table, JSON, CSV or markdown."""
@@ -80,7 +93,7 @@ def show(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A kvaudi
     reporter(fmt, width=width).report(load_report(report), sys.stdout)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Per-owner deltas of two reports or logs; a CI gate on KV.")
 def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that booted (report JSON or vLLM log; - reads stdin).")],
          b: Annotated[Path, typer.Argument(metavar="B", help="The run to compare with it.")],
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
@@ -103,7 +116,7 @@ def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that boote
         check_kv_drop(result, limit)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="A report from the vLLM startup logs of one boot.")
 def ingest(logs: Annotated[list[Path], typer.Argument(metavar="LOG", help="The vLLM startup logs of one boot, one file per node "
                                                             "(gzip too); - reads stdin.")],
            output: OutputOpt = None, fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
@@ -123,7 +136,17 @@ def _stdin_once(paths: list[Path]) -> None:
         raise UsageError("- (standard input) can be read only once: save one of the inputs to a file")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+class _RunCommand(_Command):
+    """Remembers what came before `--`: an option `run` does not have there is a typo of one of
+    its own or a vLLM argument (config.check_run_options); after `--` it is vLLM's."""
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        ctx.meta["kvaudit.before_dashdash"] = list(args[:args.index("--")] if "--" in args else args)
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_RunCommand, short_help="Boot vLLM with the audit worker: owners per rank, verdict.",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(ctx: typer.Context,
         model: Annotated[Optional[str], typer.Option(help="Model directory (config.json). Default: the embedded "
                                                           "tiny DeepSeek-V3-style model.")] = None,
@@ -162,11 +185,15 @@ def run(ctx: typer.Context,
         ) -> None:
     """Boot vLLM with the fixed profiling order and report every rank's owners and the KV verdict.
 
-    Further vLLM engine arguments go after `--`: kvaudit run --tp 2 -- --enable-expert-parallel
+    Further vLLM engine arguments go after `--`:
+
+    \b
+      kvaudit run --tp 2 -- --enable-expert-parallel
     """
-    from kvaudit.config import build_run_config
+    from kvaudit.config import build_run_config, check_run_options
     from kvaudit.engines.process import StopSignals
     from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
+    from kvaudit.engines.vllm.engine_args import engine_arg_names
     from kvaudit.render.output import check_paths, model_config
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
@@ -174,7 +201,13 @@ def run(ctx: typer.Context,
     inputs = [("--config", config_file), *(("--owners", path) for path in owners or ()),
               ("the model's", model_config(model))]
     check_paths([("-o", output), ("--log", log)], inputs)
+    engine_args = engine_arg_names()
+    before = ctx.meta.get("kvaudit.before_dashdash", [])
+    check_run_options([a for a in ctx.args[:len(before)] if a in before],
+                      [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")],
+                      engine_args)
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
+                              engine_args=engine_args,
                               tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
@@ -192,11 +225,20 @@ def run(ctx: typer.Context,
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:
             report = run_audit(config, options, progress.on_event, signals)
+        _echo_warnings(report)
         _emit_report(report, fmt, width, output, [p for _, p in inputs if p is not None])
     raise typer.Exit(int(exit_code(report)))
 
 
-@app.command()
+def _echo_warnings(report) -> None:
+    """The report's warnings (those that want action, not its notes) on stderr too: stdout may be a
+    file or JSON, and an untested vLLM, a retried warmup or a surviving process must be seen."""
+    from kvaudit.render.summary import notes_and_warnings
+    for line in notes_and_warnings(report)[1]:
+        typer.echo(f"kvaudit: warning: {one_line(line)}", err=True)
+
+
+@app.command(cls=_Command, short_help="Planted allocations of known size: the ground truth.")
 def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the proof) or cpu (a smoke run).")] = "cuda",
              tp: Annotated[int, typer.Option("--tp", help="Ranks: one process per GPU (gloo on cpu).")] = 1,
              gmu: Annotated[Optional[float], typer.Option(
@@ -299,15 +341,20 @@ def _stdout_closed() -> NoReturn:
     sys.exit(0)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Predict an edited config's report from a measured one.")
 def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measured kvaudit report (JSON) or a raw vLLM log.")],
-         gmu: Annotated[Optional[float], typer.Option("--gmu", help="gpu_memory_utilization")] = None,
-         max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
-         max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs")] = None,
-         max_num_batched_tokens: Annotated[Optional[int], typer.Option("--max-num-batched-tokens")] = None,
-         cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8")] = None,
-         kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype")] = None,
-         enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager")] = None,
+         gmu: Annotated[Optional[float], typer.Option("--gmu", help="New gpu_memory_utilization.")] = None,
+         max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", help="New max_model_len.")] = None,
+         max_num_seqs: Annotated[Optional[int], typer.Option(
+             "--max-num-seqs", help="New max_num_seqs (more than measured needs a boot).")] = None,
+         max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+             "--max-num-batched-tokens", help="New max_num_batched_tokens (a --sweep report interpolates).")] = None,
+         cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8",
+                                                                help="New cudagraph_capture_sizes.")] = None,
+         kv_cache_dtype: Annotated[Optional[str], typer.Option(
+             "--kv-cache-dtype", help="New kv_cache_dtype (a 16-bit spec to plain fp8 halves it).")] = None,
+         enforce_eager: Annotated[Optional[bool], typer.Option(
+             "--enforce-eager/--no-enforce-eager", help="Drop or add graph capture.")] = None,
          solve: Annotated[Optional[str], typer.Option("--solve", metavar="max-model-len|gmu|max-num-seqs",
                                                       help="Solve for one knob.")] = None,
          for_len: Annotated[Optional[int], typer.Option("--for-len", help="With --solve max-num-seqs: tokens "

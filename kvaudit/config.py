@@ -8,12 +8,13 @@ passed to vLLM unchanged, except the two that would bypass the audit.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from kvaudit.errors import UsageError
 from kvaudit.units import INT64_MAX
@@ -42,6 +43,9 @@ class AuditConfig:
     enforce_eager: bool | None = None
     kv_cache_dtype: str | None = None
     block_size: int | None = None
+    enable_chunked_prefill: bool | None = None
+    """vLLM's SchedulerConfig.enable_chunked_prefill as it ran (a report extension: vLLM's CPU platform
+    turns it off for MLA without AMX, and a whole prompt is then one step)."""
     load_format: str | None = None
     """`dummy` boots from config.json alone (random weights of the real shapes)."""
     extra_args: Mapping[str, Any] = field(default_factory=dict)
@@ -74,8 +78,10 @@ class AuditConfig:
                                       and all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= INT64_MAX
                                               for x in sizes)):
             raise UsageError(f"cudagraph_capture_sizes must be a list of positive integers, got {sizes!r}")
-        if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
-            raise UsageError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
+        for name in BOOL_KEYS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise UsageError(f"{name} must be true or false, got {value!r}")
         dcp_rule = _dcp_rule_violation(self.tensor_parallel_size or 1, self.decode_context_parallel_size or 1,
                                        self.passthrough_size("prefill_context_parallel_size"))
         if dcp_rule:
@@ -101,6 +107,8 @@ class AuditConfig:
         data["cudagraph_capture_sizes"] = (list(self.cudagraph_capture_sizes)
                                            if self.cudagraph_capture_sizes is not None else None)
         data["extra_args"] = dict(self.extra_args)
+        if data["enable_chunked_prefill"] is None:  # an extension: reports that never knew it stay as they were
+            del data["enable_chunked_prefill"]
         return data
 
 
@@ -131,9 +139,9 @@ CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(AuditConfig))
 MODELLED_KEYS = tuple(k for k in CONFIG_KEYS if k != "extra_args")
 """The knobs kvaudit models, each a field of its own; any other engine argument is an extra arg."""
 
-STABLE_KEYS = tuple(k for k in MODELLED_KEYS if k != "load_format")
-"""The keys every report's `config` carries (docs/design.md, report contract); load_format is an
-extension."""
+STABLE_KEYS = tuple(k for k in MODELLED_KEYS if k not in ("load_format", "enable_chunked_prefill"))
+"""The keys every report's `config` carries (docs/design.md, report contract); load_format and
+enable_chunked_prefill are extensions."""
 
 COMPARED_KNOBS = tuple(k for k in MODELLED_KEYS if k != "load_format")
 """The knobs `kvaudit diff` compares: a run on dummy weights is comparable with one on real weights."""
@@ -224,8 +232,60 @@ def parse_passthrough(args: list[str]) -> dict[str, Any]:
 
 
 
-def load_preset(path: Path) -> AuditConfig:
-    """Read a TOML preset: vLLM field names at the top level; unknown keys go to extra_args."""
+def _suggest(name: str, candidates: Iterable[str], cutoff: float = 0.75) -> str | None:
+    match = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+NEAR_MISS = 0.9
+"""Without vLLM's names, only a name this close to one of kvaudit's own (difflib ratio: one letter
+swapped or missing in a long name) is taken for a typo; `prefill_context_parallel_size` (0.81 to
+decode_context_parallel_size) is a real vLLM argument."""
+
+
+def check_engine_arg_names(keys: Iterable[str], engine_args: frozenset[str] | None, where: str) -> None:
+    """Refuse, with a suggestion, a name that would reach LLM(...) and that it does not take:
+    vLLM refuses it only after its import (about 10 s). `engine_args` are the installed vLLM's
+    (engines/vllm/engine_args.py); without them only a near miss of one of kvaudit's own keys
+    (`max_modle_len`) is refused."""
+    for key in keys:
+        if key in MODELLED_KEYS or (engine_args is not None and key in engine_args):
+            continue
+        near = (_suggest(key, MODELLED_KEYS) or _suggest(key, engine_args)) if engine_args is not None \
+            else _suggest(key, MODELLED_KEYS, NEAR_MISS)
+        if engine_args is None and near is None:
+            continue
+        hint = f": did you mean {near}?" if near else " (vLLM's engine arguments are EngineArgs' fields)"
+        raise UsageError(f"{where}: {key} is not a kvaudit key nor an argument vLLM's LLM(...) takes{hint}")
+
+
+def check_run_options(tokens: Iterable[str], options: Iterable[str], engine_args: frozenset[str] | None) -> None:
+    """`kvaudit run` options it does not have, given before `--`: a typo of its own (`--max-modle-len`)
+    is refused at once with the option it resembles; the name of a vLLM engine argument is let
+    through to vLLM, as before (vLLM's arguments belong after `--`)."""
+    options = sorted(options)
+    for token in tokens:
+        if not token.startswith("-"):
+            continue
+        flag = token.split("=", 1)[0]
+        key = flag.lstrip("-").replace("-", "_")
+        if key.startswith("no_"):
+            key = key[3:]
+        if engine_args is not None and key in engine_args:
+            continue
+        near = _suggest(flag, options, 0.75 if engine_args is not None else NEAR_MISS)
+        if near is None and engine_args is None:
+            continue
+        if near is None and engine_args:
+            vllm = _suggest(key, engine_args)
+            near = f"the vLLM engine argument --{vllm.replace('_', '-')} (after --)" if vllm else None
+        raise UsageError(f"kvaudit run has no option {flag}" + (f": did you mean {near}?" if near else
+                         "; vLLM engine arguments go after --: kvaudit run -- --name value (see kvaudit run --help)"))
+
+
+def load_preset(path: Path, engine_args: frozenset[str] | None = None) -> AuditConfig:
+    """Read a TOML preset: vLLM field names at the top level; keys kvaudit does not model go to
+    extra_args, once checked against the names vLLM's LLM(...) takes (check_engine_arg_names)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -235,6 +295,7 @@ def load_preset(path: Path) -> AuditConfig:
     known = {k: v for k, v in data.items() if k in MODELLED_KEYS}
     extra = {k: v for k, v in data.items() if k not in CONFIG_KEYS}
     extra.update(data.get("extra_args", {}) if isinstance(data.get("extra_args"), dict) else {})
+    check_engine_arg_names(extra, engine_args, f"config file {path}")
     if "cudagraph_capture_sizes" in known:
         sizes = known["cudagraph_capture_sizes"]
         if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes):
@@ -274,9 +335,11 @@ def parse_capture_sizes(text: str) -> tuple[int, ...]:
 
 
 def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | None, passthrough: list[str],
-                     mtp: int | None, cudagraph_sizes: str | None, **flags: Any) -> AuditConfig:
-    """Embedded defaults, then the preset, then flags, then pass-through arguments; validated."""
-    config = load_preset(preset) if preset is not None else AuditConfig()
+                     mtp: int | None, cudagraph_sizes: str | None, engine_args: frozenset[str] | None = None,
+                     **flags: Any) -> AuditConfig:
+    """Embedded defaults, then the preset, then flags, then pass-through arguments; validated.
+    Names for vLLM are checked against `engine_args` (the installed vLLM's, None: unchecked)."""
+    config = load_preset(preset, engine_args) if preset is not None else AuditConfig()
     config = config.replace(model=model, **flags)
     if mtp is not None:
         config = config.replace(speculative_method="mtp", num_speculative_tokens=mtp) if mtp > 0 \
@@ -286,7 +349,9 @@ def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | N
     if dummy_weights:
         config = config.replace(load_format="dummy")
     if passthrough:
-        config = with_passthrough(config, parse_passthrough(passthrough))
+        args = parse_passthrough(passthrough)
+        check_engine_arg_names(args, engine_args, "after --")
+        config = with_passthrough(config, args)
     if config.model is None:
         embedded = {k: v for k, v in EMBEDDED_DEFAULTS.items() if getattr(config, k) is None}
         config = config.replace(model=embedded_model_path(), **embedded)

@@ -81,36 +81,41 @@ class GraphMeasurement:
     live_non_torch_bytes: int
     """Device memory outside the allocator that the live graphs held (driver graph objects)."""
     transient_bytes: int
-    """The capture's peak above what was resident before it and the final pool: warmup runs and
-    capture inputs outside the pool, freed before KV is used."""
+    """The capture's peak above what the session held at its end: warmup runs and capture inputs
+    outside the pool, freed before KV is used."""
     retained_pool_bytes: int = 0
     """Private-pool segments still resident after the teardown (a pool something keeps alive)."""
     retained_live_bytes: int = 0
     """Of those, bytes still in use by live blocks."""
     residue_bytes: int = 0
-    """Torch reserved after the teardown minus before the minimal cache was built: what one
-    capture session keeps outside its pool (measured on the H200: a 32 MiB buffer of
-    torch.compile's generated code per session). The real capture keeps the same again."""
+    """Torch reserved after the teardown minus before the minimal cache was built: what the
+    session kept after its teardown (already resident when KV is sized)."""
     residue_non_torch_bytes: int = 0
     """Non-torch bytes the teardown did not give back."""
+    session_torch_bytes: int = 0
+    """Torch reserved the capture session held at its end over its start: the pool, the buffers
+    the capture keeps alive outside it (vLLM 0.33 MRv2: 32 MiB per graph manager) and the
+    default pool's cached blocks of its warmup passes; the real capture holds the same, since
+    vLLM empties no cache after it. 0 where not read (older measurements: the pool alone)."""
+    profiling_residue_non_torch_bytes: int = 0
+    """Non-torch bytes the whole graphs phase left resident (vLLM's own profiling capture and
+    this session): driver memory of destroyed graphs, which the real capture reuses."""
 
     @property
     def estimate_bytes(self) -> int:
-        """What the real capture will hold: the pool's high-water and the graphs' driver memory.
-        A retained pool with live blocks may have none of its pages reused, so it is charged on
-        top; a retained pool whose pages are all free holds the same capture again, so only its
-        part above the high-water is."""
+        """The graph memory KV sizing charges: what the real capture will hold in torch memory
+        (the session's held bytes, at least its pool) and in driver memory (its graphs' driver
+        memory, or the residue profiling left resident, whichever is larger: the residue is
+        resident when KV is sized and the real capture reuses it). A retained pool with live
+        blocks may have none of its pages reused, so it is charged on top; a retained pool whose
+        pages are all free holds the same capture again, so only its part above the high-water is."""
+        held = max(self.session_torch_bytes, self.pool_bytes)
         if self.retained_live_bytes:
             retained = self.retained_pool_bytes
         else:
-            retained = max(self.retained_pool_bytes - self.pool_bytes, 0)
-        return self.pool_bytes + max(self.live_non_torch_bytes, 0) + retained
-
-    @property
-    def capture_reserve_bytes(self) -> int:
-        """What the real capture leaves outside the pool: the residue of this session, less the
-        retained pool segments, which the estimate already charges."""
-        return max(self.residue_bytes - self.retained_pool_bytes, 0)
+            retained = max(self.retained_pool_bytes - held, 0)
+        driver = max(self.live_non_torch_bytes, self.profiling_residue_non_torch_bytes, 0)
+        return held + driver + retained
 
     def facts(self) -> dict[str, int]:
         return {"graph_pool_measured_bytes": self.pool_bytes, "graph_live_non_torch_bytes": self.live_non_torch_bytes,
@@ -118,24 +123,30 @@ class GraphMeasurement:
                 "graph_retained_pool_bytes": self.retained_pool_bytes,
                 "graph_retained_live_bytes": self.retained_live_bytes,
                 "graph_profiling_residue_bytes": self.residue_bytes,
-                "graph_profiling_residue_non_torch_bytes": self.residue_non_torch_bytes}
+                "graph_profiling_residue_non_torch_bytes": self.residue_non_torch_bytes,
+                "graph_session_torch_bytes": self.session_torch_bytes,
+                "graph_phase_residue_non_torch_bytes": self.profiling_residue_non_torch_bytes}
 
 
 def measure_graphs(*, resident: tuple[int, int], start: tuple[int, int], end: tuple[int, int],
                    peak_reserved: int, pool: int, after: tuple[int, int],
-                   retained: tuple[int, int] = (0, 0)) -> GraphMeasurement:
+                   retained: tuple[int, int] = (0, 0), phase_start: tuple[int, int] | None = None) -> GraphMeasurement:
     """GraphMeasurement from (torch reserved, device used) pairs read around the capture:
-    `resident` before the minimal cache was built, `start` just before capture (cache built),
-    `end` just after it (graphs live), `after` once everything was torn down and the cache
-    emptied; `peak_reserved` the allocator's peak during capture (reset at `start`), `pool` the
-    temporary pool's segments at `end`, `retained` (reserved, allocated) of private pools after."""
+    `phase_start` before vLLM's own graph profiling (None: not read), `resident` before the
+    minimal cache was built, `start` just before capture (cache built), `end` just after it
+    (graphs live), `after` once everything was torn down and the cache emptied; `peak_reserved`
+    the allocator's peak during capture (reset at `start`), `pool` the temporary pool's segments
+    at `end`, `retained` (reserved, allocated) of private pools after."""
+    first = phase_start if phase_start is not None else resident
     return GraphMeasurement(
         pool_bytes=pool,
         live_non_torch_bytes=_non_torch(end) - _non_torch(start),
-        transient_bytes=max(peak_reserved - start[0] - pool, 0),
+        transient_bytes=max(peak_reserved - max(end[0], start[0] + pool), 0),
         retained_pool_bytes=retained[0], retained_live_bytes=retained[1],
         residue_bytes=after[0] - resident[0],
-        residue_non_torch_bytes=_non_torch(after) - _non_torch(resident))
+        residue_non_torch_bytes=_non_torch(after) - _non_torch(resident),
+        session_torch_bytes=max(end[0] - start[0], 0),
+        profiling_residue_non_torch_bytes=max(_non_torch(after) - _non_torch(first), 0))
 
 
 def _non_torch(reading: tuple[int, int]) -> int:
@@ -198,12 +209,32 @@ def capture_non_torch(phases: Phases) -> int | None:
     return minus(_outside_torch(phases, Phase.CAPTURE), _outside_torch(phases, Phase.KV))
 
 
+def capture_held_outside_pool(phases: Phases) -> int:
+    """Torch memory the real capture added outside its pool, where it captured graphs (its pool
+    grew): buffers the graph managers keep alive and the cached blocks of the capture's warmup
+    passes (vLLM 0.33 MRv2: 33 MiB of live buffers per graph manager). Graph memory, charged at
+    sizing in kvaudit's estimate (GraphMeasurement.session_torch_bytes); 0 where nothing was
+    captured (eager, the CPU backend), where the phase's growth is not graph memory."""
+    pool_growth = minus(_pool_segments(phases, Phase.CAPTURE), _pool_segments(phases, Phase.KV))
+    if not pool_growth or pool_growth <= 0:
+        return 0
+    torch_growth = minus(_reserved(phases, Phase.CAPTURE), _reserved(phases, Phase.KV))
+    return max((torch_growth or 0) - pool_growth, 0)
+
+
 def graph_pool_actual(phases: Phases) -> int | None:
-    """Pool segments at the end of the real capture (retained pages included), plus the
-    non-torch growth of the capture and what graph profiling left behind."""
+    """Pool segments at the end of the real capture (retained pages included), plus what the
+    capture holds outside its pool, the non-torch growth of the capture and what graph
+    profiling left behind."""
     if Phase.CAPTURE not in phases or Phase.KV not in phases:
         return None
-    return plus(_pool_segments(phases, Phase.CAPTURE), capture_non_torch(phases), graphs_non_torch(phases))
+    return plus(_pool_segments(phases, Phase.CAPTURE), capture_held_outside_pool(phases),
+                capture_non_torch(phases), graphs_non_torch(phases))
+
+
+def _lower(before: int | None, after: int | None) -> int | None:
+    """The lower reading; `before` alone where the other is unknown."""
+    return before if after is None or before is None else min(before, after)
 
 
 def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) -> int | None:
@@ -211,10 +242,16 @@ def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) 
     larger: the allocator rounds the transient's blocks up to its segments (2 MiB for small
     blocks, 20 MiB for 1–10 MiB ones), and the device must hold the segments, not the blocks.
     The graph capture's own transient (outside its pool) is charged only where it is larger:
-    the capture runs after KV, inside the same activation budget."""
+    the capture runs after KV, inside the same activation budget.
+
+    The base is the lower of the readings before and after the replay: KV sits on what is left
+    after it, so memory the replay released (host RSS that the heap returned to the system during
+    the pass: 10 MiB in one CPU boot, whose verify then peaked 18.6 MiB above its request) is
+    transient headroom the peak needed, not persistent memory charged elsewhere."""
     allocated = minus(_reading(phases, Phase.REPLAY, "torch_peak_allocated_bytes"),
-                      _allocated(phases, Phase.PERSISTENT))
-    reserved = minus(_reading(phases, Phase.REPLAY, "torch_peak_reserved_bytes"), _reserved(phases, Phase.PERSISTENT))
+                      _lower(_allocated(phases, Phase.PERSISTENT), _allocated(phases, Phase.REPLAY)))
+    reserved = minus(_reading(phases, Phase.REPLAY, "torch_peak_reserved_bytes"),
+                     _lower(_reserved(phases, Phase.PERSISTENT), _reserved(phases, Phase.REPLAY)))
     peak = allocated if allocated is None or reserved is None else max(allocated, reserved)
     if peak is None or capture_transient_bytes is None:
         return peak
@@ -266,8 +303,9 @@ def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_e
     if last is not None:
         non_torch_at_last = minus(_outside_torch(phases, last), others_bytes)  # NT(last)
         non_torch = minus(non_torch_at_last, plus(persistent_non_torch, capture_added, graphs_left))
+        held = capture_held_outside_pool(phases) if last is Phase.CAPTURE else 0
         torch_other = minus(_reserved(phases, last),
-                            plus(_pool_segments(phases, last), weights, persistent_torch, kv_held))
+                            plus(_pool_segments(phases, last), weights, persistent_torch, kv_held, held))
 
     owners = {Owner.WEIGHTS: weights, Owner.PERSISTENT: persistent, Owner.ACTIVATION_PEAK: activation,
               Owner.GRAPH_POOL: graph_pool, Owner.NON_TORCH: non_torch, Owner.TORCH_OTHER: torch_other,

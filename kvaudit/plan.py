@@ -48,6 +48,10 @@ plain elements (FullAttentionSpec and MLAAttentionSpec: page_size_bytes ∝ dtyp
 
 SIXTEEN_BIT_SPEC_DTYPES = ("torch.bfloat16", "torch.float16", "bfloat16", "float16")
 
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+"""vLLM's SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS: the CPU platform sets max_num_batched_tokens
+to max(max_model_len, this) when it turns chunked prefill off (CpuPlatform.check_and_update_config)."""
+
 BLOCK_TABLE_ENTRY_BYTES = 4
 """vLLM's block tables hold int32 block ids: max_num_seqs × blocks per request × 4 bytes, on the
 host and on the device (v1/worker/block_table.py); sized at runner init, before the baseline."""
@@ -229,6 +233,19 @@ def _on_cpu(report: Report) -> bool:
     return (report.environment.device_name or "").startswith("CPU")
 
 
+def _whole_prompt(report: Report) -> bool:
+    """The boot ran without chunked prefill: one step holds a whole prompt of up to max_model_len
+    tokens, so the largest step's transient (on CPU, kvaudit's prefill probe: attention computed
+    densely) and what it leaves in the heap grow with max_model_len."""
+    return report.config.enable_chunked_prefill is False
+
+
+def _platform_sets_batched_tokens(report: Report) -> bool:
+    """vLLM's CPU platform chose max_num_batched_tokens itself: CPU_MLA (MLA without AMX) turns
+    chunked prefill off and sets it to max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)."""
+    return _on_cpu(report) and _whole_prompt(report) and report.engine.attention_backend == "CPU_MLA"
+
+
 def geometry_of(report: Report) -> KvGeometry | None:
     """The KV geometry the boot recorded (vLLM's kv_cache_config: block bytes over all layers).
     A log states no block bytes, only its KV size line (tokens in the available bytes): bytes
@@ -272,6 +289,14 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         raise BadInputError("the report has no ranks: nothing was measured to plan from")
     _check_edits(edits)
     old = measured.config
+    if _platform_sets_batched_tokens(measured) and edits.max_num_batched_tokens is not None:
+        raise UsageError("the measured boot ran on vLLM's CPU_MLA backend (MLA without AMX tiles), where vLLM's CPU "
+                         "platform turns chunked prefill off and sets max_num_batched_tokens to max(max_model_len, "
+                         f"{DEFAULT_MAX_NUM_BATCHED_TOKENS}) itself: --max-num-batched-tokens changes nothing it "
+                         "runs; edit --max-model-len instead")
+    if _platform_sets_batched_tokens(measured) and edits.max_model_len is not None:
+        edits = dataclasses.replace(edits, max_num_batched_tokens=max(edits.max_model_len,
+                                                                      DEFAULT_MAX_NUM_BATCHED_TOKENS))
     config = old.replace(**edits.changes()).validated()
     # vLLM's SchedulerConfig.verify_max_model_len refuses this at startup: no plan can boot it.
     if config.max_num_batched_tokens and config.max_num_seqs and config.max_num_batched_tokens < config.max_num_seqs:
@@ -285,7 +310,16 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     if config.gpu_memory_utilization != old.gpu_memory_utilization and _on_cpu(measured):
         notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
                      "node's total can change between boots (memory hot-plug), and the plan cannot see it")
-    if config.max_model_len != old.max_model_len:
+    if config.max_model_len != old.max_model_len and _whole_prompt(measured):
+        notes.append(f"the measured boot ran without chunked prefill: a whole prompt is one step, so the activation "
+                     f"peak and the heap it leaves (torch_other) grow with max_model_len; from {old.max_model_len} to "
+                     f"{config.max_model_len} they are " + ("upper bounds, their whole size counted as error"
+                                                            if (config.max_model_len or 0) <= (old.max_model_len or 0)
+                                                            else "not known without a boot"))
+        if _platform_sets_batched_tokens(measured):
+            notes.append(f"vLLM's CPU platform sets max_num_batched_tokens to max(max_model_len, "
+                         f"{DEFAULT_MAX_NUM_BATCHED_TOKENS}) = {config.max_num_batched_tokens} for CPU_MLA")
+    elif config.max_model_len != old.max_model_len:
         notes.append(f"the startup owners do not depend on max_model_len, but a request of {config.max_model_len} "
                      f"tokens may peak above what the profile pass measured (its chunks read the whole context): "
                      f"check that length with kvaudit run --verify")
@@ -383,8 +417,13 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
     old = measured.config
     figures = {o: _measured(rank, o) for o in NON_KV_OWNERS}
 
+    # Without chunked prefill the largest step is a whole prompt: activation and the heap it
+    # leaves follow max_model_len, which no sweep of the profile pass measures.
+    if _whole_prompt(measured) and config.max_model_len != old.max_model_len:
+        for owner in (Owner.ACTIVATION_PEAK, Owner.TORCH_OTHER):
+            figures[owner] = _whole_prompt_owner(rank, owner, old.max_model_len, config.max_model_len)
     # Activation: scales with the tokens of the profile pass (max_num_batched_tokens).
-    if config.max_num_batched_tokens != old.max_num_batched_tokens:
+    elif config.max_num_batched_tokens != old.max_num_batched_tokens:
         fig = scale_activation(rank.owners.get(Owner.ACTIVATION_PEAK), old.max_num_batched_tokens,
                                config.max_num_batched_tokens, rank.sweep)
         transient = rank.graph_capture_transient_bytes
@@ -433,6 +472,17 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
             rule=(other.rule + "; " if other.rule else "") + "the allocator's cached segments at sizing differ "
             "from boot to boot of one config: counted as error up to this figure")
     return figures
+
+
+def _whole_prompt_owner(rank: RankReport, owner: Owner, old: int | None, new: int | None) -> Figure:
+    value = rank.owners.get(owner)
+    if value is not None and old is not None and new is not None and new <= old:
+        return Figure(owner, value, How.SCALED, rule=f"upper bound: a whole-prompt step of {new} tokens holds no more "
+                      f"than the one of {old} measured (no chunked prefill); its whole size is the error",
+                      points=((old, value),), error_bytes=value)
+    return Figure(owner, None, How.UNKNOWN, rule=f"no chunked prefill: a whole prompt of {new} tokens is one step, "
+                  f"above the {old} measured (on CPU_MLA its attention grows with the square of the length)",
+                  boot=f"kvaudit run --max-model-len {new}")
 
 
 def _graph_sizes(measured: Report, rank: RankReport, config: AuditConfig) -> Figure:
@@ -577,6 +627,13 @@ def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None
         if length <= 0:
             return dataclasses.replace(base, solution=Solution(knob, None, note="no request fits: raise --gmu or free "
                                                                "memory from the other owners"))
+        if _whole_prompt(measured) and measured.config.max_model_len and length > measured.config.max_model_len:
+            measured_len = measured.config.max_model_len
+            solved = plan_report(measured, dataclasses.replace(edits, max_model_len=measured_len))
+            return dataclasses.replace(solved, solution=Solution(knob, measured_len, note=(
+                f"{fmt_tokens(length)} tokens of KV fit, but the measured boot ran without chunked prefill: a longer "
+                f"whole-prompt step peaks higher by an amount only a boot can tell, so the answer is the measured "
+                f"max_model_len; boot kvaudit run --max-model-len N --verify to try a longer one")))
         solved = plan_report(measured, dataclasses.replace(edits, max_model_len=length))
         return dataclasses.replace(solved, solution=Solution(
             knob, length, note=f"the longest request that fits, ± {fmt_tokens(solved.kv_error_tokens)} tokens of "

@@ -238,6 +238,10 @@ class RankReport:
     vllm_graph_estimate_bytes: int | None = None
     """Extension: vLLM's own graph memory estimate in the same boot (profile_cudagraph_memory;
     0 from MRv2 before 0.29), beside kvaudit's measured `graph_pool_estimate_bytes`."""
+    vllm_suggested_kv_cache_memory_bytes: int | None = None
+    """Extension: the `--kv-cache-memory` vLLM itself suggests in the same boot to fit the
+    requested memory (its "Actual usage …" line; 0.32 on), beside kvaudit's safe bytes; null
+    where vLLM states none."""
     graph_capture_transient_bytes: int | None = None
     """Extension: the profiling capture's peak outside its pool; charged to activation_peak
     only where it exceeds the replay's transient."""

@@ -180,6 +180,7 @@ def _rank_report(node: _JsonObject) -> RankReport:
         kv_blocks=node.int("kv_blocks", required=False), deferred_steps=node.strings("deferred_steps"),
         vllm_kv_available_bytes=node.int("vllm_kv_available_bytes", required=False),
         vllm_graph_estimate_bytes=node.int("vllm_graph_estimate_bytes", required=False),
+        vllm_suggested_kv_cache_memory_bytes=node.int("vllm_suggested_kv_cache_memory_bytes", required=False),
         graph_capture_transient_bytes=node.int("graph_capture_transient_bytes", required=False),
         sites=_sites(node), sweep=_sweep(node),
         kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
@@ -291,13 +292,13 @@ def _config(node: _JsonObject) -> AuditConfig:
     for key in STR_KEYS:
         node.str(key, required=False)
     for key in INT_KEYS:
-        node.int(key)
+        node.int(key, required=key in STABLE_KEYS)
     for key in FLOAT_KEYS:
-        node.number(key)
+        node.number(key, required=key in STABLE_KEYS)
     for key in BOOL_KEYS:
-        node.bool(key)
+        node.bool(key, required=key in STABLE_KEYS)
     for key in INT_LIST_KEYS:
-        node.integers(key)
+        node.integers(key, required=key in STABLE_KEYS)
     extra = node.child("extra_args", required=False)
     data = {k: node.data.get(k) for k in MODELLED_KEYS if k in node.data}
     data["extra_args"] = extra.data if extra else {}

@@ -33,6 +33,13 @@ def owners_wide(report: Report) -> pd.DataFrame:
         ("graph_pool estimate", [r.graph_pool_estimate_bytes for r in report.ranks]),
         ("graph_pool actual", [r.graph_pool_actual_bytes for r in report.ranks]),
     ]
+    # vLLM's own figures of the same boot, beside kvaudit's, where it states them
+    vllm = [
+        ("graph_pool (vLLM's estimate)", [r.vllm_graph_estimate_bytes for r in report.ranks]),
+        ("kv_available (vLLM's own)", [r.vllm_kv_available_bytes for r in report.ranks]),
+        ("kv-cache-memory (vLLM's)", [r.vllm_suggested_kv_cache_memory_bytes for r in report.ranks]),
+    ]
+    lines += [(name, values) for name, values in vllm if any(v is not None for v in values)]
     columns = [rank_name(r.rank, i) + (" *" if r.rank is not None and r.rank == report.capacity.binding_rank
                                         and len(report.ranks) > 1 else "")
                for i, r in enumerate(report.ranks)]

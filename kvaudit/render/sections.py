@@ -26,7 +26,8 @@ from kvaudit.render.printable import one_line
 from kvaudit.schema import DiffReport, Report, Verdict
 
 OWNERS_LABEL = "owner (GiB)"
-ACCURACY_LABEL = "owner (planted vs measured, GiB)"
+ACCURACY_LABEL = "planted vs measured (GiB)"
+"""The accuracy table's corner label: short enough that its six columns fit 80 columns."""
 DIFF_BINDING_LABEL = "owner, binding rank (GiB)"
 DIFF_RANKS_LABEL = "Δ per rank (GiB)"
 

@@ -59,7 +59,36 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
                       + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
         lines.append((SAFE_FLAGS_LABEL, " ".join(cap.safe_serve_flags)))
+    suggestion = _vllm_suggestion(report)
+    if suggestion:
+        lines.append(("vLLM's own suggestion", suggestion))
     return lines
+
+
+def _vllm_suggestion(report: Report) -> str | None:
+    """vLLM's `--kv-cache-memory` suggestion of the binding rank (its "Actual usage" line), against
+    kvaudit's safe bytes: where vLLM's own arithmetic is still wrong, and by how much."""
+    cap = report.capacity
+    binding = next((r for r in report.ranks if r.rank == cap.binding_rank), None) if len(report.ranks) > 1 \
+        else (report.ranks[0] if report.ranks else None)
+    if binding is None or binding.vllm_suggested_kv_cache_memory_bytes is None:
+        return None
+    vllm = binding.vllm_suggested_kv_cache_memory_bytes
+    text = f"--kv-cache-memory={vllm} ({fmt_gib(vllm)})"
+    safe = safe_kv_bytes(cap)
+    if safe is not None and safe != vllm:
+        more = vllm - safe
+        text += f": {fmt_bytes(abs(more))} {'more' if more > 0 else 'less'} than kvaudit's safe bytes"
+    return text
+
+
+def safe_kv_bytes(cap: Capacity) -> int | None:
+    """The KV bytes of kvaudit's safe flags (`--kv-cache-memory-bytes=N`), or None."""
+    for flag in cap.safe_serve_flags:
+        name, _, value = flag.partition("=")
+        if name == "--kv-cache-memory-bytes" and value.isdigit():
+            return int(value)
+    return None
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"
@@ -148,8 +177,9 @@ def failure_line(report: Report) -> str | None:
     f = report.failure
     if f is None:
         return None
-    return (f"{f.kind.value} in {f.phase.value if f.phase else '?'} on rank {'?' if f.rank is None else f.rank}: "
-            f"{f.message}")
+    where = f" in {f.phase.value}" if f.phase else (" before any rank journaled a phase" if f.rank is None else "")
+    rank = f" on rank {f.rank}" if f.rank is not None else ""
+    return f"{f.kind.value}{where}{rank}: {f.message}"
 
 
 def verdict_line(report: Report) -> str:

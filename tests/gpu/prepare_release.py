@@ -1,16 +1,25 @@
-"""Prepare one vLLM release (0.22.0–0.26.0: they pin torch 2.11.0, the H200 image's torch) for a
-boot on the device machine, which cannot download anything.
+"""Prepare one vLLM release for a boot on the device machine, which cannot download anything.
 
     python3 tests/gpu/prepare_release.py 0.24.0          # in the project root, on this machine
+    python3 tests/gpu/prepare_release.py 0.33.0          # pins torch 2.14.0: torch travels too
 
 It downloads vllm==RELEASE (Python 3.12, manylinux), drops what an H200 boot never loads
 (FlashAttention 2 — vLLM falls back to it only where FA3 is missing — and the vllm-rs front end),
 then resolves the release's own requirement pins against the packages the H200 image already holds
 (tests/gpu/h200-image.txt): every package a boot imports that the image lacks is downloaded at the
 version a boot has already proved (PROVEN, the set vLLM 0.26.0 booted with) where the release (or the
-package that needs it) allows it, else at the newest version it allows, recursively. Everything lands in
-.gpuwheels/RELEASE/c0 … cN (git-ignored), each small enough for one device call; the last one
-holds install.sh. It prints the device calls to make.
+package that needs it) allows it, else at the newest version it allows, recursively.
+
+A release that pins a torch other than the image's 2.11.0 (0.27 on; 0.33.0 pins 2.14.0) carries that
+torch as well, with what it needs that the image holds at another version (TORCH_FAMILY: triton, NCCL,
+and the torchvision vLLM pins, since the image's torchvision is built for 2.11 and fails to load beside
+another torch). A pin the registry does not have is replaced by the newest release it has, with a note
+(0.33.0: torch pins nvidia-nccl-cu13 2.30.7, PyPI reachable from here has 2.32.6; the image's NCCL lacks
+ncclCommResume, which torch 2.14 calls).
+
+Every wheel is cut into parts of at most CALL_BYTES and the parts are packed into
+.gpuwheels/RELEASE/c0 … cN (git-ignored), one device call each; the last one holds install.sh, which
+joins the parts and installs everything into /tmp/site-RELEASE. It prints the device calls to make.
 
 Which packages a boot imports (BOOT_IMPORTS) was learned on vLLM 0.26.0, 0.24.0 and 0.22.1: the
 ones vLLM imports on the way to an offline LLM(...) boot. Packages imported only by kernels an H200 dense/MLA boot
@@ -46,8 +55,11 @@ MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_
            "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
 BOOT_IMPORTS = {canonicalize_name(n) for n in (
     "apache-tvm-ffi", "cachetools", "cbor2", "fastapi", "flashinfer-python", "gguf", "llguidance", "msgspec",
-    "openai", "openai-harmony", "opentelemetry-api", "partial-json-parser", "pybase64", "pydantic",
-    "pyzmq", "xgrammar")}
+    "openai", "openai-harmony", "oss-harmony", "opentelemetry-api", "partial-json-parser", "pybase64",
+    "pydantic", "pyzmq", "xgrammar", "compressed-tensors")}
+# oss-harmony: 0.33.0's name for the package that provides `openai_harmony` (openai-harmony before).
+# compressed-tensors: 0.33.0 imports it while loading any model (seen on the H200, 2026-12-04:
+# "ModuleNotFoundError: No module named 'compressed_tensors'" in load); 0.26.0 did not.
 # gguf: vLLM 0.22.1 and 0.24.0 import it at start-up (vllm/transformers_utils/gguf_utils.py, seen on
 # the H200 on 2026-12-03); 0.26.0 imports it lazily.
 PROVEN = {canonicalize_name(n): v for n, v in (
@@ -60,6 +72,12 @@ PROVEN = {canonicalize_name(n): v for n, v in (
     ("flashinfer-python", "0.6.14"))}
 LAZY = {canonicalize_name(n) for n in (
     "flashinfer-cubin", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "fastapi-cli", "uvicorn")}
+IMAGE_TORCH = "2.11.0"
+TORCH_FAMILY = {canonicalize_name(n) for n in ("triton", "nvidia-nccl-cu13", "torchvision")}
+"""What travels with a torch other than the image's: torch's own pins of these (triton, NCCL), and the
+torchvision vLLM pins. The CUDA libraries (cuBLAS, cuDNN, …) stay the image's (13.0): torch 2.14.0
+ran matmul, torch.compile and CUDA graphs with them on the H200 (cuDNN ops need 9.24, the image has
+9.19; no LLM boot here uses cuDNN)."""
 
 
 def image_packages() -> dict[str, str | None]:
@@ -74,6 +92,8 @@ def image_packages() -> dict[str, str | None]:
 
 
 def download(spec: str, dest: Path) -> Path:
+    """One wheel for the H200's Python 3.12, manylinux x86-64; a pinned version the registry does
+    not have falls back to its newest release (the caller notes it)."""
     before = set(dest.iterdir())
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
            "--python-version", "3.12", "--implementation", "cp", "-d", str(dest)]
@@ -99,12 +119,13 @@ def requirements(wheel: Path) -> list[Requirement]:
     return out
 
 
-def resolve(vllm_wheel: Path, dest: Path) -> tuple[list[Path], list[str]]:
-    """The wheels a boot needs that the image lacks; plus notes on pins the image may not meet."""
+def resolve(vllm_wheel: Path, dest: Path, skip: set[str] = frozenset()) -> tuple[list[Path], list[str]]:
+    """The wheels a boot needs that the image lacks; plus notes on pins the image may not meet.
+    `skip`: packages already travelling (the torch family)."""
     held = image_packages()
     notes: list[str] = []
     wheels: list[Path] = []
-    seen: set[str] = set()
+    seen: set[str] = set(skip)
     queue = [(req, "vllm") for req in requirements(vllm_wheel)]
     while queue:
         req, parent = queue.pop(0)
@@ -130,6 +151,64 @@ def resolve(vllm_wheel: Path, dest: Path) -> tuple[list[Path], list[str]]:
     return wheels, notes
 
 
+def download_or_newest(req: Requirement, dest: Path, notes: list[str], parent: str) -> Path:
+    spec = f"{req.name}{req.specifier}"
+    try:
+        return download(spec, dest)
+    except subprocess.CalledProcessError:
+        wheel = download(req.name, dest)
+        notes.append(f"{wheel.name}: {parent} pins {req.specifier}, which the registry does not have; "
+                     f"took its newest")
+        return wheel
+
+
+def torch_family(vllm_wheel: Path, dest: Path, notes: list[str]) -> list[Path]:
+    """torch at the release's pin, and TORCH_FAMILY from torch's and vLLM's own pins, where the pin
+    is not the image's torch; [] where it is."""
+    pins = {canonicalize_name(r.name): r for r in requirements(vllm_wheel)}
+    torch_req = pins.get("torch")
+    if torch_req is None or torch_req.specifier.contains(IMAGE_TORCH):
+        return []
+    held = image_packages()
+    torch_wheel = download(f"torch{torch_req.specifier}", dest)
+    wheels = [torch_wheel]
+    wanted = [(r, "torch") for r in requirements(torch_wheel)] + [(r, "vllm") for r in pins.values()]
+    for req, parent in wanted:
+        name = canonicalize_name(req.name)
+        if name not in TORCH_FAMILY or any(canonicalize_name(w.name.split("-")[0]) == name for w in wheels):
+            continue
+        version = held.get(name)
+        if version and req.specifier.contains(version, prereleases=True):
+            continue
+        wheels.append(download_or_newest(req, dest, notes, parent))
+    return wheels
+
+
+def pack(files: list[Path], root: Path) -> int:
+    """Cut each file into parts of at most CALL_BYTES and pack the parts, largest first, into
+    folders c0 … c(N−1) of at most CALL_BYTES each; return N. A part is named FILE.part.KK, so
+    install.sh joins each file from its parts in order."""
+    parts: list[tuple[str, bytes]] = []
+    for f in files:
+        blob = f.read_bytes()
+        for k, i in enumerate(range(0, len(blob), CALL_BYTES)):
+            parts.append((f"{f.name}.part.{k:02d}", blob[i:i + CALL_BYTES]))
+    bins: list[list[tuple[str, bytes]]] = []
+    for name, data in sorted(parts, key=lambda p: -len(p[1])):
+        for b in bins:
+            if sum(len(d) for _, d in b) + len(data) <= CALL_BYTES:
+                b.append((name, data))
+                break
+        else:
+            bins.append([(name, data)])
+    for i, b in enumerate(bins):
+        folder = root / f"c{i}"
+        folder.mkdir(parents=True)
+        for name, data in b:
+            (folder / name).write_bytes(data)
+    return len(bins)
+
+
 def slim(wheel: Path, out: Path) -> None:
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w") as dst:
         for info in src.infolist():
@@ -143,17 +222,20 @@ def slim(wheel: Path, out: Path) -> None:
 
 
 INSTALL = """#!/usr/bin/env bash
-# On the device machine: join the vLLM {release} wheel from /tmp/parts-{release} and install it with
-# the packages the image lacks into /tmp/site-{release} (then PYTHONPATH=/tmp/site-{release}:$PWD).
+# On the device machine: join each wheel of vLLM {release} from its parts in /tmp/parts-{release} and
+# install them, with no index and no dependencies, into /tmp/site-{release} (then
+# PYTHONPATH=/tmp/site-{release}:$PWD). Every earlier call copied its parts there.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
 site=/tmp/site-{release}
+parts=/tmp/parts-{release}
 if [ ! -d "$site/vllm" ]; then
-  mkdir -p /tmp/parts-{release}
-  cp "$here"/vllm.part.* /tmp/parts-{release}/ 2>/dev/null || true
-  cat /tmp/parts-{release}/vllm.part.* > /tmp/{wheel}
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \\
-    /tmp/{wheel} "$here"/*.whl
+  mkdir -p /tmp/wheels-{release}
+  for first in "$parts"/*.whl.part.00; do
+    wheel=$(basename "$first" .part.00)
+    cat "$parts/$wheel".part.* > "/tmp/wheels-{release}/$wheel"
+  done
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" /tmp/wheels-{release}/*.whl
+  rm -rf /tmp/wheels-{release} "$parts"
 fi
 PYTHONPATH=$site python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
 """
@@ -161,7 +243,7 @@ PYTHONPATH=$site python3 -c "import vllm, torch; print('vllm', vllm.__version__,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("release", help="a vLLM release that pins torch 2.11.0 (0.22.0–0.26.0)")
+    ap.add_argument("release", help="a vLLM release, e.g. 0.26.0 or 0.33.0")
     args = ap.parse_args()
     if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", args.release):
         sys.exit(f"prepare_release: not a release number: {args.release!r}")
@@ -169,44 +251,34 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dl = Path(tmp)
         full = download(f"vllm=={args.release}", dl)
-        torch_pin = [r for r in requirements(full) if canonicalize_name(r.name) == "torch"]
-        if not torch_pin or not torch_pin[0].specifier.contains("2.11.0"):
-            sys.exit(f"prepare_release: vLLM {args.release} pins {torch_pin[0] if torch_pin else 'no torch'}, "
-                     "not the H200 image's torch 2.11.0")
         deps_dir = dl / "deps"
         deps_dir.mkdir()
-        deps, notes = resolve(full, deps_dir)
+        notes: list[str] = []
+        family = torch_family(full, deps_dir, notes)
+        held = {canonicalize_name(w.name.split("-")[0]) for w in family}
+        deps, more = resolve(full, deps_dir, skip=held)
+        notes += more
         slim_wheel = dl / full.name
         slim(full, dl / "slim.whl")
         full.unlink()
         (dl / "slim.whl").rename(slim_wheel)
         if root.exists():
             shutil.rmtree(root)
-        # Dependency wheels and install.sh first, into the last call; vLLM's parts fill the rest.
-        dep_bytes = sum(p.stat().st_size for p in deps)
-        blob = slim_wheel.read_bytes()
-        first_cut = max(0, len(blob) - (CALL_BYTES - dep_bytes - (1 << 20)))
-        head, tail = blob[:first_cut], blob[first_cut:]
-        chunks = [head[i:i + CALL_BYTES] for i in range(0, len(head), CALL_BYTES)]
-        for i, chunk in enumerate(chunks):
-            folder = root / f"c{i}"
-            folder.mkdir(parents=True)
-            (folder / f"vllm.part.{i:02d}").write_bytes(chunk)
-        last = root / f"c{len(chunks)}"
+        wheels = [slim_wheel, *family, *deps]
+        n = pack(wheels, root)
+        last = root / f"c{n}"
         last.mkdir(parents=True)
-        (last / f"vllm.part.{len(chunks):02d}").write_bytes(tail)
-        for dep in deps:
-            shutil.copy2(dep, last / dep.name)
-        (last / "install.sh").write_text(INSTALL.format(release=args.release, wheel=slim_wheel.name))
-    print(f"vLLM {args.release}: {len(blob) / 2**20:.0f} MiB without FA2 and vllm-rs; "
-          f"{len(deps)} packages the image lacks ({dep_bytes / 2**20:.1f} MiB):")
-    print("  " + " ".join(sorted(p.name.split("-")[0] + "==" + p.name.split("-")[1] for p in deps)))
+        (last / "install.sh").write_text(INSTALL.format(release=args.release))
+        sizes = {w.name: w.stat().st_size for w in wheels}
+    print(f"vLLM {args.release}: {sizes[slim_wheel.name] / 2**20:.0f} MiB without FA2 and vllm-rs; "
+          f"{len(family) + len(deps)} packages the image lacks or holds at another version "
+          f"({sum(sizes.values()) / 2**20 - sizes[slim_wheel.name] / 2**20:.1f} MiB):")
+    print("  " + " ".join(sorted(p.name.split("-")[0] + "==" + p.name.split("-")[1] for p in [*family, *deps])))
     for note in notes:
         print(f"  note: {note}")
-    for folder in sorted(root.glob("c*")):
+    for folder in sorted(root.glob("c*"), key=lambda f: int(f.name[1:])):
         size = sum(f.stat().st_size for f in folder.iterdir())
         print(f"{folder}: {size / 2**20:.1f} MiB")
-    n = len(chunks)
     print("\nDevice calls, back to back (send the first alone on a cold machine):")
     for k in range(n):
         print(f'  run(carry=[".gpuwheels/{args.release}/c{k}"], command="mkdir -p /tmp/parts-{args.release} '

@@ -21,6 +21,7 @@ WORK. Every boot's report and vLLM log land in OUT beside the table.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -118,6 +119,7 @@ def matrix(out: Path, *only: str) -> int:
     for model, (args, engine_args, timeout) in MATRIX_MODELS.items():
         if (only and model not in only) or (not only and model == "embedded-mtp-triton-moe"):
             continue
+        timeout = int(os.environ.get("MATRIX_TIMEOUT", timeout))  # a device call's budget may be shorter
         code, report, wall, err = boot(out, f"h200-matrix-{version}-{model}", *args, timeout=timeout,
                                        engine_args=engine_args)
         rows.append({"release": version, "model": model, "exit": code, "wall_s": wall, **report_figures(report),

@@ -2,6 +2,8 @@
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
 #   bash tests/gpu/session.sh selftest|vllm1|vllm2|real1|real2|bench|trace|trace-selftest|contract
 #   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-edits BASE [EDIT …]|plan-solve [BASE]|bench-sweep
+#   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
+#     a: its contract tests, the embedded model's matrix row and the 8B model; b: the 16B MLA+MoE and the MTP model)
 # (real1: dense 8B and MLA+MoE 16B on MRv2; real2: MLA+MoE+MTP on V1, the retained-pool selftest and
 #  an allocator-snapshot fixture; see tests/gpu/test_real_scale_gpu.py)
 # (matrix: the installed vLLM release's row of the version matrix plus its contract tests;
@@ -23,6 +25,7 @@ case $stage in
   trace) sel="trace" ;;
   real1) sel="dense_8b or mla_moe_16b" ;;
   real2) sel="mtp_over_40" ;;
+  release-a|release-b|release-all) sel="" ;;
 esac
 if [ "$stage" = trace ]; then
   timeout ${STAGE_TIMEOUT:-380} python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -p no:cacheprovider 2>&1 | tee "$res/pytest-trace.txt"
@@ -31,6 +34,20 @@ elif [ "$stage" = trace-selftest ]; then
   timeout 120 python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -k planted -p no:cacheprovider 2>&1 | tee "$res/pytest-trace-selftest.txt"
   timeout 200 python3 tests/benchmarks/bench_trace.py --pairs 3 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
   timeout 120 python3 tests/benchmarks/probe_trace.py --out /tmp untraced traced > "$res/h200-probe-trace.jsonl"
+elif [ "$stage" = release-a ]; then
+  ver=$(python3 -c 'import vllm; print(vllm.__version__)')
+  timeout 60 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/h200-contract-vllm$ver.txt"
+  MATRIX_TIMEOUT=${EMBEDDED_TIMEOUT:-220} timeout 280 python3 tests/gpu/proof.py matrix "$res" embedded-mtp 2>&1 | tee "$res/matrix-$ver.txt"
+  timeout ${STAGE_TIMEOUT:-300} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k dense_8b -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+  stage=$stage-$ver
+elif [ "$stage" = release-all ]; then
+  ver=$(python3 -c 'import vllm; print(vllm.__version__)')
+  timeout ${STAGE_TIMEOUT:-580} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+  stage=$stage-$ver
+elif [ "$stage" = release-b ]; then
+  ver=$(python3 -c 'import vllm; print(vllm.__version__)')
+  timeout ${STAGE_TIMEOUT:-560} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k "mla_moe_16b or mtp_over_40" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+  stage=$stage-$ver
 elif [ "$stage" = real1 ]; then
   timeout ${STAGE_TIMEOUT:-560} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 elif [ "$stage" = real2 ]; then

@@ -336,12 +336,14 @@ def test_every_modelled_key_has_exactly_one_kind():
     assert sorted(k for keys in kinds for k in keys) == sorted(MODELLED_KEYS)
     assert INT_KEYS == ("tensor_parallel_size", "decode_context_parallel_size", "num_speculative_tokens",
                         "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")
-    assert (FLOAT_KEYS, BOOL_KEYS, INT_LIST_KEYS) == (("gpu_memory_utilization",), ("enforce_eager",),
+    assert (FLOAT_KEYS, BOOL_KEYS, INT_LIST_KEYS) == (("gpu_memory_utilization",),
+                                                      ("enforce_eager", "enable_chunked_prefill"),
                                                       ("cudagraph_capture_sizes",))
 
 
-def test_the_stable_keys_are_the_modelled_keys_but_load_format():
-    assert STABLE_KEYS == tuple(k for k in CONFIG_KEYS if k not in ("load_format", "extra_args"))
+def test_the_stable_keys_are_the_modelled_keys_but_the_extensions():
+    assert STABLE_KEYS == tuple(k for k in CONFIG_KEYS
+                                if k not in ("load_format", "enable_chunked_prefill", "extra_args"))
     assert CONFIG_KEYS[-1] == "extra_args" and MODELLED_KEYS == CONFIG_KEYS[:-1]
 
 
@@ -351,7 +353,7 @@ def test_a_log_config_fills_every_modelled_key():
     args = {"model": "/m", "tensor_parallel_size": 2, "max_model_len": 4096, "gpu_memory_utilization": 0.5,
             "enforce_eager": True, "cudagraph_capture_sizes": [1, 2], "kv_cache_dtype": "fp8",
             "load_format": "dummy", "block_size": 32, "max_num_seqs": 4, "max_num_batched_tokens": 256,
-            "decode_context_parallel_size": 1, "speculative_config": {"method": "mtp", "num_speculative_tokens": 1},
+            "decode_context_parallel_size": 1, "enable_chunked_prefill": False, "speculative_config": {"method": "mtp", "num_speculative_tokens": 1},
             "swap_space": 4}
     known, extra = knobs_from_args(args)
     assert set(known) == set(MODELLED_KEYS)

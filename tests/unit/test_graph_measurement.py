@@ -33,15 +33,38 @@ def test_estimate_is_pool_high_water_plus_driver_memory():
     assert g.live_non_torch_bytes == 46 * MiB
     assert g.transient_bytes == 54 * MiB
     assert g.estimate_bytes == 126 * MiB
-    assert g.residue_bytes == 32 * MiB and g.capture_reserve_bytes == 32 * MiB
+    assert g.residue_bytes == 32 * MiB  # kept after the teardown: resident when KV is sized
     assert g.residue_non_torch_bytes == 46 * MiB  # driver memory the teardown did not give back
+
+
+def test_vllm_033_mrv2_the_capture_holds_buffers_outside_its_pool_and_profiling_leaves_driver_memory():
+    """The H200 figures of Llama-3.1-8B on vLLM 0.33.0 (tests/benchmarks/results/
+    h200-real-llama-3.1-8b-vllm0.33.0.json and its vLLM log): the pool was 24 MiB, the graphs'
+    driver memory 4 MiB; the capture held about 60 MiB in all (vLLM's own log line for kvaudit's
+    capture: "took 0.06 GiB"; 33 MiB of it live buffers outside the pool), and the graphs phase
+    left 48 MiB of driver memory resident (44 of it from vLLM's own profiling capture). The real
+    capture after KV added 58 MiB of torch memory and no driver memory: charging the pool and the
+    driver memory alone (28 MiB, less than the 48 MiB already resident) left the boot 57.7 MiB
+    over its budget."""
+    phase_start = (15420 * MiB, 16176 * MiB)
+    resident = (15420 * MiB, 16220 * MiB)  # vLLM's profiling left 44 MiB outside torch
+    start = (15486 * MiB, 16286 * MiB)  # the minimal cache
+    end = (15546 * MiB, 16350 * MiB)  # + 60 MiB held, + 4 MiB driver
+    after = (15420 * MiB, 16224 * MiB)
+    g = measure_graphs(resident=resident, start=start, end=end, peak_reserved=15552 * MiB, pool=24 * MiB,
+                       after=after, phase_start=phase_start)
+    assert g.session_torch_bytes == 60 * MiB and g.live_non_torch_bytes == 4 * MiB
+    assert g.profiling_residue_non_torch_bytes == 48 * MiB
+    assert g.transient_bytes == 6 * MiB
+    # held 60 + the 48 MiB of driver memory resident at sizing, which the real capture reuses
+    assert g.estimate_bytes == 108 * MiB
 
 
 def test_a_retained_pool_with_live_blocks_is_charged_on_top_and_not_again_as_residue():
     g = measure_graphs(resident=(0, 0), start=(0, 0), end=(80 * MiB, 80 * MiB), peak_reserved=80 * MiB,
                        pool=80 * MiB, after=(64 * MiB, 64 * MiB), retained=(32 * MiB, 32 * MiB))
     assert g.estimate_bytes == 80 * MiB + 32 * MiB
-    assert g.capture_reserve_bytes == 32 * MiB  # 64 MiB left, 32 of them the retained pool
+    assert g.residue_bytes == 64 * MiB  # 32 of them the retained pool, resident at sizing
 
 
 def test_a_retained_pool_of_free_pages_holds_the_capture_again():

@@ -18,7 +18,7 @@ from factories import (
 )
 from kvaudit.errors import BadInputError
 from kvaudit.ledger import (
-    check_balance, growth_after_sizing, kv_blocks_within, naive_kv_available, owners_from_phases, rank_ledger,
+    activation_peak, check_balance, growth_after_sizing, kv_blocks_within, naive_kv_available, owners_from_phases, rank_ledger,
     requested_bytes, size_kv,
 )
 from kvaudit.engines.inputs import load_report
@@ -123,10 +123,18 @@ def test_growth_after_sizing_names_the_owners_that_grew():
     assert growth_after_sizing(boot_phases(pool=gib(1.75)), **kw) == {Owner.GRAPH_POOL: gib(0.5)}
     # 0.25 GiB of torch bytes outside the pool arrive with KV (KV structures): torch_other grows
     phases = boot_phases()
-    cap = phases[Phase.CAPTURE]
-    phases[Phase.CAPTURE] = dataclasses.replace(cap, torch_reserved_bytes=cap.torch_reserved_bytes + gib(0.25),
-                                                device_used_bytes=cap.device_used_bytes + gib(0.25))
+    for phase in (Phase.KV, Phase.CAPTURE):
+        r = phases[phase]
+        phases[phase] = dataclasses.replace(r, torch_reserved_bytes=r.torch_reserved_bytes + gib(0.25),
+                                            device_used_bytes=r.device_used_bytes + gib(0.25))
     assert growth_after_sizing(phases, **kw) == {Owner.TORCH_OTHER: gib(0.25)}
+    # 0.5 GiB the capture holds outside its pool (vLLM 0.33's graph managers' buffers) is graph
+    # memory: actual 1.25 + 0.5 = 1.75, 0.25 above the estimate; torch_other does not grow
+    phases = boot_phases()
+    cap = phases[Phase.CAPTURE]
+    phases[Phase.CAPTURE] = dataclasses.replace(cap, torch_reserved_bytes=cap.torch_reserved_bytes + gib(0.5),
+                                                device_used_bytes=cap.device_used_bytes + gib(0.5))
+    assert growth_after_sizing(phases, **kw) == {Owner.GRAPH_POOL: gib(0.25)}
 
 
 @pytest.mark.parametrize("pool, capture_nt, estimate, expected_actual, expected_owner", [
@@ -359,3 +367,21 @@ def test_kv_blocks_within_counts_each_tensors_allocator_rounding():
 def test_kv_blocks_within_loses_nothing_when_tensors_are_whole_segments():
     assert kv_blocks_within(64 * MiB, [2 * MiB]) == 32
     assert kv_blocks_within(64 * MiB + 1, [2 * MiB]) == 32
+
+
+def test_activation_peak_is_measured_from_what_the_replay_left_when_it_released_memory():
+    # GIVEN host RSS (the CPU probe: allocated = reserved = RSS growth) that fell 10 MiB during the
+    # replay, the heap returning pages to the system; its peak 650 MiB above the persistent reading
+    mib = 1 << 20
+    phases = boot_phases()
+    persistent = phases[Phase.PERSISTENT].torch_allocated_bytes
+    phases[Phase.REPLAY] = dataclasses.replace(
+        phases[Phase.REPLAY], torch_allocated_bytes=persistent - 10 * mib, torch_reserved_bytes=persistent - 10 * mib,
+        torch_peak_allocated_bytes=persistent + 650 * mib, torch_peak_reserved_bytes=persistent + 650 * mib)
+    # THEN the transient is counted from the lower reading after the replay: KV sits on that state,
+    # and a step reaching the same peak needs all 660 MiB above it
+    assert activation_peak(phases) == 660 * mib
+    # a replay that ends above where it started changes nothing: the base stays the persistent reading
+    phases[Phase.REPLAY] = dataclasses.replace(phases[Phase.REPLAY], torch_allocated_bytes=persistent + 5 * mib,
+                                               torch_reserved_bytes=persistent + 5 * mib)
+    assert activation_peak(phases) == 650 * mib

@@ -482,3 +482,61 @@ def test_a_tie_between_a_numbered_rank_and_one_without_a_number_binds_the_number
     result = cli("plan", str(write_json(tmp_path / "tie.json", data)), "--gmu", "0.2", "-f", "json")
     assert result.code == 0, result.stderr
     assert json.loads(result.stdout)["capacity"]["binding_rank"] == data["ranks"][1]["rank"]
+
+
+# -- no chunked prefill: a whole prompt is one step (vLLM's CPU_MLA, MLA without AMX) -----------
+
+@pytest.fixture(scope="module")
+def cpu_mla(run1):
+    """run1 as vLLM's CPU platform runs it on a CPU without AMX: CPU_MLA, chunked prefill off and
+    max_num_batched_tokens raised to max(max_model_len, 2048) = 4096."""
+    import dataclasses
+    return dataclasses.replace(run1, config=run1.config.replace(enable_chunked_prefill=False,
+                                                                max_num_batched_tokens=4096),
+                               engine=dataclasses.replace(run1.engine, attention_backend="CPU_MLA"))
+
+
+def _figure(plan, owner):
+    return next(f for f in plan.ranks[0].figures if f.owner is owner)
+
+
+def test_without_chunked_prefill_a_longer_max_model_len_needs_a_boot(cpu_mla):
+    plan = plan_report(cpu_mla, Edits(max_model_len=16_384))
+    for owner in (Owner.ACTIVATION_PEAK, Owner.TORCH_OTHER):
+        assert _figure(plan, owner).how is How.UNKNOWN
+    assert plan.report.capacity.kv_available_bytes is None
+    assert plan.boots_needed == ("kvaudit run --max-model-len 16384",)
+    assert exit_code(plan) == 3
+    # the platform's own rule for the edited config
+    assert plan.report.config.max_num_batched_tokens == 16_384
+
+
+def test_without_chunked_prefill_a_shorter_max_model_len_is_an_upper_bound_with_its_whole_size_as_error(cpu_mla):
+    plan = plan_report(cpu_mla, Edits(max_model_len=1024))
+    activation = cpu_mla.ranks[0].owners[Owner.ACTIVATION_PEAK]
+    other = cpu_mla.ranks[0].owners[Owner.TORCH_OTHER]
+    assert (_figure(plan, Owner.ACTIVATION_PEAK).bytes, _figure(plan, Owner.ACTIVATION_PEAK).error_bytes) == \
+        (activation, activation)
+    assert _figure(plan, Owner.TORCH_OTHER).how is How.SCALED
+    assert plan.report.capacity.kv_available_bytes == RUN1_KV  # the measured charge, not lowered
+    assert plan.report.config.max_num_batched_tokens == 2048  # max(1024, vLLM's default 2048)
+    table = 2 * 4 * 8 * (32 - 8)  # block tables shrink by 24 blocks per request, counted as error
+    assert plan.kv_error_bytes == activation + other + table + BPB
+
+
+def test_on_cpu_mla_a_batched_tokens_edit_is_refused_with_the_reason(cpu_mla):
+    from kvaudit.errors import UsageError
+    with pytest.raises(UsageError, match="sets max_num_batched_tokens to max\\(max_model_len, 2048\\) itself"):
+        plan_report(cpu_mla, Edits(max_num_batched_tokens=256))
+
+
+def test_with_chunked_prefill_the_max_model_len_rule_is_unchanged(run1):
+    plan = plan_report(run1, Edits(max_model_len=16_384))
+    assert {f.how for f in plan.ranks[0].figures} == {How.MEASURED}
+
+
+def test_solve_max_model_len_without_chunked_prefill_answers_no_more_than_the_measured_length(cpu_mla):
+    plan = solve(cpu_mla, Edits(), Knob.MAX_MODEL_LEN)
+    assert plan.solution.value == 4096
+    assert "without chunked prefill" in plan.solution.note
+    assert exit_code(plan) == 0

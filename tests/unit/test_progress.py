@@ -60,3 +60,28 @@ def test_the_stage_tailer_reads_vllm_phrases_and_the_boot_journal(tmp_path):
     with open(log, "a") as fh:
         fh.write("INFO [gpu_model_runner.py:5250] Starting to load model /m...\n" + "x" * 200_000 + "\n")
     assert stages.poll() == "vLLM: loading the model"
+
+
+def test_after_shutting_down_the_stage_says_what_vllm_waits_for(tmp_path):
+    """The seconds after "vLLM: shutting down" (about 5 on the 2-core machine) name each step of
+    vLLM 0.32's shutdown from its own [shutdown] lines, then the boot process's exit."""
+    log, journal = tmp_path / "vllm.log", tmp_path / "boot.jsonl"
+    stages = StageTailer(log, journal)
+    journal.write_text(json.dumps({"type": "stage", "stage": "vLLM: shutting down (the engine core stops its "
+                                   "workers)"}) + "\n")
+    assert stages.poll() == "vLLM: shutting down (the engine core stops its workers)"
+    seen = []
+    for line in ("(EngineCore pid=1) INFO 12-04 14:36:25 [multiproc_executor.py:479] [shutdown] Executor: waiting "
+                 "for worker exit count=1",
+                 "(EngineCore pid=1) INFO 12-04 14:36:28 [multiproc_executor.py:486] [shutdown] Executor: all workers "
+                 "exited gracefully",
+                 "(MainProcess pid=2) INFO 12-04 14:36:30 [core_client.py:777] [shutdown] MPClient: complete"):
+        with open(log, "a") as fh:
+            fh.write(line + "\n")
+        seen.append(stages.poll())
+    assert seen == ["vLLM: shutting down: waiting for the workers to exit",
+                    "vLLM: shutting down: workers exited, the engine core is stopping",
+                    "vLLM: stopped; the boot process is exiting"]
+    with open(journal, "a") as fh:
+        fh.write(json.dumps({"type": "stage", "stage": "vLLM: stopped; the boot process is exiting"}) + "\n")
+    assert stages.poll() is None  # the same stage from the boot process: nothing new to show

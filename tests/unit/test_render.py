@@ -182,7 +182,7 @@ def test_the_accuracy_table_of_a_selftest():
     md = render_report(rep, Format.MARKDOWN)
     assert "| weights | 0 | 0.188 | 0.188 | +12.00 KiB | +0.006% |" in md
     # the same table under the same label in both formats
-    label = "owner (planted vs measured, GiB)"
+    label = "planted vs measured (GiB)"
     assert md.count(label) == 1 and text.count(label) == 1
     assert rep.capacity.safe_serve_flags == ()   # no vLLM to pass flags to
 

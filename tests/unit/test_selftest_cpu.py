@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,8 +55,35 @@ def test_every_rank_allocates_the_binding_ranks_block_count(tp2):
     (["--device", "tpu"], "--device must be cuda or cpu, got 'tpu'"),
     (["--device", "cpu", "--sizing", "eager"], "--sizing must be kvaudit or naive, got 'eager'"),
     (["--device", "cpu", "--trace"], "--trace needs --device cuda"),
+    (["--device", "cpu", "--gmu", "1.5"], "--gmu must be in (0, 1], a fraction of the device's memory, got 1.5"),
+    (["--device", "cpu", "--gmu", "-1"], "--gmu must be in (0, 1], a fraction of the device's memory, got -1.0"),
+    (["--device", "cpu", "--gmu", "0"], "--gmu must be in (0, 1]"),
+    (["--device", "cpu", "--repeat", "0"], "--repeat must be at least 1"),
+    (["--device", "cpu", "--tp", "0"], "--tp must be at least 1, got 0"),
+    (["--device", "cpu", "--gmu", "1.0"], "of the host for 1 rank(s), and"),  # no host has all its memory free
 ])
 def test_bad_options_are_one_line_before_any_rank_starts(cli, args, message):
     result = cli("selftest", *args)
     assert result.code == 2 and result.stdout == ""
     assert len(result.stderr_lines) == 1 and message in result.stderr_lines[0]  # no "starting the ranks" first
+
+
+def test_selftest_on_cuda_without_a_gpu_is_a_usage_error(cli, monkeypatch):
+    from kvaudit.engines.selftest import supervise
+    monkeypatch.setattr(supervise, "has_nvidia_gpu", lambda: False)
+    result = cli("selftest")
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr_lines == ["kvaudit: error: kvaudit selftest needs a CUDA GPU and this machine has none: run "
+                                   "the CPU smoke with --device cpu"]
+
+
+def test_a_kvaudit_folder_in_the_current_directory_is_not_imported_by_the_ranks(tmp_path):
+    """The children run with PYTHONSAFEPATH (engines/isolation.py): the installed package is used,
+    not a `kvaudit/` folder where the user stands."""
+    (tmp_path / "kvaudit").mkdir()
+    (tmp_path / "kvaudit" / "__init__.py").write_text('raise ImportError("the folder in the current directory")\n')
+    kvaudit = Path(sys.executable).with_name("kvaudit")
+    proc = subprocess.run([str(kvaudit), "selftest", "--device", "cpu", "-f", "json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["verdict"] == "ok"

@@ -285,3 +285,73 @@ def test_geometry_of_the_journal_reaches_capacity(tmp_path):
                                                                           GEOMETRY.bytes_per_block)
     assert rep.capacity.kv_needed_bytes == 131072 // 16 * 2 * MiB == 16 * GiB
     assert dataclasses.asdict(rep.capacity)["safe_serve_flags"][-1] == "--max-model-len=131072"
+
+
+# ------------------------------------------------------------------------------------------
+# what vLLM resolved (issue 26): the report's config is what ran, each forced change a warning
+
+CPU_MLA_RESOLVED = {"max_model_len": 131072, "enforce_eager": False, "kv_cache_dtype": "auto", "block_size": 16,
+                    "max_num_seqs": 8, "max_num_batched_tokens": 131072, "enable_chunked_prefill": False,
+                    "cudagraph_capture_sizes": [], "enable_prefix_caching": False, "attention_backend_asked": None}
+
+
+def test_the_report_states_what_vllm_ran_and_warns_about_each_change_it_forced(tmp_path):
+    asked = config(max_model_len=131072, max_num_batched_tokens=512, max_num_seqs=8)
+    journal = rank_journal(0) + [{"type": "fact", "attention_backend": "CPU_MLA", "backend": "cpu"}]
+    rep = run(tmp_path, {0: journal}, result={"config": asked.to_json(), "resolved": CPU_MLA_RESOLVED}, cfg=asked)
+    assert (rep.config.max_num_batched_tokens, rep.config.enable_chunked_prefill, rep.config.block_size) == \
+        (131072, False, 16)
+    [warning] = [w for w in rep.warnings if w.startswith("vLLM changed what kvaudit asked for")]
+    assert "max_num_batched_tokens 512 → 131072, enable_chunked_prefill on → off, enable_prefix_caching on → off" \
+        in warning
+    assert "an MLA model without AMX tiles runs the reference CPU_MLA backend" in warning
+
+
+def test_a_boot_that_died_before_llm_returned_takes_the_resolved_knobs_from_its_rank(tmp_path):
+    asked = config(max_model_len=131072, max_num_batched_tokens=512)
+    journal = rank_journal(0, died_in=Phase.REPLAY) + [{"type": "fact", "resolved": CPU_MLA_RESOLVED, "use_mla": True,
+                                                        "amx_tiles": False, "backend": "cpu"}]
+    rep = run(tmp_path, {0: journal}, result={"config": asked.to_json()}, cfg=asked)
+    assert rep.config.max_num_batched_tokens == 131072
+    assert any("reference CPU_MLA backend" in w for w in rep.warnings)
+
+
+def test_nothing_forced_is_no_warning_and_knobs_left_to_vllm_are_filled_in(tmp_path):
+    asked = config(max_model_len=131072, max_num_batched_tokens=512, max_num_seqs=8)
+    resolved = {**CPU_MLA_RESOLVED, "max_num_batched_tokens": 512, "enable_chunked_prefill": True, "block_size": 128,
+                "enable_prefix_caching": True}
+    rep = run(tmp_path, {0: rank_journal(0)}, result={"config": asked.to_json(), "resolved": resolved}, cfg=asked)
+    assert not any("vLLM changed" in w for w in rep.warnings)
+    assert (rep.config.enable_chunked_prefill, rep.config.block_size) == (True, 128)
+
+
+def test_a_failed_prefill_probe_is_a_warning(tmp_path):
+    journal = rank_journal(0) + [{"type": "fact", "prefill_probe": {"query_tokens": 4096, "context_tokens": 4096,
+                                                                    "error": "RuntimeError: boom", "seconds": 0.1}}]
+    rep = run(tmp_path, {0: journal})
+    assert any(w.startswith("rank 0: the prefill probe failed (RuntimeError: boom): the activation peak has no "
+                            "attention at 4096 tokens") for w in rep.warnings)
+
+
+def test_a_boot_process_that_died_at_import_shows_the_error_it_printed(tmp_path):
+    log = ("Traceback (most recent call last):\n  File \"<frozen runpy>\", line 189, in _run_module_as_main\n"
+           "ModuleNotFoundError: No module named 'kvaudit.engines'\n")
+    rep = run(tmp_path, {}, code=1, log=log)
+    assert rep.failure.message == ("the boot process exited with status 1: ModuleNotFoundError: No module named "
+                                   "'kvaudit.engines'")
+    from kvaudit.render.summary import failure_line
+    assert failure_line(rep) == ("worker_died before any rank journaled a phase: the boot process exited with "
+                                 "status 1: ModuleNotFoundError: No module named 'kvaudit.engines'")
+
+
+def test_the_boot_process_imports_the_installed_package(tmp_path, monkeypatch):
+    from kvaudit.engines.vllm import supervise
+    seen = {}
+
+    def fake_run_supervised(module, spec, **kw):
+        seen.update(kw["env"])
+        return Finished(stop=None, exit_code=0, survivors=[], elapsed_s=0.0)
+    monkeypatch.setattr(supervise, "run_supervised", fake_run_supervised)
+    from kvaudit.engines.process import StopSignals
+    supervise._boot(config(), supervise.RunOptions(), lambda r, e: None, StopSignals(), tmp_path, verify=False)
+    assert seen["PYTHONSAFEPATH"] == "1"

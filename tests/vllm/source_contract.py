@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kvaudit.engines.vllm.adapter import HOOKS, OPTIONAL_HOOKS, SOURCE_MODULES  # noqa: E402
+from kvaudit.engines.vllm.adapter import ANY_OF, HOOKS, OPTIONAL_HOOKS, SOURCE_MODULES  # noqa: E402
 from kvaudit.engines.vllm.source_index import SCHEMA, index_source  # noqa: E402
 
 OUT = ROOT / "tests" / "fixtures" / "vllm-source"
@@ -63,9 +63,16 @@ def reduce(index: dict) -> dict:
     """Keep what the hooks can ask about: every module-level function's parameters, the
     classes a hook names (with their bases), imports of hooked names or from indexed modules;
     a body's called names only where a hook says what it must call."""
-    hooks = [h for group in HOOKS.values() for h in group] + list(OPTIONAL_HOOKS)
+    hooks = [h for group in HOOKS.values() for h in group] + list(OPTIONAL_HOOKS) \
+        + [h for sets in ANY_OF.values() for hooks_ in sets for h in hooks_]
     named = {(h.module, h.name.split(".")[0]) for h in hooks}
     keep_calls = {(h.module, h.name) for h in hooks if h.calls}
+    # a hooked method's calls may be made by a method of its class it delegates to (0.33)
+    for module, name in list(keep_calls):
+        cls, _, member = name.partition(".")
+        methods = ((index.get(module) or {}).get("classes", {}).get(cls) or {}).get("methods", {}) if member else {}
+        keep_calls |= {(module, f"{cls}.{callee}") for callee in methods.get(member, {}).get("calls", ())
+                       if callee in methods}
     for module, m in index.items():
         if m is None:
             continue

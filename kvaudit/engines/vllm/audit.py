@@ -139,10 +139,10 @@ class AuditMixin:
         available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
                             graph_pool_estimate_bytes=estimate,
                             capture_transient_bytes=graphs.transient_bytes if graphs else None)
-        # What the real capture keeps outside its pool, as kvaudit's own capture session did.
-        capture_reserve = graphs.capture_reserve_bytes if graphs else 0
+        # What the real capture keeps outside its pool is in the graph estimate (the session's
+        # held bytes, GraphMeasurement.estimate_bytes); the KV structures come with the real cache.
         if available is not None:
-            available -= self._kva_kv_structures + capture_reserve
+            available -= self._kva_kv_structures
         if available is None:  # a phase could not be read; vLLM's figure is all there is
             available = vllm_available if vllm_available is not None else 0
         pages = self._kva_kv_tensor_pages()
@@ -151,7 +151,7 @@ class AuditMixin:
             fitted = kv_blocks_within(int(available), pages) * sum(pages)
             rounding, available = int(available) - fitted, fitted
         seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=int(available),
-                 kv_structures_reserve_bytes=self._kva_kv_structures, capture_reserve_bytes=capture_reserve,
+                 kv_structures_reserve_bytes=self._kva_kv_structures,
                  kv_segment_rounding_bytes=rounding if pages else None, kv_tensor_block_bytes=pages or None,
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),

@@ -24,7 +24,7 @@ from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
 from kvaudit.engines.probes.host import node_meminfo
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.trace import TRACE_ENV
-from kvaudit.engines.vllm import multinode
+from kvaudit.engines.vllm import multinode, resolved
 from kvaudit.engines.vllm.adapter import dcp_refusal, support, uses_mla
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
@@ -81,47 +81,13 @@ def engine_kwargs(config: AuditConfig, worker_cls: str) -> dict[str, Any]:
         "cudagraph_capture_sizes": list(config.cudagraph_capture_sizes) if config.cudagraph_capture_sizes else None,
         "enforce_eager": config.enforce_eager, "kv_cache_dtype": config.kv_cache_dtype,
         "block_size": config.block_size, "load_format": config.load_format,
+        "enable_chunked_prefill": config.enable_chunked_prefill,
     }
     if config.speculative_method:
         kwargs["speculative_config"] = {"method": config.speculative_method,
                                         "num_speculative_tokens": config.num_speculative_tokens or 1}
     kwargs.update(config.extra_args)
     return {k: v for k, v in kwargs.items() if v is not None}
-
-
-RESOLVED = {
-    # AuditConfig field: (vllm_config attribute, field)
-    "max_model_len": ("model_config", "max_model_len"),
-    "enforce_eager": ("model_config", "enforce_eager"),
-    "kv_cache_dtype": ("cache_config", "cache_dtype"),
-    "block_size": ("cache_config", "block_size"),
-    "max_num_seqs": ("scheduler_config", "max_num_seqs"),
-    "max_num_batched_tokens": ("scheduler_config", "max_num_batched_tokens"),
-    "cudagraph_capture_sizes": ("compilation_config", "cudagraph_capture_sizes"),
-}
-"""Knobs left to vLLM's default (None) are read back from the engine's resolved config, so the
-report says what ran (`enforce_eager false`, `kv_cache_dtype auto`), and a diff does not take a
-default for an unknown."""
-
-
-def resolved_config(config: AuditConfig, vllm_config: Any) -> AuditConfig:
-    changes: dict[str, Any] = {}
-    for name, (section, attr) in RESOLVED.items():
-        if getattr(config, name) is not None:
-            continue  # what the user asked for stays as asked
-        value = getattr(getattr(vllm_config, section, None), attr, None)
-        if name == "cudagraph_capture_sizes" and isinstance(value, list):
-            value = tuple(sorted(int(x) for x in value))
-        elif name == "enforce_eager" and not isinstance(value, bool):
-            value = None
-        elif name == "kv_cache_dtype" and not isinstance(value, str):
-            value = str(value) if value is not None else None
-        elif name not in ("cudagraph_capture_sizes", "enforce_eager", "kv_cache_dtype") and \
-                (not isinstance(value, int) or isinstance(value, bool)):
-            value = None
-        if value is not None:
-            changes[name] = value
-    return config.replace(**changes)
 
 
 class Result:
@@ -268,9 +234,8 @@ def main(argv: list[str]) -> int:
         result.set(error=_error(exc), stage="boot")
         return 1
     try:
-        try:
-            config = resolved_config(config, llm.llm_engine.vllm_config)
-            result.set(config=config.to_json())
+        try:  # what vLLM runs, after its platform's adjustments (the supervisor names forced changes)
+            result.set(resolved=resolved.read(llm.llm_engine.vllm_config))
         except Exception:  # an engine without the attribute: the report keeps the config as given
             pass
         result.set(records=llm.collective_rpc("kvaudit_record"), stage="booted")
@@ -282,9 +247,10 @@ def main(argv: list[str]) -> int:
         result.set(error=_error(exc))
         return 1
     finally:
-        boot_journal.write({"type": "stage", "stage": "vLLM: shutting down"})
+        boot_journal.write({"type": "stage", "stage": "vLLM: shutting down (the engine core stops its workers)"})
         multinode.release(llm)
         shutdown(llm)
+        boot_journal.write({"type": "stage", "stage": "vLLM: stopped; the boot process is exiting"})
     return 0
 
 

@@ -16,6 +16,11 @@ VLLM_STAGES = (
     ("Loading weights took", "vLLM: model loaded"),
     ("Model loading took", "vLLM: model loaded"),
     ("init engine", "vLLM: engine ready"),
+    # shutdown (0.32's [shutdown] lines): the engine core stops its workers and waits for each to exit
+    ("EngineCore: trigger received", "vLLM: shutting down: the engine core stops its workers"),
+    ("Executor: waiting for worker exit", "vLLM: shutting down: waiting for the workers to exit"),
+    ("Executor: all workers exited", "vLLM: shutting down: workers exited, the engine core is stopping"),
+    ("MPClient: complete", "vLLM: stopped; the boot process is exiting"),
 )
 STAGE_BYTES = 1 << 16
 """The most of vLLM's log read per poll: a stage phrase is near a line's start; a long line (an

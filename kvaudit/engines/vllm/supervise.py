@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,10 +19,11 @@ from kvaudit.assemble import BootRecord, Stated, report_of, verify_summary
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
+from kvaudit.engines.isolation import installed_only_env
 from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.engines.trace import trace_env
-from kvaudit.engines.vllm import nodes
+from kvaudit.engines.vllm import nodes, resolved
 from kvaudit.engines.vllm.multinode import local_world_size, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
@@ -153,8 +155,9 @@ def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sig
     spec_path.write_text(json.dumps({"config": config.to_json(), "verify": verify,
                                      "journal_dir": str(journal_dir), "result": str(result_path)}))
     log_path = options.log_path or folder / "vllm.log"
-    env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1", **{JOURNAL_ENV: str(journal_dir)},
-               **trace_env(options.trace, tuple(p.resolve() for p in options.owners)))
+    env = installed_only_env(dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1",
+                                  **{JOURNAL_ENV: str(journal_dir)},
+                                  **trace_env(options.trace, tuple(p.resolve() for p in options.owners))))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     if options.sweep:
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
@@ -271,6 +274,8 @@ class RunOutcome:
         if isinstance(result.get("config"), dict):
             config = config_from_json(result["config"])
         folded = [measured_ranks.fold(rank, events) for rank, events in self.events.items()]
+        asked = config
+        config = resolved.apply(config, self.resolved_knobs(folded))
         where = nodes.rank_nodes(folded, self.sources)
         error = result.get("error") if isinstance(result.get("error"), dict) else None
         if error and error.get("type") == "UsageError":
@@ -290,11 +295,34 @@ class RunOutcome:
                                     cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
                                     vllm=versions.get("vllm"), env=result.get("env") or {}),
             geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
-            warnings=tuple(self._warnings(folded, facts)),
+            warnings=tuple(self._warnings(folded, facts, asked)),
             stated=Stated(max_feasible_model_len=estimated_max_model_len(self.log_text) if failure else None))
 
-    def _warnings(self, folded: list[measured_ranks.RankEvents], facts: dict[str, Any]) -> list[str]:
+    def resolved_knobs(self, folded: list[measured_ranks.RankEvents]) -> dict[str, Any]:
+        """The knobs vLLM resolved (engines/vllm/resolved.py): from the engine once LLM() returned,
+        else from a rank that journaled them at init_device; {} when neither lived that long."""
+        knobs = self.result.get("resolved")
+        if not isinstance(knobs, dict):
+            knobs = next((f.facts["resolved"] for f in folded if isinstance(f.facts.get("resolved"), dict)), {})
+        return knobs
+
+    def forced_changes(self, asked: AuditConfig, folded: list[measured_ranks.RankEvents]) -> list[str]:
+        facts = folded[0].facts if folded else {}
+        backend = next((f.facts.get("attention_backend") for f in folded if f.facts.get("attention_backend")), None)
+        if backend is None and facts.get("use_mla") and facts.get("amx_tiles") is False:
+            backend = "CPU_MLA"  # a boot that died before KV: the platform's rule, as the rank saw it
+        return resolved.forced_changes(asked, self.resolved_knobs(folded), facts.get("backend"), backend)
+
+    def _warnings(self, folded: list[measured_ranks.RankEvents], facts: dict[str, Any],
+                  asked: AuditConfig) -> list[str]:
         warnings = [n for n in self.result.get("notes") or [] if isinstance(n, str)]
+        warnings += self.forced_changes(asked, folded)
+        for f in folded:
+            probe = f.facts.get("prefill_probe")
+            if isinstance(probe, dict) and probe.get("error"):
+                warnings.append(f"rank {f.rank}: the prefill probe failed ({probe['error']}): the activation peak "
+                                f"has no attention at {probe.get('query_tokens')} tokens; check with --verify")
+                break
         survivors = self.finished.survivors
         if survivors:
             warnings.append(f"{len(survivors)} vLLM processes survived SIGKILL: {survivors}")
@@ -360,10 +388,25 @@ def find_failure(folded: list[measured_ranks.RankEvents], error: dict[str, Any] 
     if error is not None:
         return Failure(phase, rank, FailureKind.CRASH, f"{error.get('type')}: {_first_line(error.get('message'))}")
     if exit_code not in (0, None):
+        last = last_error_line(log_text)
         return Failure(phase, rank, FailureKind.WORKER_DIED,
-                       f"the boot process exited with status {exit_code} and no error: see the vLLM log (--log)")
+                       f"the boot process exited with status {exit_code}"
+                       + (f": {last}" if last else " and no error: see the vLLM log (--log)"))
     if not folded:
         return Failure(None, None, FailureKind.CRASH, "vLLM produced no rank records: see the vLLM log (--log)")
+    return None
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|[\w.]+\.\w+Error)\b.*")
+
+
+def last_error_line(log_text: str) -> str | None:
+    """The last line of the log that a Python traceback ends with (`ModuleNotFoundError: …`), on
+    one line, or None: what a process that died without writing its result last said."""
+    for line in reversed(log_text[-20_000:].splitlines()):
+        line = line.strip()
+        if _ERROR_LINE.match(line):
+            return " ".join(line.split())[:400]
     return None
 
 

@@ -4,19 +4,28 @@
 The CPU backend has no kernel warmup and no graphs; its only warmup is the compile warm-up
 (a profile pass under torch.compile, skipped with enforce_eager). Memory is host RSS against the
 NUMA node, as vLLM's CPUWorker sizes it.
+
+vLLM's profile pass runs no attention (its dummy batch has no attention metadata), and on CPU
+attention is where the largest transient of a step is: the reference MLA prefill (CPU_MLA, picked
+without AMX tiles; vllm/v1/attention/backends/mla/prefill/cpu_sdpa.py) computes each request's
+attention densely in float32, two [heads × query × context] matrices at once, and the platform
+turns chunked prefill off for it, so one request of max_model_len tokens is one step. The replay
+phase therefore adds a prefill probe: one request of the longest prompt one step can hold, with
+attention, under a minimal KV cache (`_prefill_probe`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from kvaudit.engines.probes.host import HostProbe
 from kvaudit.engines.sequence import PhaseHandle
-from kvaudit.engines.vllm import adapter
+from kvaudit.engines.vllm import adapter, resolved
 from kvaudit.schema import Phase
-from kvaudit.engines.vllm.audit import AuditMixin
+from kvaudit.engines.vllm.audit import SWEEP_ENV, AuditMixin
 
 
 class AuditCPUWorker(AuditMixin, CPUWorker):
@@ -25,6 +34,13 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._kva_start_journal()
+
+    def init_device(self) -> None:
+        super().init_device()
+        # What vLLM resolved after its platform's adjustments, known to the rank before any
+        # profile: the supervisor reports these even when the boot dies before LLM() returns.
+        self._kva_seq.fact(resolved=resolved.read(self.vllm_config), amx_tiles=amx_tiles(),
+                           use_mla=bool(getattr(self.model_config, "use_mla", False)))
 
     def _kva_make_probe(self) -> HostProbe:
         from vllm.utils.cpu_resource_utils import get_allowed_cpu_list
@@ -54,16 +70,125 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
         import os
 
         import psutil
-        with self._kva_seq.phase(Phase.REPLAY):
+        with self._kva_seq.phase(Phase.REPLAY) as handle:
             adapter.profile_run(self)
+            self._kva_seq.fact(prefill_probe=_prefill_probe(self, handle))
+        if os.environ.get(SWEEP_ENV) == "1":
+            # Before the graphs phase reads RSS, so what the sweep's passes leave in the heap
+            # (host memory is not returned at once) is charged at sizing: after the graphs phase
+            # it went unbudgeted (28 MiB over the request in one --sweep boot).
+            AuditMixin._kva_sweep(self)
         with self._kva_seq.phase(Phase.GRAPHS) as handle:
             handle.note("CPU backend: no CUDA graphs")
         # vLLM's CPUWorker.determine_available_memory: requested − RSS (no activation term).
         vllm_available = int(self.requested_cpu_memory - psutil.Process(os.getpid()).memory_info().rss)
         return 0, vllm_available
 
+    def _kva_sweep(self) -> None:
+        """Ran in _kva_replay_and_graphs, before the graphs phase (AuditMixin calls this after it)."""
+
     def compile_or_warm_up_model(self) -> Any:
         with self._kva_seq.phase(Phase.CAPTURE) as handle:
             result = super().compile_or_warm_up_model()
             handle.note("CPU backend: no graph capture")
         return result
+
+
+def amx_tiles() -> bool | None:
+    """Whether this CPU has AMX tiles, as vLLM's CPU platform asks (torch.cpu._is_amx_tile_supported,
+    on x86 only): with them an MLA model runs AMX_MLA, without them CPU_MLA."""
+    try:
+        import torch
+        from vllm.platforms import current_platform
+        from vllm.platforms.interface import CpuArchEnum
+        return current_platform.get_cpu_architecture() == CpuArchEnum.X86 and bool(torch.cpu._is_amx_tile_supported())
+    except Exception:
+        return None
+
+
+def prefill_shape(max_model_len: int, max_num_batched_tokens: int, chunked_prefill: bool) -> tuple[int, int]:
+    """(query tokens, context tokens) of the largest single-request prefill step vLLM can schedule:
+    without chunked prefill a whole prompt of max_model_len tokens (vLLM's scheduler refuses a
+    prompt longer than max_num_batched_tokens then, and the CPU platform raises the latter to at
+    least max_model_len); with it, the last chunk of such a prompt, max_num_batched_tokens new
+    tokens attending to all max_model_len."""
+    if not chunked_prefill:
+        return min(max_model_len, max_num_batched_tokens), min(max_model_len, max_num_batched_tokens)
+    return min(max_model_len, max_num_batched_tokens), max_model_len
+
+
+def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any]:
+    """One request of the largest prefill step (prefill_shape), attention included, then its sampler
+    and one decode step over max_model_len tokens of context (what a real request does next), under a minimal
+    KV cache of the real spec (_probe_kv_cache): the runner's own _dummy_run with force_attention (the call vLLM's
+    warmups use to build attention metadata), with max_num_seqs lowered to 1 for that call so the
+    tokens are one request and not max_num_seqs short ones. Its slot mapping is -1 (no KV write);
+    a context beyond the query reads block 0 (the dummy block table is zeros). Runs inside the replay phase, so its peak
+    is part of activation_peak. The attention layers write no KV during it (_no_kv_writes). An error
+    is reported, not raised: the audit goes on without it
+    and the report says the activation peak lacks attention."""
+    import time
+
+    from vllm.config import CUDAGraphMode, set_current_vllm_config
+    runner = worker.model_runner
+    sched = runner.scheduler_config
+    length = int(worker.model_config.max_model_len)
+    query, context = prefill_shape(length, int(runner.max_num_tokens), bool(sched.enable_chunked_prefill))
+    out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
+    start = time.perf_counter()
+    try:
+        with set_current_vllm_config(worker.vllm_config), _probe_kv_cache(runner), \
+                adapter.patched(sched, "max_num_seqs", 1), _no_kv_writes(runner):
+            _, last = runner._dummy_run(query, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
+                                        skip_eplb=True, profile_seq_lens=context if context != query else None)
+            runner._dummy_sampler_run(last)  # the request's first token, sampled as a real step does
+            del last
+            # then a decode step of that request over the whole context: the decode kernel's path
+            step = int(getattr(runner, "uniform_decode_query_len", 1))
+            runner._dummy_run(step, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
+                              uniform_decode=True, skip_eplb=True, profile_seq_lens=length)
+    except Exception as exc:  # noqa: BLE001 - reported in the record and as a warning
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
+        handle.note(f"prefill probe failed: {out['error']}")
+    else:
+        handle.note(f"CPU backend: the profile pass, then one {query}-token prefill with attention"
+                    + (f" over {context} tokens of context" if context != query else "")
+                    + ", its sampler and a decode step")
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+@contextmanager
+def _no_kv_writes(runner: Any) -> Iterator[None]:
+    """Every attention layer's impl.do_kv_cache_update (the one call that writes KV, from
+    Attention and MLAAttention in vllm/model_executor/layers/attention/) is a no-op for the probe,
+    restored after it. The dummy batch's slot mapping is −1 (vLLM's "skip this write"), which
+    CPU_MLA's Python writer skips; a kernel that did not (AMX_MLA's amx_mla_concat_and_cache, not
+    run on this machine) would write before the cache. The values written change no memory figure."""
+    from contextlib import ExitStack
+    with ExitStack() as stack:
+        for layer in runner.compilation_config.static_forward_context.values():
+            impl = getattr(layer, "impl", None)
+            if impl is not None and callable(getattr(impl, "do_kv_cache_update", None)):
+                stack.enter_context(adapter.patched(impl, "do_kv_cache_update", lambda *args, **kwargs: None))
+        yield
+
+
+PROBE_BLOCKS = 2
+"""Blocks of the probe's KV cache: the dummy batch writes no KV (slot mapping −1) and its block
+table is zeros, so block 0 is all a context read touches; the null block besides it."""
+
+
+@contextmanager
+def _probe_kv_cache(runner: Any) -> Iterator[None]:
+    """A KV cache of the real spec with PROBE_BLOCKS blocks, through the runner's own
+    initialize_kv_cache(is_profiling=True) and torn down by its _cleanup_profiling_kv_cache (the
+    pair vLLM's graph profiling uses; its own builder sizes the cache by the capture sizes, which
+    the CPU platform empties). Its bytes are a few KiB, inside the replay's peak."""
+    config = adapter.kv_config_for(runner, PROBE_BLOCKS)
+    try:
+        runner.initialize_kv_cache(config, is_profiling=True)
+        runner.cache_config.num_gpu_blocks = config.num_blocks
+        yield
+    finally:
+        runner._cleanup_profiling_kv_cache()

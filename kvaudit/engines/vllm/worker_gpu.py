@@ -61,7 +61,9 @@ class AuditWorker(AuditMixin, Worker):
             steps.clear()
             probe.settle()
             before = probe.read(pools=False).reserved_bytes
-            with adapter.minimal_kv_cache(self):
+            # MRv2: enough blocks for warmup_kernels to schedule every sequence, as after KV
+            blocks = adapter.warmup_blocks(self.model_runner) if adapter.uses_v2_runner(self) else None
+            with adapter.minimal_kv_cache(self, blocks):
                 # What KV initialisation takes besides the cache (metadata builders, block
                 # tables, input batch): it comes again with the real cache, so it is reserved.
                 # Reserved, not allocated: the device holds the structures' segments, and the
@@ -83,7 +85,7 @@ class AuditWorker(AuditMixin, Worker):
         handle.note(f"{', '.join(steps)} ran under the minimal KV cache (attempts: {self._kva_guard.attempts}); "
                     f"KV structures {self._kva_kv_structures} bytes reserved")
 
-    def _kva_measure_graphs(self) -> GraphMeasurement:
+    def _kva_measure_graphs(self, phase_start: tuple[int, int] | None = None) -> GraphMeasurement:
         """kvaudit's own graph-pool figure: the runner's capture_model (every configured size, the
         speculator's graphs too) into a temporary private pool under a minimal KV cache, read
         from the allocator's segments of that pool, then everything torn down and the device
@@ -109,7 +111,7 @@ class AuditWorker(AuditMixin, Worker):
         pools_after = probe.pool_segments()
         retained = (max(pools_after[0] - pools_before[0], 0), max(pools_after[1] - pools_before[1], 0))
         return measure_graphs(resident=resident, start=start, end=end, peak_reserved=peak, pool=pool_bytes,
-                              after=after, retained=retained)
+                              after=after, retained=retained, phase_start=phase_start)
 
     def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:
         """vLLM's own determine_available_memory is the replay: its profile_run (on top of the
@@ -125,19 +127,25 @@ class AuditWorker(AuditMixin, Worker):
 
         def graphs(*args: Any, **kwargs: Any) -> int:
             with seq.phase(Phase.GRAPHS) as handle:
+                probe = seq.probe
+                before = probe.read(pools=False)  # before vLLM's own profiling capture
                 vllm_estimate = int(original_graphs(*args, **kwargs))
-                measured = self._kva_measure_graphs() if adapter.graphs_enabled(self) else None
+                measured = self._kva_measure_graphs((before.reserved_bytes, before.device_used_bytes)) \
+                    if adapter.graphs_enabled(self) else None
                 box.update(vllm=vllm_estimate, measured=measured)
                 handle.facts.update(vllm_graph_estimate_bytes=vllm_estimate, **(measured.facts() if measured else {}))
                 handle.note(f"vLLM graph estimate {vllm_estimate} bytes"
                             + (f"; kvaudit measured {measured.estimate_bytes} bytes (pool {measured.pool_bytes}, "
-                               f"driver {measured.live_non_torch_bytes}, transient {measured.transient_bytes}, "
+                               f"held by the capture {measured.session_torch_bytes}, "
+                               f"driver {measured.live_non_torch_bytes}, graph profiling's resident driver residue "
+                               f"{measured.profiling_residue_non_torch_bytes}, transient {measured.transient_bytes}, "
                                f"left after teardown {measured.residue_bytes} torch + "
                                f"{measured.residue_non_torch_bytes} non-torch)" if measured else ""))
             return vllm_estimate
 
         with adapter.patched(runner, "profile_run", replay) as original_profile_run, \
-                adapter.patched(runner, "profile_cudagraph_memory", graphs) as original_graphs:
+                adapter.patched(runner, "profile_cudagraph_memory", graphs) as original_graphs, \
+                adapter.startup_plan_off(self, {}):
             vllm_available = int(Worker.determine_available_memory(self))
         if Phase.GRAPHS not in seq.done:
             with seq.phase(Phase.GRAPHS) as handle:
@@ -167,12 +175,16 @@ class AuditWorker(AuditMixin, Worker):
             box["vllm_graph_bytes"] = int(original_capture(*args, **kwargs))
             return box["vllm_graph_bytes"]
 
+        plan: dict[str, int] = {}
         with self._kva_seq.phase(Phase.CAPTURE) as handle:
             with adapter.patched(module, "kernel_warmup", guarded_warmup), \
-                    adapter.patched(self.model_runner, "capture_model", capture) as original_capture:
+                    adapter.patched(self.model_runner, "capture_model", capture) as original_capture, \
+                    adapter.startup_plan_off(self, plan):
                 result = super().compile_or_warm_up_model()
             handle.facts.update(vllm_graph_bytes=box.get("vllm_graph_bytes"),
                                 deferred_steps=list(self._kva_deferred))
+            if "vllm_suggested_kv_cache_memory_bytes" in plan:
+                self._kva_seq.fact(**plan)
             if self._kva_deferred:
                 handle.note("ran after KV, unbudgeted: " + ", ".join(self._kva_deferred))
         self._kva_seq.fact(deferred_steps=list(self._kva_deferred), warmup_skipped_calls=self._kva_guard.skipped_calls)

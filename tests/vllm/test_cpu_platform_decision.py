@@ -1,0 +1,95 @@
+"""vLLM's CPU platform decides the MLA backend, and with it chunked prefill, batching and block
+size, by one switch: `torch.cpu._is_amx_tile_supported()` on x86 (CpuPlatform.get_attn_backend_cls
+and check_and_update_config in vllm/platforms/cpu.py), unless `--attention-backend CPU_MLA` asks for
+the reference backend. These tests give that switch both answers on any machine (no kernel runs:
+only vLLM's engine config is resolved, in a fresh process) and check what kvaudit reads back
+(engines/vllm/resolved.py) and the forced changes it names, so neither path depends on the CPU
+the suite happens to run on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.vllm
+
+SCRIPT = r"""
+import json, sys
+import torch
+amx, backend = sys.argv[1] == "1", sys.argv[2]
+torch.cpu._is_amx_tile_supported = lambda: amx  # the switch vLLM's CPU platform decides by
+from vllm.engine.arg_utils import EngineArgs
+from vllm.platforms import current_platform
+from vllm.v1.attention.selector import AttentionSelectorConfig
+from kvaudit.config import embedded_model_path
+from kvaudit.engines.vllm import resolved
+args = dict(model=embedded_model_path(), load_format="dummy", skip_tokenizer_init=True, max_model_len=4096,
+            max_num_batched_tokens=512, max_num_seqs=8, enforce_eager=True)
+if backend != "auto":
+    args["attention_backend"] = backend
+config = EngineArgs(**args).create_engine_config()
+chosen = current_platform.get_attn_backend_cls(
+    config.attention_config.backend,
+    attn_selector_config=AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype=None,
+                                                 block_size=config.cache_config.block_size, use_mla=True))
+print(json.dumps({"resolved": resolved.read(config), "backend": chosen.rpartition(".")[2]}))
+"""
+
+
+def decide(amx: bool, backend: str = "auto") -> dict:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, "1" if amx else "0", backend],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _forced(decision: dict) -> list[str]:
+    from kvaudit.config import AuditConfig
+    asked = AuditConfig(max_model_len=4096, max_num_batched_tokens=512, max_num_seqs=8, enforce_eager=True)
+    from kvaudit.engines.vllm.resolved import forced_changes
+    name = {"AMXMLABackend": "AMX_MLA", "CPUMLABackend": "CPU_MLA"}[decision["backend"]]
+    return forced_changes(asked, decision["resolved"], "cpu", name)
+
+
+def test_with_amx_tiles_vllm_runs_amx_mla_with_chunked_prefill_and_kvaudit_names_no_change():
+    decision = decide(amx=True)
+    assert decision["backend"] == "AMXMLABackend"
+    r = decision["resolved"]
+    assert (r["enable_chunked_prefill"], r["max_num_batched_tokens"], r["block_size"]) == (True, 512, 128)
+    assert _forced(decision) == []
+
+
+def test_without_amx_tiles_vllm_runs_cpu_mla_whole_prompts_and_kvaudit_names_each_change():
+    decision = decide(amx=False)
+    assert decision["backend"] == "CPUMLABackend"
+    r = decision["resolved"]
+    assert (r["enable_chunked_prefill"], r["enable_prefix_caching"], r["max_num_batched_tokens"],
+            r["block_size"]) == (False, False, 4096, 16)
+    [line] = _forced(decision)
+    assert "max_num_batched_tokens 512 → 4096, enable_chunked_prefill on → off, enable_prefix_caching on → off" \
+        in line
+    assert "an MLA model without AMX tiles runs the reference CPU_MLA backend" in line
+
+
+def test_attention_backend_cpu_mla_forces_the_non_amx_path_on_a_cpu_with_amx():
+    decision = decide(amx=True, backend="CPU_MLA")
+    assert decision["backend"] == "CPUMLABackend"
+    assert decision["resolved"]["attention_backend_asked"] == "CPU_MLA"
+    assert (decision["resolved"]["enable_chunked_prefill"], decision["resolved"]["max_num_batched_tokens"]) == \
+        (False, 4096)
+
+
+@pytest.mark.parametrize("length, batched, chunked, shape", [
+    (4096, 4096, False, (4096, 4096)),   # CPU_MLA: a whole prompt is one step
+    (2048, 4096, False, (2048, 2048)),   # the platform's 2048 floor: the prompt is still at most max_model_len
+    (4096, 512, True, (512, 4096)),      # AMX_MLA: the last 512-token chunk attends to all 4096
+    (256, 512, True, (256, 256)),
+])
+def test_the_prefill_probe_takes_the_largest_step_vllm_can_schedule(length, batched, chunked, shape):
+    from kvaudit.engines.vllm.worker_cpu import prefill_shape
+    assert prefill_shape(length, batched, chunked) == shape
