@@ -94,7 +94,9 @@ def spawn_guard(folder: Path | None = None) -> subprocess.Popen:
     removes what was recorded and `folder` itself. vLLM's own processes inherit no death signal,
     so this is what takes them down."""
     args = [str(folder), tempfile.gettempdir()] if folder is not None else []
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from kvaudit.engines.process import guard; "
+    # -P: the installed kvaudit, never a `kvaudit/` folder in the current directory (as the boot's
+    # PYTHONSAFEPATH); a guard that cannot start answers EOF, and the wait below ends at once
+    proc = subprocess.Popen([sys.executable, "-P", "-c", "import sys; from kvaudit.engines.process import guard; "
                              "guard(*sys.argv[1:])", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -197,3 +197,19 @@ def test_the_boot_gets_the_work_folder_as_its_temp_dir(tmp_path, monkeypatch):
     assert boot_env(long)["VLLM_RPC_BASE_PATH"] == str(tmp_path)  # no room for a socket path there
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
     assert boot_env(short)["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere"
+
+
+def test_the_guard_imports_the_installed_kvaudit_not_a_folder_here(tmp_path, monkeypatch):
+    # GIVEN a `kvaudit/` folder in the current directory that breaks any import of it
+    (tmp_path / "kvaudit").mkdir()
+    (tmp_path / "kvaudit" / "__init__.py").write_text("raise ImportError('the wrong kvaudit')\n")
+    monkeypatch.chdir(tmp_path)
+    proc = stubborn_session()
+    started = time.monotonic()
+    guard = start_guard(proc.pid)
+    # THEN it starts at once and still guards: kvaudit's death takes the session down
+    assert time.monotonic() - started < 10 and guard.poll() is None
+    guard.stdin.close()
+    guard.wait(timeout=20)
+    assert session_members(proc.pid) == []
+    proc.wait(timeout=5)
