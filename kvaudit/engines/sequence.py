@@ -101,7 +101,8 @@ SystemExit): the phase it was in is interrupted, not failed."""
 
 
 def interrupted(exc: BaseException) -> str:
-    return f"interrupted: the process was told to stop ({type(exc).__name__})"
+    """The phase's detail: what happened, not the exception that carried it."""
+    return "interrupted: the boot was stopped while this phase ran"
 
 
 def one_line(exc: BaseException) -> str:

@@ -126,8 +126,9 @@ EXIT_CODES = {"success": 0, "failure": 1, "SIGINT": 3, "SIGTERM": 3, "SIGHUP": 3
 def test_nothing_of_a_tp2_boot_is_left_after_any_end(end):
     # a short temp dir: vLLM's IPC sockets fit in the work folder (process.boot_env)
     tmpdir = Path(tempfile.mkdtemp(prefix="kvs", dir="/tmp"))
+    out_dir = Path(tempfile.mkdtemp(prefix="kvs-out"))
     try:
-        out = Path(tempfile.mkdtemp(prefix="kvs-out")) / "report.json"
+        out = out_dir / "report.json"
         shm_before = listing(SHM)
         tmp_before = listing(tmpdir)
         # a budget below the boot's own non-KV memory fails in vLLM's KV check, after the workers
@@ -175,3 +176,4 @@ def test_nothing_of_a_tp2_boot_is_left_after_any_end(end):
         assert tmp_after == tmp_before == []
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
