@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
+from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind, concurrency, facts_from_message
+from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
 from kvaudit.engines.logs.unwrap import joined, record_at
 from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
@@ -41,6 +42,14 @@ class FileScan:
     v0_ranks: Mapping[int, int] = field(default_factory=dict)
     """pid → rank of V0's `VllmWorkerProcess` workers: their pids in order are ranks 1, 2, … (the
     name carries no rank; the driver, rank 0, prints untagged)."""
+    ray_ranks: Mapping[int, int] = field(default_factory=dict)
+    """pid → rank of Ray workers whose lines carry no vLLM name (`(RayWorkerWrapper pid=…, ip=…)`
+    alone): in the order they first print a figure of their own, from 1 under V0 (its driver, rank 0, runs in
+    the engine's process) and from 0 under V1 (every worker is a Ray actor). Not vLLM's rank order,
+    which the log does not state: the report says so."""
+    names: frozenset[str] = frozenset()
+    """Every process name the file shows: its memory lines' and, in a small file, every worker's
+    (layout.worker_names): the parallel layout is read from them."""
 
 
 MAX_FACT_LINES = 100_000
@@ -80,7 +89,17 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
     tags = _final_tags(text, lines)
     v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
-    return FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)})
+    printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
+    ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
+    first_ray = 0 if ray and _is_v1(text) else 1
+    return FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
+                    {pid: rank for rank, pid in enumerate(ray, first_ray)},
+                    frozenset(tags.values()) | frozenset(worker_names(text)))
+
+
+def _is_v1(text: str) -> bool:
+    """A V1 engine ran (only asked when Ray workers print figures: two passes over the text)."""
+    return "(EngineCore" in text or "V1 LLM engine" in text
 
 
 def _read_record(text: str, start: int, end: int, covered: set[int]) -> tuple[LogLine, tuple[Fact, ...]]:
@@ -91,13 +110,22 @@ def _read_record(text: str, start: int, end: int, covered: set[int]) -> tuple[Lo
     covered.update(s for s, _ in record.spans)
     spaced, tight = joined(text, record)
     line = parse_line(spaced, record.start)
-    facts = tuple(facts_from_message(line.msg))
+    facts = _typed(line)
     if tight is not None:
         other = parse_line(tight, record.start)
-        other_facts = tuple(facts_from_message(other.msg))
+        other_facts = _typed(other)
         if len(other_facts) > len(facts):
             return other, other_facts
     return line, facts
+
+
+def _typed(line: LogLine) -> tuple[Fact, ...]:
+    """The line's facts; a command-line flag counts only on a line vLLM's logger did not print (a
+    pasted `vllm serve …`), never inside a log record's message (the GMU advisory names flags too)."""
+    facts = facts_from_message(line.msg)
+    if line.is_vllm:
+        return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)
+    return tuple(facts)
 
 
 def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:

@@ -18,6 +18,13 @@ each hit in place:
 - `#` before ` GPU blocks: ` / ` CUDA blocks: ` / ` CPU blocks: `: V0's KV block count.
 - `LLM engine` and ` version `, searched before the first other hit only (printed before anything
   is loaded): V0's config line (version, model, max_seq_len, TP) and the version banners.
+- A few long needles, one `str.find` pass each (long needles are the fast ones): the signs of a
+  boot that died whatever its exception (`Traceback (most recent call last)`, `failed to start`,
+  `unexpectedly`), Ray's `x across cluster]`, `num_gpu_blocks is: ` and the NPU worker's
+  `, total memory: `; and `", line `, the traceback frames, kept only where the frame names a
+  startup call (its phase) or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
+- Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`), looked for in the first
+  COMMAND_WINDOW characters only: a command comes before the log it started.
 
 Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
 match wins and the search stops there) and the second half of the two-line KV size form of older
@@ -32,7 +39,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.facts import backend
+from kvaudit.engines.logs.facts import PHASE_OF_CALL, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -45,14 +52,30 @@ _PRELUDE = ("LLM engine", " version ")
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
 banner's `version 0.19.1` and V0's `vLLM API server version 0.6.3`."""
 _ERROR = "Error"
-_ERROR_NEXT = (": ", "(")
-"""`ValueError: …`, and `raise ValueError(` when a paste keeps the traceback but not the message."""
+_ERROR_NEXT = (": ", "(", " executing")
+"""`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
+V0's `Error executing method 'determine_num_available_blocks'`."""
+_LONG_NEEDLES = ("Traceback (most recent call last)", "failed to start", "unexpectedly", "x across cluster]",
+                 "num_gpu_blocks is: ", ", total memory: ")
+_FRAME = '", line '
+MAX_FRAMES = 256
+"""Frame lines kept per file: a traceback names a startup call a few times at most."""
+COMMAND_WINDOW = 1 << 18
+"""How far into a file a pasted command line is looked for."""
+_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp")
+_CALLS = tuple(sorted(PHASE_OF_CALL, key=len, reverse=True))
 CONCURRENCY_WINDOW = 4096
 """How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
 
 
 def _b(text: str, i: int) -> bool:
-    return text[max(i - 2, 0):i] in ("Gi", "Mi") or text[i - 1:i] == "G" or text.startswith("B12X", i)
+    return (text[max(i - 2, 0):i] in ("Gi", "Mi") or text[i - 1:i] == "G" or text.startswith("B12X", i)
+            or (text[i - 1:i] == "M" and _number_before(text, i - 1)))
+
+
+def _number_before(text: str, i: int) -> bool:
+    """A digit right before offset i, or one space and a digit (`244.61 MB`, 0.3's weights line)."""
+    return text[i - 1:i].isdigit() or (text[i - 1:i] == " " and text[i - 2:i - 1].isdigit())
 
 
 def _brace(text: str, i: int) -> bool:
@@ -71,7 +94,7 @@ _CHAR_NEEDLES = (("B", _b), ("{", _brace), ("#", _hash))
 # The same checks as patterns, for a line dense with the character and none of the words (a
 # hostile line of a million braces): after MISSES_BEFORE_LINE misses in a row the rest of the
 # line is searched in C, once, instead of one Python check per character.
-_B_RX = re.compile(r"Gi?B|MiB|B12X")
+_B_RX = re.compile(r"Gi?B|MiB|B12X|\d ?MB")
 MISSES_BEFORE_LINE = 8
 
 
@@ -135,6 +158,12 @@ def scan(text: str) -> Candidates:
             i, misses = (min(hits) if hits else text.find(_ERROR, end)), 0
     # Printed before anything is loaded: looked for before the first other hit only.
     limit = min(found, default=len(text))
+    for needle in _LONG_NEEDLES:
+        _needle_lines(text, needle, found)
+    _frame_lines(text, found)
+    window = min(len(text), COMMAND_WINDOW)
+    for needle in _COMMAND_NEEDLES:
+        _needle_lines(text, needle, found, stop=window)
     for needle in _PRELUDE:
         i = text.find(needle, 0, limit)
         while i >= 0:
@@ -145,19 +174,69 @@ def scan(text: str) -> Candidates:
     return Candidates(segments, _concurrency(text, segments), _first_backend(text))
 
 
+def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None) -> None:
+    """Every line that holds `needle` (before `stop`), found with str.find (one pass)."""
+    stop = len(text) if stop is None else stop
+    i = text.find(needle, 0, stop)
+    while i >= 0:
+        start, end = bounds(text, i)
+        found.setdefault(start, end)
+        i = text.find(needle, end, stop)
+
+
+def _frame_lines(text: str, found: dict[int, int]) -> None:
+    """Traceback frames that name a startup call, and faulthandler's frames (`line N in name`,
+    without the comma), at most MAX_FRAMES: checked in place, without a regex per frame."""
+    kept = 0
+    i = text.find(_FRAME)
+    while i >= 0 and kept < MAX_FRAMES:
+        if _frame_counts(text, i + len(_FRAME)):
+            start, end = bounds(text, i)
+            found.setdefault(start, end)
+            kept += 1
+            i = text.find(_FRAME, end)
+        else:
+            i = text.find(_FRAME, i + len(_FRAME))
+
+
+def _frame_counts(text: str, j: int) -> bool:
+    k = j
+    while k < j + 8 and text[k:k + 1].isdigit():
+        k += 1
+    if k == j:
+        return False
+    if text.startswith(" in ", k):
+        return True  # faulthandler
+    return text.startswith(", in ", k) and _names_startup_call(text, k + 5)
+
+
+def _names_startup_call(text: str, k: int) -> bool:
+    for name in _CALLS:
+        if text.startswith(name, k) and not (text[k + len(name):k + len(name) + 1].isalnum()
+                                             or text[k + len(name):k + len(name) + 1] == "_"):
+            return True
+    return False
+
+
 def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
-    found, engine = [], []
+    found, extra, engine, frames = [], [], [], 0
+    window = min(len(text), COMMAND_WINDOW)
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)
+        frame = frames < MAX_FRAMES and any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME))
+        frames += frame
         hit = _has_error(seg) or _V_RX.search(seg) is not None or any(
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
         if hit:
             found.append((m.start(), m.end()))
+        elif frame or any(needle in seg for needle in _LONG_NEEDLES) or any(
+                text.find(n, m.start(), min(m.end(), window)) >= 0 for n in _COMMAND_NEEDLES):
+            extra.append((m.start(), m.end()))
         elif any(needle in seg for needle in _PRELUDE):
             engine.append((m.start(), m.end()))
     limit = found[0][0] if found else len(text)
-    segments = tuple(sorted(found + [s for s in engine if s[0] < limit]))
+    segments = tuple(sorted(found + extra + [s for s in engine if s[0] < limit and s not in extra]))
     first_backend = next(((m.start(), m.end()) for m in re.finditer(r"[^\r\n]+", text)
                           if " backend" in m.group(0) and any(backend(m.group(0)))), None)
     return Candidates(segments, _concurrency(text, segments), first_backend)
