@@ -117,7 +117,8 @@ class LogBoot:
         version = engine_first(boot.engine, FactKind.VERSION)
         backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
         first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None
-        warnings = list(dict.fromkeys([f.value for f in boot.engine.get(FactKind.NOTE, [])] + list(sizes.notes)
+        warnings = list(dict.fromkeys([n for s in self.scans for n in s.notes]
+                                      + [f.value for f in boot.engine.get(FactKind.NOTE, [])] + list(sizes.notes)
                                       + rank_notes + notes))
         if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
             warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "

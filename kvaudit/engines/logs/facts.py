@@ -209,7 +209,6 @@ _CONCURRENCY = re.compile(rf"Maximum concurrency for ({CINT}) tokens(?: per requ
 def _kv_size(msg: str) -> Iterable[Fact]:
     if m := _KV_SIZE.search(msg):
         yield Fact(FactKind.KV_TOKENS, (m.group(1) or "GPU", _int(m.group(2))))
-    yield from concurrency(msg)
 
 
 def concurrency(msg: str) -> Iterable[Fact]:
@@ -774,6 +773,7 @@ RULES: tuple[Rule, ...] = (
     Rule("available", ("Available KV cache memory", "as specified by kv_cache_memory_bytes"),
          r"Available KV cache memory: -?[0-9.]+ GiB|as specified by kv_cache_memory_bytes", _available),
     Rule("kv_size", "KV cache size: ", r"KV cache size: [0-9,]+ tokens", _kv_size),
+    Rule("concurrency", "Maximum concurrency for", r"Maximum concurrency for [0-9,]+ tokens", concurrency),
     Rule("autofit", "Auto-fit max_model_len", r"Auto-fit max_model_len: reduced", _autofit),
     Rule("graphs", ("Graph capturing finished", "CUDA graph pool memory", "CUDA graph memory: "),
          r"Graph capturing finished in [0-9]+ secs?, took|CUDA graph pool memory: -?[0-9.]+ GiB \(actual"

@@ -16,13 +16,8 @@ from kvaudit.engines.logs.facts import FactKind, FailureFact
 from kvaudit.engines.logs.ranks import Boot, parallel_sizes, rank_of_proc, untagged
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 
-BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
-"""v1/engine/core.py `_initialize_kv_caches`' last line: after it, a failure is not the boot's."""
-SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
-           "Starting vLLM API server", "num_gpu_blocks is: ", "Avg prompt throughput", '"GET /health HTTP/1.1" 200',
-           '"POST /v1/')
-"""Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
-requests served): a failure after the first of them is not the boot's."""
+
+
 
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
@@ -65,7 +60,7 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
     for f in facts:
         scan = by_file[f.file]
         if f.file not in boot_done:
-            boot_done[f.file] = _serving_from(scan.text)
+            boot_done[f.file] = scan.serving_at
         (after if f.pos > boot_done[f.file] else during).append(f)
     notes = sorted({f"after startup finished: {f.value.message}" for f in after})
     if not during:
@@ -91,8 +86,3 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
         feasible = lens[0] if lens else None
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
 
-
-def _serving_from(text: str) -> int:
-    """Where the log shows the boot had finished (the first SERVING line), else past its end."""
-    found = [i for m in SERVING if (i := text.find(m)) >= 0]
-    return min(found) if found else len(text) + 1

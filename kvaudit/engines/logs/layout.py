@@ -85,7 +85,7 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
     for dim in DIMS:
         key = KEYS[dim]
         seen = sorted({getattr(t, dim) for t in workers if getattr(t, dim) is not None})
-        at_least = seen[-1] + 1 if seen else 1
+        at_least = max(seen[-1] + 1, 2) if seen else 1  # a suffix at all means a group of 2 or more
         value, source = next(((int(v), where) for where, knobs in stated
                               if isinstance(v := knobs.get(key), int) and not isinstance(v, bool) and v > 0),
                              (None, None))

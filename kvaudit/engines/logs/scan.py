@@ -117,7 +117,7 @@ class Candidates:
     segments: tuple[tuple[int, int], ...]
     """(start, end) of every segment to run the whole catalogue on, in text order."""
     concurrency: tuple[tuple[int, int], ...]
-    """Segments that follow a KV size or blocks line in older releases (see _FOLLOWERS)."""
+    """Segments that follow a KV size or blocks line in older releases (see FOLLOWERS)."""
     backend: tuple[int, int] | None
     """The first line that names the attention backend."""
 
@@ -242,6 +242,15 @@ def scan_exhaustive(text: str) -> Candidates:
     return Candidates(segments, _concurrency(text, segments), first_backend)
 
 
+def segment_hits(seg: str) -> bool:
+    """Whether one line holds anything the scan looks for (the exhaustive scan's test, for a line
+    made of several)."""
+    return (_has_error(seg) or _V_RX.search(seg) is not None
+            or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
+            or any(needle in seg for needle in _LONG_NEEDLES + _PRELUDE)
+            or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
+
+
 def _has_error(seg: str) -> bool:
     return any(seg.startswith(_ERROR_NEXT, i + len(_ERROR)) for i in _positions(seg, _ERROR))
 
@@ -253,7 +262,7 @@ def _positions(seg: str, char: str):
         i = seg.find(char, i + 1)
 
 
-_FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
+FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
 """What older releases printed right after the KV size or blocks line, on lines of their own with
 nothing the scan looks for: the concurrency, and V0's "The model's max seq len (N) is larger than
 the maximum number of tokens that can be stored in KV cache (M)"."""
@@ -264,7 +273,7 @@ def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tupl
     for start, end in segments:
         # The KV size line (U and older), or V0's blocks line (0.6.4), and what follows them.
         if text.find("KV cache size: ", start, end) >= 0 or text.find(" blocks: ", start, end) >= 0:
-            for follower in _FOLLOWERS:
+            for follower in FOLLOWERS:
                 if text.find(follower, start, end) >= 0:
                     continue
                 if (j := text.find(follower, end, end + CONCURRENCY_WINDOW)) >= 0:
@@ -288,3 +297,21 @@ def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tu
     worker's renames)."""
     i = text.find(f" pid={pid})", after, len(text) if stop is None else stop)
     return None if i < 0 else bounds(text, i)
+
+
+BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
+"""v1/engine/core.py `_initialize_kv_caches`' last line: after it, a failure is not the boot's."""
+SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
+           "Starting vLLM API server", "num_gpu_blocks is: ", "Avg prompt throughput", '"GET /health HTTP/1.1" 200',
+           '"POST /v1/')
+"""Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
+requests served): a failure after the first of them is not the boot's."""
+
+
+def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
+    """Where the log shows the boot had finished: the first SERVING line, in the text or in a run
+    of lines cut at a fixed column (read joined); else past its end. One pass per marker; the
+    runs are a paste's, a few KiB."""
+    found = [i for m in SERVING if (i := text.find(m)) >= 0]
+    found += [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
+    return min(found) if found else len(text) + 1
