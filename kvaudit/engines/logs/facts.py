@@ -807,8 +807,8 @@ RULES: tuple[Rule, ...] = (
     Rule("startup", ("on startup is less than", "on kv cache allocation is less"),
          r"on startup is less than|on kv cache allocation is less", _startup),
     Rule("failure", tuple(c.anchor for c in CAUSES), "|".join(_ere(c.anchor) for c in CAUSES), _failure),
-    Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+,? in ",
-         _call_phase),
+    Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+(, in ("
+         + "|".join(PHASE_OF_CALL) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp"), r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]",
          _command),

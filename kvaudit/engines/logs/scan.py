@@ -19,10 +19,11 @@ each hit in place:
 - `LLM engine` and ` version `, searched before the first other hit only (printed before anything
   is loaded): V0's config line (version, model, max_seq_len, TP) and the version banners.
 - A few long needles, one `str.find` pass each (long needles are the fast ones): the signs of a
-  boot that died whatever its exception (`Traceback (most recent call last)`, `failed to start`,
-  `unexpectedly`), Ray's `x across cluster]`, `num_gpu_blocks is: ` and the NPU worker's
-  `, total memory: `; and `", line `, the traceback frames, kept only where the frame names a
-  startup call (its phase) or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
+  boot that died whatever its exception (`Traceback (most recent call last)`, `unexpectedly`);
+  in an excerpt (up to EXCERPT_CHARS) also `failed to start`, Ray's `x across cluster]`,
+  `num_gpu_blocks is: ` and the NPU worker's `, total memory: `. And `", line `, the traceback
+  frames, one regex: kept only where the frame names a startup call (its phase) or is
+  faulthandler's (a crash in C code), and at most MAX_FRAMES.
 - Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`), looked for in the first
   COMMAND_WINDOW characters only: a command comes before the log it started.
 
@@ -55,8 +56,13 @@ _ERROR = "Error"
 _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
 V0's `Error executing method 'determine_num_available_blocks'`."""
-_LONG_NEEDLES = ("Traceback (most recent call last)", "failed to start", "unexpectedly", "x across cluster]",
-                 "num_gpu_blocks is: ", ", total memory: ")
+_LONG_NEEDLES = ("Traceback (most recent call last)", "unexpectedly")
+_EXCERPT_NEEDLES = ("failed to start", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ")
+"""Looked for in a text up to EXCERPT_CHARS only (~0.1 s a pass over 200 MB): in a whole log
+`EngineCore failed to start.` comes with the traceback logger.exception prints, the KV size line
+says what num_gpu_blocks does, and the memory lines Ray folds are read anyway (their marker with
+them); an excerpt may hold the one line and not the other."""
+EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 MAX_FRAMES = 256
 """Frame lines kept per file: a traceback names a startup call a few times at most."""
@@ -64,6 +70,7 @@ COMMAND_WINDOW = 1 << 18
 """How far into a file a pasted command line is looked for."""
 _COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp")
 _CALLS = tuple(sorted(PHASE_OF_CALL, key=len, reverse=True))
+_FRAME_RX = re.compile(r'", line \d{1,7}(?:, in (?:' + "|".join(map(re.escape, _CALLS)) + r')(?!\w)| in [A-Za-z_<])')
 CONCURRENCY_WINDOW = 4096
 """How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
 
@@ -158,7 +165,7 @@ def scan(text: str) -> Candidates:
             i, misses = (min(hits) if hits else text.find(_ERROR, end)), 0
     # Printed before anything is loaded: looked for before the first other hit only.
     limit = min(found, default=len(text))
-    for needle in _LONG_NEEDLES:
+    for needle in _LONG_NEEDLES + (_EXCERPT_NEEDLES if len(text) <= EXCERPT_CHARS else ()):
         _needle_lines(text, needle, found)
     _frame_lines(text, found)
     window = min(len(text), COMMAND_WINDOW)
@@ -186,17 +193,15 @@ def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | Non
 
 def _frame_lines(text: str, found: dict[int, int]) -> None:
     """Traceback frames that name a startup call, and faulthandler's frames (`line N in name`,
-    without the comma), at most MAX_FRAMES: checked in place, without a regex per frame."""
+    without the comma), at most MAX_FRAMES. One regex with the literal `", line ` in front: the
+    frames of other calls (a log can hold a hundred thousand) fail in C, never in Python."""
     kept = 0
-    i = text.find(_FRAME)
-    while i >= 0 and kept < MAX_FRAMES:
-        if _frame_counts(text, i + len(_FRAME)):
-            start, end = bounds(text, i)
-            found.setdefault(start, end)
-            kept += 1
-            i = text.find(_FRAME, end)
-        else:
-            i = text.find(_FRAME, i + len(_FRAME))
+    m = _FRAME_RX.search(text)
+    while m is not None and kept < MAX_FRAMES:
+        start, end = bounds(text, m.start())
+        found.setdefault(start, end)
+        kept += 1
+        m = _FRAME_RX.search(text, end)
 
 
 def _frame_counts(text: str, j: int) -> bool:
@@ -230,7 +235,7 @@ def scan_exhaustive(text: str) -> Candidates:
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
         if hit:
             found.append((m.start(), m.end()))
-        elif frame or any(needle in seg for needle in _LONG_NEEDLES) or any(
+        elif frame or any(needle in seg for needle in _long_needles(text)) or any(
                 text.find(n, m.start(), min(m.end(), window)) >= 0 for n in _COMMAND_NEEDLES):
             extra.append((m.start(), m.end()))
         elif any(needle in seg for needle in _PRELUDE):
@@ -247,8 +252,12 @@ def segment_hits(seg: str) -> bool:
     made of several)."""
     return (_has_error(seg) or _V_RX.search(seg) is not None
             or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
-            or any(needle in seg for needle in _LONG_NEEDLES + _PRELUDE)
+            or any(needle in seg for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES + _PRELUDE)
             or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
+
+
+def _long_needles(text: str) -> tuple[str, ...]:
+    return _LONG_NEEDLES + (_EXCERPT_NEEDLES if len(text) <= EXCERPT_CHARS else ())
 
 
 def _has_error(seg: str) -> bool:
