@@ -210,3 +210,19 @@ def test_0_10_wordings_of_the_actual_usage_line() -> None:
     rank = report_from_log_text(text, "x").ranks[0]
     assert rank.vllm_kv_cache_memory_bytes == 7564378828 and rank.owners[Owner.KV_CACHE] == 11423138508
     assert (rank.owners[Owner.WEIGHTS], rank.owners[Owner.NON_TORCH]) == (G("27.72"), G("0.21"))
+
+
+def test_show_and_diff_read_033_logs(cli, tmp_path) -> None:
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(v033_boot(), encoding="utf-8")
+    # the same boot with 1.5 GiB more weights: vLLM's KV figure 1.5 GiB smaller
+    b.write_text(v033_boot().replace("Model loading took 7.5 GiB", "Model loading took 9.0 GiB")
+                 .replace(f"Available KV cache memory: {format_gib(AVAILABLE)} GiB",
+                          f"Available KV cache memory: {format_gib(AVAILABLE - round(1.5 * GiB))} GiB"), encoding="utf-8")
+    assert cli("show", str(a), "--width", "120").code == 0
+    result = cli("diff", str(a), str(b), "-f", "json")
+    assert result.code == 0
+    import json
+    diff = json.loads(result.stdout)
+    weights = next(d for d in diff["owners"] if d["rank"] is None and d["owner"] == "weights")
+    assert weights["delta_bytes"] == G("9.0") - G("7.5") and diff["dominant_owner"] == "weights"

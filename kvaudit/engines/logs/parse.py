@@ -86,12 +86,12 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     for start, end in sorted(set(cands.segments + ((cands.backend,) if cands.backend else ()))):
         if start in covered:
             continue
-        line, facts = _read_record(text, start, end, covered)
+        line, facts = _read_record(text, start, end, covered, cuts.width)
         seen_vllm = seen_vllm or line.is_vllm
         if facts and line.pos not in parsed:
             parsed[line.pos] = ParsedLine(line, facts)
     for start, end in cands.concurrency:
-        line, facts = _read_record(text, start, end, covered)
+        line, facts = _read_record(text, start, end, covered, cuts.width)
         facts = facts or tuple(concurrency(line.msg))
         if not facts:
             continue
@@ -155,11 +155,12 @@ def _is_v1(text: str) -> bool:
     return "(EngineCore" in text or "V1 LLM engine" in text
 
 
-def _read_record(text: str, start: int, end: int, covered: set[int]) -> tuple[LogLine, tuple[Fact, ...]]:
+def _read_record(text: str, start: int, end: int, covered: set[int],
+                 width: int | None = None) -> tuple[LogLine, tuple[Fact, ...]]:
     """The record around one candidate line, parsed, and the facts it states. A record cut from a
     terminal may have lost a space or gained one where a word was split: each way of joining its
     lines (unwrap.joined) is read and the one that states the most facts wins."""
-    record = record_at(text, start, end)
+    record = record_at(text, start, end, width)
     covered.update(s for s, _ in record.spans)
     readings = joined(text, record)
     line = parse_line(readings[0], record.start)

@@ -246,8 +246,9 @@ def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
     return widest if lengths.count(widest) >= 2 else 0
 
 
-def record_at(text: str, start: int, end: int) -> Record:
-    """The record the physical line (start, end) belongs to."""
+def record_at(text: str, start: int, end: int, width_hint: int | None = None) -> Record:
+    """The record the physical line (start, end) belongs to. `width_hint`: the paste's cut column
+    when the caller knows it (fixed_column_cuts), instead of measuring the lines around the record."""
     alone = Record(start, ((start, end),))
     if end - start > MAX_JOIN_LINE:
         return alone
@@ -270,7 +271,7 @@ def record_at(text: str, start: int, end: int) -> Record:
 
     def width() -> int:
         if not known:
-            known.append(_width(text, first, (start, end)))
+            known.append(width_hint if width_hint is not None else _width(text, first, (start, end)))
         return known[0]
 
     # Forward from there, cutting records, until the one that holds the line; then to its end.
