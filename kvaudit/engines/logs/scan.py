@@ -64,6 +64,8 @@ says what num_gpu_blocks does, and the memory lines Ray folds are read anyway (t
 them); an excerpt may hold the one line and not the other."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
+MAX_NEEDLE_LINES = 256
+"""Lines kept per long needle, per file."""
 MAX_FRAMES = 256
 """Frame lines kept per file: a traceback names a startup call a few times at most."""
 COMMAND_WINDOW = 1 << 18
@@ -182,12 +184,16 @@ def scan(text: str) -> Candidates:
 
 
 def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None) -> None:
-    """Every line that holds `needle` (before `stop`), found with str.find (one pass)."""
+    """The first MAX_NEEDLE_LINES lines that hold `needle` (before `stop`), found with str.find
+    (one pass at most): a boot dies once, and a log of a thousand tracebacks is a server's, not a
+    start-up's."""
     stop = len(text) if stop is None else stop
     i = text.find(needle, 0, stop)
-    while i >= 0:
+    kept = 0
+    while i >= 0 and kept < MAX_NEEDLE_LINES:
         start, end = bounds(text, i)
         found.setdefault(start, end)
+        kept += 1
         i = text.find(needle, end, stop)
 
 
@@ -227,16 +233,21 @@ def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
     found, extra, engine, frames = [], [], [], 0
     window = min(len(text), COMMAND_WINDOW)
+    needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)
         frame = frames < MAX_FRAMES and any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME))
         frames += frame
         hit = _has_error(seg) or _V_RX.search(seg) is not None or any(
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
+        needles = [n for n in _long_needles(text) if n in seg] + [
+            n for n in _COMMAND_NEEDLES if text.find(n, m.start(), min(m.end(), window)) >= 0]
+        kept = [n for n in needles if needle_lines[n] < MAX_NEEDLE_LINES]
+        for n in needles:
+            needle_lines[n] += 1
         if hit:
             found.append((m.start(), m.end()))
-        elif frame or any(needle in seg for needle in _long_needles(text)) or any(
-                text.find(n, m.start(), min(m.end(), window)) >= 0 for n in _COMMAND_NEEDLES):
+        elif frame or kept:
             extra.append((m.start(), m.end()))
         elif any(needle in seg for needle in _PRELUDE):
             engine.append((m.start(), m.end()))
