@@ -18,12 +18,13 @@ each hit in place:
 - `#` before ` GPU blocks: ` / ` CUDA blocks: ` / ` CPU blocks: `: V0's KV block count.
 - `LLM engine` and ` version `, searched before the first other hit only (printed before anything
   is loaded): V0's config line (version, model, max_seq_len, TP) and the version banners.
-- A few long needles, one `str.find` pass each (long needles are the fast ones): the signs of a
-  boot that died whatever its exception (`Traceback (most recent call last)`, `unexpectedly`);
-  in an excerpt (up to EXCERPT_CHARS) also `failed to start`, Ray's `x across cluster]`,
-  `num_gpu_blocks is: ` and the NPU worker's `, total memory: `. And `", line `, the traceback
-  frames, one regex: kept only where the frame names a startup call (its phase) or is
-  faulthandler's (a crash in C code), and at most MAX_FRAMES.
+- A few long needles, one `str.find` pass each (long needles are the fast ones), at most
+  MAX_NEEDLE_LINES lines each: `Traceback (most recent call last)`, the sign of a boot that died
+  whatever its exception; in an excerpt (up to EXCERPT_CHARS) also `failed to start`,
+  `unexpectedly`, Ray's `x across cluster]`, `num_gpu_blocks is: ` and the NPU worker's `, total
+  memory: `. And `", line `, the traceback frames, one regex (in an excerpt everywhere, in a whole
+  log after each traceback header): kept only where the frame names a startup call (its phase)
+  or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
 - Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`), looked for in the first
   COMMAND_WINDOW characters only: a command comes before the log it started.
 
@@ -56,14 +57,19 @@ _ERROR = "Error"
 _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
 V0's `Error executing method 'determine_num_available_blocks'`."""
-_LONG_NEEDLES = ("Traceback (most recent call last)", "unexpectedly")
-_EXCERPT_NEEDLES = ("failed to start", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ")
-"""Looked for in a text up to EXCERPT_CHARS only (~0.1 s a pass over 200 MB): in a whole log
-`EngineCore failed to start.` comes with the traceback logger.exception prints, the KV size line
-says what num_gpu_blocks does, and the memory lines Ray folds are read anyway (their marker with
-them); an excerpt may hold the one line and not the other."""
+_LONG_NEEDLES = ("Traceback (most recent call last)",)
+_EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ")
+"""Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
+`EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
+engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
+died unexpectedly` (a `Vllm` word), the KV size line says what num_gpu_blocks does, and the memory
+lines Ray folds are read anyway (their marker with them); an excerpt may hold the one line and not
+the other."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
+_TRACEBACK = "Traceback (most recent call last)"
+FRAME_WINDOW = 1 << 16
+"""How far after a traceback header its frames are looked for, in a whole log."""
 MAX_NEEDLE_LINES = 256
 """Lines kept per long needle, per file."""
 MAX_FRAMES = 256
@@ -167,9 +173,14 @@ def scan(text: str) -> Candidates:
             i, misses = (min(hits) if hits else text.find(_ERROR, end)), 0
     # Printed before anything is loaded: looked for before the first other hit only.
     limit = min(found, default=len(text))
-    for needle in _LONG_NEEDLES + (_EXCERPT_NEEDLES if len(text) <= EXCERPT_CHARS else ()):
-        _needle_lines(text, needle, found)
-    _frame_lines(text, found)
+    headers = []
+    for needle in _long_needles(text):
+        lines = _needle_lines(text, needle, found)
+        if needle == _TRACEBACK:
+            headers = lines
+    kept = [0]
+    for start, stop in _frame_windows(text, headers):
+        _frame_lines(text, found, start, stop, kept)
     window = min(len(text), COMMAND_WINDOW)
     for needle in _COMMAND_NEEDLES:
         _needle_lines(text, needle, found, stop=window)
@@ -183,31 +194,47 @@ def scan(text: str) -> Candidates:
     return Candidates(segments, _concurrency(text, segments), _first_backend(text))
 
 
-def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None) -> None:
+def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None) -> list[int]:
     """The first MAX_NEEDLE_LINES lines that hold `needle` (before `stop`), found with str.find
     (one pass at most): a boot dies once, and a log of a thousand tracebacks is a server's, not a
     start-up's."""
     stop = len(text) if stop is None else stop
     i = text.find(needle, 0, stop)
-    kept = 0
-    while i >= 0 and kept < MAX_NEEDLE_LINES:
+    starts: list[int] = []
+    while i >= 0 and len(starts) < MAX_NEEDLE_LINES:
         start, end = bounds(text, i)
         found.setdefault(start, end)
-        kept += 1
+        starts.append(start)
         i = text.find(needle, end, stop)
+    return starts
 
 
-def _frame_lines(text: str, found: dict[int, int]) -> None:
+def _frame_windows(text: str, headers: list[int]) -> list[tuple[int, int]]:
+    """Where to look for traceback frames: the whole of an excerpt (up to EXCERPT_CHARS, where a
+    faulthandler dump may stand alone), in a whole log the FRAME_WINDOW after each traceback
+    header (a log's hundred thousand frames of other calls are not read)."""
+    if len(text) <= EXCERPT_CHARS:
+        return [(0, len(text))]
+    windows: list[tuple[int, int]] = []
+    for start in headers:
+        stop = min(start + FRAME_WINDOW, len(text))
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], stop)
+        else:
+            windows.append((start, stop))
+    return windows
+
+
+def _frame_lines(text: str, found: dict[int, int], start: int, stop: int, kept: list[int]) -> None:
     """Traceback frames that name a startup call, and faulthandler's frames (`line N in name`,
     without the comma), at most MAX_FRAMES. One regex with the literal `", line ` in front: the
     frames of other calls (a log can hold a hundred thousand) fail in C, never in Python."""
-    kept = 0
-    m = _FRAME_RX.search(text)
-    while m is not None and kept < MAX_FRAMES:
-        start, end = bounds(text, m.start())
-        found.setdefault(start, end)
-        kept += 1
-        m = _FRAME_RX.search(text, end)
+    m = _FRAME_RX.search(text, start, stop)
+    while m is not None and kept[0] < MAX_FRAMES:
+        line_start, end = bounds(text, m.start())
+        found.setdefault(line_start, end)
+        kept[0] += 1
+        m = _FRAME_RX.search(text, end, stop)
 
 
 def _frame_counts(text: str, j: int) -> bool:
@@ -234,9 +261,13 @@ def scan_exhaustive(text: str) -> Candidates:
     found, extra, engine, frames = [], [], [], 0
     window = min(len(text), COMMAND_WINDOW)
     needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
+    headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if _TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
+    windows = _frame_windows(text, headers)
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)
-        frame = frames < MAX_FRAMES and any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME))
+        frame = frames < MAX_FRAMES and any(
+            _frame_counts(seg, i + len(_FRAME)) and any(a <= m.start() + i < b for a, b in windows)
+            for i in _positions(seg, _FRAME))
         frames += frame
         hit = _has_error(seg) or _V_RX.search(seg) is not None or any(
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
