@@ -3,7 +3,10 @@ failure line for the run supervisor (the log of the boot it ran) and for the log
 logs, engines/logs/facts.py) alike, so a line means the same in both.
 
 Order matters: the first cause whose anchor (and pattern) a line holds is its cause, most
-specific first. The templates, and the vLLM files that print them: docs/vllm-startup.md §5.3–5.5.
+specific first. Causes marked `log_only` (a bare traceback, `EngineCore failed to start`, any
+exception line, …) show that a user's boot died without saying why; `find_failure_in_log` leaves
+them out, as a run's supervisor has each rank's own error. The templates, and the vLLM files
+that print them: docs/vllm-startup.md §5.3–5.5.
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ The pipeline: `parse` drives one file: `scan` finds the few lines worth reading 
 passes, no per-line loop), `unwrap` joins a record's wrapped and continuation lines, `lines` splits
 each into process tag / level / file / message, `facts` turns messages into typed facts (the
 catalogue of docs/vllm-startup.md §5; `knobs` reads the engine arguments) and `parse` follows
-worker renames. Then `ranks` gives each fact to its rank; `logged_config`, `failure_timeline` and
-`owners` read the config, the failure and each rank's owners; and `boot_record` makes the
-`BootRecord` that `kvaudit.assemble.assemble` turns into the report. Nothing here imports torch or vllm.
+worker renames (and, in a paste, reads the runs of lines cut at a fixed column). Then `layout`
+tells the parallel sizes from what the logs state and the worker names show, `ranks` gives each
+fact to its rank; `logged_config`, `failure_timeline` and `owners` read the config, the failure
+(a boot that died is never `ok`) and each rank's owners; and `boot_record` makes the `BootRecord`
+that `kvaudit.assemble.assemble` turns into the report. Nothing here imports torch or vllm.
 """
 
 from __future__ import annotations
