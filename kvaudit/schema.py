@@ -257,10 +257,6 @@ class RankReport:
     kv_segment_rounding_bytes: int | None = field(default=None, metadata=OMIT_NONE)
     """Extension (CUDA): bytes of the budget left unused so that whole blocks' segments fit
     (kv_available_bytes is after it); absent where kv_tensor_block_bytes is."""
-    vllm_kv_cache_memory_bytes: int | None = field(default=None, metadata=OMIT_NONE)
-    """Extension: the `--kv-cache-memory` bytes vLLM itself suggests "to fit into requested memory"
-    (the first figure of gpu_worker.py compile_or_warm_up_model's "Actual usage" line), as a log
-    states it; beside kvaudit's safe flags, it shows where vLLM's own sum differs."""
     node: RankNode | None = field(default=None, metadata=OMIT_NONE)
     """Extension (`kvaudit run`): where this rank ran and how its record reached the report;
     absent in reports from logs and older runs."""

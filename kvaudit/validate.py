@@ -186,8 +186,7 @@ def _rank_report(node: _JsonObject) -> RankReport:
         kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
         node=_rank_node(node.child("node", required=False, nullable=True)),
         kv_tensor_block_bytes=_positive_ints(node, "kv_tensor_block_bytes"),
-        kv_segment_rounding_bytes=node.int("kv_segment_rounding_bytes", required=False),
-        vllm_kv_cache_memory_bytes=node.int("vllm_kv_cache_memory_bytes", required=False))
+        kv_segment_rounding_bytes=node.int("kv_segment_rounding_bytes", required=False))
 
 
 def _positive_ints(node: _JsonObject, key: str) -> tuple[int, ...] | None:

@@ -190,7 +190,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
            "available": "kv_available_bytes", "estimate": "graph_pool_estimate_bytes", "blocks": "kv_blocks",
-           "suggested": "vllm_kv_cache_memory_bytes"}
+           "suggested": "vllm_suggested_kv_cache_memory_bytes"}
 
 
 def _rank_value(rank: Any, key: Any) -> Any:

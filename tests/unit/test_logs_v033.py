@@ -4,7 +4,7 @@ as fixtures; these pin the formats now: the 0.33 file names (v1/core/kv_cache_pl
 persistent/transient split of the profile (0.28+: `total consumed`, and the transient peak as
 what is left of the non-KV total), Model Runner V2's graph estimate (0.29+: the profiling capture,
 then the advisory and the pool comparison) and the "Actual usage" line with vLLM's own
-`--kv-cache-memory` suggestion, which the report keeps (`vllm_kv_cache_memory_bytes`).
+`--kv-cache-memory` suggestion, which the report keeps (`vllm_suggested_kv_cache_memory_bytes`).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_a_033_boot_gives_every_rank_its_owners_and_vllms_own_suggestion() -> No
         assert (rank.graph_pool_estimate_bytes, rank.graph_pool_actual_bytes) == (G("0.75"), G("0.7"))
         assert o[Owner.GRAPH_POOL] == G("0.75") and o[Owner.WEIGHTS] == G("7.5")
         assert o[Owner.KV_CACHE] == G(format_gib(AVAILABLE))
-        assert rank.vllm_kv_cache_memory_bytes == suggestion()
+        assert rank.vllm_suggested_kv_cache_memory_bytes == suggestion()
         assert (rank.device_total_bytes, rank.requested_bytes) == (G("139.8"), G(format_gib(REQUESTED)))
 
 
@@ -148,7 +148,7 @@ def test_the_suggestion_is_in_the_json_report(cli, tmp_path) -> None:
     assert result.code == 0
     import json
     ranks = json.loads(result.stdout)["ranks"]
-    assert [r["vllm_kv_cache_memory_bytes"] for r in ranks] == [suggestion(), suggestion()]
+    assert [r["vllm_suggested_kv_cache_memory_bytes"] for r in ranks] == [suggestion(), suggestion()]
 
 
 def test_the_033_profile_line_alone_gives_the_transient_peak() -> None:
@@ -208,7 +208,7 @@ def test_0_10_wordings_of_the_actual_usage_line() -> None:
                 "`--kv-cache-memory=11809093120` to fully utilize gpu memory. Current kv cache memory in use is "
                 "11423138508 bytes.")
     rank = report_from_log_text(text, "x").ranks[0]
-    assert rank.vllm_kv_cache_memory_bytes == 7564378828 and rank.owners[Owner.KV_CACHE] == 11423138508
+    assert rank.vllm_suggested_kv_cache_memory_bytes == 7564378828 and rank.owners[Owner.KV_CACHE] == 11423138508
     assert (rank.owners[Owner.WEIGHTS], rank.owners[Owner.NON_TORCH]) == (G("27.72"), G("0.21"))
 
 
