@@ -86,6 +86,9 @@ class Stated:
     max_feasible_model_len: int | None = None
     max_model_len_fits: bool | None = None
     kv_needed_bytes: int | None = None
+    kv_tokens_note: str | None = None
+    """How `kv_tokens` was derived when the log states no token count (from its blocks); the
+    verdict says so."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ def assemble(record: BootRecord) -> Report:
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)
+    if record.stated.kv_tokens_note and cap.kv_tokens is not None and record.failure is None:
+        reason += f" ({record.stated.kv_tokens_note})"
     accuracy = None
     if record.planted_sizes:
         accuracy = tuple(entry for r, rep in zip(record.ranks, ranks) if isinstance(r, MeasuredRank)
@@ -317,6 +322,8 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
         text = f"does not fit: max_model_len {length} needs more KV than the {fmt_gib(cap.kv_available_bytes)} available{where}"
     elif cap.kv_tokens is not None:
         text = f"does not fit: max_model_len {length} is longer than the KV cache's {fmt_tokens(cap.kv_tokens)} tokens"
+    elif cap.kv_needed_bytes is not None:
+        text = f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, more than the KV cache holds"
     else:
         text = f"does not fit: max_model_len {length} is longer than the KV cache holds"
     if cap.max_feasible_model_len is not None:
