@@ -6,15 +6,16 @@ the commands that boot something.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Callable, NoReturn, Optional, TextIO
 
 import typer
 
 from kvaudit.errors import ExitCode, KvauditError, UsageError
-from kvaudit.render import Format, reporter
+from kvaudit.render import DOCUMENT_FORMATS, Format, check_format, reporter
 from kvaudit.render.printable import one_line
 
 app = typer.Typer(
@@ -22,7 +23,8 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain click help: no box that truncates option names at 80 columns
     help="Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe.")
 
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout (html and prom: in the -o "
+                                                                  "file when one is given).")]
 WidthOpt = Annotated[Optional[int], typer.Option("--width", min=1, help="Table width (default: the terminal's).")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocator's history and attribute every "
                                         "block to an owner and an allocation site (module/function).")]
@@ -32,15 +34,31 @@ OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
 
 
 def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
-    from kvaudit.render.output import write_output
     from kvaudit.schema import dumps
-    if output is not None:
-        try:
-            write_output(output, dumps(report))
-        except OSError as exc:
-            raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
-        typer.echo(f"kvaudit: report written to {output}", err=True)
-    reporter(fmt, width=width).report(report, sys.stdout)
+    _emit(lambda out: reporter(fmt, width=width).report(report, out), lambda: dumps(report), fmt, output)
+
+
+def _emit(view: Callable[[TextIO], None], record: Callable[[], str], fmt: Format, output: Path | None) -> None:
+    """The record (report, diff or plan JSON) in -o, then the view on stdout; a document format
+    (html, prom) goes whole into -o instead, and nothing to stdout."""
+    if output is None:
+        view(sys.stdout)
+    elif fmt in DOCUMENT_FORMATS:
+        page = io.StringIO()
+        view(page)
+        _write(output, page.getvalue(), f"{fmt.value} output")
+    else:
+        _write(output, record(), "report")
+        view(sys.stdout)
+
+
+def _write(output: Path, text: str, what: str) -> None:
+    from kvaudit.render.output import write_output
+    try:
+        write_output(output, text)
+    except OSError as exc:
+        raise UsageError(f"cannot write the {what} to {output}: {exc.strerror or exc}") from None
+    typer.echo(f"kvaudit: {what} written to {output}", err=True)
 
 
 def _version(value: bool) -> None:
@@ -58,15 +76,20 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 @app.command()
 def show(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here (-f html "
+                                                        "or prom: the page or the metrics).")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
-    """Render one report (or a vLLM startup log) as a table, JSON, CSV or markdown."""
+    """Render one report (or a vLLM startup log) as a table, JSON, CSV, markdown, an HTML page or
+    Prometheus metrics."""
     from kvaudit.engines.inputs import load_report
-    reporter(fmt, width=width).report(load_report(report), sys.stdout)
+    _emit_report(load_report(report), fmt, width, output)
 
 
 @app.command()
 def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that booted (report JSON or vLLM log; - reads stdin).")],
          b: Annotated[Path, typer.Argument(metavar="B", help="The run to compare with it.")],
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the diff JSON here (-f html "
+                                                        "or prom: the page or the metrics).")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
          fail_on_kv_drop: Annotated[Optional[str], typer.Option(
              "--fail-on-kv-drop", metavar="BYTES",
@@ -82,7 +105,8 @@ def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that boote
     if not result.comparable:
         typer.echo("kvaudit: warning: the runs differ in " + ", ".join(k.knob for k in result.knob_differences)
                    + "; owner deltas mix config and code changes", err=True)
-    reporter(fmt, width=width).diff(result, sys.stdout)
+    from kvaudit.schema import dumps
+    _emit(lambda out: reporter(fmt, width=width).diff(result, out), lambda: dumps(result), fmt, output)
     if limit is not None:
         check_kv_drop(result, limit)
 
@@ -151,6 +175,7 @@ def run(ctx: typer.Context,
     from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+    check_format(fmt)  # -f html without matplotlib: now, not after the boot
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
                               tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
                               gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
@@ -206,6 +231,7 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
     from kvaudit.engines.selftest import SelftestOptions, check_options, run_selftest
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+    check_format(fmt)
     opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
                            repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,
                            retain_graph_pool=retain_graph_pool, timeout_s=timeout, trace=trace,
@@ -297,15 +323,17 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
                                                       help="Solve for one knob.")] = None,
          for_len: Annotated[Optional[int], typer.Option("--for-len", help="With --solve max-num-seqs: tokens "
                                                         "per request.")] = None,
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan's JSON here (-f html "
+                                                        "or prom: the page or the metrics).")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Predict the report of an edited config from a measured one, without booting: every owner
     measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
-    from kvaudit.plan import edits_from_flags, exit_code, plan_or_solve
+    from kvaudit.plan import edits_from_flags, exit_code, plan_dumps, plan_or_solve
     from kvaudit.render.plan import render_plan
     from kvaudit.engines.inputs import load_report
     edits = edits_from_flags(gmu=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     result = plan_or_solve(load_report(report), edits, solve, for_len)
-    render_plan(result, fmt, sys.stdout, width=width)
+    _emit(lambda out: render_plan(result, fmt, out, width=width), lambda: plan_dumps(result), fmt, output)
     raise typer.Exit(exit_code(result))
