@@ -19,7 +19,7 @@ HTML-escaped, its control characters shown as escapes (kvaudit/render/printable.
 from __future__ import annotations
 
 import html
-from typing import Iterable, Sequence, TextIO
+from typing import TYPE_CHECKING, Iterable, Sequence, TextIO
 
 import pandas as pd
 
@@ -28,6 +28,9 @@ from kvaudit.render.printable import printable
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import NON_KV_OWNERS, DiffReport, Owner, OwnerDelta, Report, Verdict
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_gib3
+
+if TYPE_CHECKING:
+    from kvaudit.plan import Figure, Plan
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 """Inline styles only: no script, no fetch of any kind (a meta CSP cannot carry frame-ancestors)."""
@@ -174,7 +177,7 @@ def bars_caption(report: Report) -> str:
     text = ("Per rank, the owners stacked from 0 in the ledger's order; the black tick is the requested "
             "budget (gpu_memory_utilization × the device), the grey box the whole device.")
     unknown = sorted({o.value for r in report.ranks for o in Owner if r.owners.get(o) is None})
-    below = [f"rank {r.rank} {o.value} {fmt_bytes(v, signed=True)}" for r in report.ranks for o in Owner
+    below = [f"rank {'?' if r.rank is None else r.rank} {o.value} {fmt_bytes(v, signed=True)}" for r in report.ranks for o in Owner
              if (v := r.owners.get(o)) is not None and v < 0]
     if unknown:
         text += f" Unknown, not drawn: {', '.join(unknown)}."
@@ -209,6 +212,8 @@ class HtmlReporter(SectionReporter):
 
     def __init__(self) -> None:
         self._next: _HtmlPage | None = None
+        """The page the next report or diff is drawn on (SectionReporter asks `page` for it)."""
+        self._drawn = _HtmlPage()
 
     def page(self, out: TextIO) -> Page:
         page, self._next = self._next or _HtmlPage(), None
@@ -312,7 +317,7 @@ def diff_head(diff: DiffReport) -> list[str]:
 # plan
 
 
-def plan_html(plan, out: TextIO) -> None:
+def plan_html(plan: Plan, out: TextIO) -> None:
     """A plan's page: the predicted report as any report's page, then the planned-vs-measured
     table and how each figure was obtained (kvaudit/render/plan.py's lines)."""
     from kvaudit.render.plan import plan_lines
@@ -325,13 +330,13 @@ def plan_html(plan, out: TextIO) -> None:
     HtmlReporter().report(plan.report, out, appendix=appendix)
 
 
-def plan_source(plan) -> str:
+def plan_source(plan: Plan) -> str:
     m = plan.measured
     return f"{m.source.value} of {m.config.model.rstrip('/').rsplit('/', 1)[-1]}" if m.config.model \
         else f"{m.source.value} report"
 
 
-def plan_table(plan) -> str:
+def plan_table(plan: Plan) -> str:
     """Per rank and owner: measured, planned, the change, how it was obtained and its error; then
     the KV figure."""
     measured = {r.rank: r for r in plan.measured.ranks}
@@ -355,7 +360,7 @@ def plan_table(plan) -> str:
                       rows, ("num", "word", "num", "num", "num", "word", "num", "text"))
 
 
-def _how_text(f) -> str:
+def _how_text(f: Figure) -> str:
     parts = [f.rule] if f.rule else []
     if f.points:
         parts.append("measured " + ", ".join(f"{x} → {fmt_bytes(b)}" for x, b in f.points))
