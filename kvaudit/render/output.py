@@ -107,19 +107,26 @@ def _check_new(path: Path | str, flag: str) -> None:
         raise UsageError(f"{flag} {path}: the file name is longer than the {most} bytes its file system allows")
 
 
-def write_output(path: Path | str, text: str, *, flag: str = "-o", inputs: Iterable[Path | str] = ()) -> None:
+def write_output(path: Path | str, text: str, *, flag: str = "-o", inputs: Iterable[Path | str] = (),
+                 replace: bool = False) -> None:
     """Write `text` (UTF-8) to `path` (`-`: standard output). UsageError for a path that cannot be
-    an output file (checked again: a boot takes minutes); OSError for what the system refuses."""
+    an output file (checked again: a boot takes minutes); OSError for what the system refuses.
+    An existing file is written through, as the shell's `>` does (inode, owner, mode and links
+    kept); `replace`: replaced by a whole new file instead, atomically, with the old one's mode
+    (a Prometheus textfile, which a collector may read at any moment)."""
     if is_stdout(path):
         sys.stdout.write(text)
         sys.stdout.flush()
         return
     check_output(path, flag=flag, inputs=inputs)
     data = text.encode("utf-8")
-    if os.path.exists(path):
-        _write_through(path, data, flag)
+    target = Path(os.path.realpath(path))
+    if not os.path.exists(path):
+        _create(target, data)
+    elif replace:
+        _create(target, data, mode=stat.S_IMODE(os.stat(target).st_mode))
     else:
-        _create(Path(os.path.realpath(path)), data)
+        _write_through(path, data, flag)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -141,13 +148,15 @@ def _write_through(path: Path | str, data: bytes, flag: str) -> None:
         os.close(fd)
 
 
-def _create(target: Path, data: bytes) -> None:
+def _create(target: Path, data: bytes, mode: int | None = None) -> None:
     # mkstemp: O_CREAT | O_EXCL, a random name, never follows a planted symlink
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".kvaudit-", suffix=".tmp")
     try:
-        umask = os.umask(0)  # mkstemp creates 0600; a new file gets what the umask gives, as with `>`
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        if mode is None:
+            umask = os.umask(0)  # mkstemp creates 0600; a new file gets what the umask gives, as with `>`
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.fchmod(fd, mode)
         _write_all(fd, data)
         os.fsync(fd)
     except BaseException:

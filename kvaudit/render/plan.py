@@ -1,5 +1,6 @@
 """`kvaudit plan` output: the predicted report as any report renders, then how each figure was
-obtained (table, markdown), one row per rank and owner (csv), or the whole plan (json)."""
+obtained (table, markdown), one row per rank and owner (csv), the whole plan (json), a page with
+the planned-vs-measured table (html), or the predicted report's metrics (prom, `source="plan"`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import csv
 from typing import TextIO
 
 from kvaudit.plan import Figure, How, Plan, plan_dumps
-from kvaudit.render import Format, printable_stream, reporter
+from kvaudit.render import Format, printable_stream, reporter, reporter_stream
 from kvaudit.render.markdown import text as markdown_text
 from kvaudit.render.printable import one_line
 from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
@@ -16,6 +17,13 @@ from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
 def render_plan(plan: Plan, fmt: Format, out: TextIO, *, width: int | None = None) -> None:
     if fmt is Format.JSON:
         out.write(plan_dumps(plan))
+        return
+    if fmt is Format.HTML:
+        from kvaudit.render.html import plan_html
+        plan_html(plan, reporter_stream(out))
+        return
+    if fmt is Format.PROM:  # the predicted report's gauges alone: a metrics file takes no prose
+        reporter(fmt).report(plan.report, out)
         return
     if fmt is Format.CSV:
         writer = csv.writer(printable_stream(out), lineterminator="\n")
