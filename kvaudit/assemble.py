@@ -18,7 +18,7 @@ from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
 )
-from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger
+from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger, step_transient
 from kvaudit.report import phase_map
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
@@ -54,6 +54,7 @@ class MeasuredRank:
     vllm_graph_estimate_bytes: int | None = None
     vllm_suggested_kv_cache_memory_bytes: int | None = None
     graph_capture_transient_bytes: int | None = None
+    prefill_probe_transient_bytes: int | None = None
     sweep: tuple[SweepPoint, ...] | None = None
     kv_cache_spec_dtype: str | None = None
     node: RankNode | None = None
@@ -169,7 +170,8 @@ def rank_report(record: RankRecord) -> RankReport:
                       gpu_memory_utilization=record.gpu_memory_utilization, others_bytes=record.others_bytes,
                       graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
                       kv_cache_bytes=record.kv_cache_bytes,
-                      capture_transient_bytes=record.graph_capture_transient_bytes)
+                      capture_transient_bytes=step_transient(record.graph_capture_transient_bytes,
+                                                             record.prefill_probe_transient_bytes))
     return RankReport(
         rank=record.rank, tp_rank=record.tp_rank, dcp_rank=record.dcp_rank,
         device_total_bytes=record.device_total_bytes, requested_bytes=led.requested_bytes,
@@ -185,6 +187,7 @@ def rank_report(record: RankRecord) -> RankReport:
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
         vllm_suggested_kv_cache_memory_bytes=record.vllm_suggested_kv_cache_memory_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
+        prefill_probe_transient_bytes=record.prefill_probe_transient_bytes,
         kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node,
         kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=record.kv_segment_rounding_bytes)
 
@@ -339,7 +342,8 @@ def _growth_text(rank: RankReport) -> str:
     grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
                                 graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
                                 kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes,
-                                capture_transient_bytes=rank.graph_capture_transient_bytes)
+                                capture_transient_bytes=step_transient(rank.graph_capture_transient_bytes,
+                                                                       rank.prefill_probe_transient_bytes))
     parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
     unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
     if unexplained > OVERCOMMIT_TOLERANCE_BYTES:
