@@ -19,9 +19,9 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TextIO
 
-import pandas as pd
 
 from kvaudit.render import frames, summary
+from kvaudit.render.frames import Frame
 from kvaudit.render.printable import one_line
 from kvaudit.schema import DiffReport, Report, Verdict
 
@@ -48,7 +48,7 @@ class Page(ABC):
         """The first line: what was audited or compared."""
 
     @abstractmethod
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         """A table of text cells; `label` heads its index column."""
 
     @abstractmethod
@@ -90,11 +90,11 @@ class _OneLine(Page):
     def title(self, text: str) -> None:
         self.page.title(one_line(text))
 
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         # lists, not a dict: two columns of one label (a diff of a file with itself) stay two
-        cells = pd.DataFrame([[one_line(str(v)) for v in row] for row in frame.itertuples(index=False)],
-                             index=[one_line(str(v)) for v in frame.index],
-                             columns=[one_line(str(v)) for v in frame.columns])
+        cells = Frame.of([[one_line(str(v)) for v in row] for row in frame.itertuples(index=False)],
+                         index=[one_line(str(v)) for v in frame.index],
+                         columns=[one_line(str(v)) for v in frame.columns])
         self.page.table(cells, one_line(label))
 
     def footnote(self, text: str) -> None:
