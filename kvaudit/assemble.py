@@ -18,7 +18,7 @@ from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
 )
-from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger
+from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger, step_transient
 from kvaudit.report import phase_map
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
@@ -54,6 +54,7 @@ class MeasuredRank:
     vllm_graph_estimate_bytes: int | None = None
     vllm_suggested_kv_cache_memory_bytes: int | None = None
     graph_capture_transient_bytes: int | None = None
+    prefill_probe_transient_bytes: int | None = None
     sweep: tuple[SweepPoint, ...] | None = None
     kv_cache_spec_dtype: str | None = None
     node: RankNode | None = None
@@ -86,6 +87,9 @@ class Stated:
     max_feasible_model_len: int | None = None
     max_model_len_fits: bool | None = None
     kv_needed_bytes: int | None = None
+    kv_tokens_note: str | None = None
+    """How `kv_tokens` was derived when the log states no token count (from its blocks); the
+    verdict says so."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ def assemble(record: BootRecord) -> Report:
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)
+    if record.stated.kv_tokens_note and cap.kv_tokens is not None and record.failure is None:
+        reason += f" ({record.stated.kv_tokens_note})"
     accuracy = None
     if record.planted_sizes:
         accuracy = tuple(entry for r, rep in zip(record.ranks, ranks) if isinstance(r, MeasuredRank)
@@ -164,7 +170,8 @@ def rank_report(record: RankRecord) -> RankReport:
                       gpu_memory_utilization=record.gpu_memory_utilization, others_bytes=record.others_bytes,
                       graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
                       kv_cache_bytes=record.kv_cache_bytes,
-                      capture_transient_bytes=record.graph_capture_transient_bytes)
+                      capture_transient_bytes=step_transient(record.graph_capture_transient_bytes,
+                                                             record.prefill_probe_transient_bytes))
     return RankReport(
         rank=record.rank, tp_rank=record.tp_rank, dcp_rank=record.dcp_rank,
         device_total_bytes=record.device_total_bytes, requested_bytes=led.requested_bytes,
@@ -180,6 +187,7 @@ def rank_report(record: RankRecord) -> RankReport:
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
         vllm_suggested_kv_cache_memory_bytes=record.vllm_suggested_kv_cache_memory_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
+        prefill_probe_transient_bytes=record.prefill_probe_transient_bytes,
         kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node,
         kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=record.kv_segment_rounding_bytes)
 
@@ -276,9 +284,14 @@ def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[st
                      + f"(within the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
         if r.deferred_steps:
-            notes.append(f"rank {r.rank}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
+            notes.append(f"{_rank_name(r)}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
                          f"after it; their bytes were not budgeted")
     return notes
+
+
+def _rank_name(rank: RankReport) -> str:
+    """`rank 3`, or `a rank with no number` (a report may have one), never `rank None`."""
+    return f"rank {rank.rank}" if rank.rank is not None else "a rank with no number"
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +314,7 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         return Verdict.FAIL, _does_not_fit(cap, config)
     if over_committed(ranks):
         worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
-        return Verdict.FAIL, (f"rank {worst.rank} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
+        return Verdict.FAIL, (f"{_rank_name(worst)} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
                               f"after KV was sized ({_growth_text(worst)}): "
                               + (f"pass {cap.safe_serve_flags[0]}" if cap.safe_serve_flags
                                  else "lower the KV cache by that much"))
@@ -347,6 +360,8 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
         text = f"does not fit: max_model_len {length} needs more KV than the {fmt_gib(cap.kv_available_bytes)} available{where}"
     elif cap.kv_tokens is not None:
         text = f"does not fit: max_model_len {length} is longer than the KV cache's {fmt_tokens(cap.kv_tokens)} tokens"
+    elif cap.kv_needed_bytes is not None:
+        text = f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, more than the KV cache holds"
     else:
         text = f"does not fit: max_model_len {length} is longer than the KV cache holds"
     if cap.max_feasible_model_len is not None:
@@ -362,7 +377,8 @@ def _growth_text(rank: RankReport) -> str:
     grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
                                 graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
                                 kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes,
-                                capture_transient_bytes=rank.graph_capture_transient_bytes)
+                                capture_transient_bytes=step_transient(rank.graph_capture_transient_bytes,
+                                                                       rank.prefill_probe_transient_bytes))
     parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
     unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
     if unexplained > OVERCOMMIT_TOLERANCE_BYTES:

@@ -6,16 +6,17 @@ the commands that boot something.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Callable, NoReturn, Optional, Sequence, TextIO
 
 import typer
 
 from kvaudit.errors import ExitCode, KvauditError, UsageError
-from kvaudit.render import Format, reporter
+from kvaudit.render import DOCUMENT_FORMATS, Format, check_format, reporter
 from kvaudit.render.printable import one_line
 
 app = typer.Typer(
@@ -23,8 +24,13 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain click help: no box that truncates option names at 80 columns
     help="Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe.")
 
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout.")]
-WidthOpt = Annotated[Optional[int], typer.Option("--width", min=1, help="Table width (default: the terminal's).")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output on stdout (html and prom: in the -o "
+                                                                  "file when one is given).")]
+MIN_WIDTH = 40
+"""Narrower, the owner table's label column alone fills the line."""
+WidthOpt = Annotated[Optional[int], typer.Option("--width", min=MIN_WIDTH, help="Table width (default: the terminal's).")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here; - is stdout "
+                                                   "(the view then goes to stderr).")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocator's history and attribute every "
                                         "block to an owner and an allocation site (module/function).")]
 OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
@@ -44,16 +50,40 @@ class _Command(typer.core.TyperCommand):
         formatter.buffer[:] = ["".join(formatter.buffer).replace("<list[Path]>", "<path>...   ")]  # same width: the column stays aligned
 
 
-def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None) -> None:
-    from kvaudit.render.output import write_output
+def _emit_report(report, fmt: Format, width: int | None, output: Path | None = None,
+                 inputs: Sequence[Path] = ()) -> None:
     from kvaudit.schema import dumps
-    if output is not None:
-        try:
-            write_output(output, dumps(report))
-        except OSError as exc:
-            raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from None
-        typer.echo(f"kvaudit: report written to {output}", err=True)
-    reporter(fmt, width=width).report(report, sys.stdout)
+    _emit(lambda out: reporter(fmt, width=width).report(report, out), lambda: dumps(report), fmt, output, inputs)
+
+
+def _emit(view: Callable[[TextIO], None], record: Callable[[], str], fmt: Format, output: Path | None,
+          inputs: Sequence[Path] = ()) -> None:
+    """The view on stdout, then the record (report, diff or plan JSON) in -o: a file that cannot be
+    written never costs the view. `-o -` puts the record on stdout and the view on stderr (once, for
+    -f json). A document format (html, prom) goes whole into -o instead, and nothing to stdout; its
+    file is replaced atomically (a textfile collector never reads half of one)."""
+    from kvaudit.render.output import is_stdout
+    to_stdout = is_stdout(output)
+    if fmt in DOCUMENT_FORMATS and output is not None and not to_stdout:
+        page = io.StringIO()
+        view(page)
+        _write(output, page.getvalue(), f"{fmt.value} output", inputs, replace=True)
+        return
+    if not (to_stdout and fmt is Format.JSON):
+        view(sys.stderr if to_stdout and fmt not in DOCUMENT_FORMATS else sys.stdout)
+    if output is None or (to_stdout and fmt in DOCUMENT_FORMATS):
+        return
+    _write(output, record(), "report", inputs)
+
+
+def _write(output: Path, text: str, what: str, inputs: Sequence[Path] = (), replace: bool = False) -> None:
+    from kvaudit.render.output import is_stdout, write_output
+    try:
+        write_output(output, text, inputs=inputs, replace=replace)
+    except OSError as exc:
+        raise UsageError(f"cannot write the {what} to {output}: {exc.strerror or exc}") from None
+    if not is_stdout(output):
+        typer.echo(f"kvaudit: {what} written to {output}", err=True)
 
 
 def _version(value: bool) -> None:
@@ -71,15 +101,23 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 @app.command(cls=_Command, short_help="Render a report or a vLLM log (table, json, csv, markdown).")
 def show(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here (-f html "
+                                                        "or prom: the page or the metrics); - is stdout.")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
-    """Render one report (or a vLLM startup log) as a table, JSON, CSV or markdown."""
+    """Render one report (or a vLLM startup log) as a table, JSON, CSV, markdown, an HTML page or
+    Prometheus metrics."""
     from kvaudit.engines.inputs import load_report
-    reporter(fmt, width=width).report(load_report(report), sys.stdout)
+    from kvaudit.render.output import check_paths
+    check_paths([("-o", output)], [("", report)])
+    check_format(fmt)
+    _emit_report(load_report(report), fmt, width, output, [report])
 
 
 @app.command(cls=_Command, short_help="Per-owner deltas of two reports or logs; a CI gate on KV.")
 def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that booted (report JSON or vLLM log; - reads stdin).")],
          b: Annotated[Path, typer.Argument(metavar="B", help="The run to compare with it.")],
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the diff JSON here (-f html "
+                                                        "or prom: the page or the metrics); - is stdout.")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
          fail_on_kv_drop: Annotated[Optional[str], typer.Option(
              "--fail-on-kv-drop", metavar="BYTES",
@@ -88,6 +126,9 @@ def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that boote
     """Per-owner deltas per rank, the dominant owner, knob and environment differences, KV change."""
     from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit, side_labels
     from kvaudit.engines.inputs import load_report
+    from kvaudit.render.output import check_paths
+    check_paths([("-o", output)], [("", a), ("", b)])
+    check_format(fmt)
     limit = kv_drop_limit(fail_on_kv_drop) if fail_on_kv_drop is not None else None
     _stdin_once([a, b])
     a_name, b_name = side_labels(str(a), str(b))
@@ -95,7 +136,8 @@ def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that boote
     if not result.comparable:
         typer.echo("kvaudit: warning: the runs differ in " + ", ".join(k.knob for k in result.knob_differences)
                    + "; owner deltas mix config and code changes", err=True)
-    reporter(fmt, width=width).diff(result, sys.stdout)
+    from kvaudit.schema import dumps
+    _emit(lambda out: reporter(fmt, width=width).diff(result, out), lambda: dumps(result), fmt, output, [a, b])
     if limit is not None:
         check_kv_drop(result, limit)
 
@@ -103,14 +145,15 @@ def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that boote
 @app.command(cls=_Command, short_help="A report from the vLLM startup logs of one boot.")
 def ingest(logs: Annotated[list[Path], typer.Argument(metavar="LOG", help="The vLLM startup logs of one boot, one file per node "
                                                             "(gzip too); - reads stdin.")],
-           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
-           fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
+           output: OutputOpt = None, fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Turn the raw vLLM startup logs of one boot into a report (source log): every rank's owners and the verdict."""
     from kvaudit.engines.logs import report_from_logs
+    from kvaudit.render.output import check_paths
     from kvaudit.report import exit_code, input_name, read_text
     _stdin_once(logs)
+    check_paths([("-o", output)], [("", path) for path in logs])
     report = report_from_logs([(read_text(path), input_name(path)) for path in logs])
-    _emit_report(report, fmt, width, output)
+    _emit_report(report, fmt, width, output, logs)
     raise typer.Exit(int(exit_code(report)))
 
 
@@ -176,7 +219,8 @@ def run(ctx: typer.Context,
         cold: Annotated[bool, typer.Option("--cold", help="Empty vLLM's, torch.compile's and the kernel "
                                            "caches before each boot (a private folder, never yours).")] = False,
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here "
-                                                       "(also when the boot fails).")] = None,
+                                                       "(also when the boot fails); - is stdout (the view then "
+                                                       "goes to stderr).")] = None,
         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
         timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung boot is stopped.")] = 1800.0,
         log: Annotated[Optional[Path], typer.Option("--log", help="Keep vLLM's own log in this file (with "
@@ -196,13 +240,19 @@ def run(ctx: typer.Context,
     from kvaudit.engines.process import StopSignals
     from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
     from kvaudit.engines.vllm.engine_args import engine_arg_names
+    from kvaudit.render.output import check_paths, model_config
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+    # every file this run reads or writes, before the boot: a missing folder or a FIFO is exit 2 now
+    inputs = [("--config", config_file), *(("--owners", path) for path in owners or ()),
+              ("the model's", model_config(model))]
+    check_paths([("-o", output), ("--log", log)], inputs)
     engine_args = engine_arg_names()
     before = ctx.meta.get("kvaudit.before_dashdash", [])
     check_run_options([a for a in ctx.args[:len(before)] if a in before],
                       [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")],
                       engine_args)
+    check_format(fmt)  # -f html without matplotlib: now, not after the boot
     config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
                               engine_args=engine_args,
                               tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
@@ -225,7 +275,7 @@ def run(ctx: typer.Context,
         with Progress.for_run(config, log) as progress:
             report = run_audit(config, options, progress.on_event, signals)
         _echo_warnings(report)
-        _emit_report(report, fmt, width, output)
+        _emit_report(report, fmt, width, output, [p for _, p in inputs if p is not None])
     raise typer.Exit(int(exit_code(report)))
 
 
@@ -253,14 +303,16 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
                                                  "before warmup, the order upstream vLLM sizes KV in).")] = "kvaudit",
              retain_graph_pool: Annotated[bool, typer.Option("--retain-graph-pool", help="Keep the profiling "
                                                              "graph pool (and its pages) alive.")] = False,
-             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here.")] = None,
-             fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
+             output: OutputOpt = None, fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
              timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung rank is stopped.")] = 900.0,
              trace: TraceOpt = False, owners: OwnersOpt = None) -> None:
     """Planted-allocation ground truth: a torch workload of known sizes through the same sequence."""
     from kvaudit.engines.selftest import SelftestOptions, check_options, run_selftest
+    from kvaudit.render.output import check_paths
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+    check_paths([("-o", output)], [("--owners", path) for path in owners or ()])
+    check_format(fmt)
     opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
                            repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,
                            retain_graph_pool=retain_graph_pool, timeout_s=timeout, trace=trace,
@@ -357,15 +409,20 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
                                                       help="Solve for one knob.")] = None,
          for_len: Annotated[Optional[int], typer.Option("--for-len", help="With --solve max-num-seqs: tokens "
                                                         "per request.")] = None,
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan's report JSON here "
+                                                        "(as -f json prints it; -f html or prom: the page or the "
+                                                        "metrics); - is stdout.")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Predict the report of an edited config from a measured one, without booting: every owner
     measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
-    from kvaudit.plan import edits_from_flags, exit_code, plan_or_solve
+    from kvaudit.plan import edits_from_flags, exit_code, plan_dumps, plan_or_solve
+    from kvaudit.render.output import check_paths
     from kvaudit.render.plan import render_plan
     from kvaudit.engines.inputs import load_report
+    check_paths([("-o", output)], [("", report)])
     edits = edits_from_flags(gmu=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     result = plan_or_solve(load_report(report), edits, solve, for_len)
-    render_plan(result, fmt, sys.stdout, width=width)
+    _emit(lambda out: render_plan(result, fmt, out, width=width), lambda: plan_dumps(result), fmt, output, [report])
     raise typer.Exit(exit_code(result))

@@ -25,7 +25,7 @@ from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
 from kvaudit.config import AuditConfig, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
-from kvaudit.ledger import kv_blocks_within, requested_bytes
+from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
 from kvaudit.report import exit_code as report_exit
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
@@ -34,6 +34,13 @@ from kvaudit.units import fmt_bytes, fmt_tokens
 
 PLAN_SCHEMA = "kvaudit.plan/1"
 """The `plan` section beside a predicted report (which is itself `kvaudit.report/1`)."""
+
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                   "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+                   "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4",
+                   "nvfp4_4over6")
+"""Every `--kv-cache-dtype` vLLM knows: its CacheDType (vllm/config/cache.py, 0.32.0; earlier
+releases know a subset). tests/vllm/test_kv_cache_dtypes.py checks it against the installed vLLM."""
 
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 """`--kv-cache-dtype` values whose element is one byte in every vLLM attention spec that stores
@@ -383,6 +390,9 @@ def _check_edits(edits: Edits) -> None:
         raise UsageError("--cudagraph-sizes takes positive integers separated by commas")
     if edits.kv_cache_dtype is not None and not edits.kv_cache_dtype.strip():
         raise UsageError("--kv-cache-dtype must not be empty")
+    if edits.kv_cache_dtype is not None and edits.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise UsageError(f"--kv-cache-dtype {edits.kv_cache_dtype!r} is none of vLLM's: {', '.join(KV_CACHE_DTYPES)} "
+                         f"(the plan sizes {', '.join(FP8_KV_DTYPES)} from a 16-bit KV spec; other changes need a boot)")
 
 
 def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry | None, str | None]:
@@ -416,12 +426,26 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
     elif config.max_num_batched_tokens != old.max_num_batched_tokens:
         fig = scale_activation(rank.owners.get(Owner.ACTIVATION_PEAK), old.max_num_batched_tokens,
                                config.max_num_batched_tokens, rank.sweep)
-        transient = rank.graph_capture_transient_bytes
-        if fig.bytes is not None and transient and not config.enforce_eager and transient > fig.bytes:
-            # activation_peak charges the capture's transient where it is larger (ledger.activation_peak)
-            fig = dataclasses.replace(fig, bytes=transient, rule=fig.rule + "; the graph capture's transient "
-                                      f"({fmt_bytes(transient)}) is larger and is what is charged", error_bytes=0)
+        capture = None if config.enforce_eager else rank.graph_capture_transient_bytes
+        transient = step_transient(capture, rank.prefill_probe_transient_bytes)
+        if fig.bytes is not None and transient and transient > fig.bytes:
+            # activation_peak charges the capture's and the long-prefill probe's transients where they are
+            # larger (ledger.activation_peak): neither depends on the profile pass's tokens
+            fig = dataclasses.replace(fig, bytes=transient, rule=fig.rule + "; a transient measured beside the "
+                                      f"replay ({fmt_bytes(transient)}) is larger and is what is charged", error_bytes=0)
         figures[Owner.ACTIVATION_PEAK] = fig
+    probe = rank.prefill_probe_transient_bytes
+    raised = [k for k, a, b in (("max_num_batched_tokens", old.max_num_batched_tokens, config.max_num_batched_tokens),
+                                ("max_model_len", old.max_model_len, config.max_model_len))
+              if a is not None and b is not None and b > a]
+    fig = figures[Owner.ACTIVATION_PEAK]
+    if probe and raised and fig.bytes is not None and fig.how is not How.UNKNOWN:
+        # the long-prefill probe's step is one chunk of max_num_batched_tokens over a max_model_len context:
+        # measured at the old shape, it says nothing of a larger one
+        figures[Owner.ACTIVATION_PEAK] = dataclasses.replace(
+            fig, how=How.SCALED, error_bytes=fig.error_bytes + probe,
+            rule=(fig.rule + "; " if fig.rule else "") + f"the long-prefill probe ({fmt_bytes(probe)}) was measured "
+                 f"at the old {' and '.join(raised)}: its whole size is error")
 
     # Graph pool: eager drops it; another capture-size set needs the pool per size.
     graphs_before = not old.enforce_eager

@@ -65,6 +65,9 @@ class PhaseStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"
     DEFERRED = "deferred"
+    INTERRUPTED = "interrupted"
+    """Stopped from outside while it ran (the boot was stopped: vLLM's signal handler raises
+    SystemExit in its workers), not failed. An extension of the report contract."""
 
 
 class Source(StrEnum):
@@ -240,6 +243,11 @@ class RankReport:
     requested memory (its "Actual usage …" line; 0.32 on), beside kvaudit's safe bytes; null
     where vLLM states none."""
     graph_capture_transient_bytes: int | None = None
+    prefill_probe_transient_bytes: int | None = None
+    """Extension: the transient of kvaudit's long-prefill probe before KV (GPU, Model Runner V2 from
+    vLLM 0.33: one request of max_num_batched_tokens tokens attending to a max_model_len context,
+    attention included, which vLLM's profile pass runs without); charged to activation_peak where it
+    is larger than the replay's. Null where not run."""
     """Extension: the profiling capture's peak outside its pool; charged to activation_peak
     only where it exceeds the replay's transient."""
     sites: tuple[Site, ...] | None = None

@@ -183,6 +183,7 @@ def _rank_report(node: _JsonObject) -> RankReport:
         vllm_graph_estimate_bytes=node.int("vllm_graph_estimate_bytes", required=False),
         vllm_suggested_kv_cache_memory_bytes=node.int("vllm_suggested_kv_cache_memory_bytes", required=False),
         graph_capture_transient_bytes=node.int("graph_capture_transient_bytes", required=False),
+        prefill_probe_transient_bytes=node.int("prefill_probe_transient_bytes", required=False),
         sites=_sites(node), sweep=_sweep(node),
         kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
         node=_rank_node(node.child("node", required=False, nullable=True)),

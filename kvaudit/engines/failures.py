@@ -3,7 +3,10 @@ failure line for the run supervisor (the log of the boot it ran) and for the log
 logs, engines/logs/facts.py) alike, so a line means the same in both.
 
 Order matters: the first cause whose anchor (and pattern) a line holds is its cause, most
-specific first. The templates, and the vLLM files that print them: docs/vllm-startup.md §5.3–5.5.
+specific first. Causes marked `log_only` (a bare traceback, `EngineCore failed to start`, any
+exception line, …) show that a user's boot died without saying why; `find_failure_in_log` leaves
+them out, as a run's supervisor has each rank's own error. The templates, and the vLLM files
+that print them: docs/vllm-startup.md §5.3–5.5.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ class Cause:
     """Where the anchor alone is too loose: the line must match this too."""
     starts: tuple[str, ...] = ()
     """Phrases the error sentence starts from when the line holds them (else the anchor)."""
+    log_only: bool = False
+    """Read from users' logs only: `find_failure_in_log` (a run's own log, whose supervisor has each
+    rank's own error) leaves it out. Such lines show that a boot died, not why."""
 
     def matches(self, line: str) -> bool:
         return self.anchor in line and (self.pattern is None or self.pattern.search(line) is not None)
@@ -40,6 +46,8 @@ class Cause:
 
 GENERIC = 2
 """The priority of a line that only reports a failure printed elsewhere."""
+BARE = 3
+"""The priority of a bare traceback header: the boot died, and the excerpt shows no more of it."""
 
 CPU_KV_SHORT = "on kv cache allocation is less than requested memory for kv"
 """cpu_worker.py determine_available_memory: a STARTUP_MEMORY cause, or DOES_NOT_FIT when its
@@ -85,6 +93,37 @@ CAUSES: tuple[Cause, ...] = (
     # core_client / engine utils: the generic tail every failed boot prints.
     Cause("Engine core initialization failed", FailureKind.CRASH, None, GENERIC),
     Cause("WorkerProc initialization failed", FailureKind.CRASH, None, GENERIC),
+    # Log-only: the ways pasted excerpts show a dead boot when its exception is cut off (issue 27).
+    # v1/engine/core.py run_engine_core: logger.exception("EngineCore failed to start.").
+    Cause("EngineCore failed to start", FailureKind.CRASH, None, GENERIC, log_only=True),
+    # V0 engine/multiprocessing/engine.py (MQLLMEngine): "Engine process failed to start. See stack trace …".
+    Cause("Engine process failed to start", FailureKind.CRASH, None, GENERIC, log_only=True),
+    # v1/executor/multiproc_executor.py: WorkerProc.worker_main / worker_busy_loop.
+    Cause("WorkerProc failed to start", FailureKind.CRASH, None, GENERIC, log_only=True),
+    Cause("WorkerProc hit an exception", FailureKind.CRASH, None, GENERIC, log_only=True),
+    # V0 worker/worker_base.py execute_method: "Error executing method %r. This might cause deadlock
+    # in distributed execution." (V1 before 0.9 too); the method names the phase (facts.PHASE_HINT).
+    # A paste cut inside the word still names it: "Error executing metho".
+    Cause("Error executing meth", FailureKind.CRASH, None, GENERIC, log_only=True),
+    # V0 executor/multiproc_worker_utils.py: "Exception in worker %s while processing method %s".
+    Cause("while processing method", FailureKind.CRASH, None, GENERIC, log_only=True),
+    # v1/engine/core.py run_engine_core after startup (the busy loop): a failure while serving.
+    Cause("EngineCore encountered a fatal error", FailureKind.CRASH, None, GENERIC, log_only=True),
+    # Worker deaths other than the multiproc monitor's: V0 multiproc_worker_utils ("Worker %s pid %s
+    # died, exit code: %s"), v1/utils.py ("Process %s (PID: %s) died with exit code %s"), Ray.
+    Cause("exited unexpectedly", FailureKind.WORKER_DIED, None, 1, log_only=True),
+    Cause("died, exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
+    Cause("died with exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
+    # v1/executor/multiproc_executor.py collective_rpc: a worker's error, re-raised in the engine core.
+    Cause("Worker failed with error", FailureKind.CRASH, None, 1, log_only=True),
+    # CPython's faulthandler (a crash in C code: a segfault, an abort).
+    Cause("Fatal Python error", FailureKind.CRASH, None, 1, log_only=True),
+    # A traceback whose exception line the excerpt does not hold: the boot died, the cause is cut off.
+    Cause("Traceback (most recent call last)", FailureKind.CRASH, None, BARE, log_only=True),
+    # Any other exception line, as a traceback ends: "subprocess.CalledProcessError: Command …".
+    Cause("Error: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Error: "), log_only=True),
+    Cause("Exception: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Exception: "),
+          log_only=True),
 )
 
 
@@ -101,23 +140,26 @@ def classify_line(line: str) -> FailureKind | None:
 # Which failure is the boot's, and its words: the same for `run` (its own vLLM log) and `ingest`
 
 MESSAGE_CHARS = 400
-"""A failure's message is its first line, trimmed to this many characters."""
+"""A failure's message is its first line, trimmed to this many characters (a run's own log)."""
+LOG_MESSAGE_CHARS = 1600
+"""The same for a user's log: a pasted error is rejoined whole (vLLM's longest KV ValueError is
+about 560 characters), and the verdict quotes all of it."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception): ")
 _MAX_LEN = re.compile(r"estimated maximum model length is (\d+)")
 
 
-def error_text(msg: str, cause: Cause) -> str:
+def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     """The error as its first line shows it: from the exception class printed before the
     cause's anchor when there is one (a log prefix, a container prefix or a `Worker failed with
-    error '…'` wrapper may precede it), else the whole message; one line, capped."""
+    error '…'` wrapper may precede it), else the whole message; one line, capped at `limit`."""
     msg = _ANSI.sub("", msg)
     at = msg.find(cause.start(msg))
     before = None
     for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):
         before = m
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
-    return first if len(first) <= MESSAGE_CHARS else first[: MESSAGE_CHARS - 1] + "…"
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def root_cause(candidates: list[tuple[int, tuple[int, ...], object]]) -> object | None:
@@ -129,15 +171,15 @@ def root_cause(candidates: list[tuple[int, tuple[int, ...], object]]) -> object 
 
 def find_failure_in_log(text: str) -> tuple[FailureKind, str] | None:
     """The root cause in the log of a run (`root_cause`). A generic "initialization failed"
-    line is left out: the supervisor has the rank's own error for a failure whose cause the log
-    does not name."""
+    line is left out, and so are the log-only causes: the supervisor has the rank's own error for
+    a failure whose cause the log does not name."""
     candidates = []
     for index, line in enumerate(text.splitlines()):
         if len(line) > 20000 or not ("Error" in line or "error" in line or "memory" in line or "support" in line
                                      or "Exception" in line):
             continue
         cause = cause_of(line)
-        if cause is not None and cause.priority < GENERIC:
+        if cause is not None and cause.priority < GENERIC and not cause.log_only:
             candidates.append((cause.priority, (index,), (cause.kind, error_text(line, cause))))
     return root_cause(candidates)  # type: ignore[return-value]
 

@@ -1,14 +1,19 @@
 """The supervised engine process, the one runner both boot engines (vllm, selftest) use: each
 boot runs in a session of its own, its journals are tailed for live progress, and when it ends
-(or times out, or Ctrl-C, SIGTERM or SIGHUP arrives) every process of that session is taken down.
+(or times out, or Ctrl-C, SIGTERM or SIGHUP arrives) every process of that session is taken down
+(SIGTERM, a grace, then SIGKILL) and what it left behind is removed.
 
-If kvaudit itself dies without a chance to clean up (SIGKILL), the boot process sees its stdin
-pipe close (`LIFELINE`) and takes its own session down; the kernel also sends it SIGKILL then
-(PR_SET_PDEATHSIG), in case its threads are stuck."""
+Nothing of a boot outlives it: its temporary folder is kvaudit's work folder (`boot_env`), which
+goes whole, and what it creates elsewhere (vLLM's shared memory in /dev/shm, IPC sockets) is
+recorded in the journal as it appears and removed at the end (engines/leftovers.py). If kvaudit
+itself dies without a chance to clean up (SIGKILL), a guard process outside the boot's session
+sees its pipe from kvaudit close, stops the session the same way and removes the same things,
+the work folder included."""
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -22,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
+from kvaudit.engines import leftovers
 from kvaudit.engines.journal import JournalTailer
 from kvaudit.schema import FailureKind
 
@@ -74,15 +80,49 @@ class StopSignals:
         self._saved.clear()
 
 
-def start_guard(sid: int) -> subprocess.Popen:
+SCAN_S = 0.25
+"""How often the guard looks for what the boot's processes create (engines/leftovers.py)."""
+
+
+def spawn_guard(folder: Path | None = None) -> subprocess.Popen:
     """A small process outside the boot's session (and outside kvaudit's process group) that
-    holds the read end of a pipe from kvaudit. EOF without "done" means kvaudit died without
-    cleaning up (SIGKILL, a crash): the guard then kills every process of session `sid`.
-    vLLM's own processes inherit no death signal, so this is what takes them down."""
-    return subprocess.Popen([sys.executable, "-c", "import sys; from kvaudit.engines.process import guard; "
-                             "guard(int(sys.argv[1]))", str(sid)],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    holds the read end of a pipe from kvaudit; `guard_session` then names the session to guard.
+    While the boot runs it records, in `folder`'s journal, what the session's processes create
+    outside `folder` (leftovers.Recorder; what was there before the guard started is never the
+    boot's, so the boot starts after it is ready). EOF without "done" means kvaudit died without
+    cleaning up (SIGKILL, a crash): the guard then stops the session (SIGTERM, GRACE_S, SIGKILL),
+    removes what was recorded and `folder` itself. vLLM's own processes inherit no death signal,
+    so this is what takes them down."""
+    args = [str(folder), tempfile.gettempdir()] if folder is not None else []
+    # -P: the installed kvaudit, never a `kvaudit/` folder in the current directory (as the boot's
+    # PYTHONSAFEPATH); a guard that cannot start answers EOF, and the wait below ends at once
+    proc = subprocess.Popen([sys.executable, "-P", "-c", "import sys; from kvaudit.engines.process import guard; "
+                             "guard(*sys.argv[1:])", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             start_new_session=True)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 30)  # its listing of /dev/shm is done
+    if ready:
+        proc.stdout.readline()
+    proc.stdout.close()
+    return proc
+
+
+def guard_session(guard_proc: subprocess.Popen, sid: int) -> None:
+    """Tell the guard which session to guard (the boot process's PID: it leads its session)."""
+    try:
+        assert guard_proc.stdin is not None
+        guard_proc.stdin.write(f"{sid}\n".encode())
+        guard_proc.stdin.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def start_guard(sid: int, folder: Path | None = None) -> subprocess.Popen:
+    """spawn_guard, then guard_session(sid): for a session that exists already."""
+    guard_proc = spawn_guard(folder)
+    guard_session(guard_proc, sid)
+    return guard_proc
 
 
 def release_guard(guard_proc: subprocess.Popen) -> None:
@@ -99,26 +139,45 @@ def release_guard(guard_proc: subprocess.Popen) -> None:
         guard_proc.kill()
 
 
-def guard(sid: int) -> None:
-    """The guard's body (see start_guard)."""
+def record_file(folder: Path) -> Path:
+    """Where a boot's created paths are recorded: its journal folder."""
+    return folder / "journal" / leftovers.RECORD_FILE
+
+
+def guard(folder: str | None = None, tmp: str | None = None) -> None:
+    """The guard's body (see spawn_guard): reads the session id, then waits for "done" or EOF."""
     for sig in STOP_SIGNALS:  # a terminal's Ctrl-C or hang-up is kvaudit's to handle, not ours
         signal.signal(sig, signal.SIG_IGN)
-    last = b""
-    while chunk := os.read(0, 64):
-        last = (last + chunk)[-4:]
-    if last == b"done":
+    recorder = None
+    if folder is not None:
+        recorder = leftovers.Recorder(record_file(Path(folder)), socket_roots=[tmp] if tmp else [], skip=[folder])
+    os.write(1, b"ready\n")
+    os.close(1)
+    received = b""
+    session: int | None = None
+    while True:
+        ready, _, _ = select.select([0], [], [], SCAN_S)
+        if ready:
+            chunk = os.read(0, 64)
+            if not chunk:
+                break
+            received += chunk
+            if session is None and b"\n" in received:
+                line, received = received.split(b"\n", 1)
+                session = int(line)
+            received = received[-4:]
+        elif recorder is not None and session is not None:
+            recorder.scan(session_members(session))
+    if received == b"done":
         return
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        members = session_members(sid)
-        if not members:
-            return
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.1)
+    if session is not None:
+        sid = session
+        tick = (lambda: recorder.scan(session_members(sid))) if recorder is not None else None
+        terminate_session(sid, lambda: bool(session_members(sid)), tick=tick)
+    if folder is not None:
+        assert recorder is not None
+        leftovers.remove(recorder.seen.values())
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def proc_stat(pid: int) -> list[str] | None:
@@ -142,30 +201,51 @@ def session_members(sid: int) -> list[int]:
     return members
 
 
+def terminate_session(sid: int, alive: Callable[[], bool], grace_s: float = GRACE_S,
+                      hurry: Callable[[], bool] = lambda: False, tick: Callable[[], object] | None = None) -> None:
+    """SIGTERM to every process of session `sid`, SIGKILL to what is left after the grace (or as
+    soon as `hurry()`); `tick` runs before each signal and while waiting (the guard records what
+    the processes hold until they are gone)."""
+    if not alive():
+        return
+    if tick is not None:
+        tick()
+    try:
+        os.killpg(sid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and not hurry() and alive():
+        if tick is not None:
+            tick()
+        time.sleep(0.1 if tick is None else 0.05)
+    if not alive():
+        return
+    if tick is not None:
+        tick()
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for _ in range(100):  # a member outside the process group (its own setpgid) too
+        members = session_members(sid)
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
 def stop_session(proc: subprocess.Popen, grace_s: float = GRACE_S, signals: StopSignals | None = None) -> list[int]:
     """Take the boot process and everything it started down: SIGTERM, then SIGKILL after the
     grace (at once when a second stop signal arrives). Returns the PIDs still alive afterwards
     (none, unless the kernel refused)."""
     sid = proc.pid
-    if proc.poll() is None or session_members(sid):
-        try:
-            os.killpg(sid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace_s
-        while (time.monotonic() < deadline and not (signals is not None and signals.hurry)
-               and (proc.poll() is None or session_members(sid))):
-            time.sleep(0.2)
-        if proc.poll() is None or session_members(sid):
-            try:
-                os.killpg(sid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            for pid in session_members(sid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+    terminate_session(sid, lambda: proc.poll() is None or bool(session_members(sid)), grace_s,
+                      hurry=lambda: signals is not None and signals.hurry)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -225,6 +305,42 @@ def workdir(prefix: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket can be bound to on Linux (sun_path is 108 bytes with its NUL)."""
+IPC_NAME_CHARS = 37
+"""What vLLM adds to VLLM_RPC_BASE_PATH for an IPC socket: `/` and a uuid4 (network_utils.py
+get_open_zmq_ipc_path)."""
+
+
+def boot_env(folder: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The boot's environment: its temporary folder is the work folder, so whatever vLLM, torch
+    or the compiler put in "the temp dir" (vLLM's file store, IPC sockets, build files) goes with
+    it. Two things keep their usual place: torch's compile cache (TORCHINDUCTOR_CACHE_DIR, pinned
+    to torch's own default under the real temp dir, cache_dir_utils.default_cache_dir, so boots
+    keep sharing it) and, when the work folder's path is too long for a socket, vLLM's IPC
+    sockets (VLLM_RPC_BASE_PATH: the real temp dir; they are recorded and removed, leftovers.py).
+    A variable the user set is left as set."""
+    out = dict(os.environ if env is None else env)
+    tmp = tempfile.gettempdir()
+    if "TORCHINDUCTOR_CACHE_DIR" not in out:
+        out["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "torchinductor_" + _user())
+    if "VLLM_RPC_BASE_PATH" not in out and len(str(folder)) + IPC_NAME_CHARS > SOCKET_PATH_MAX:
+        out["VLLM_RPC_BASE_PATH"] = tmp
+    out["TMPDIR"] = str(folder)
+    return out
+
+
+def _user() -> str:
+    """The user name as torch writes it into its cache folder's name (cache_dir_utils)."""
+    import getpass
+    import re
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = f"uid_{os.getuid()}"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
 @dataclass(frozen=True)
 class Finished:
     """How a supervised process ended."""
@@ -236,6 +352,9 @@ class Finished:
     survivors: list[int]
     """PIDs of its session still alive after SIGKILL (none, unless the kernel refused)."""
     elapsed_s: float
+    removed: tuple[str, ...] = ()
+    """What the boot created outside its work folder and left behind, removed afterwards
+    (vLLM's shared memory in /dev/shm, IPC sockets): engines/leftovers.py."""
 
 
 def run_supervised(module: str, spec: Path, *, log_path: Path, journal_dir: Path, on_progress: ProgressFn,
@@ -244,24 +363,34 @@ def run_supervised(module: str, spec: Path, *, log_path: Path, journal_dir: Path
                    should_stop: StopCheck | None = None) -> Finished:
     """`python -m MODULE SPEC` in a session of its own, its output into `log_path`: progress from
     the rank journals in `journal_dir` (and `stages`) while it runs, the timeout and the stop
-    signals enforced (and `should_stop`), every process of the session taken down afterwards, and
-    the journal lines that arrived meanwhile reported. `name` ("vLLM") announces a stop the
-    supervisor made."""
+    signals enforced (and `should_stop`), every process of the session taken down afterwards, what
+    it left behind removed, and the journal lines that arrived meanwhile reported. `journal_dir` is
+    the `journal/` of a work folder (`workdir`), which is also the boot's temporary folder
+    (`boot_env`). `name` ("vLLM") announces a stop the supervisor made."""
+    folder = journal_dir.parent
     tailer = JournalTailer(journal_dir)
     started = time.monotonic()
     stop: FailureKind | None = None
-    with open(log_path, "wb") as log:
+    # created or truncated as `>` does, and opened so that it cannot block (the CLI refused a FIFO
+    # before the boot; should one have taken its place since, the open fails at once)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    with open(fd, "wb") as log:
+        guard_proc = spawn_guard(folder)
         proc = subprocess.Popen([sys.executable, "-m", module, str(spec)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=dict(env) if env is not None else None)
-        guard_proc = start_guard(proc.pid)
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=boot_env(folder, env))
+        guard_session(guard_proc, proc.pid)
         try:
             stop = watch(proc, tailer, on_progress, timeout_s, started, signals, stages, should_stop)
         finally:
             if stop is not None and name is not None:  # a process that ended by itself cleaned up already
                 on_progress(-1, {"type": "stage", "stage": f"stopping {name} ({signals.name or stop.value})"})
             survivors = stop_session(proc, signals=signals)
-            release_guard(guard_proc)
+            release_guard(guard_proc)  # it recorded what the session held until the end
+            record = record_file(folder)
+            removed = tuple(leftovers.remove(leftovers.recorded(record), record))
     for rank, event in tailer.poll():
         on_progress(rank, event)
-    return Finished(stop=stop, exit_code=proc.returncode, survivors=survivors, elapsed_s=time.monotonic() - started)
+    if removed and name is not None:
+        on_progress(-1, {"type": "stage", "stage": f"removed what {name} left behind: {', '.join(removed)}"})
+    return Finished(stop=stop, exit_code=proc.returncode, survivors=survivors, elapsed_s=time.monotonic() - started,
+                    removed=removed)

@@ -56,6 +56,9 @@ class RankSequencer:
         start = time.perf_counter()
         try:
             yield handle
+        except STOPPED as exc:  # the boot is being stopped: no error of this rank's
+            self._record(name, start, PhaseStatus.INTERRUPTED, interrupted(exc), settle=False, facts=handle.facts)
+            raise
         except BaseException as exc:
             self._record(name, start, PhaseStatus.FAILED, one_line(exc), settle=False, facts=handle.facts)
             self.journal.write({"type": "error", "phase": name.value, "error": type(exc).__name__,
@@ -90,6 +93,16 @@ class RankSequencer:
         event.update(facts)
         self.journal.write(event)
         self.done.add(name)
+
+
+STOPPED = (SystemExit, KeyboardInterrupt)
+"""What a rank's process raises when it is told to stop (vLLM's workers turn SIGTERM and SIGINT into
+SystemExit): the phase it was in is interrupted, not failed."""
+
+
+def interrupted(exc: BaseException) -> str:
+    """The phase's detail: what happened, not the exception that carried it."""
+    return "interrupted: the boot was stopped while this phase ran"
 
 
 def one_line(exc: BaseException) -> str:

@@ -1,6 +1,7 @@
 """Reporters: one per output format, each writing to an injected stream. The human formats
-(table, markdown) draw the one sequence of sections of kvaudit/render/sections.py; the machine
-formats (json, csv) are kvaudit/render/machine.py.
+(table, markdown, html) draw the one sequence of sections of kvaudit/render/sections.py; the
+machine formats (json, csv) are kvaudit/render/machine.py; prom (Prometheus text) is
+kvaudit/render/prom.py.
 
 stdout is data, stderr is chatter: a reporter writes only what its format promises, so
 `kvaudit run -f json > a.json` is always valid JSON.
@@ -21,6 +22,24 @@ class Format(StrEnum):
     JSON = "json"
     CSV = "csv"
     MARKDOWN = "markdown"
+    HTML = "html"
+    """One self-contained page (inline SVG and CSS, no script): kvaudit/render/html.py."""
+    PROM = "prom"
+    """Prometheus text exposition for node-exporter's textfile collector: kvaudit/render/prom.py."""
+
+
+DOCUMENT_FORMATS = frozenset({Format.HTML, Format.PROM})
+"""Formats that are files by nature (a page, a textfile-collector file): `-o FILE` writes the
+document itself, atomically, and nothing goes to stdout. For the other formats `-o` keeps the
+report JSON (the record) and the view goes to stdout."""
+
+
+def check_format(fmt: Format) -> None:
+    """UsageError (exit 2) when `fmt` cannot be drawn here (html without matplotlib): asked
+    before a boot, so a long run does not end without its output."""
+    if fmt is Format.HTML:
+        from kvaudit.render.charts import check_matplotlib
+        check_matplotlib()
 
 
 class Reporter(Protocol):
@@ -33,7 +52,9 @@ class Reporter(Protocol):
 
 def reporter(fmt: Format, *, width: int | None = None, color: bool | None = None) -> Reporter:
     # the table reporter escapes report strings itself (its own colour codes must pass); JSON
-    # escapes every control character by its nature; CSV and markdown pass through _Printable
+    # escapes every control character by its nature; html escapes its own (and its markup must
+    # pass); prom's label values are escaped by prometheus-client; CSV and markdown pass through
+    # _Printable
     return _Encodable(_reporter(fmt, width=width, color=color), printable=fmt in (Format.CSV, Format.MARKDOWN))
 
 
@@ -66,6 +87,12 @@ def printable_stream(out: TextIO) -> TextIO:
     return _Printable(out)  # type: ignore[return-value]
 
 
+def reporter_stream(out: TextIO) -> TextIO:
+    """`out` as a reporter sees it: lone surrogates written as their escapes (for a renderer
+    called without `reporter`, e.g. the plan's page)."""
+    return _EscapedSurrogates(out)  # type: ignore[return-value]
+
+
 class _Encodable:
     """Any reporter, writing through _EscapedSurrogates (or _Printable)."""
 
@@ -94,5 +121,11 @@ def _reporter(fmt: Format, *, width: int | None, color: bool | None) -> Reporter
         case Format.MARKDOWN:
             from kvaudit.render.markdown import MarkdownReporter
             return MarkdownReporter()
+        case Format.HTML:
+            from kvaudit.render.html import HtmlReporter
+            return HtmlReporter()
+        case Format.PROM:
+            from kvaudit.render.prom import PromReporter
+            return PromReporter()
         case _:
             assert_never(fmt)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from kvaudit.render.summary import rank_name
 from kvaudit.schema import Owner, RankReport, Report
 
 STYLE = {
@@ -60,11 +61,12 @@ def legend(owners: set[Owner]) -> Text:
 
 def report_bars(report: Report, width: int) -> list[Text]:
     lines = []
-    label_width = max((len(f"rank {r.rank}") for r in report.ranks), default=6)
-    for rank in report.ranks:
+    names = [rank_name(r.rank, i) for i, r in enumerate(report.ranks)]
+    label_width = max(map(len, names), default=6)
+    for rank, name in zip(report.ranks, names):
         bar = rank_bar(rank, max(width - label_width - 3, 10))
         if bar is not None:
-            line = Text(f"{f'rank {rank.rank}':<{label_width}} [")
+            line = Text(f"{name:<{label_width}} [")
             line.append_text(bar)
             line.append("]")
             lines.append(line)

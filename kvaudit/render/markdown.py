@@ -1,25 +1,49 @@
 """Markdown, for pull requests and issues: each section of kvaudit/render/sections.py drawn as
 GitHub-flavoured markdown. Bars are left out: the owner table already holds their numbers, and a
-picture of letters does not survive a proportional font."""
+picture of letters does not survive a proportional font.
+
+Text is data here too: every line arrives as one line (sections._OneLine), and in it the
+characters markdown would read as syntax are backslash-escaped (`text`): a table's `|` (a new cell),
+`<` (an HTML tag: `<module>` vanished), `` ` ``, `*`, `_`, `[`, `]`, `~`, `&` and the backslash
+itself; a value meant for pasting goes in a code span fenced longer than any run of backticks in
+it (`code`)."""
 
 from __future__ import annotations
 
-from typing import TextIO
+import re
+from typing import TYPE_CHECKING, TextIO
 
-import pandas as pd
 
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import Report, Verdict
 
+if TYPE_CHECKING:
+    from kvaudit.render.frames import Frame
 
-def markdown_table(frame: pd.DataFrame, index_name: str) -> str:
-    """A GitHub table; cells are already text. Pipes in cells are escaped."""
-    def cell(v: object) -> str:
-        return str(v).replace("|", "\\|")
-    header = [index_name, *map(str, frame.columns)]
+
+_SYNTAX = re.compile(r"[\\`*\[\]<>|~&]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+"""What markdown reads as syntax in a line; `_` only at a word's edge (GFM ignores it inside one)."""
+
+
+def text(value: object) -> str:
+    """`value` as markdown text that renders as itself."""
+    return _SYNTAX.sub(lambda m: "\\" + m.group(), str(value))
+
+
+def code(value: str) -> str:
+    """`value` as a code span (no escapes apply inside one), fenced by one more backtick than its
+    longest run of them, and padded where it starts or ends with one (CommonMark's rule)."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", value)), default=0) + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def markdown_table(frame: Frame, index_name: str) -> str:
+    """A GitHub table; cells are already text, escaped here (a `|` would start a cell)."""
+    header = [text(index_name), *map(text, frame.columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(frame.columns)) + "|"]
     for name, row in frame.iterrows():
-        lines.append("| " + " | ".join([cell(name), *map(cell, row.tolist())]) + " |")
+        lines.append("| " + " | ".join([text(name), *map(text, row.tolist())]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -27,15 +51,14 @@ class _MarkdownPage(Page):
     def __init__(self, out: TextIO):
         self.out = out
 
-    def title(self, text: str) -> None:
-        self.out.write(f"**{text}**\n\n")
+    def title(self, line: str) -> None:
+        self.out.write(f"**{text(line)}**\n\n")
 
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         self.out.write(markdown_table(frame, label))
 
-    def footnote(self, text: str) -> None:
-        escape = "\\" if text.startswith("*") else ""  # a leading * would start a list
-        self.out.write(f"\n{escape}{text}\n")
+    def footnote(self, line: str) -> None:
+        self.out.write(f"\n{text(line)}\n")  # a leading * is escaped: it would start a list
 
     def gap(self) -> None:
         self.out.write("\n")
@@ -45,16 +68,16 @@ class _MarkdownPage(Page):
 
     def fact(self, label: str, value: str, *, pasteable: bool) -> None:
         # what is meant for pasting goes in a code span, the prose stays prose
-        self.out.write(f"- {label}: `{value}`\n" if pasteable else f"- {label}: {value}\n")
+        self.out.write(f"- {text(label)}: {code(value) if pasteable else text(value)}\n")
 
     def lever(self, flag: str, effect: str) -> None:
-        self.out.write(f"- lever: `{flag}` {effect}\n")
+        self.out.write(f"- lever: {code(flag)} {text(effect)}\n")
 
-    def line(self, text: str, *, label: str | None = None, tone: Tone = Tone.PLAIN) -> None:
-        self.out.write(f"- {text}\n" if label is None else f"- {label}: {text}\n")
+    def line(self, line: str, *, label: str | None = None, tone: Tone = Tone.PLAIN) -> None:
+        self.out.write(f"- {text(line)}\n" if label is None else f"- {text(label)}: {text(line)}\n")
 
-    def verdict(self, text: str, verdict: Verdict) -> None:
-        self.out.write(f"\n**{text}**\n")
+    def verdict(self, line: str, verdict: Verdict) -> None:
+        self.out.write(f"\n**{text(line)}**\n")
 
 
 class MarkdownReporter(SectionReporter):

@@ -86,7 +86,7 @@ class Progress:
             self._set_stage(f"rank {rank}: {one_line(str(event.get('phase')))}")
         elif kind == "phase":
             status = str(event.get("status", "ok"))
-            style = {"ok": None, "deferred": "yellow", "failed": "red"}.get(status)
+            style = {"ok": None, "deferred": "yellow", "failed": "red", "interrupted": "yellow"}.get(status)
             used = event.get("device_used_bytes")
             seconds = event.get("seconds")
             self.console.print(f"  rank {rank}  {one_line(str(event.get('name', '?'))):<10} {one_line(status):<8} "

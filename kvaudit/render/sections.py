@@ -6,6 +6,12 @@ the failure, the verdict); a format only
 says how each kind of section is drawn, by giving a `Page`. So the table and markdown show the same things in the same
 order and cannot drift. The words of each section come from kvaudit/render/summary.py, the tables
 from kvaudit/render/frames.py.
+
+Strings from a report or log (a model name, a failure message, a warning, a site) are data: a
+page only ever receives one line, each newline and carriage return in it escaped (`_OneLine`), so
+none can start a line of its own (a model name holding "\nverdict: ok" printed a `verdict: ok`
+line above a FAIL). Each format then escapes its own syntax: markdown its delimiters and inline
+markup (kvaudit/render/markdown.py); an HTML page would escape `<`, `>` and `&`.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TextIO
 
-import pandas as pd
 
 from kvaudit.render import frames, summary
+from kvaudit.render.frames import Frame
+from kvaudit.render.printable import one_line
 from kvaudit.schema import DiffReport, Report, Verdict
 
 OWNERS_LABEL = "owner (GiB)"
@@ -42,7 +49,7 @@ class Page(ABC):
         """The first line: what was audited or compared."""
 
     @abstractmethod
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         """A table of text cells; `label` heads its index column."""
 
     @abstractmethod
@@ -74,6 +81,45 @@ class Page(ABC):
         """The last line: the verdict and why."""
 
 
+class _OneLine(Page):
+    """A format's page that is handed one line at a time: every string (a table's labels and cells
+    too) with its newlines and carriage returns escaped."""
+
+    def __init__(self, page: Page):
+        self.page = page
+
+    def title(self, text: str) -> None:
+        self.page.title(one_line(text))
+
+    def table(self, frame: Frame, label: str) -> None:
+        # lists, not a dict: two columns of one label (a diff of a file with itself) stay two
+        cells = Frame.of([[one_line(str(v)) for v in row] for row in frame.itertuples(index=False)],
+                         index=[one_line(str(v)) for v in frame.index],
+                         columns=[one_line(str(v)) for v in frame.columns])
+        self.page.table(cells, one_line(label))
+
+    def footnote(self, text: str) -> None:
+        self.page.footnote(one_line(text))
+
+    def gap(self) -> None:
+        self.page.gap()
+
+    def bars(self, report: Report) -> None:
+        self.page.bars(report)  # rank numbers and owner letters only
+
+    def fact(self, label: str, value: str, *, pasteable: bool) -> None:
+        self.page.fact(one_line(label), one_line(value), pasteable=pasteable)
+
+    def lever(self, flag: str, effect: str) -> None:
+        self.page.lever(one_line(flag), one_line(effect))
+
+    def line(self, text: str, *, label: str | None = None, tone: Tone = Tone.PLAIN) -> None:
+        self.page.line(one_line(text), label=None if label is None else one_line(label), tone=tone)
+
+    def verdict(self, text: str, verdict: Verdict) -> None:
+        self.page.verdict(one_line(text), verdict)
+
+
 class SectionReporter(ABC):
     """A reporter that draws reports and diffs section by section on the page of its format."""
 
@@ -81,7 +127,7 @@ class SectionReporter(ABC):
     def page(self, out: TextIO) -> Page: ...
 
     def report(self, report: Report, out: TextIO) -> None:
-        page = self.page(out)
+        page = _OneLine(self.page(out))
         page.title(summary.headline(report))
         if report.ranks:
             page.table(frames.owners_wide(report), OWNERS_LABEL)
@@ -121,7 +167,7 @@ class SectionReporter(ABC):
         page.verdict(summary.verdict_line(report), report.verdict)
 
     def diff(self, diff: DiffReport, out: TextIO) -> None:
-        page = self.page(out)
+        page = _OneLine(self.page(out))
         page.title(f"kvaudit diff {diff.a_name} → {diff.b_name}")
         page.table(frames.diff_binding(diff), DIFF_BINDING_LABEL)
         page.gap()

@@ -12,6 +12,12 @@ SITES_SHOWN = 3
 """Per owner, the largest sites named in a line; the rest are summed as "+ N more"."""
 
 
+def rank_name(rank: int | None, index: int) -> str:
+    """`rank 3`; a rank whose number is null (a report may say so) by where its entry is,
+    `ranks[1]`, never `rank None`, and two of them never under one name."""
+    return f"rank {rank}" if rank is not None else f"ranks[{index}]"
+
+
 def headline(report: Report) -> str:
     c, e = report.config, report.engine
     parts = [f"kvaudit {report.source.value}"]
@@ -223,6 +229,7 @@ def site_lines(report: Report) -> list[str]:
     rank = report.binding() or (report.ranks[0] if report.ranks else None)
     if rank is None or not rank.sites:
         return []
+    name = rank_name(rank.rank, report.ranks.index(rank))
     known = [s for s in rank.sites if s.bytes is not None]  # a site of unknown size adds nothing to a sum
     ends = [s for s in known if s.at == "end"]
     last = ends[-1].phase if ends else None
@@ -232,7 +239,7 @@ def site_lines(report: Report) -> list[str]:
         chosen = sorted(chosen, key=lambda s: (s.owner, -s.bytes))
         for owner, group in groupby(chosen, key=lambda s: s.owner):
             parts = [(s.site, s.bytes) for s in group]
-            lines.append(f"rank {rank.rank} {label}: " + _owner_sum(owner, sum(b for _, b in parts), parts, False))
+            lines.append(f"{name} {label}: " + _owner_sum(owner, sum(b for _, b in parts), parts, False))
     return lines
 
 

@@ -88,8 +88,9 @@ def test_a_missing_log_and_no_log_are_usage_errors(cli, tmp_path):
 
 def test_an_unwritable_output_is_one_line(cli, tmp_path):
     result = cli("ingest", str(TP2_OK), "-o", str(tmp_path / "no-such-dir" / "x.json"))
-    assert result.code == 2 and len(result.stderr_lines) == 1
-    assert result.stderr.startswith("kvaudit: error: cannot write the report to")
+    assert result.code == 2 and result.stderr_lines == [
+        f"kvaudit: error: -o {tmp_path / 'no-such-dir' / 'x.json'}: the folder {tmp_path / 'no-such-dir'} does not "
+        f"exist; create it or name another"]
 
 
 def test_ingest_imports_neither_torch_nor_vllm(tmp_path):

@@ -228,7 +228,7 @@ def test_a_command_line_kvaudit_cannot_parse_is_a_usage_error(cli, args, text):
     assert "Traceback" not in result.stderr and text in result.stderr and result.stdout == ""
 
 
-def test_an_internal_error_is_one_line_and_exit_3(cli, monkeypatch):
+def test_an_internal_error_is_one_line_and_exit_3(cli, monkeypatch, tmp_path):
     import kvaudit.engines.inputs
 
     def broken(path):
@@ -236,7 +236,9 @@ def test_an_internal_error_is_one_line_and_exit_3(cli, monkeypatch):
 
     monkeypatch.setattr(kvaudit.engines.inputs, "load_report", broken)
     monkeypatch.delenv("KVAUDIT_DEBUG", raising=False)
-    result = cli("show", "whatever.json")
+    report = tmp_path / "whatever.json"  # show checks its input exists before reading it
+    report.write_text("{}", encoding="utf-8")
+    result = cli("show", str(report))
     assert result.code == 3
     assert result.stderr.startswith("kvaudit: internal error: RuntimeError: boom")
     assert "Traceback" not in result.stderr

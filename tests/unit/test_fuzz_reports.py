@@ -228,7 +228,7 @@ def test_the_passing_families_sum_to_at_least_a_thousand_examples():
 @st.composite
 def anything(draw) -> tuple[bytes, str]:
     how = draw(st.sampled_from(["mutated", "surrogate", "deflate-garbage", "deep-extra-args"]))
-    fmt = draw(st.sampled_from(["table", "json", "csv", "markdown"]))
+    fmt = draw(st.sampled_from(["table", "json", "csv", "markdown", "html", "prom"]))
     if how == "mutated":
         return dump(draw(mutated_document(values=FULL_VALUES, full=True)), ascii_only=draw(st.booleans())), fmt
     if how == "surrogate":
@@ -323,7 +323,7 @@ def check_every_verb(a: Path, b: Path, fmt: str) -> None:
 
 
 @settings(max_examples=150, **COMMON)
-@given(doc=nulls_and_sites(), fmt=st.sampled_from(["table", "json", "csv", "markdown"]),
+@given(doc=nulls_and_sites(), fmt=st.sampled_from(["table", "json", "csv", "markdown", "html", "prom"]),
        base=st.sampled_from(REAL_REPORTS))
 def test_reports_with_nulls_and_sites_render_in_every_verb(doc, fmt, base):
     path, other = WORK / "nulls.json", WORK / "base.json"
@@ -383,7 +383,7 @@ def escaped_strings(draw) -> dict:
 
 
 @settings(max_examples=100, **COMMON)
-@given(doc=escaped_strings(), fmt=st.sampled_from(["table", "csv", "markdown"]))
+@given(doc=escaped_strings(), fmt=st.sampled_from(["table", "csv", "markdown", "html", "prom"]))
 def test_escape_sequences_in_reports_never_reach_the_terminal_raw(doc, fmt):
     path = WORK / "escapes.json"
     path.write_bytes(dump(doc, ascii_only=False))

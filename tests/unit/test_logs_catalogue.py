@@ -292,9 +292,11 @@ def engine_error(msg: str) -> str:
     ("Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to free memory for weights, "
      "increasing --tensor-parallel-size, or using --quantization. (original error: CUDA out of memory. Tried to "
      "allocate 1.96 GiB.)", FailureKind.OOM, Phase.LOAD, None),
-    ("RuntimeError: CUDA error: out of memory", FailureKind.OOM, Phase.BASELINE, None),
+    # Nothing printed before it says how far the boot got: the phase is not known (it was
+    # "baseline" before issue 27, which the log does not say).
+    ("RuntimeError: CUDA error: out of memory", FailureKind.OOM, None, None),
 ])
-def test_failure_variants(msg: str, kind: FailureKind, phase: Phase, feasible: int | None) -> None:
+def test_failure_variants(msg: str, kind: FailureKind, phase: Phase | None, feasible: int | None) -> None:
     report = report_from_log_text(engine_error(msg), "x")
     f = report.failure
     assert f is not None and (f.kind, f.phase) == (kind, phase)

@@ -44,6 +44,12 @@ def hostile_logs(size: int) -> dict[str, str]:
         "tagged repeated non-default args: {": ARGS * (size // len(ARGS)) + "\n",
         "CR-only line ends": (KV_LINE + "\r") * (size // (len(KV_LINE) + 1)),
         "a line dense with Error and no exception": "ErrorX" * (size // 6) + "\n",
+        # issue 27's needles: tracebacks, startup-call frames, nested Ray prefixes, cut columns
+        "a traceback header on every line": "Traceback (most recent call last):\n" * (size // 35),
+        "a line dense with startup-call frames": '  File "x.py", line 1, in load_model' * (size // 36) + "\n",
+        "nested prefixes on every line": ("(EngineCore pid=2) " * 12 + KV_LINE + "\n") * (size // (len(KV_LINE) + 229)),
+        "every line cut at 60 columns": "".join(
+            KV_LINE[i:i + 60] + "\n" for _ in range(size // (len(KV_LINE) + 2)) for i in range(0, len(KV_LINE), 60)),
     }
 
 

@@ -2,14 +2,18 @@
 (tests/fixtures/logs/public/, each with its source address in a header comment).
 
 Each entry is what a person reading the excerpt takes from it, worked out by hand from the
-printed figures: GiB (and V0's "GB", which meant GiB) × 2**30; token counts and lengths as
-printed; the verdict a reader reaches (fits, does not fit, cannot tell). Only the keys listed are
-compared, all of them at once, so every excerpt is held to one definite reading.
+printed figures: GiB (and V0's "GB", which meant GiB) × 2**30, 0.3's "MB" × 2**20; token counts and
+lengths as printed; the verdict a reader reaches (fits, does not fit, cannot tell) and how the boot
+died where it did. Only the keys listed are compared, all of them at once, so every excerpt is held
+to one definite reading. `score` grades each excerpt (fully right, partly right, wrong: `ok` for a
+boot a reader sees failing or cannot judge, or `fail` for one that fits) and the README's summary
+line is that score.
 """
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from kvaudit.schema import Owner, Report
 from kvaudit.units import gib_to_bytes
 
 PUBLIC = Path(__file__).parent.parent / "fixtures" / "logs" / "public"
+README = Path(__file__).parent.parent.parent / "README.md"
 
 
 def G(text: str) -> int:
@@ -29,7 +34,10 @@ def G(text: str) -> int:
 
 W, A, N, K, P = Owner.WEIGHTS, Owner.ACTIVATION_PEAK, Owner.NON_TORCH, Owner.KV_CACHE, Owner.GRAPH_POOL
 
-# per rank: {owner or field: bytes}; fields: total, requested, free, available, estimate, blocks
+# per rank: {owner or field: bytes}; fields: total, requested, free, available, estimate, blocks,
+# suggested (vLLM's own --kv-cache-memory). rank_values: {owner or field: the values over all ranks,
+# sorted}, where the log names no rank (Ray actors, V0 workers). warns: text some warning holds.
+# failure: (kind, phase or None), or None for a boot that did not fail.
 EXPECTED: dict[str, dict[str, Any]] = {
     "01-v0.6-10517-20k-ok.log": dict(
         ranks={0: {W: G("14.9888"), N: G("0.35"), "available": G("3.81"), "total": G("23.58"), "blocks": 1952}},
@@ -103,10 +111,90 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "34-v0.5.0-2140-load.log": dict(ranks={0: {W: G("13.4966")}}, version="0.5.0.post1", model="Mistral-7B-v0.1",
                                     max_model_len=32768, tp=1, backend="XFormers", runner=None),
     "35-v1-0.11-28143-oom-load.log": dict(ranks={0: {"total": G("93.09")}}, verdict="fail", failure=("oom", "load")),
+    # Round two (issue 27): failed boots, parallel layouts, Ray, more wordings.
+    "36-v1-lmcache-3326-ok.log": dict(ranks={0: {"available": G("111.99"), "estimate": G("0.26")}}, gmu=0.9,
+                                      tokens=229344, max_model_len=16384, verdict="ok", failure=None),
+    "37-v1-0.8-18730-load-then-failed.log": dict(ranks={0: {W: G("18.1450")}}, verdict="unknown",
+                                                 failure=("crash", "profile")),
+    "38-v1-deepseek-spark-13-kv-then-traceback.log": dict(tokens=443242, max_model_len=384000, verdict="unknown",
+                                                          failure=("crash", "kv")),
+    "39-v1-arc-b70-4-fixed-kv-then-failed.log": dict(ranks={0: {"available": G("4.25"), "free": G("31.16")}},
+                                                     verdict="unknown", failure=("crash", "kv")),
+    "40-v0-0.3-pr-3120-megabytes.log": dict(ranks={0: {W: round(244.61 * 2**20), "blocks": 76240}},
+                                            model="facebook/opt-125m", max_model_len=2048, tp=1, tokens=76240 * 16,
+                                            verdict="ok", reason_has="tokens derived from the block count"),
+    "41-v0-torchserve-3315-workers.log": dict(ranks={0: {W: G("7.5122"), "blocks": 61913}, 1: {W: G("7.5122")}},
+                                              tokens=61913 * 16, verdict="unknown", failure=None),
+    "42-v1-32105-pp-workers-fails.log": dict(max_model_len=202752, needed=G("71.16"), feasible=81392, tp=1,
+                                             verdict="fail", failure=("does_not_fit", "kv"),
+                                             warns="pipeline_parallel_size: ≥ 7, size not stated"),
+    "43-v1-0.8-16118-quoted-error.log": dict(ranks={0: {"available": G("9.97")}}, max_model_len=1048576,
+                                             needed=G("24.00"), feasible=None, verdict="fail",
+                                             failure=("does_not_fit", "kv")),
+    "44-v1-tpu-inference-223-traceback.log": dict(ranks={0: {"available": G("0.71")}}, max_model_len=131072,
+                                                  needed=G("16.00"), feasible=5632, verdict="fail",
+                                                  failure=("does_not_fit", "kv")),
+    "45-v0-6689-ray-repeated.log": dict(rank_values={W: [G("24.4023")] * 2}, verdict="unknown", failure=None,
+                                        warns=("name no rank", "[repeated 30x across cluster]")),
+    "46-v0-0.5.3-7057-ray-two-hosts.log": dict(rank_values={W: [G("28.8984")]}, verdict="unknown", failure=None,
+                                               warns=("name no rank", "[repeated 14x across cluster]")),
+    "47-v1-ray-65486-serve-nested.log": dict(
+        ranks={0: {W: G("15.31"), A: G("1.29"), N: G("0.22"), P: G("1.0"), K: G("54.45"), "total": G("79.18"),
+                   "requested": G("71.26"), "free": G("78.66"), "suggested": 57229567898}},
+        gmu=0.9, verdict="unknown", failure=None),
+    "48-v0-10151-llumlet-ray-tp2.log": dict(ranks={0: {W: G("6.3101")}}, tp=2, verdict="unknown", failure=None),
+    "49-v0-hpu-habana-417-ray-tp2.log": dict(rank_values={W: [G("7.481")], "total": [G("94.62")]}, tp=2,
+                                             verdict="unknown", warns="name no rank"),
+    "50-v1-0.27-52029-config.log": dict(version="0.27.1", gmu=0.5, max_model_len=2048, model="facebook/opt-125m", tp=1,
+                                        rank_count=0, verdict="unknown"),
+    "51-v1-23176-engine-crash-ninja.log": dict(verdict="unknown", failure=("crash", None),
+                                               message_starts="subprocess.CalledProcessError: Command '['ninja'"),
+    "52-v0-hpu-habana-809-preloading.log": dict(rank_values={W: [G("79.41")] * 3, "total": [G("94.62")] * 3},
+                                                verdict="unknown", failure=None),
+    "53-v1-lmcache-2521-dp-tp-ep.log": dict(tp=2, rank_count=0, verdict="unknown"),
+    "54-v0-0.4.2-pr-4650-one-line.log": dict(tp=4, max_model_len=1024, gmu=0.99, version="0.4.2",
+                                             model="DeepSeek-V2-Lite-Chat", verdict="unknown"),
+    "55-v1-29636-worker-failed-profile.log": dict(verdict="unknown", failure=("crash", "profile")),
+    "56-v1-llm-scaler-154-died-after-serving.log": dict(verdict="unknown", failure=None,
+                                                        warns="after startup finished: Worker proc VllmWorker-3 died"),
+    "57-v0-0.4.2-5785-tp8-ray.log": dict(tp=8, max_model_len=8192, version="0.4.2", verdict="unknown",
+                                         warns="[repeated 4x across cluster]"),
+    "58-v1-ascend-8289-npu-actual-usage.log": dict(
+        ranks={0: {W: G("1.14"), A: G("0.22"), N: G("0.13"), P: G("0.04"), "total": G("61.27"), "free": G("60.86"),
+                   "requested": G("55.14"), "suggested": 57403864576}}, gmu=0.9, verdict="unknown"),
+    "59-v1-club-3090-127-tp4.log": dict(ranks={0: {"available": G("15.72")}, 1: {"estimate": G("0.17")}}, tp=4,
+                                        gmu=0.92, verdict="unknown"),
+    "60-v1-53013-dp-tp-ep-no-memory.log": dict(ranks={3: {"estimate": G("118.65")}}, tp=2, feasible=0, verdict="fail",
+                                               failure=("does_not_fit", "kv")),
+    "61-v1-art-201-worker-died.log": dict(verdict="unknown", failure=("worker_died", None)),
+    "62-v1-15687-ray-faulthandler-init-device.log": dict(verdict="unknown", failure=("crash", "baseline")),
+    "63-v1-39788-capture-traceback-tp.log": dict(tp=None, verdict="unknown", failure=("crash", "capture"),
+                                                 warns="tensor_parallel_size: ≥ 3, size not stated"),
+    "64-v0-7593-gemma2-8xl4-capture.log": dict(rank_values={W: [G("2.3463")] * 7}, tokens=22982 * 16, verdict="unknown",
+                                               failure=None),
+    "65-v0-15598-ray-repeated-profile-error.log": dict(
+        rank_values={W: [G("20.64")], N: [G("0.28")], A: [G("1.52")], "available": [G("21.20")],
+                     "total": [G("44.53")], "requested": [G("43.64")]},
+        gmu=0.98, verdict="unknown", failure=("crash", "capture"), warns="[repeated 30x across cluster]"),
+    "66-v1-gfx906-44-kv-then-capture-crash.log": dict(tokens=305808, max_model_len=16384, verdict="unknown",
+                                                      failure=("crash", "capture")),
+    "67-v0-0.6.4-11251-quoted-profile.log": dict(
+        ranks={0: {W: G("7.51"), N: G("0.39"), A: G("2.53"), "available": G("3.76"), "total": G("15.77"),
+                   "requested": G("14.20"), "blocks": 3852}},
+        gmu=0.9, max_model_len=40000, tokens=3852 * 16, verdict="ok"),
+    "68-v1-0.7-pr-12569-blocks.log": dict(ranks={0: {W: G("67.7229"), "blocks": 1381}}, max_model_len=2048, gmu=0.98,
+                                          tokens=1381 * 16, verdict="ok"),
+    "69-v1-1cat-237-journald-tp.log": dict(ranks={0: {"available": G("5.35")}}, tokens=215401, max_model_len=8192, tp=None,
+                                           verdict="ok", warns="tensor_parallel_size: ≥ 3, size not stated"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
-           "available": "kv_available_bytes", "estimate": "graph_pool_estimate_bytes", "blocks": "kv_blocks"}
+           "available": "kv_available_bytes", "estimate": "graph_pool_estimate_bytes", "blocks": "kv_blocks",
+           "suggested": "vllm_suggested_kv_cache_memory_bytes"}
+
+
+def _rank_value(rank: Any, key: Any) -> Any:
+    return rank.owners[key] if isinstance(key, Owner) else getattr(rank, _FIELDS[key])
 
 
 def observed(report: Report, expected: dict[str, Any]) -> dict[str, Any]:
@@ -121,27 +209,66 @@ def observed(report: Report, expected: dict[str, Any]) -> dict[str, Any]:
         "verdict": report.verdict.value, "rank_count": len(report.ranks),
         "failure": (report.failure.kind.value, report.failure.phase.value if report.failure.phase else None)
         if report.failure else None,
+        "pp": report.config.extra_args.get("pipeline_parallel_size"),
     }
+    for key, text in (("warns", "\n".join(report.warnings)), ("reason_has", report.verdict_reason)):
+        if key in expected:
+            wanted = expected[key] if isinstance(expected[key], tuple) else (expected[key],)
+            found = tuple(w for w in wanted if w in text)
+            values[key] = found if isinstance(expected[key], tuple) else (found[0] if found else text)
+    if "message_starts" in expected:
+        message = report.failure.message if report.failure else ""
+        values["message_starts"] = expected["message_starts"] if message.startswith(expected["message_starts"]) \
+            else message
+    if "rank_values" in expected:
+        values["rank_values"] = {key: sorted(v for r in report.ranks if (v := _rank_value(r, key)) is not None)
+                                 for key in expected["rank_values"]}
     out = {key: values[key] for key in expected if key != "ranks"}
     if "ranks" in expected:
         out["ranks"] = {
-            rank: {key: (by_rank[rank].owners[key] if isinstance(key, Owner) else getattr(by_rank[rank], _FIELDS[key]))
-                   for key in keys} if rank in by_rank else None
+            rank: {key: _rank_value(by_rank[rank], key) for key in keys} if rank in by_rank else None
             for rank, keys in expected["ranks"].items()}
     return out
 
 
-def test_the_corpus_has_at_least_thirty_excerpts_each_with_its_source() -> None:
+def score(name: str) -> str:
+    """`fully right` (every key as a reader has it); `wrong` when the verdict says it fits where a
+    reader sees no fit or cannot tell (a boot that died), or says it does not fit where a reader
+    sees a fit; else `partly right`."""
+    expected = EXPECTED[name]
+    seen = observed(load_report(PUBLIC / name), expected)
+    if seen == expected:
+        return "fully right"
+    if "verdict" in expected and (seen["verdict"], expected["verdict"]) in (("ok", "fail"), ("ok", "unknown"),
+                                                                             ("fail", "ok")):
+        return "wrong"
+    return "partly right"
+
+
+def summary() -> str:
+    grades = [score(name) for name in sorted(EXPECTED)]
+    return (f"{len(grades)} excerpts: {grades.count('fully right')} fully right, {grades.count('partly right')} "
+            f"partly right, {grades.count('wrong')} wrong")
+
+
+def test_the_corpus_has_at_least_sixty_excerpts_each_with_its_source() -> None:
     files = sorted(p.name for p in PUBLIC.glob("*.log"))
-    assert files == sorted(EXPECTED) and len(files) >= 30
+    assert files == sorted(EXPECTED) and len(files) >= 60
     for name in files:
-        assert (PUBLIC / name).read_text(encoding="utf-8").startswith("# source: https://github.com/")
+        head = (PUBLIC / name).read_text(encoding="utf-8")
+        assert head.startswith("# source: https://github.com/") and "saved as pasted" in head.splitlines()[1]
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_excerpt_gives_what_a_reader_takes_from_it(name: str) -> None:
     report = load_report(PUBLIC / name)
     assert observed(report, EXPECTED[name]) == EXPECTED[name]
+
+
+def test_the_readme_states_the_corpus_score() -> None:
+    line = next(line for line in README.read_text(encoding="utf-8").splitlines() if "excerpts:" in line
+                and "fully right" in line)
+    assert re.search(r"\d+ excerpts: \d+ fully right, \d+ partly right, \d+ wrong", line).group(0) == summary()
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

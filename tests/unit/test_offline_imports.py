@@ -53,6 +53,10 @@ COMMANDS = {
     "plan-table": ["plan", str(DATA / "run1.json"), "--gmu", "0.2", "--max-num-batched-tokens", "256"],
     "plan-log-solve": ["plan", str(DATA.parent.parent.parent / "configs" / "examples" / "h200-graphs.vllm.log"),
                        "--solve", "max-model-len", "-f", "json"],
+    "show-html": ["show", str(DATA / "run2.json"), "-f", "html"],
+    "diff-html": ["diff", str(DATA / "run1.json"), str(DATA / "run2.json"), "-f", "html"],
+    "plan-html": ["plan", str(DATA / "run1.json"), "--gmu", "0.2", "-f", "html"],
+    "show-prom": ["show", str(DATA / "run5.vllm.log"), "-f", "prom"],
     "import-supervisor": ["import", "kvaudit.cli", "kvaudit.engines.vllm", "kvaudit.engines.vllm.supervise",
                           "kvaudit.engines.selftest", "kvaudit.engines.process", "kvaudit.engines.inputs",
                           "kvaudit.engines.probes", "kvaudit.engines.probes.cuda", "kvaudit.engines.probes.host",
@@ -118,3 +122,36 @@ def test_offline_commands_with_the_real_packages_installed(tmp_path, name):
     probe = run_probe(python, COMMANDS[name], tmp_path, None)
     assert probe["code"] == EXPECTED_CODE.get(name, 0)
     assert probe["heavy"] == []
+
+
+PANDAS_PROBE = r"""
+import json, sys
+out_path, argv = sys.argv[1], sys.argv[2:]
+sys.argv = ["kvaudit", *argv]
+from kvaudit.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+with open(out_path, "w") as fh:
+    json.dump({"code": code, "pandas": "pandas" in sys.modules}, fh)
+"""
+
+
+@pytest.mark.parametrize("name, args, pandas", [
+    ("show-table", ["show", str(DATA / "run2.json"), "--width", "100"], False),
+    ("diff-table", ["diff", str(DATA / "run1.json"), str(DATA / "run2.json")], False),
+    ("diff-markdown", ["diff", str(DATA / "run1.json"), str(DATA / "run2.json"), "-f", "markdown"], False),
+    ("show-json", ["show", str(DATA / "run5.json"), "-f", "json"], False),
+    ("show-csv", ["show", str(DATA / "run2.json"), "-f", "csv"], True),  # CSV is pandas' to_csv
+])
+def test_the_human_formats_need_no_pandas(tmp_path, name, args, pandas):
+    """pandas is most of a cold `kvaudit diff`'s start (issue 31: 0.67x the bare import of pandas, rich
+    and typer once the tables stopped importing it, 1.53x before): only CSV imports it."""
+    out = tmp_path / "probe.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
+    proc = subprocess.run([sys.executable, "-c", PANDAS_PROBE, str(out), *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert out.exists(), proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["code"] == 0 and result["pandas"] is pandas

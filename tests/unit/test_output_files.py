@@ -1,12 +1,16 @@
-"""`-o PATH` (run, selftest, ingest): regular files are replaced atomically through an O_EXCL
-temporary file of unpredictable name; devices, FIFOs and /dev/stdout are written in place; a
-symlink is written through; an empty path is a usage error. Driven through `kvaudit ingest`,
-which writes the same way `run` does and needs no vLLM."""
+"""`-o PATH` (run, selftest, ingest, plan) and `run --log PATH`: checked before any work and written
+as a shell's `>` writes. An existing file is written through (owner, mode and hard links stay, a
+symlink's target is written); a new one goes through an O_EXCL temporary file of fixed length and
+unpredictable name; what cannot take a file (a FIFO, a device, a socket, a folder, a missing or
+unwritable folder, a read-only file, the command's own input) is a one-line usage error at once;
+`-` is standard output. Driven through `kvaudit ingest` and `kvaudit plan`, which write the way
+`run` does and need no vLLM."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import threading
 from pathlib import Path
@@ -16,10 +20,20 @@ import pytest
 from conftest import run_cli
 
 LOG = Path(__file__).parents[2] / "configs" / "examples" / "h200-eager.vllm.log"
+REPORT = Path(__file__).parents[2] / "configs" / "examples" / "cpu-batch512.json"
 
 
-def ingest_to(target: Path | str) -> object:
-    return run_cli("ingest", str(LOG), "-o", str(target), "-f", "json")
+def ingest_to(target: Path | str, *extra: str) -> object:
+    return run_cli("ingest", str(LOG), "-o", str(target), "-f", "json", *extra)
+
+
+def within(seconds: float, fn):
+    """fn()'s result, or None when it has not returned in time (an open that blocks)."""
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return done[0] if done else None
 
 
 def test_a_regular_file_gets_the_report_and_no_temporary_file_is_left(tmp_path):
@@ -52,17 +66,81 @@ def test_a_symlink_is_written_through_not_replaced(tmp_path):
     assert json.loads(real.read_text())["schema"] == "kvaudit.report/1"
 
 
-def test_a_fifo_is_written_in_place(tmp_path):
+def test_an_existing_file_is_written_through_keeping_owner_mode_and_hard_links(tmp_path):
+    # GIVEN a report file of another owner, mode 0640, with a second hard link (as `>` keeps them)
+    out = tmp_path / "shared.json"
+    out.write_text("old")
+    os.chmod(out, 0o640)
+    other_owner = os.geteuid() == 0
+    if other_owner:
+        os.chown(out, 4321, 4321)
+    os.link(out, tmp_path / "the-other-name.json")
+    before = out.stat()
+    # WHEN written
+    assert ingest_to(out).code == 0
+    after = out.stat()
+    # THEN the same file: inode, links, mode, owner; both names hold the report
+    assert (after.st_ino, after.st_nlink, stat.S_IMODE(after.st_mode)) == (before.st_ino, 2, 0o640)
+    assert (after.st_uid, after.st_gid) == ((4321, 4321) if other_owner else (before.st_uid, before.st_gid))
+    assert json.loads((tmp_path / "the-other-name.json").read_text())["schema"] == "kvaudit.report/1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json", "the-other-name.json"]
+
+
+def test_a_read_only_file_is_refused(tmp_path):
+    out = tmp_path / "kept.json"
+    out.write_text("keep me")
+    os.chmod(out, 0o444)
+    result = ingest_to(out)
+    assert result.code == 2
+    assert result.stderr_lines == [f"kvaudit: error: -o {out}: read-only (mode 0444); name another file"]
+    assert out.read_text() == "keep me"
+
+
+def test_the_input_itself_is_refused_as_output(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_bytes(LOG.read_bytes())
+    linked = tmp_path / "same-file.json"
+    os.link(log, linked)
+    for target in (log, linked):
+        result = run_cli("ingest", str(log), "-o", str(target))
+        assert result.code == 2
+        assert result.stderr_lines == [f"kvaudit: error: -o {target} is the input {log} itself: name another file"]
+    assert log.read_bytes() == LOG.read_bytes()
+    report = tmp_path / "r.json"
+    report.write_bytes(REPORT.read_bytes())
+    result = run_cli("plan", str(report), "--gmu", "0.3", "-o", str(report))
+    assert result.code == 2 and "is the input" in result.stderr and report.read_bytes() == REPORT.read_bytes()
+
+
+@pytest.mark.parametrize("length", [242, 250, 255])
+def test_an_output_name_of_up_to_255_bytes_works(tmp_path, length):
+    # the temporary name added 14 bytes to the output's name: ENAMETOOLONG from 242 bytes on
+    out = tmp_path / ("r" * (length - 5) + ".json")
+    assert len(out.name.encode()) == length
+    result = ingest_to(out)
+    assert result.code == 0, result.stderr
+    assert json.loads(out.read_text())["schema"] == "kvaudit.report/1"
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_a_name_longer_than_the_file_system_allows_is_refused_before_reading(tmp_path):
+    out = tmp_path / ("r" * 256)
+    result = ingest_to(out)
+    assert result.code == 2
+    assert result.stderr_lines == [f"kvaudit: error: -o {out}: the file name is longer than the 255 bytes its file "
+                                   f"system allows"]
+
+
+def test_a_fifo_with_no_reader_is_refused_at_once(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
-    reader.start()
-    result = ingest_to(fifo)
-    reader.join(timeout=10)
-    assert result.code == 0, result.stderr
-    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
-    assert json.loads(got[0])["schema"] == "kvaudit.report/1"
+    result = within(10, lambda: ingest_to(fifo))
+    if result is None:  # the old behaviour: unblock the open, so that the test process can end
+        os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    assert result is not None, "blocked in open"
+    assert result.code == 2
+    assert result.stderr_lines == [f"kvaudit: error: -o {fifo}: a FIFO, not a file: name a regular file, or -o - for "
+                                   f"standard output"]
 
 
 def private_device(folder, name: str, minor: int):
@@ -76,19 +154,48 @@ def private_device(folder, name: str, minor: int):
     return node
 
 
-def test_a_full_device_survives_and_the_error_is_one_line(tmp_path):
-    full = private_device(tmp_path, "full", 7)
-    result = ingest_to(full)
-    assert stat.S_ISCHR(os.lstat(full).st_mode)
+@pytest.mark.parametrize("minor", [3, 7], ids=["null", "full"])
+def test_a_device_is_refused_and_left_alone(tmp_path, minor):
+    device = private_device(tmp_path, "dev", minor)
+    result = ingest_to(device)
     assert result.code == 2
-    assert result.stderr_lines == [f"kvaudit: error: cannot write the report to {full}: No space left on device"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
+    assert result.stderr_lines == [f"kvaudit: error: -o {device}: a character device, not a file: name a regular "
+                                   f"file, or -o - for standard output"]
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
 
 
-def test_a_null_device_is_written_in_place(tmp_path):
-    null = private_device(tmp_path, "null", 3)
-    assert ingest_to(null).code == 0
-    assert stat.S_ISCHR(os.lstat(null).st_mode)
+def test_a_socket_is_refused(tmp_path):
+    path = tmp_path / "s"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    try:
+        result = ingest_to(path)
+    finally:
+        server.close()
+    assert result.code == 2 and result.stderr_lines[0].endswith("a socket, not a file: name a regular file, or -o - "
+                                                                "for standard output")
+
+
+def test_dash_is_standard_output_and_the_view_goes_to_stderr(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("ingest", str(LOG), "-o", "-")
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout)["schema"] == "kvaudit.report/1"
+    assert "KV available" in result.stderr  # the table
+    assert list(tmp_path.iterdir()) == []  # no file named `-`
+    once = run_cli("ingest", str(LOG), "-o", "-", "-f", "json")
+    assert json.loads(once.stdout) == json.loads(result.stdout) and "schema" not in once.stderr
+
+
+def test_plan_writes_its_report_with_o(tmp_path):
+    out = tmp_path / "plan.json"
+    result = run_cli("plan", str(REPORT), "--gmu", "0.3", "-o", str(out))
+    printed = run_cli("plan", str(REPORT), "--gmu", "0.3", "-f", "json")
+    assert result.code == printed.code == 0, result.stderr
+    assert "KV available" in result.stdout  # the view still prints
+    assert out.read_text() == printed.stdout
+    assert json.loads(out.read_text())["source"] == "plan"
+    assert run_cli("show", str(out), "-f", "json").code == 0
 
 
 def test_an_empty_path_is_a_usage_error():
@@ -101,3 +208,50 @@ def test_a_directory_is_a_usage_error(tmp_path):
     result = ingest_to(tmp_path)
     assert result.code == 2
     assert result.stderr_lines == [f"kvaudit: error: -o {tmp_path}: is a directory; name a file"]
+
+
+def test_a_path_through_a_file_is_a_usage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = ingest_to(blocker / "r.json")
+    assert result.code == 2
+    assert result.stderr_lines == [f"kvaudit: error: -o {blocker / 'r.json'}: a part of the path is a file, not a "
+                                   f"directory"]
+
+
+def test_the_view_prints_when_the_file_cannot_be_written(tmp_path, monkeypatch):
+    # GIVEN a folder that passed the check and is gone when the report is written (a run takes
+    # minutes): the write fails as the system refuses it
+    from kvaudit.render import output
+    out = tmp_path / "gone" / "r.json"
+
+    def folder_gone(target, data):
+        raise FileNotFoundError(2, "No such file or directory")
+    monkeypatch.setattr(output, "_check_new", lambda path, flag: None)
+    monkeypatch.setattr(output, "_create", folder_gone)
+    result = run_cli("ingest", str(LOG), "-o", str(out))
+    # THEN the table is on stdout all the same, and the error says what was lost
+    assert result.code == 2
+    assert "KV available" in result.stdout
+    assert result.stderr_lines == [f"kvaudit: error: cannot write the report to {out}: No such file or directory"]
+
+
+@pytest.mark.parametrize("width", ["1", "39"])
+def test_a_width_too_narrow_for_the_table_is_refused(width):
+    result = run_cli("show", str(REPORT), "--width", width)
+    assert result.code == 2 and "--width" in result.stderr and len(result.stderr_lines) == 1
+
+
+def test_the_narrowest_width_renders(tmp_path):
+    result = run_cli("show", str(REPORT), "--width", "40")
+    assert result.code == 0 and "OK: fits" in result.stdout.replace("\n", " ")
+    # every line fits but the flags meant for pasting, which never wrap (render/table.py)
+    assert [line for line in result.stdout.splitlines() if len(line) > 40] == [
+        "         safe vllm serve flags: --kv-cache-memory-bytes=2598764544 --gpu-memory-utilization=0.32 "
+        "--max-model-len=4096"]
+
+
+def test_selftest_checks_its_output_before_starting(tmp_path):
+    result = within(30, lambda: run_cli("selftest", "--device", "cpu", "-o", str(tmp_path / "nodir" / "r.json")))
+    assert result is not None and result.code == 2
+    assert "does not exist" in result.stderr and len(result.stderr_lines) == 1

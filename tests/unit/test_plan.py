@@ -7,6 +7,7 @@ taken from the implementation.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -404,12 +405,26 @@ def test_a_selftest_report_is_not_planned_from(run1):
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
-def test_the_plan_section_never_writes_a_control_character_raw(cli, fmt):
-    """The how-each-figure section repeats the user's flags and the report's strings: a terminal
-    escape among them is shown escaped, as in every other human format."""
-    result = cli("plan", str(DATA / "run1.json"), "--kv-cache-dtype", "fp8\x1b]0;pwned\x07", "-f", fmt)
+def test_the_plan_section_never_writes_a_control_character_raw(cli, fmt, tmp_path):
+    """The how-each-figure section repeats the report's strings: a terminal escape or a newline
+    among them is shown escaped, as in every other human format, and starts no line."""
+    report = json.loads((DATA / "run1.json").read_text())
+    report["config"]["kv_cache_dtype"] = "auto\x1b]0;pwned\x07\nverdict: ok"
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(report))
+    result = cli("plan", str(path), "--kv-cache-dtype", "fp8", "-f", fmt)
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
-    assert "fp8\\x1b]0;pwned\\x07" in result.stdout
+    assert not any(line.lstrip("-* ").startswith("verdict: ok") for line in result.stdout.splitlines())
+    shown = re.sub(r"\\(.)", r"\1", result.stdout) if fmt == "markdown" else result.stdout
+    assert "auto\\x1b]0;pwned\\x07\\x0averdict: ok" in shown
+
+
+def test_a_kv_cache_dtype_vllm_does_not_know_is_refused_naming_the_ones_it_does(cli):
+    # it was exit 3, "needs a boot", and named the boot: kvaudit run --kv-cache-dtype bogus
+    result = cli("plan", str(DATA / "run1.json"), "--kv-cache-dtype", "bogus")
+    assert result.code == 2 and result.stdout == "" and len(result.stderr_lines) == 1
+    assert result.stderr.startswith("kvaudit: error: --kv-cache-dtype 'bogus' is none of vLLM's: auto, float16, "
+                                    "bfloat16, fp8, fp8_e4m3, fp8_e5m2,")
 
 
 def test_a_plan_says_each_note_once(cli):

@@ -26,20 +26,29 @@ from kvaudit.report import parse_report_text
 from kvaudit.schema import AccuracyEntry, Owner, Source
 
 WIDTH = 100
-SUFFIX = {Format.TABLE: "table.txt", Format.MARKDOWN: "md", Format.CSV: "csv", Format.JSON: "json"}
+SUFFIX = {Format.TABLE: "table.txt", Format.MARKDOWN: "md", Format.CSV: "csv", Format.JSON: "json",
+          Format.HTML: "html", Format.PROM: "prom"}
 DIFFS = (("run1", "run2"), ("run1", "run5"))
 
 
 def render_report(rep, fmt: Format) -> str:
     out = io.StringIO()
     reporter(fmt, width=WIDTH, color=False).report(rep, out)
-    return out.getvalue()
+    return _charts_as_ids(out.getvalue()) if fmt is Format.HTML else out.getvalue()
 
 
 def render_diff(diff, fmt: Format) -> str:
     out = io.StringIO()
     reporter(fmt, width=WIDTH, color=False).diff(diff, out)
-    return out.getvalue()
+    return _charts_as_ids(out.getvalue()) if fmt is Format.HTML else out.getvalue()
+
+
+def _charts_as_ids(page: str) -> str:
+    """An HTML golden keeps, of each chart, the ids kvaudit gave its elements (which bars are
+    drawn), not matplotlib's SVG, which changes with its release (tests/browser checks the drawing)."""
+    def ids(match: re.Match[str]) -> str:
+        return '<svg kv-ids="' + " ".join(re.findall(r'id="(kv-[^"]*)"', match.group())) + '"/>'
+    return re.sub(r"<svg\b.*?</svg>", ids, page, flags=re.S)
 
 
 def load_report_text(text):
@@ -80,8 +89,8 @@ def _bare(text: str) -> str:
 
 
 def _markdown_prose(markdown: str) -> str:
-    """Markdown outside its tables, without markup, bare."""
-    return "".join(_bare(line.removeprefix("- ").removeprefix("\\").replace("**", ""))
+    """Markdown outside its tables, without markup and escapes (render/markdown.py: text), bare."""
+    return "".join(_bare(re.sub(r"\\(.)", r"\1", line.removeprefix("- ").replace("**", "")))
                    for line in markdown.splitlines() if not line.startswith("|"))
 
 

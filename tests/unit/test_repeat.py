@@ -143,7 +143,7 @@ def test_repeat_logs_go_one_per_boot(tmp_path):
 
 # a real report with both sections: tests/vllm/test_verify_cpu.py's `--verify --repeat 2 --cold` boot
 RESULTS = __import__("pathlib").Path(__file__).parents[1] / "benchmarks" / "results"
-SUFFIX = {Format.TABLE: "table.txt", Format.MARKDOWN: "md", Format.CSV: "csv", Format.JSON: "json"}
+from test_render import SUFFIX  # noqa: E402  (every format's golden suffix)
 
 
 @pytest.mark.parametrize("fmt", list(Format), ids=str)
@@ -154,7 +154,7 @@ def test_a_real_verify_and_repeat_report_matches_its_golden(golden, fmt):
     golden(f"verify_repeat.{SUFFIX[fmt]}", render(report, fmt))
 
 
-@pytest.mark.parametrize("fmt", [Format.TABLE, Format.JSON], ids=str)
+@pytest.mark.parametrize("fmt", [Format.TABLE, Format.JSON, Format.PROM], ids=str)
 def test_a_real_diff_of_repeated_boots_matches_its_golden(golden, fmt):
     from kvaudit.engines.inputs import load_report
     a = load_report(RESULTS / "cpu-verify-repeated.json")

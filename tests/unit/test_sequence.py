@@ -223,6 +223,19 @@ def test_a_failed_phase_is_recorded_with_its_error_and_re_raised():
     assert phase["torch_allocated_bytes"] == 1
 
 
+@pytest.mark.parametrize("stop", [SystemExit, KeyboardInterrupt])
+def test_a_phase_stopped_from_outside_is_interrupted_not_failed(stop):
+    # vLLM's workers turn the SIGTERM that stops a boot into SystemExit: the phase was shown as
+    # "failed … SystemExit:", and its rank's error named the wrong cause of a stopped boot
+    seq = RankSequencer(FakeProbe([reading(1, 2, 3, 4)]), Journal(None))
+    with pytest.raises(stop):
+        with seq.phase(Phase.LOAD):
+            raise stop()
+    start, phase = seq.journal.events  # no error event
+    assert phase["status"] == "interrupted" and phase["name"] == "load"
+    assert phase["detail"] == "interrupted: the boot was stopped while this phase ran"
+
+
 def test_a_probe_that_cannot_read_still_gives_the_phase_its_line():
     seq = RankSequencer(FakeProbe([], fail_read=True), Journal(None))
     with seq.phase(Phase.CAPTURE):

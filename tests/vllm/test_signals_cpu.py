@@ -3,15 +3,22 @@ runners send (SIGTERM), and kvaudit itself being killed outright (SIGKILL).
 
 GIVEN a boot whose vLLM workers are up (their journal exists) WHEN the signal arrives THEN no
 vLLM process is left 10 s later; for SIGTERM also a partial report, exit 3, and no temporary
-folder."""
+folder.
+
+GIVEN a TP2 boot (vLLM's shared-memory message queues `/dev/shm/psm_*` and its CPU
+communicator's `/dev/shm/vllm_dist_*-cpushm_*` exist) WHEN it ends in any way (success, a failure,
+SIGINT, SIGTERM, SIGHUP, SIGKILL of kvaudit) THEN the temp dir is as it was before, and no file of
+/dev/shm that the boot's processes mapped is left."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +29,8 @@ from boot_processes import processes_under
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
+SHM = Path("/dev/shm")
+
 
 def vllm_processes(tmpdir: Path) -> list[int]:
     """Processes of boots whose temporary folder is under tmpdir: the boot process, vLLM's
@@ -29,12 +38,38 @@ def vllm_processes(tmpdir: Path) -> list[int]:
     return [pid for pid, _ in processes_under(tmpdir)]
 
 
+def shared_memory_mapped(pids: list[int]) -> set[str]:
+    """The /dev/shm files these processes map now, read from outside (not kvaudit's own scan)."""
+    found = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/dev/shm/") and not parts[5].endswith("(deleted)"):
+                found.add(parts[5])
+    return found
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def boot_env(tmpdir: Path) -> dict[str, str]:
+    # torch's compile cache is torch's, shared by every boot, and kvaudit leaves it where torch
+    # puts it by default (the temp dir): keep it out of the folder these tests list.
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(Path(tempfile.gettempdir()) / "torchinductor_kvaudit_tests")
+    return dict(os.environ, TMPDIR=str(tmpdir), TORCHINDUCTOR_CACHE_DIR=cache)
+
+
 def boot_until_workers_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     out = tmp_path / "report.json"
     proc = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", "-o", str(out), "-f", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, TMPDIR=str(tmpdir)))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=boot_env(tmpdir))
     deadline = time.monotonic() + 180
     while not list(tmpdir.glob("kvaudit-run-*/journal/rank0.jsonl")):
         assert proc.poll() is None, proc.communicate()
@@ -52,6 +87,8 @@ def seconds_until_none_left(tmpdir: Path, since: float, limit: float = 30.0) -> 
 
 
 def test_sigterm_stops_every_vllm_process_and_writes_the_partial_report(tmp_path):
+    # tmp_path is long: the work folder's path has no room for vLLM's IPC sockets, which then go
+    # in the temp dir itself (process.boot_env) and are removed from there
     proc, tmpdir, out = boot_until_workers_run(tmp_path)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -64,7 +101,7 @@ def test_sigterm_stops_every_vllm_process_and_writes_the_partial_report(tmp_path
     assert json.loads(stdout) == report
     assert report["failure"]["kind"] == "interrupted"
     assert "SIGTERM" in report["failure"]["message"]
-    assert list(tmpdir.glob("kvaudit-run-*")) == []  # vLLM and torch leave their own files there
+    assert listing(tmpdir) == []
 
 
 def test_sigkill_of_kvaudit_takes_every_vllm_process_down(tmp_path):
@@ -75,3 +112,68 @@ def test_sigkill_of_kvaudit_takes_every_vllm_process_down(tmp_path):
     stopped = seconds_until_none_left(tmpdir, sent)
     print(f"SIGKILL: vLLM gone after {stopped:.1f} s")
     assert stopped < 10, vllm_processes(tmpdir)
+    deadline = time.monotonic() + 10  # the guard removes the work folder once the boot is down
+    while listing(tmpdir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert listing(tmpdir) == []
+
+
+ENDS = ["success", "failure", "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"]
+EXIT_CODES = {"success": 0, "failure": 1, "SIGINT": 3, "SIGTERM": 3, "SIGHUP": 3, "SIGKILL": -9}
+
+
+@pytest.mark.parametrize("end", ENDS)
+def test_nothing_of_a_tp2_boot_is_left_after_any_end(end):
+    # a short temp dir: vLLM's IPC sockets fit in the work folder (process.boot_env)
+    tmpdir = Path(tempfile.mkdtemp(prefix="kvs", dir="/tmp"))
+    out_dir = Path(tempfile.mkdtemp(prefix="kvs-out"))
+    try:
+        out = out_dir / "report.json"
+        shm_before = listing(SHM)
+        tmp_before = listing(tmpdir)
+        # a budget below the boot's own non-KV memory fails in vLLM's KV check, after the workers
+        # (and their shared memory) are up
+        args = ["--tp", "2"] + (["--gmu", "0.03"] if end == "failure" else [])
+        proc = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", *args, "-o", str(out), "-f", "json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=boot_env(tmpdir))
+        mapped: set[str] = set()
+        deadline = time.monotonic() + 300
+        sent = None
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "the boot neither ended nor mapped its shared memory"
+            mapped |= shared_memory_mapped(vllm_processes(tmpdir))
+            if end.startswith("SIG") and any("cpushm" in p for p in mapped) and any("psm_" in p for p in mapped):
+                sent = time.monotonic()
+                proc.send_signal(getattr(signal, end))
+                break
+            time.sleep(0.1)
+        while proc.poll() is None:  # a stop signal: the partial report is still written
+            mapped |= shared_memory_mapped(vllm_processes(tmpdir))
+            time.sleep(0.1)
+        stdout, stderr = proc.communicate(timeout=60)
+        # after SIGKILL the guard takes the boot down (5 s grace) and removes what it left
+        limit = time.monotonic() + 20
+        while (vllm_processes(tmpdir) or listing(tmpdir) != tmp_before or mapped & set(map(str, SHM.iterdir()))) \
+                and time.monotonic() < limit:
+            time.sleep(0.1)
+        shm_after = listing(SHM)
+        tmp_after = listing(tmpdir)
+        took = f"{time.monotonic() - sent:.1f} s after the signal" if sent is not None else "at its end"
+        print(f"{end}: exit {proc.returncode}; mapped {sorted(mapped)}\n  /dev/shm before {shm_before}\n"
+              f"  /dev/shm after ({took}) {shm_after}\n  temp dir before {tmp_before}, after {tmp_after}")
+        assert proc.returncode == EXIT_CODES[end], stderr
+        if end != "SIGKILL":
+            report = json.loads(out.read_text())
+            assert json.loads(stdout) == report
+            assert (report["failure"] or {}).get("kind") == {"success": None, "failure": "does_not_fit"}.get(
+                end, "interrupted")
+            if end.startswith("SIG"):  # a phase the stop cut short is interrupted, not "failed … SystemExit:"
+                assert "SystemExit" not in json.dumps(report)
+                assert {p["status"] for r in report["ranks"] for p in r["phases"]} <= {"ok", "interrupted"}
+        assert vllm_processes(tmpdir) == []
+        assert any("cpushm" in p for p in mapped) and any("psm_" in p for p in mapped)
+        assert sorted(p for p in mapped if Path(p).exists()) == []
+        assert tmp_after == tmp_before == []
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)

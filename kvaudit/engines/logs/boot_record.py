@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from kvaudit.assemble import BootRecord, Stated
 from kvaudit.config import AuditConfig
-from kvaudit.engines.logs.facts import FactKind
+from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.failure_timeline import find_failure
 from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
@@ -53,6 +53,36 @@ def _kv_tokens(boot: Boot) -> int | None:
     return min(last.values()) if last else None
 
 
+DEFAULT_BLOCK_SIZE = 16
+"""vLLM's block size when none is given (CacheConfig.block_size on CUDA, V0 and V1; some attention
+backends pick their own, e.g. FlashMLA 64)."""
+
+
+@dataclass(frozen=True)
+class _DerivedTokens:
+    tokens: int
+    stated_block_size: bool
+    note: str
+
+
+def _tokens_from_blocks(boot: Boot, block_size: int | None) -> _DerivedTokens | None:
+    """KV tokens from the block count when the log states no token count: blocks × block size
+    (vLLM's own V0 check, `raise_if_cache_size_invalid`, compares that product with max_model_len)."""
+    per_rank = [b for r in boot.ranks.values() if (b := r.last(FactKind.KV_BLOCKS)) is not None]
+    total = engine_last(boot.engine, FactKind.KV_BLOCKS_TOTAL)
+    if per_rank:
+        blocks, what = min(per_rank), "blocks"
+    elif total is not None:
+        blocks, what = total, "blocks (vLLM's num_gpu_blocks, summed over data-parallel engines)"
+    else:
+        return None
+    size = block_size or DEFAULT_BLOCK_SIZE
+    basis = "the block size in the log" if block_size else "vLLM's default block size; the log states none"
+    return _DerivedTokens(blocks * size, block_size is not None,
+                          f"tokens derived from the block count, as the log states no token count: {blocks:,} {what} × "
+                          f"{size} tokens a block ({basis})")
+
+
 def graph_bytes_per_size(ranks: dict[int, RankFacts]) -> int | None:
     """Bytes one capture size costs: one graph per mode (V1 DEBUG per-mode lines); the least rank."""
     per_rank = []
@@ -71,12 +101,8 @@ class LogBoot:
 
     def record(self) -> BootRecord:
         boot = gather(self.scans)
-        config = build_config(boot)
-        world = None
-        if config.tensor_parallel_size is not None:
-            extra = config.extra_args
-            world = config.tensor_parallel_size * int(extra.get("pipeline_parallel_size") or 1) * int(
-                extra.get("prefill_context_parallel_size") or 1)
+        config, sizes = build_config(boot)
+        world = sizes.world()
         failure, feasible, notes = find_failure(boot, world)
         if world == 1 or untagged(boot):
             give_check_figures_to_rank_0(boot)
@@ -91,21 +117,52 @@ class LogBoot:
         version = engine_first(boot.engine, FactKind.VERSION)
         backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
         first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None
-        warnings = list(dict.fromkeys([f.value for f in boot.engine.get(FactKind.NOTE, [])] + rank_notes + notes))
+        warnings = list(dict.fromkeys([n for s in self.scans for n in s.notes]
+                                      + [f.value for f in boot.engine.get(FactKind.NOTE, [])] + list(sizes.notes)
+                                      + rank_notes + notes))
         if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
             warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "
                             f"of their pids, rank 0 is the driver (untagged lines)")
         if boot.ranks and untagged(boot):
             warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
                             "one rank, rank 0")
+        warnings += _ray_notes(boot)
+        tokens = _kv_tokens(boot)
+        derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
+        fits = _passed_kv_check(boot, failure, config)
+        if derived is not None and fits is None and failure is None and config.max_model_len is not None:
+            # a shorter product is only a finding when the block size is known
+            fits = True if derived.tokens >= config.max_model_len else (False if derived.stated_block_size else None)
         return BootRecord(
             source=Source.LOG, config=config, ranks=ranks,
             engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend),
             environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=tuple(warnings),
-            stated=Stated(kv_tokens=_kv_tokens(boot), max_feasible_model_len=feasible,
-                          max_model_len_fits=_passed_kv_check(boot, failure, config),
-                          kv_needed_bytes=_kv_needed(boot, failure)),
+            stated=Stated(kv_tokens=tokens if derived is None else derived.tokens, max_feasible_model_len=feasible,
+                          max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
+                          kv_tokens_note=derived.note if derived is not None else None),
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
+
+
+def _ray_notes(boot: Boot) -> list[str]:
+    """What Ray's prefixes leave unsaid: which rank an actor is, and the lines it folded."""
+    notes = []
+    ray = sorted({rank for s in boot.scans for rank in s.ray_ranks.values()})
+    if ray:
+        numbers = f"{', '.join(map(str, ray[:8]))}{' …' if len(ray) > 8 else ''}"
+        notes.append(f"Ray workers `(RayWorkerWrapper pid=…, ip=…)` name no rank: their figures are given to "
+                     f"{'ranks' if len(ray) > 1 else 'rank'} {numbers} in the order the workers first print one, "
+                     f"which need not be vLLM's rank order")
+    folded = boot.engine.get(FactKind.RAY_FOLDED, [])
+    if folded:
+        most = max(f.value for f in folded)
+        with_figures = sorted({f.value for f in folded
+                               if any(g.file == f.file and g.pos == f.pos and g.kind in RANK_KINDS
+                                      for r in boot.ranks.values() for gs in r.facts.values() for g in gs)})
+        notes.append(f"Ray folded lines of other workers (`[repeated {most}x across cluster]`): each such line stands "
+                     f"for that many more workers; Ray folds lines that differ only in their numbers, so the folded "
+                     f"workers' figures are not in the log and no rank is given them"
+                     + (f" (memory lines folded: {', '.join(f'{n}x' for n in with_figures)})" if with_figures else ""))
+    return notes
 
 
 def _kv_needed(boot: Boot, failure: Failure | None) -> int | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Callable, Iterable
 
-from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, cause_of, error_text
+from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, cause_of, error_text
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
 
@@ -79,6 +79,14 @@ class FactKind(StrEnum):
     ATTENTION_BACKEND = "attention_backend"
     ENV = "env"
     NOTE = "note"
+    PHASE_HINT = "phase_hint"
+    """A phase a failing call names: a traceback frame or `Error executing method 'load_model'`."""
+    RAY_FOLDED = "ray_folded"
+    """Ray's `[repeated Nx across cluster]`: N more workers printed a line of this shape."""
+    COMMAND_ARG = "command_arg"
+    """(flag, value) from a pasted command line: `--tensor-parallel-size 8`, `-tp=8`."""
+    KV_BLOCKS_TOTAL = "kv_blocks_total"
+    """v1/metrics/loggers.py `num_gpu_blocks is: N`: the engine's blocks, summed over DP engines."""
 
 
 RANK_KINDS = frozenset({
@@ -150,16 +158,25 @@ class Rule:
 # V1 gpu_model_runner.py load_model: info_once "Model loading took %s GiB memory and %.6f seconds"
 # (rank 0 only); V2 gpu/model_runner.py: the same, per worker; U/N V2 and V0 said "… GiB and …".
 _LOAD = re.compile(rf"Model loading took ({SNUM}) (?:GiB|GB)(?: memory)? and ({NUM}) seconds")
-# V0 worker/model_runner.py: "Loading model weights took 2.3463 GB" (GB meant GiB there).
-_LOAD_V0 = re.compile(rf"Loading model weights took ({SNUM}) GB")
+# V0 worker/model_runner.py: "Loading model weights took 2.3463 GB" (GB meant GiB there); 0.3
+# printed MiB as "MB" (`model_memory_usage / float(2**20)`: "Loading model weights took 244.61 MB").
+_LOAD_V0 = re.compile(rf"Loading model weights took ({SNUM}) (GB|MB)\b")
+# Gaudi (HabanaAI/vllm-fork hpu_model_runner.py load_model): "Loading model weights took in total
+# 7.481 GiB of device memory (7.486 GiB/94.62 GiB used) and …"; its "Pre-loading model weights on
+# hpu:0 took …" has the same summary. The device total follows the slash.
+_LOAD_HPU = re.compile(rf"(?:Loading model weights took in total|Pre-loading model weights on \S{{1,20}} took) "
+                       rf"({SNUM}) ?GiB of device memory \(({SNUM}) ?GiB/({SNUM}) ?GiB used\)")
 
 
 def _load(msg: str) -> Iterable[Fact]:
     if m := _LOAD.search(msg):
         yield Fact(FactKind.WEIGHTS, _gib(m.group(1)))
         yield Fact(FactKind.LOAD_SECONDS, float(m.group(2)))
-    elif m := _LOAD_V0.search(msg):
+    elif m := _LOAD_HPU.search(msg):
         yield Fact(FactKind.WEIGHTS, _gib(m.group(1)))
+        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(3)))
+    elif m := _LOAD_V0.search(msg):
+        yield Fact(FactKind.WEIGHTS, _gib(m.group(1)) if m.group(2) == "GB" else _mib(m.group(1)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,13 +202,13 @@ def _available(msg: str) -> Iterable[Fact]:
 # kv_cache_utils.py update_kv_cache_capacity: info_once "%s KV cache size: %s tokens, Maximum
 # concurrency for %s tokens per request: %.2fx"; U and older printed the two halves as two lines.
 _KV_SIZE = re.compile(rf"(?:([A-Z]{{2,6}}(?: \+ host)?) )?KV cache size: ({CINT}) tokens")
-_CONCURRENCY = re.compile(rf"Maximum concurrency for ({CINT}) tokens per request: ({NUM})x")
+# Some builds print the second half without "per request".
+_CONCURRENCY = re.compile(rf"Maximum concurrency for ({CINT}) tokens(?: per request)?: ({NUM})x")
 
 
 def _kv_size(msg: str) -> Iterable[Fact]:
     if m := _KV_SIZE.search(msg):
         yield Fact(FactKind.KV_TOKENS, (m.group(1) or "GPU", _int(m.group(2))))
-    yield from concurrency(msg)
 
 
 def concurrency(msg: str) -> Iterable[Fact]:
@@ -303,8 +320,12 @@ _ACTUAL_NEW = re.compile(rf"Actual usage is ({SNUM}) ?GiB for consumed memory \(
 _ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) ?GiB for (?:the )?weights?,? ({SNUM}) ?GiB for peak "
                          rf"activations?,? ({SNUM}) ?GiB for non-torch memory,?(?: and)? ({SNUM}) ?GiB for "
                          rf"{_GRAPH_MEMORY}")
-_IN_USE = re.compile(rf"Current kv cache memory in use is ({SNUM}) GiB")
-_SUGGESTION = re.compile(r"--kv-cache-memory=(-?\d{1,20})` \([^)]{0,40}\) to fit into requested memory")
+# 0.10 printed the KV in use in bytes ("… is 11423138508 bytes.") and the suggestions without the
+# "(X GiB)" that 0.32 adds; NPU builds say "Replace gpu_memory_utilization with …". The first
+# suggestion is the one "to fit into requested memory" in every wording (gpu_worker.py
+# compile_or_warm_up_model: kv_cache_memory_bytes_to_requested_limit, then …_to_gpu_limit).
+_IN_USE = re.compile(rf"Current kv cache memory in use is ({SNUM}) ?(GiB|bytes)")
+_SUGGESTION = re.compile(r"Replace gpu_memory_utilization (?:config )?with `--kv-cache-memory=(-?\d{1,20})`")
 # gpu_worker.py "Free memory on device ({free}/{total} GiB) on startup. Desired GPU memory
 # utilization is ({util}, {requested} GiB)."; v1/worker/utils.py request_memory raises with
 # "Free memory on device {device} (…) on startup is less than desired GPU memory utilization
@@ -328,7 +349,7 @@ def _actual(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.NON_TORCH, _gib(m.group(3)))
         yield Fact(FactKind.GRAPH_USAGE, _gib(m.group(4)))
     if m := _IN_USE.search(msg):
-        yield Fact(FactKind.KV_IN_USE, _gib(m.group(1)))
+        yield Fact(FactKind.KV_IN_USE, _gib(m.group(1)) if m.group(2) == "GiB" else round(float(m.group(1))))
     if m := _SUGGESTION.search(msg):
         yield Fact(FactKind.KV_SUGGESTION, int(m.group(1)))
 
@@ -351,11 +372,24 @@ def _budget(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.REQUESTED, _gib(m.group(1)))
 
 
-# utils/mem_utils.py MemoryProfilingResult.__repr__, DEBUG per worker (`logger.debug(profile_result)`);
-# in U the fourth field was "non-torch forward increase memory".
-_PROFILE = re.compile(rf"Memory profiling takes ({NUM}) seconds\. Total non KV cache memory: ({SNUM}) ?GiB; "
-                      rf"torch peak memory increase: ({SNUM}) ?GiB; (?:total consumed \(from mem_get_info\)|non-torch "
-                      rf"forward increase memory): ({SNUM}) ?GiB; weights memory: ({SNUM}) ?GiB")
+# utils/mem_utils.py MemoryProfilingResult.__repr__, DEBUG per worker (`logger.debug(profile_result)`):
+# "Memory profiling takes {t:.2f} seconds. Total non KV cache memory: {g}GiB; torch peak memory
+# increase: {g}GiB; total consumed (from mem_get_info): {g}GiB; weights memory: {g}GiB." (0.28–0.33;
+# 0.33's memory_profiling: non_kv = total_consumed + transient_peak_headroom, so the transient
+# peak, activation_peak, is their difference). Older V1 (U, 0.9–0.11) printed "non-torch forward
+# increase memory" in the fourth place and non_kv = weights + torch peak increase + non-torch
+# increase. vllm-ascend's NPU repr: "Total npu memory: {g} GiB; Total non KV cache memory: …;
+# torch peak memory increase: …; non-torch forward increase memory: … GiB." Each field is read on
+# its own, so their order and the space before GiB do not matter.
+_PROFILE_FIELDS = (
+    (FactKind.PROFILE_SECONDS, re.compile(rf"Memory profiling takes ({NUM}) seconds")),
+    (FactKind.NON_KV_TOTAL, re.compile(rf"Total non KV cache memory: ({SNUM}) ?GiB")),
+    (FactKind.TORCH_PEAK_INCREASE, re.compile(rf"torch peak memory increase: ({SNUM}) ?GiB")),
+    (FactKind.CONSUMED, re.compile(rf"total consumed \(from mem_get_info\): ({SNUM}) ?GiB")),
+    (FactKind.NON_TORCH, re.compile(rf"non-torch forward increase memory: ({SNUM}) ?GiB")),
+    (FactKind.WEIGHTS, re.compile(rf"weights memory: ({SNUM}) ?GiB")),
+    (FactKind.DEVICE_TOTAL, re.compile(rf"Total npu memory: ({SNUM}) ?GiB")),
+)
 # V0 worker.py determine_num_available_blocks printed a multi-line breakdown; each line stands alone.
 _V0_TOTAL = re.compile(rf"total_gpu_memory \(({SNUM}) ?GiB\) x gpu_memory_utilization \(({NUM})\) = ({SNUM}) ?GiB")
 _V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory takes ({SNUM}) ?GiB; "
@@ -384,14 +418,16 @@ def _profile(msg: str) -> Iterable[Fact]:
         blocks = _int(m.group(1))
         yield Fact(FactKind.KV_BLOCKS, blocks)
         if blocks == 0:
-            yield Fact(FactKind.KV_AVAILABLE, 0)  # not one block: no byte for KV
-    if m := _PROFILE.search(msg):
-        yield Fact(FactKind.PROFILE_SECONDS, float(m.group(1)))
-        yield Fact(FactKind.NON_KV_TOTAL, _gib(m.group(2)))
-        yield Fact(FactKind.TORCH_PEAK_INCREASE, _gib(m.group(3)))
-        if "total consumed" in m.group(0):
-            yield Fact(FactKind.CONSUMED, _gib(m.group(4)))
-        yield Fact(FactKind.WEIGHTS, _gib(m.group(5)))
+            # Not one block: no byte for KV. V0 raises "No available memory for the cache blocks"
+            # next (llm_engine.py _initialize_kv_caches / worker raise_if_cache_size_invalid), which a
+            # paste often cuts off: the count alone says the boot does not fit.
+            yield Fact(FactKind.KV_AVAILABLE, 0)
+            yield Fact(FactKind.MAX_FEASIBLE_LEN, 0)
+            yield Fact(FactKind.FAILURE, FailureFact(
+                FailureKind.DOES_NOT_FIT, Phase.KV, "# GPU blocks: 0: no memory is left for the KV cache (vLLM stops "
+                "with \"No available memory for the cache blocks\")"))
+    if "Total non KV cache memory" in msg:
+        yield from _profile_fields(msg)
     if m := _V0_TOTAL.search(msg):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
         yield Fact(FactKind.GMU, float(m.group(2)))
@@ -401,6 +437,69 @@ def _profile(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.NON_TORCH, _gib(m.group(2)))
         yield Fact(FactKind.PEAK, _gib(m.group(3)))
         yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(4)))
+
+
+def _profile_fields(msg: str) -> Iterable[Fact]:
+    found: dict[FactKind, int | float] = {}
+    for kind, rx in _PROFILE_FIELDS:
+        if m := rx.search(msg):
+            found[kind] = float(m.group(1)) if kind is FactKind.PROFILE_SECONDS else _gib(m.group(1))
+            yield Fact(kind, found[kind])
+    non_kv, consumed = found.get(FactKind.NON_KV_TOTAL), found.get(FactKind.CONSUMED)
+    if consumed is not None and non_kv is not None and non_kv >= consumed:
+        yield Fact(FactKind.PEAK, int(non_kv) - int(consumed))  # transient_peak_headroom
+    elif FactKind.NON_TORCH in found and (peak := found.get(FactKind.TORCH_PEAK_INCREASE)) is not None:
+        yield Fact(FactKind.PEAK, peak)  # the older accounting: the torch peak increase is the activation peak
+
+
+# "Memory profiling results:" as a table, one field a line (V0 worker.py, 0.6.5, vllm#10511):
+#     Memory profiling results:
+#     total_gpu_memory     79.22GiB
+#     the current vLLM instance can use    71.29GiB
+#     model weights take   14.96GiB
+#     non_torch_memory     1.79GiB
+#     PyTorch activation peak memory       1.26GiB
+#     available_kv_cache_memory    53.29GiB
+# (tab-separated in the log). Each line is read on its own, anchored at the message's start.
+_TABLE_FIELDS = (
+    (FactKind.DEVICE_TOTAL, re.compile(rf"total_gpu_memory\s+({SNUM}) ?GiB\s*$")),
+    (FactKind.REQUESTED, re.compile(rf"the current vLLM instance can use\s+({SNUM}) ?GiB\s*$")),
+    (FactKind.WEIGHTS, re.compile(rf"model weights take\s+({SNUM}) ?GiB\s*$")),
+    (FactKind.NON_TORCH, re.compile(rf"non_torch_memory\s+({SNUM}) ?GiB\s*$")),
+    (FactKind.PEAK, re.compile(rf"PyTorch activation peak memory\s+({SNUM}) ?GiB\s*$")),
+    (FactKind.KV_AVAILABLE, re.compile(rf"available_kv_cache_memory\s+({SNUM}) ?GiB\s*$")),
+)
+_TABLE_GMU = re.compile(rf"gpu_memory_utilization\s+({NUM})\s*$")
+
+
+def _profile_table(msg: str) -> Iterable[Fact]:
+    for kind, rx in _TABLE_FIELDS:
+        if m := rx.match(msg):
+            yield Fact(kind, _gib(m.group(1)))
+    if m := _TABLE_GMU.match(msg):
+        yield Fact(FactKind.GMU, float(m.group(1)))
+
+
+# vllm-ascend worker.py determine_available_memory (NPU): "Available memory: {bytes}, total memory:
+# {bytes}" (f-string of two ints).
+_NPU_AVAILABLE = re.compile(r"Available memory: (\d{1,20}), total memory: (\d{1,20})")
+
+
+def _npu(msg: str) -> Iterable[Fact]:
+    if m := _NPU_AVAILABLE.search(msg):
+        yield Fact(FactKind.KV_AVAILABLE, int(m.group(1)))
+        yield Fact(FactKind.DEVICE_TOTAL, int(m.group(2)))
+
+
+# v1/metrics/loggers.py log_engine_initialized, the API server once the engines are up: "Engine %03d:
+# vllm cache_config_info with initialization after num_gpu_blocks is: %d" (core_client.py sums
+# num_gpu_blocks over the data-parallel engines).
+_NUM_GPU_BLOCKS = re.compile(rf"num_gpu_blocks is: ({CINT})")
+
+
+def _num_gpu_blocks(msg: str) -> Iterable[Fact]:
+    if m := _NUM_GPU_BLOCKS.search(msg):
+        yield Fact(FactKind.KV_BLOCKS_TOTAL, _int(m.group(1)))
 
 
 # Fork [mla_attention.py:1047], VLLM_MEMORY_PROFILE_INCLUDE_ATTN=1: part of the profile peak.
@@ -503,10 +602,88 @@ def _failure(msg: str) -> Iterable[Fact]:
         # kv ≤ 0: the process already used its whole budget (nothing left for KV: does not fit);
         # kv > 0: other processes hold the node memory it asked for.
         kind = FailureKind.DOES_NOT_FIT
-    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, error_text(msg, cause),
-                                             priority=cause.priority))
+    text = error_text(msg, cause, LOG_MESSAGE_CHARS)
+    if cause.priority == BARE:
+        text = "Traceback (most recent call last): the boot died; its exception line is not in the log"
+    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+
+
+# --------------------------------------------------------------------------------------------
+# Where a failing call was: the phase its method or its traceback frames name
+
+PHASE_OF_CALL: dict[str, Phase] = {
+    # worker_base / gpu_worker / V0 worker methods and the engine-side calls that wrap them.
+    "init_device": Phase.BASELINE, "init_worker_distributed_environment": Phase.BASELINE,
+    "load_model": Phase.LOAD,
+    "determine_available_memory": Phase.PROFILE, "determine_num_available_blocks": Phase.PROFILE,
+    "profile_run": Phase.PROFILE,
+    "profile_cudagraph_memory": Phase.GRAPHS,
+    "get_kv_cache_config": Phase.KV, "get_kv_cache_configs": Phase.KV, "check_enough_kv_cache_memory": Phase.KV,
+    "_check_enough_kv_cache_memory": Phase.KV, "initialize_from_config": Phase.KV, "initialize_cache": Phase.KV,
+    "initialize_kv_cache": Phase.KV, "_init_cache_engine": Phase.KV,
+    "compile_or_warm_up_model": Phase.CAPTURE, "capture_model": Phase.CAPTURE, "_warm_up_model": Phase.CAPTURE,
+    "kernel_warmup": Phase.CAPTURE,
+}
+"""The startup call → the phase it runs (docs/vllm-startup.md §1; v1/engine/core.py
+_initialize_kv_caches calls determine_available_memory, then get_kv_cache_configs and
+initialize_from_config, then compile_or_warm_up_model; V0 ran determine_num_available_blocks, then
+initialize_cache, which also captured the graphs)."""
+_METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-Za-z_]\w{0,80})")
+# A traceback frame (`File "…", line N, in name`) or faulthandler's (`File "…", line N in name`).
+_FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
+
+
+def _call_phase(msg: str) -> Iterable[Fact]:
+    if m := _METHOD.search(msg):
+        if (phase := PHASE_OF_CALL.get(m.group(1))) is not None:
+            yield Fact(FactKind.PHASE_HINT, phase)
+    if m := _FRAME.search(msg):
+        if (phase := PHASE_OF_CALL.get(m.group(2))) is not None:
+            yield Fact(FactKind.PHASE_HINT, phase)
+        if m.group(1) is None:  # faulthandler dumps the stack of a process that crashed in C code or hung
+            yield Fact(FactKind.FAILURE, FailureFact(
+                FailureKind.CRASH, None, f"a faulthandler stack dump (the process crashed or hung): {m.group(0)}",
+                priority=BARE))
+
+
+# --------------------------------------------------------------------------------------------
+# Ray's folding and pasted command lines
+
+# Ray's log deduplication prints a line once and folds the same line from other workers into
+# "[repeated Nx across cluster]", ignoring the words with digits in them: the folded workers'
+# figures may differ and are not in the log.
+_RAY_FOLDED = re.compile(r"\[repeated (\d{1,9})x across cluster\]")
+
+
+def _ray(msg: str) -> Iterable[Fact]:
+    if m := _RAY_FOLDED.search(msg):
+        yield Fact(FactKind.RAY_FOLDED, int(m.group(1)))
+
+
+# `vllm serve …` / `python -m vllm.entrypoints.openai.api_server …` as people paste them: the
+# parallel sizes (vllm/engine/arg_utils.py: -tp, -pp, -dp are the short forms), the length and the
+# utilisation. Read only from lines that are no vLLM log record (parse.py drops them there).
+COMMAND_FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tensor_parallel_size",
+                 "--pipeline-parallel-size": "pipeline_parallel_size", "-pp": "pipeline_parallel_size",
+                 "--data-parallel-size": "data_parallel_size", "-dp": "data_parallel_size",
+                 "--decode-context-parallel-size": "decode_context_parallel_size",
+                 "-dcp": "decode_context_parallel_size",
+                 "--max-model-len": "max_model_len", "--gpu-memory-utilization": "gpu_memory_utilization",
+                 "--block-size": "block_size"}
+_COMMAND = re.compile(r"(?:^|(?<=[\s\"'`(]))(" + "|".join(re.escape(f) for f in COMMAND_FLAGS)
+                      + r")(?:=|[ \t]+)(\d{1,9}(?:\.\d{1,6})?)(?![\w.])")
+_COMMAND_CONTEXT = re.compile(r"vllm|python|api_server", re.IGNORECASE)
+
+
+def _command(msg: str) -> Iterable[Fact]:
+    if not (_COMMAND_CONTEXT.search(msg) or msg.lstrip().startswith("-")):
+        return
+    for m in _COMMAND.finditer(msg[:100_000]):
+        key, text = COMMAND_FLAGS[m.group(1)], m.group(2)
+        value: float | int = float(text) if key == "gpu_memory_utilization" else int(float(text))
+        yield Fact(FactKind.COMMAND_ARG, (key, value))
 
 
 # --------------------------------------------------------------------------------------------
@@ -591,11 +768,12 @@ def _ere(text: str) -> str:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("load", ("Model loading took", "Loading model weights took"),
-         r"Model loading took -?[0-9.]+ (GiB|GB)|Loading model weights took", _load),
+    Rule("load", ("Model loading took", "Loading model weights took", "Pre-loading model weights on"),
+         r"Model loading took -?[0-9.]+ (GiB|GB)|Loading model weights took|Pre-loading model weights on", _load),
     Rule("available", ("Available KV cache memory", "as specified by kv_cache_memory_bytes"),
          r"Available KV cache memory: -?[0-9.]+ GiB|as specified by kv_cache_memory_bytes", _available),
     Rule("kv_size", "KV cache size: ", r"KV cache size: [0-9,]+ tokens", _kv_size),
+    Rule("concurrency", "Maximum concurrency for", r"Maximum concurrency for [0-9,]+ tokens", concurrency),
     Rule("autofit", "Auto-fit max_model_len", r"Auto-fit max_model_len: reduced", _autofit),
     Rule("graphs", ("Graph capturing finished", "CUDA graph pool memory", "CUDA graph memory: "),
          r"Graph capturing finished in [0-9]+ secs?, took|CUDA graph pool memory: -?[0-9.]+ GiB \(actual"
@@ -609,10 +787,16 @@ RULES: tuple[Rule, ...] = (
     Rule("budget", ("Free memory on device", "esired GPU memory utilization", "Requested memory:",
                     "requested memory:", "engine's budget"),
          r"Free memory on device|Requested memory: |worker requested memory", _budget),
-    Rule("profile", ("Memory profiling takes", "total_gpu_memory", "model weights take", "blocks: "),
-         r"Memory profiling takes|x gpu_memory_utilization|model weights take|total_gpu_memory="
+    Rule("profile", ("Total non KV cache memory", "total_gpu_memory", "model weights take", "blocks: "),
+         r"Total non KV cache memory|x gpu_memory_utilization|model weights take|total_gpu_memory="
          r"|# (GPU|CUDA|cuda) blocks",
          _profile),
+    Rule("profile_table", ("total_gpu_memory", "gpu_memory_utilization", "vLLM instance can use", "model weights take",
+                           "non_torch_memory", "activation peak memory", "available_kv_cache_memory"),
+         r"^(total_gpu_memory|the current vLLM instance can use|non_torch_memory|PyTorch activation peak memory"
+         r"|available_kv_cache_memory)[[:space:]]", _profile_table),
+    Rule("npu", ", total memory: ", r"Available memory: [0-9]+, total memory: ", _npu),
+    Rule("num_gpu_blocks", "num_gpu_blocks is: ", r"num_gpu_blocks is: ", _num_gpu_blocks),
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
     Rule("cpu", ("set (",), r"(Auto|Explicitly) set \([0-9.-]+/[0-9.]+\) GiB for KV cache", _cpu),
     Rule("kv_check", ("To serve at least one request", "No available memory for the cache blocks",
@@ -623,6 +807,11 @@ RULES: tuple[Rule, ...] = (
     Rule("startup", ("on startup is less than", "on kv cache allocation is less"),
          r"on startup is less than|on kv cache allocation is less", _startup),
     Rule("failure", tuple(c.anchor for c in CAUSES), "|".join(_ere(c.anchor) for c in CAUSES), _failure),
+    Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+(, in ("
+         + "|".join(PHASE_OF_CALL) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
+    Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
+    Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp"), r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]",
+         _command),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
          _config),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
@@ -633,9 +822,32 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+_LOCALIZED = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d{1,12})?|\d{1,3}(?:\.\d{3})+,\d{1,12}|\d{1,12},\d{1,12})"
+                        r"(?=\s?(?:GiB|MiB|KiB|GB|MB|secs?\b|seconds|s\b|x\b))")
+"""A figure before a unit written with thousands separators or a decimal comma, as a log that
+passed through a spreadsheet or a localized tool has them: `1,234.56 GiB`, `1.234,56 GiB`,
+`2,35 GiB`. vLLM's own are plain (`%.2f`), and its patterns read plain figures only, so these were
+dropped without a word. A lone comma before exactly three digits is a thousands separator
+(`2,350 GiB`); before one, two or more than three, a decimal comma (`2,35`, vLLM prints 2 or 4
+decimals); where both marks appear, the last is the decimal one."""
+
+
+def _plain_figure(m: re.Match[str]) -> str:
+    figure = m.group(1)
+    if "." in figure and "," in figure:
+        thousands, decimal = (",", ".") if figure.rfind(".") > figure.rfind(",") else (".", ",")
+        return figure.replace(thousands, "").replace(decimal, ".")
+    if re.fullmatch(r"\d{1,3}(?:,\d{3})+", figure):
+        return figure.replace(",", "")
+    return figure.replace(",", ".")
+
+
 def facts_from_message(msg: str, rules: tuple[Rule, ...] = RULES) -> list[Fact]:
     """Every fact one message states, in catalogue order; a figure out of range (a garbled or
-    doctored line, `in_log_range`) is dropped, not carried into the report."""
+    doctored line, `in_log_range`) is dropped, not carried into the report. Figures with
+    thousands separators or a decimal comma read as the plain ones they stand for (_LOCALIZED)."""
+    if "," in msg:
+        msg = _LOCALIZED.sub(_plain_figure, msg)
     out: list[Fact] = []
     for rule in rules:
         if rule.applies(msg):

@@ -1,18 +1,23 @@
 """The boot's failure in its logs: the root cause among the failure facts (failures.root_cause:
-the catalogue's priority, then the earliest, as for a run's own log), the phase it struck in (stated by the message, else the last
-milestone printed before it), the rank that printed it, and failures after startup finished,
-which are notes, not the boot's.
+the catalogue's priority, then the earliest, as for a run's own log), the phase it struck in, the
+rank that printed it, and failures after startup finished, which are notes, not the boot's.
+
+The phase: the one the message fixes (the KV check is always kv), else the furthest the log shows
+the boot got before the failure: the milestones printed before it, the startup call a failing
+method or a traceback frame names (`Error executing method 'initialize_cache'`, `in
+capture_model`). A boot moves through the phases in order, and Ray prints workers' lines late and
+out of order, so the furthest phase shown is where it died; None when the log shows none.
 """
 
 from __future__ import annotations
 
 from kvaudit.engines.failures import root_cause
 from kvaudit.engines.logs.facts import FactKind, FailureFact
-from kvaudit.engines.logs.ranks import Boot, engine_config, parallel_sizes, rank_of_proc, untagged
-from kvaudit.schema import Failure, FailureKind, Phase
+from kvaudit.engines.logs.ranks import Boot, parallel_sizes, rank_of_proc, untagged
+from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 
-BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
-"""v1/engine/core.py `_initialize_kv_caches`' last line: after it, a failure is not the boot's."""
+
+
 
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
@@ -20,24 +25,30 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
                   "Loading weights took", "Loading safetensors checkpoint shards")),
     (Phase.PROFILE, ("Model loading took",)),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),
-    (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (")),
+    (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
+                "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "# GPU blocks: ",
+                "# CUDA blocks: ", "available_kv_cache_memory")),
 )
-_CAPTURE_MARKS = ("Capturing CUDA graphs", "Graph capturing finished", "JIT kernel warmup", "autotune",
-                  "Compile and warming up", "Warming up FlashInfer", "DeepGEMM warmup")
+_CAPTURE_MARKS = ("Capturing CUDA graphs", "Capturing cudagraphs", "Capturing the model for CUDA graphs",
+                  "Graph capturing finished", "JIT kernel warmup starting", "Compile and warming up",
+                  "Warming up FlashInfer", "DeepGEMM warmup")
+"""After the KV cache is sized (and counted only then: "… disabling torch.compile, CUDAGraphs, and
+JIT kernel warmup" is printed at config time)."""
 
 
-def _timeline_phase(text: str, pos: int) -> Phase:
-    """The phase the boot was in at `pos`: the last milestone printed before it."""
-    phase, at = Phase.BASELINE, -1
-    for name, marks in _MILESTONES:
-        hits = [i for m in marks if (i := text.find(m, 0, pos)) >= 0]
-        if hits and min(hits) > at:
-            phase, at = name, min(hits)
-    if phase is Phase.KV:
-        hits = [i for m in _CAPTURE_MARKS if (i := text.find(m, at, pos)) >= 0]
-        if hits:
-            phase = Phase.CAPTURE
-    return phase
+def _timeline_phase(text: str, pos: int) -> Phase | None:
+    """The furthest phase a milestone printed before `pos` shows (None: no milestone)."""
+    for name, marks in reversed(_MILESTONES):
+        if any(text.find(m, 0, pos) >= 0 for m in marks):
+            if name is Phase.KV and any(text.find(m, 0, pos) >= 0 for m in _CAPTURE_MARKS):
+                return Phase.CAPTURE
+            return name
+    return None
+
+
+def _furthest(*phases: Phase | None) -> Phase | None:
+    known = [p for p in phases if p is not None]
+    return max(known, key=PHASE_ORDER.index) if known else None
 
 
 def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int | None, list[str]]:
@@ -49,8 +60,7 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
     for f in facts:
         scan = by_file[f.file]
         if f.file not in boot_done:
-            done = scan.text.find(BOOT_DONE)
-            boot_done[f.file] = done if done >= 0 else len(scan.text) + 1
+            boot_done[f.file] = scan.serving_at
         (after if f.pos > boot_done[f.file] else during).append(f)
     notes = sorted({f"after startup finished: {f.value.message}" for f in after})
     if not during:
@@ -58,12 +68,21 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
     root = root_cause([(f.value.priority, (f.file, f.pos), f) for f in during])
     value: FailureFact = root.value
     scan = by_file[root.file]
-    phase = value.phase or _timeline_phase(scan.text, root.pos)
-    rank, tag = rank_of_proc(scan, root.pid, parallel_sizes(boot.scans, engine_config(boot.engine)))
-    if rank is None and (world_size == 1 or untagged(boot)):
+    hints = [f.value for f in boot.engine.get(FactKind.PHASE_HINT, []) if f.file == root.file
+             and f.pos <= boot_done[root.file]]
+    # The furthest phase shown anywhere before the boot finished: a traceback's frames and Ray's
+    # late worker lines may come after the line that reports the failure.
+    phase = value.phase or _furthest(_timeline_phase(scan.text, boot_done[root.file]), *hints)
+    rank, tag = rank_of_proc(scan, root.pid, parallel_sizes(boot.scans, boot.engine))
+    if root.pid is not None and root.pid in scan.ray_ranks:
+        rank = None  # the order kvaudit numbered Ray's workers in is not vLLM's rank
+    elif tag.ray:
+        rank = None
+    elif rank is None and (world_size == 1 or untagged(boot)):
         rank = 0
     feasible = None
     if value.kind is FailureKind.DOES_NOT_FIT:
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
         feasible = lens[0] if lens else None
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+

@@ -21,9 +21,14 @@ from enum import StrEnum
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
-# `(Worker_TP0_DCP1 pid=123)`, `(VllmWorker-0 pid=123)`, `(EngineCore_DP0 pid=123)`, and the
-# older `(VllmWorker rank=0 pid=123)` / `(VllmWorker TP0 pid=123)`.
-_TAG = re.compile(r"\(([A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})\)")
+# `(Worker_TP0_DCP1 pid=123)`, `(VllmWorker-0 pid=123)`, `(EngineCore_DP0 pid=123)`, the older
+# `(VllmWorker rank=0 pid=123)` / `(VllmWorker TP0 pid=123)`, and Ray's `(RayWorkerWrapper
+# pid=123, ip=10.0.0.1)`. Ray and Ray Serve nest them: `(ServeReplica:app pid=1) (EngineCore pid=2)
+# (RayWorkerProc pid=3) (Worker_TP1 pid=3) INFO …`: the last tag of the chain printed the line.
+_TAG = re.compile(r"\(([A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})(?:, ip=([\w.:\-]{1,64}))?\)")
+_NEXT_TAG = re.compile(r"[ \t]{0,4}\(([A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})"
+                       r"(?:, ip=([\w.:\-]{1,64}))?\)")
+MAX_NESTED_TAGS = 8
 _HEAD = re.compile(
     r"\s*(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
     r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
@@ -62,12 +67,23 @@ class LogLine:
         return self.pid is not None or self.src is not None
 
 
+def _innermost(segment: str, tag: re.Match[str]) -> re.Match[str]:
+    """The last tag of a chain that starts with `tag` (Ray's nested prefixes)."""
+    for _ in range(MAX_NESTED_TAGS):
+        nxt = _NEXT_TAG.match(segment, tag.end())
+        if nxt is None:
+            break
+        tag = nxt
+    return tag
+
+
 def parse_line(segment: str, pos: int) -> LogLine:
     if "\x1b" in segment:
         segment = _ANSI.sub("", segment)
     head = segment[:TAG_SEARCH_CHARS]
     tag = _TAG.search(head)
     if tag is not None:
+        tag = _innermost(segment, tag)
         rest = _HEAD.match(segment, tag.end())
         if rest is not None:
             return LogLine(pos, int(tag.group(2)), tag.group(1), _level(rest.group(1)), rest.group(3),
@@ -99,7 +115,10 @@ def tag_of(segment: str) -> tuple[str, int] | None:
     if "\x1b" in segment:
         segment = _ANSI.sub("", segment)
     m = _TAG.search(segment[:TAG_SEARCH_CHARS])
-    return (m.group(1), int(m.group(2))) if m else None
+    if m is None:
+        return None
+    m = _innermost(segment, m)
+    return m.group(1), int(m.group(2))
 
 
 def looks_like_vllm(text: str) -> bool:
@@ -143,14 +162,18 @@ class ProcTag:
     ep: int | None = None
     global_rank: int | None = None
     """Only the provisional `VllmWorker-N` (and old `VllmWorker rank=N`) name it outright."""
+    ray: bool = False
+    """Ray's actor name (`RayWorkerWrapper`, `RayWorkerProc`): a worker whose name says no rank."""
 
     @property
     def provisional(self) -> bool:
         """A name a worker carries before its parallel groups exist (it will be renamed)."""
-        return self.role is Role.WORKER and self.tp is None and self.pp is None and self.dp is None
+        return (self.role is Role.WORKER and not self.ray and self.tp is None and self.pp is None
+                and self.dp is None)
 
 
-_SUFFIX = {key: re.compile(rf"_{key.upper()}(\d{{1,6}})") for key in ("dp", "pp", "pcp", "tp", "dcp", "ep")}
+# `_TP3` in vLLM's names; 0.10's `VllmWorker PP0_TP0` put a space before the first one.
+_SUFFIX = {key: re.compile(rf"[_ ]{key.upper()}(\d{{1,6}})") for key in ("dp", "pp", "pcp", "tp", "dcp", "ep")}
 _OLD_RANK = re.compile(r"(?:-| rank=)(\d{1,6})\b")
 _OLD_TP = re.compile(r" TP(\d{1,6})\b")
 _ENGINE_INDEX = re.compile(r"^EngineCore_(\d{1,6})$")
@@ -163,7 +186,9 @@ def proc_tag(name: str) -> ProcTag:
 
 
 def _proc_tag(name: str) -> ProcTag:
-    if name.startswith(("Worker", "VllmWorker", "RayWorker")):
+    if name.startswith("RayWorker"):
+        return ProcTag(Role.WORKER, ray=True)
+    if name.startswith(("Worker", "VllmWorker")):
         coords = {key: (int(m.group(1)) if (m := rx.search(name)) else None) for key, rx in _SUFFIX.items()}
         if coords["tp"] is None and (m := _OLD_TP.search(name)):
             coords["tp"] = int(m.group(1))

@@ -1,6 +1,6 @@
-"""The config a boot's logs show: what the user typed (`non-default args`) under what vLLM
-resolved (the engine config line), the served max_model_len, and the parallel sizes the worker
-names imply when no line states them.
+"""The config a boot's logs show: what the user typed (`non-default args`, or a pasted command
+line) under what vLLM resolved (the engine config line), the served max_model_len, and the
+parallel sizes (layout.py: stated, implied by the worker names, or only bounded from below).
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from typing import Iterable
 from kvaudit.config import AuditConfig
 from kvaudit.engines.logs.facts import FactKind, in_log_range
 from kvaudit.engines.logs.knobs import knobs_from_args, non_default_args
-from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
-from kvaudit.engines.logs.ranks import Boot, Located, engine_config, engine_first, engine_last
+from kvaudit.engines.logs.layout import Layout
+from kvaudit.engines.logs.lines import ProcTag, Role
+from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, command_args, engine_config, engine_first, engine_last
 
 
-def build_config(boot: Boot) -> AuditConfig:
+def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
+    """The config, and the layout it took its parallel sizes from (whose notes the report carries)."""
     engine = boot.engine
     args_text = engine_first(engine, FactKind.NON_DEFAULT_ARGS)
     known, extra = knobs_from_args(non_default_args(args_text)) if args_text is not None else ({}, {})
@@ -22,18 +24,19 @@ def build_config(boot: Boot) -> AuditConfig:
     # The engine line shows what vLLM resolved (defaults filled in, capture sizes expanded), so it
     # wins over what the user typed; gpu_memory_utilization is not on it.
     merged = {**known, **resolved}
+    command = command_args(engine)
     if "gpu_memory_utilization" not in merged:
         printed = [f.value for f in engine.get(FactKind.GMU, []) if 0 < f.value <= 1]
-        merged["gpu_memory_utilization"] = printed[0] if printed else None
-    merged["max_model_len"] = _served_length(engine) or merged.get("max_model_len")
-    tags = [proc_tag(t) for s in boot.scans for t in s.tags.values()]
-    workers = [t for t in tags if t.role is Role.WORKER and not t.provisional]
-    if "tensor_parallel_size" not in merged:
-        tps = [t.tp for t in workers if t.tp is not None]
-        merged["tensor_parallel_size"] = (max(tps) + 1 if tps else 1) if workers or uni(tags) else None
-    if "decode_context_parallel_size" not in merged:
-        dcps = [t.dcp for t in workers if t.dcp is not None]
-        merged["decode_context_parallel_size"] = (max(dcps) + 1 if dcps else 1) if workers or uni(tags) else None
+        typed = command.get("gpu_memory_utilization")
+        merged["gpu_memory_utilization"] = (printed[0] if printed
+                                            else typed if isinstance(typed, float) and 0 < typed <= 1 else None)
+    merged["max_model_len"] = (_served_length(engine) or merged.get("max_model_len")
+                               or (command.get("max_model_len") or None))
+    if "block_size" not in merged and command.get("block_size"):
+        merged["block_size"] = command["block_size"]
+    boot_sizes = boot_layout(boot.scans, engine)
+    merged["tensor_parallel_size"] = boot_sizes.size("tp")
+    merged["decode_context_parallel_size"] = boot_sizes.size("dcp")
     fields = {k: merged.get(k) for k in (
         "model", "tensor_parallel_size", "decode_context_parallel_size", "speculative_method",
         "num_speculative_tokens", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
@@ -41,10 +44,12 @@ def build_config(boot: Boot) -> AuditConfig:
         "load_format")}
     # A knob no engine runs with (a garbled or doctored line) is not known.
     fields = {k: v if in_log_range(v) else None for k, v in fields.items()}
-    for key in ("pipeline_parallel_size", "data_parallel_size", "prefill_context_parallel_size"):
-        if key in merged and key not in extra and merged[key] != 1:
-            extra[key] = merged[key]
-    return AuditConfig(**fields, extra_args=extra)
+    for dim, key in (("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"),
+                     ("pcp", "prefill_context_parallel_size")):
+        value = boot_sizes.size(dim)
+        if value is not None and value != 1 and key not in extra:
+            extra[key] = value
+    return AuditConfig(**fields, extra_args=extra), boot_sizes
 
 
 def uni(tags: Iterable[ProcTag]) -> bool:

@@ -19,6 +19,10 @@ from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
 from kvaudit.units import fmt_gib
 
+NEVER_NEGATIVE = (Owner.WEIGHTS, Owner.ACTIVATION_PEAK, Owner.KV_CACHE)
+"""Owners a log states as memory held: a negative figure for one is no reading. (non_torch is a
+difference vLLM measures and may dip below zero; an over-committed budget's available KV is
+negative, and kv_cache is then unknown since nothing was allocated.)"""
 BEFORE_ALLOCATION = (Phase.BASELINE, Phase.LOAD, Phase.PROFILE, Phase.GRAPHS, Phase.KV)
 """Phases a failure can strike in before vLLM allocated the KV cache: no KV figure is its size then."""
 
@@ -104,6 +108,11 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
                 if allocated else None)
     readings = {Owner.WEIGHTS: r.first(FactKind.WEIGHTS), Owner.ACTIVATION_PEAK: activation,
                 Owner.NON_TORCH: r.last(FactKind.NON_TORCH), Owner.KV_CACHE: kv_cache}
+    for owner in NEVER_NEGATIVE:  # a garbled or doctored figure: no memory is below zero
+        if (value := readings[owner]) is not None and value < 0:
+            notes.append(f"rank {rank}: the log states {owner.value} {fmt_gib(value)}, below zero, which no memory "
+                         f"can be: {owner.value} left unknown")
+            readings[owner] = None
     b12x = r.last(FactKind.B12X_TRANSIENT)
     if b12x is not None:
         notes.append(f"rank {rank}: the profile peak includes {b12x / 2**20:.2f} MiB of B12X sparse DCP transient "
@@ -124,7 +133,8 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         device_total_bytes=total, requested_bytes=requested, others_bytes=None, owners=readings,
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=r.last(FactKind.KV_BLOCKS),
-        free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained))
+        free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
+        vllm_suggested_kv_cache_memory_bytes=r.last(FactKind.KV_SUGGESTION)))
 
 
 def _first_known(*values: int | None) -> int | None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from kvaudit.engines.logs.facts import Fact, concurrency, facts_from_message
+from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind, concurrency, facts_from_message
+from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
-from kvaudit.engines.logs.unwrap import joined, record_at
-from kvaudit.engines.logs.scan import Candidates, next_line_of, scan, scan_exhaustive
+from kvaudit.engines.logs.unwrap import Cuts, fixed_column_cuts, joined, record_at
+from kvaudit.engines.logs.scan import (
+    FOLLOWERS, Candidates, next_line_of, scan, scan_exhaustive, segment_hits, serving_from,
+)
 from kvaudit.errors import BadInputError
 
 V0_WORKER = "VllmWorkerProcess"
@@ -41,6 +46,24 @@ class FileScan:
     v0_ranks: Mapping[int, int] = field(default_factory=dict)
     """pid → rank of V0's `VllmWorkerProcess` workers: their pids in order are ranks 1, 2, … (the
     name carries no rank; the driver, rank 0, prints untagged)."""
+    ray_ranks: Mapping[int, int] = field(default_factory=dict)
+    """pid → rank of Ray workers whose lines carry no vLLM name (`(RayWorkerWrapper pid=…, ip=…)`
+    alone): in the order they first print a figure of their own, from 1 under V0 (its driver, rank 0, runs in
+    the engine's process) and from 0 under V1 (every worker is a Ray actor). Not vLLM's rank order,
+    which the log does not state: the report says so."""
+    notes: tuple[str, ...] = ()
+    """What the reader should know about the file itself (lines cut at a fixed column)."""
+    cut_runs: tuple[tuple[int, int], ...] = ()
+    """Runs of lines the paste cut at a fixed column (unwrap.fixed_column_cuts)."""
+    names: frozenset[str] = frozenset()
+    """Every process name the file shows: its memory lines' and, in a small file, every worker's
+    (layout.worker_names): the parallel layout is read from them."""
+
+    @functools.cached_property
+    def serving_at(self) -> int:
+        """Where the file shows the boot had finished (scan.serving_from), else past its end:
+        looked for only when a failure needs it."""
+        return serving_from(self.text, self.cut_runs)
 
 
 MAX_FACT_LINES = 100_000
@@ -51,7 +74,9 @@ is refused here instead of read at ~80 µs a line."""
 
 
 def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = False) -> FileScan:
+    cuts = fixed_column_cuts(text)
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
+    cands = _with_cut_runs(text, cands, cuts)
     if len(cands.segments) + len(cands.concurrency) > MAX_FACT_LINES:
         raise BadInputError(f"{where}: more than {MAX_FACT_LINES:,} lines state memory figures, where one vLLM "
                             f"startup states a few hundred: pass the startup log of one boot")
@@ -61,12 +86,12 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     for start, end in sorted(set(cands.segments + ((cands.backend,) if cands.backend else ()))):
         if start in covered:
             continue
-        line, facts = _read_record(text, start, end, covered)
+        line, facts = _read_record(text, start, end, covered, cuts.width)
         seen_vllm = seen_vllm or line.is_vllm
         if facts and line.pos not in parsed:
             parsed[line.pos] = ParsedLine(line, facts)
     for start, end in cands.concurrency:
-        line, facts = _read_record(text, start, end, covered)
+        line, facts = _read_record(text, start, end, covered, cuts.width)
         facts = facts or tuple(concurrency(line.msg))
         if not facts:
             continue
@@ -80,24 +105,88 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
     tags = _final_tags(text, lines)
     v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
-    return FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)})
+    printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
+    ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
+    first_ray = 0 if ray and _is_v1(text) else 1
+    return FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
+                    {pid: rank for rank, pid in enumerate(ray, first_ray)}, _cut_notes(where, cuts),
+                    cuts.runs,
+                    frozenset(tags.values()) | frozenset(worker_names(text)))
 
 
-def _read_record(text: str, start: int, end: int, covered: set[int]) -> tuple[LogLine, tuple[Fact, ...]]:
+MAX_CUT_RUNS = 4096
+"""Runs of cut lines read as records of their own, per file (each costs a record's reading)."""
+
+
+def _with_cut_runs(text: str, cands: Candidates, cuts: Cuts) -> Candidates:
+    """The candidates and each run of lines cut at a fixed column whose words, joined, hold what
+    the scan looks for (`…GPU KV cache s` + `ize: …`) though no line of it alone did."""
+    if not cuts.runs:
+        return cands
+    known = {start for start, _ in cands.segments + cands.concurrency}
+    extra, followers = [], []
+    for start, end in cuts.runs[:MAX_CUT_RUNS]:
+        first_end = text.find("\n", start, end)
+        first = (start, end if first_end < 0 else first_end)
+        if start in known:
+            continue
+        whole = text[start:end].replace("\n", "")
+        if any(f in whole for f in FOLLOWERS):
+            followers.append(first)  # read as the line after a KV size line is (parse_file)
+        elif segment_hits(whole):
+            extra.append(first)
+    if not extra and not followers:
+        return cands
+    return dataclasses.replace(cands, segments=tuple(sorted(cands.segments + tuple(extra))),
+                               concurrency=tuple(sorted(cands.concurrency + tuple(followers))))
+
+
+def _cut_notes(where: str, cuts: Cuts) -> tuple[str, ...]:
+    if not cuts.cut_lines:
+        return ()
+    shown = ", ".join(map(str, cuts.cut_lines[:12])) + (" …" if len(cuts.cut_lines) > 12 else "")
+    return (f"{where}: lines {shown} ({len(cuts.cut_lines)} in all) stop at column {cuts.width} and go on in the "
+            f"next line, as a paste through `fold -w {cuts.width}` or a {cuts.width}-column terminal cuts them: "
+            f"they were read joined; a line cut where the paste ends is still lost",)
+
+
+def _is_v1(text: str) -> bool:
+    """A V1 engine ran (only asked when Ray workers print figures: two passes over the text)."""
+    return "(EngineCore" in text or "V1 LLM engine" in text
+
+
+def _read_record(text: str, start: int, end: int, covered: set[int],
+                 width: int | None = None) -> tuple[LogLine, tuple[Fact, ...]]:
     """The record around one candidate line, parsed, and the facts it states. A record cut from a
-    terminal may have lost a space or gained one where a word was split: both joins are read and
-    the one that states more facts wins."""
-    record = record_at(text, start, end)
+    terminal may have lost a space or gained one where a word was split: each way of joining its
+    lines (unwrap.joined) is read and the one that states the most facts wins."""
+    record = record_at(text, start, end, width)
     covered.update(s for s, _ in record.spans)
-    spaced, tight = joined(text, record)
-    line = parse_line(spaced, record.start)
-    facts = tuple(facts_from_message(line.msg))
-    if tight is not None:
-        other = parse_line(tight, record.start)
-        other_facts = tuple(facts_from_message(other.msg))
-        if len(other_facts) > len(facts):
-            return other, other_facts
+    readings = joined(text, record)
+    line = parse_line(readings[0], record.start)
+    facts = _typed(line)
+    for reading in readings[1:]:
+        other = parse_line(reading, record.start)
+        other_facts = _typed(other)
+        if _weight(other_facts) > _weight(facts):
+            line, facts = other, other_facts
     return line, facts
+
+
+def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
+    """How much a reading of a record says: its facts, then how specific its failure is (a join
+    that breaks `model's max seq len` still reads as some exception, but not as the KV check)."""
+    failures = [f.value.priority for f in facts if f.kind is FactKind.FAILURE]
+    return len(facts), -min(failures, default=0)
+
+
+def _typed(line: LogLine) -> tuple[Fact, ...]:
+    """The line's facts; a command-line flag counts only on a line vLLM's logger did not print (a
+    pasted `vllm serve …`), never inside a log record's message (the GMU advisory names flags too)."""
+    facts = facts_from_message(line.msg)
+    if line.is_vllm:
+        return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)
+    return tuple(facts)
 
 
 def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:

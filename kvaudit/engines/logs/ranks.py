@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
-from kvaudit.engines.logs.knobs import knobs_from_engine_line
+from kvaudit.engines.logs.knobs import knobs_from_engine_line, non_default_args
+from kvaudit.engines.logs.layout import Layout, layout
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
 from kvaudit.errors import BadInputError
@@ -76,17 +77,27 @@ class ParallelSizes:
         return ((dp * self.pp + pp) * self.pcp + pcp) * self.tp + tp
 
 
-def parallel_sizes(scans: Sequence[FileScan], config: dict[str, Any]) -> ParallelSizes:
-    tags = [proc_tag(t) for s in scans for t in s.tags.values()]
+def boot_layout(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]) -> Layout:
+    """The boot's parallel layout (layout.py): the engine line, then `non-default args`, then a
+    pasted command line, then the worker names of every file."""
+    args_text = engine_first(engine, FactKind.NON_DEFAULT_ARGS)
+    stated = [("the engine config line", engine_config(engine)),
+              ("non-default args", non_default_args(args_text) if args_text is not None else {}),
+              ("a pasted command line", command_args(engine))]
+    return layout((name for s in scans for name in s.names), stated)
 
-    def size(key: str, attr: str) -> int:
-        if isinstance(config.get(key), int) and config[key] > 0:
-            return config[key]
-        seen = [getattr(t, attr) for t in tags if getattr(t, attr) is not None]
-        return max(seen) + 1 if seen else 1
 
-    return ParallelSizes(tp=size("tensor_parallel_size", "tp"), pp=size("pipeline_parallel_size", "pp"),
-                  pcp=size("prefill_context_parallel_size", "pcp"))
+def command_args(engine: dict[FactKind, list[Located]]) -> dict[str, Any]:
+    """The flags of a pasted command line, the first of each."""
+    out: dict[str, Any] = {}
+    for f in engine.get(FactKind.COMMAND_ARG, ()):
+        out.setdefault(*f.value)
+    return out
+
+
+def parallel_sizes(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]) -> ParallelSizes:
+    boot = boot_layout(scans, engine)
+    return ParallelSizes(tp=boot.for_ranks("tp"), pp=boot.for_ranks("pp"), pcp=boot.for_ranks("pcp"))
 
 
 def rank_of_proc(scan: FileScan, pid: int | None, sizes: ParallelSizes) -> tuple[int | None, ProcTag]:
@@ -94,6 +105,10 @@ def rank_of_proc(scan: FileScan, pid: int | None, sizes: ParallelSizes) -> tuple
     tag = proc_tag(scan.tags[pid]) if pid is not None and pid in scan.tags else ProcTag(Role.OTHER)
     if pid is not None and pid in scan.v0_ranks:
         return scan.v0_ranks[pid], tag
+    if pid is not None and pid in scan.ray_ranks:
+        return scan.ray_ranks[pid], tag
+    if tag.ray:
+        return None, tag  # a Ray worker that printed no figure of its own: its rank is not known
     if tag.role is Role.WORKER:
         return sizes.global_rank(tag), tag
     return None, tag
@@ -122,7 +137,7 @@ def gather(scans: Sequence[FileScan]) -> Boot:
     for fact in located:
         if fact.kind not in RANK_KINDS:
             engine[fact.kind].append(fact)
-    sizes = parallel_sizes(scans, engine_config(engine))
+    sizes = parallel_sizes(scans, engine)
     by_file = {s.index: s for s in scans}
     ranks: dict[int, RankFacts] = {}
     orphans: list[tuple[Located, int, ProcTag]] = []
@@ -173,6 +188,8 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
         clashes += [printed_by[rank] for rank in ranks if rank in printed_by]
         if clashes:
             other, other_config, other_ranks = seen[min(clashes)]
+            if other.text == scan.text:
+                raise BadInputError(f"{other.where} and {scan.where} are the same log, given twice: pass it once")
             differ = [k for k in config if k in other_config and config[k] != other_config[k]]
             if differ:
                 why = f"{differ[0]} {other_config[differ[0]]} in one, {config[differ[0]]} in the other"

@@ -18,6 +18,15 @@ each hit in place:
 - `#` before ` GPU blocks: ` / ` CUDA blocks: ` / ` CPU blocks: `: V0's KV block count.
 - `LLM engine` and ` version `, searched before the first other hit only (printed before anything
   is loaded): V0's config line (version, model, max_seq_len, TP) and the version banners.
+- A few long needles, one `str.find` pass each (long needles are the fast ones), at most
+  MAX_NEEDLE_LINES lines each: `Traceback (most recent call last)`, the sign of a boot that died
+  whatever its exception; in an excerpt (up to EXCERPT_CHARS) also `failed to start`,
+  `unexpectedly`, Ray's `x across cluster]`, `num_gpu_blocks is: ` and the NPU worker's `, total
+  memory: `. And `", line `, the traceback frames, one regex (in an excerpt everywhere, in a whole
+  log after each traceback header): kept only where the frame names a startup call (its phase)
+  or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
+- Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`), looked for in the first
+  COMMAND_WINDOW characters only: a command comes before the log it started.
 
 Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
 match wins and the search stops there) and the second half of the two-line KV size form of older
@@ -32,7 +41,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.facts import backend
+from kvaudit.engines.logs.facts import PHASE_OF_CALL, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -45,14 +54,43 @@ _PRELUDE = ("LLM engine", " version ")
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
 banner's `version 0.19.1` and V0's `vLLM API server version 0.6.3`."""
 _ERROR = "Error"
-_ERROR_NEXT = (": ", "(")
-"""`ValueError: …`, and `raise ValueError(` when a paste keeps the traceback but not the message."""
+_ERROR_NEXT = (": ", "(", " executing")
+"""`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
+V0's `Error executing method 'determine_num_available_blocks'`."""
+_LONG_NEEDLES = ("Traceback (most recent call last)",)
+_EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ")
+"""Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
+`EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
+engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
+died unexpectedly` (a `Vllm` word), the KV size line says what num_gpu_blocks does, and the memory
+lines Ray folds are read anyway (their marker with them); an excerpt may hold the one line and not
+the other."""
+EXCERPT_CHARS = 4 << 20
+_FRAME = '", line '
+_TRACEBACK = "Traceback (most recent call last)"
+FRAME_WINDOW = 1 << 16
+"""How far after a traceback header its frames are looked for, in a whole log."""
+MAX_NEEDLE_LINES = 256
+"""Lines kept per long needle, per file."""
+MAX_FRAMES = 256
+"""Frame lines kept per file: a traceback names a startup call a few times at most."""
+COMMAND_WINDOW = 1 << 18
+"""How far into a file a pasted command line is looked for."""
+_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp")
+_CALLS = tuple(sorted(PHASE_OF_CALL, key=len, reverse=True))
+_FRAME_RX = re.compile(r'", line \d{1,7}(?:, in (?:' + "|".join(map(re.escape, _CALLS)) + r')(?!\w)| in [A-Za-z_<])')
 CONCURRENCY_WINDOW = 4096
 """How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
 
 
 def _b(text: str, i: int) -> bool:
-    return text[max(i - 2, 0):i] in ("Gi", "Mi") or text[i - 1:i] == "G" or text.startswith("B12X", i)
+    return (text[max(i - 2, 0):i] in ("Gi", "Mi") or text[i - 1:i] == "G" or text.startswith("B12X", i)
+            or (text[i - 1:i] == "M" and _number_before(text, i - 1)))
+
+
+def _number_before(text: str, i: int) -> bool:
+    """A digit right before offset i, or one space and a digit (`244.61 MB`, 0.3's weights line)."""
+    return text[i - 1:i].isdigit() or (text[i - 1:i] == " " and text[i - 2:i - 1].isdigit())
 
 
 def _brace(text: str, i: int) -> bool:
@@ -71,7 +109,7 @@ _CHAR_NEEDLES = (("B", _b), ("{", _brace), ("#", _hash))
 # The same checks as patterns, for a line dense with the character and none of the words (a
 # hostile line of a million braces): after MISSES_BEFORE_LINE misses in a row the rest of the
 # line is searched in C, once, instead of one Python check per character.
-_B_RX = re.compile(r"Gi?B|MiB|B12X")
+_B_RX = re.compile(r"Gi?B|MiB|B12X|\d ?MB")
 MISSES_BEFORE_LINE = 8
 
 
@@ -94,7 +132,7 @@ class Candidates:
     segments: tuple[tuple[int, int], ...]
     """(start, end) of every segment to run the whole catalogue on, in text order."""
     concurrency: tuple[tuple[int, int], ...]
-    """Segments that follow a KV size or blocks line in older releases (see _FOLLOWERS)."""
+    """Segments that follow a KV size or blocks line in older releases (see FOLLOWERS)."""
     backend: tuple[int, int] | None
     """The first line that names the attention backend."""
 
@@ -135,6 +173,17 @@ def scan(text: str) -> Candidates:
             i, misses = (min(hits) if hits else text.find(_ERROR, end)), 0
     # Printed before anything is loaded: looked for before the first other hit only.
     limit = min(found, default=len(text))
+    headers = []
+    for needle in _long_needles(text):
+        lines = _needle_lines(text, needle, found)
+        if needle == _TRACEBACK:
+            headers = lines
+    kept = [0]
+    for start, stop in _frame_windows(text, headers):
+        _frame_lines(text, found, start, stop, kept)
+    window = min(len(text), COMMAND_WINDOW)
+    for needle in _COMMAND_NEEDLES:
+        _needle_lines(text, needle, found, stop=window)
     for needle in _PRELUDE:
         i = text.find(needle, 0, limit)
         while i >= 0:
@@ -145,22 +194,112 @@ def scan(text: str) -> Candidates:
     return Candidates(segments, _concurrency(text, segments), _first_backend(text))
 
 
+def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None) -> list[int]:
+    """The first MAX_NEEDLE_LINES lines that hold `needle` (before `stop`), found with str.find
+    (one pass at most): a boot dies once, and a log of a thousand tracebacks is a server's, not a
+    start-up's."""
+    stop = len(text) if stop is None else stop
+    i = text.find(needle, 0, stop)
+    starts: list[int] = []
+    while i >= 0 and len(starts) < MAX_NEEDLE_LINES:
+        start, end = bounds(text, i)
+        found.setdefault(start, end)
+        starts.append(start)
+        i = text.find(needle, end, stop)
+    return starts
+
+
+def _frame_windows(text: str, headers: list[int]) -> list[tuple[int, int]]:
+    """Where to look for traceback frames: the whole of an excerpt (up to EXCERPT_CHARS, where a
+    faulthandler dump may stand alone), in a whole log the FRAME_WINDOW after each traceback
+    header (a log's hundred thousand frames of other calls are not read)."""
+    if len(text) <= EXCERPT_CHARS:
+        return [(0, len(text))]
+    windows: list[tuple[int, int]] = []
+    for start in headers:
+        stop = min(start + FRAME_WINDOW, len(text))
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], stop)
+        else:
+            windows.append((start, stop))
+    return windows
+
+
+def _frame_lines(text: str, found: dict[int, int], start: int, stop: int, kept: list[int]) -> None:
+    """Traceback frames that name a startup call, and faulthandler's frames (`line N in name`,
+    without the comma), at most MAX_FRAMES. One regex with the literal `", line ` in front: the
+    frames of other calls (a log can hold a hundred thousand) fail in C, never in Python."""
+    m = _FRAME_RX.search(text, start, stop)
+    while m is not None and kept[0] < MAX_FRAMES:
+        line_start, end = bounds(text, m.start())
+        found.setdefault(line_start, end)
+        kept[0] += 1
+        m = _FRAME_RX.search(text, end, stop)
+
+
+def _frame_counts(text: str, j: int) -> bool:
+    k = j
+    while k < j + 8 and text[k:k + 1].isdigit():
+        k += 1
+    if k == j:
+        return False
+    if text.startswith(" in ", k):
+        return True  # faulthandler
+    return text.startswith(", in ", k) and _names_startup_call(text, k + 5)
+
+
+def _names_startup_call(text: str, k: int) -> bool:
+    for name in _CALLS:
+        if text.startswith(name, k) and not (text[k + len(name):k + len(name) + 1].isalnum()
+                                             or text[k + len(name):k + len(name) + 1] == "_"):
+            return True
+    return False
+
+
 def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
-    found, engine = [], []
+    found, extra, engine, frames = [], [], [], 0
+    window = min(len(text), COMMAND_WINDOW)
+    needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
+    headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if _TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
+    windows = _frame_windows(text, headers)
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)
+        frame = frames < MAX_FRAMES and any(
+            _frame_counts(seg, i + len(_FRAME)) and any(a <= m.start() + i < b for a, b in windows)
+            for i in _positions(seg, _FRAME))
+        frames += frame
         hit = _has_error(seg) or _V_RX.search(seg) is not None or any(
             check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
+        needles = [n for n in _long_needles(text) if n in seg] + [
+            n for n in _COMMAND_NEEDLES if text.find(n, m.start(), min(m.end(), window)) >= 0]
+        kept = [n for n in needles if needle_lines[n] < MAX_NEEDLE_LINES]
+        for n in needles:
+            needle_lines[n] += 1
         if hit:
             found.append((m.start(), m.end()))
+        elif frame or kept:
+            extra.append((m.start(), m.end()))
         elif any(needle in seg for needle in _PRELUDE):
             engine.append((m.start(), m.end()))
     limit = found[0][0] if found else len(text)
-    segments = tuple(sorted(found + [s for s in engine if s[0] < limit]))
+    segments = tuple(sorted(found + extra + [s for s in engine if s[0] < limit and s not in extra]))
     first_backend = next(((m.start(), m.end()) for m in re.finditer(r"[^\r\n]+", text)
                           if " backend" in m.group(0) and any(backend(m.group(0)))), None)
     return Candidates(segments, _concurrency(text, segments), first_backend)
+
+
+def segment_hits(seg: str) -> bool:
+    """Whether one line holds anything the scan looks for (the exhaustive scan's test, for a line
+    made of several)."""
+    return (_has_error(seg) or _V_RX.search(seg) is not None
+            or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
+            or any(needle in seg for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES + _PRELUDE)
+            or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
+
+
+def _long_needles(text: str) -> tuple[str, ...]:
+    return _LONG_NEEDLES + (_EXCERPT_NEEDLES if len(text) <= EXCERPT_CHARS else ())
 
 
 def _has_error(seg: str) -> bool:
@@ -174,7 +313,7 @@ def _positions(seg: str, char: str):
         i = seg.find(char, i + 1)
 
 
-_FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
+FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
 """What older releases printed right after the KV size or blocks line, on lines of their own with
 nothing the scan looks for: the concurrency, and V0's "The model's max seq len (N) is larger than
 the maximum number of tokens that can be stored in KV cache (M)"."""
@@ -185,7 +324,7 @@ def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tupl
     for start, end in segments:
         # The KV size line (U and older), or V0's blocks line (0.6.4), and what follows them.
         if text.find("KV cache size: ", start, end) >= 0 or text.find(" blocks: ", start, end) >= 0:
-            for follower in _FOLLOWERS:
+            for follower in FOLLOWERS:
                 if text.find(follower, start, end) >= 0:
                     continue
                 if (j := text.find(follower, end, end + CONCURRENCY_WINDOW)) >= 0:
@@ -209,3 +348,21 @@ def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tu
     worker's renames)."""
     i = text.find(f" pid={pid})", after, len(text) if stop is None else stop)
     return None if i < 0 else bounds(text, i)
+
+
+BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
+"""v1/engine/core.py `_initialize_kv_caches`' last line: after it, a failure is not the boot's."""
+SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
+           "Starting vLLM API server", "num_gpu_blocks is: ", "Avg prompt throughput", '"GET /health HTTP/1.1" 200',
+           '"POST /v1/')
+"""Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
+requests served): a failure after the first of them is not the boot's."""
+
+
+def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
+    """Where the log shows the boot had finished: the first SERVING line, in the text or in a run
+    of lines cut at a fixed column (read joined); else past its end. One pass per marker; the
+    runs are a paste's, a few KiB."""
+    found = [i for m in SERVING if (i := text.find(m)) >= 0]
+    found += [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
+    return min(found) if found else len(text) + 1

@@ -11,9 +11,10 @@ rest of a sentence (a lower-case letter, a digit, punctuation), follows a line t
 mid-sentence (after `,`, `(` or a word such as `the` or `than`), or follows a line cut at the
 excerpt's fixed wrap width.
 
-Around the lines: `> ` quote markers, the frame of a terminal pane (`│ … │`) or of a CI log
-viewer (`  | `) and markdown code fences are dropped, CRLF is one line end and a lone `\\r`
-another, tabs and non-breaking spaces are spaces. Only the lines the scanner picked are
+Around the lines: `> ` quote markers, the bars chat and editor tools draw (`▎`, `│`, `┃`), the
+frame of a terminal pane (`│ … │`) or of a CI log viewer (`  | `), list bullets (`- `, `* `, `• `)
+before a record and markdown code fences (indented too) are dropped, CRLF is one line end and a
+lone `\\r` another, tabs and non-breaking spaces are spaces. Only the lines the scanner picked are
 assembled, each within a bounded window, so a whole log costs what it cost before.
 """
 
@@ -25,8 +26,8 @@ from typing import Callable
 
 from kvaudit.engines.logs.lines import has_prefix
 
-MAX_RECORD_LINES = 12
-"""Physical lines one record may span (a wrapped ValueError is 3–6 lines at 80 columns)."""
+MAX_RECORD_LINES = 16
+"""Physical lines one record may span (vLLM 0.33's KV ValueError is 8 lines at 80 columns, 12 at 60)."""
 MAX_JOIN_LINE = 4096
 """A line longer than this never joins another: wrapped lines are short by nature."""
 WIDTH_WINDOW = 48
@@ -38,8 +39,11 @@ MAX_RECORD_CHARS = 1 << 16
 real record is a few KiB at most (the engine config line); a longer one is garbage, or a memory
 message glued behind a progress bar or another long line, hence the tail too."""
 
-_QUOTE = re.compile(r"[ \t]{0,8}(?:[>│┃║|][ \t]?){1,8}")
-"""`> ` quote markers, and the frame a terminal pane or CI log viewer draws (`│ `, `  | `)."""
+_QUOTE_CHARS = ">│┃║|▎▍▌▏"
+_QUOTE = re.compile(rf"[ \t]{{0,8}}(?:[{_QUOTE_CHARS}][ \t]?){{1,8}}")
+"""`> ` quote markers, the bars of chat and editor tools (`▎ `), and the frame a terminal pane or CI
+log viewer draws (`│ `, `  | `)."""
+_BULLET = re.compile(r"[ \t]{0,8}([-*•])[ \t]+")
 _FRAME_END = re.compile(r"[ \t]{1,400}[│┃║][ \t]{0,8}$")
 _FENCE = ("```", "~~~")
 _SPACES = (("\t", " "), ("\u00a0", " "), ("\u202f", " "), ("\u2007", " "), ("\u2009", " "), ("\u200b", ""),
@@ -56,6 +60,28 @@ _CONNECTORS = frozenset(
     "a an the of for to is are was were be than with by in on at as from which that and or but if when "
     "memory least".split())
 _MID_SENTENCE_END = ",(:=-+/"
+_LATER_SENTENCES = ("Based on the available memory", "Try increasing", "Try lowering", "See https://docs.vllm.ai",
+                    "Decrease GPU memory", "Decrease --kv-cache-memory", "Increase GPU memory", "To resolve",
+                    "This happens when", "To fix this", "Reduce CPU memory", "Replace gpu_memory_utilization",
+                    "Current kv cache memory", "Actual usage", "Desired GPU memory utilization", "If OOM'ed",
+                    "Only use kv_cache_memory_bytes", "This does not respect")
+_MESSAGES = (
+    # (how a multi-sentence memory message of vLLM starts, how its last sentence ends)
+    ("To serve at least one request", ("for more details.", "when initializing the engine.")),
+    ("No available memory for the cache blocks", ("for more details.", "when initializing the engine.")),
+    ("on startup is less than desired", ("used by other processes.",)),
+    ("Actual usage", ("Current kv cache memory in use is",)),
+    ("Memory profiling takes", ("weights memory:",)),
+    ("CUDA graph memory profiling is enabled", ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",)),
+    ("as specified by kv_cache_memory_bytes", ("update it correspondingly.",)),
+    ("Failed to load model - not enough GPU memory", ("(original error:",)),
+    ("on kv cache allocation is less than", ("other processes.",)),
+)
+"""Messages whose record stays open until its last sentence: a line that is no record of its own
+continues such a record whatever it starts with ("… (24.0\nGiB KV cache is needed, …")."""
+"""Sentences vLLM's memory messages go on with (kv_cache_planning.py, gpu_worker.py, utils.py): a
+line that starts with one continues the record above it even after a full stop, as when a paste
+breaks "… (3.18 GiB).\nBased on the available memory, the estimated maximum model length is …"."""
 
 
 @dataclass(frozen=True)
@@ -135,11 +161,15 @@ def clean(line: str) -> str:
         if char in line:  # str.replace per character found: translate() is a dict look-up per character
             line = line.replace(char, space)
     head = line[:20]
-    if (">" in head or "|" in head or "│" in head or "┃" in head or "║" in head) and (m := _QUOTE.match(line)):
+    if any(c in head for c in _QUOTE_CHARS) and (m := _QUOTE.match(line)):
         line = line[m.end():]
         tail = line[-420:]
         if tail[-1:] in ("│", "┃", "║") and (m := _FRAME_END.search(tail)):
             line = line[:len(line) - len(tail) + m.start()]
+    if line[:12].lstrip()[:1] in ("-", "*", "•") and (m := _BULLET.match(line)):
+        rest = line[m.end():]
+        if m.group(1) == "•" or is_head(rest):
+            line = rest
     return line
 
 
@@ -169,44 +199,56 @@ def _breaks_off(prev: str) -> bool:
     return word in _CONNECTORS
 
 
-def _continues(head: str, prev: str, line: str, width: Callable[[], int]) -> bool:
+def _open_message(parts: list[str]) -> bool:
+    """The record so far holds the start of one of _MESSAGES and not yet its end."""
+    text = " ".join(p.strip() for p in parts)
+    return any(start in text and not any(e in text[text.find(start):] for e in ends) for start, ends in _MESSAGES)
+
+
+def _continues(head: str, prev: str, line: str, width: Callable[[], int],
+               still_open: Callable[[], bool] = lambda: False) -> bool:
     """Whether `line` continues the record headed by `head` whose last line is `prev`. `width`
-    gives the excerpt's wrap width (asked only when nothing else decides)."""
+    gives the excerpt's wrap width and `still_open` whether the record holds an unfinished
+    message of vLLM's (each asked only when nothing else decides)."""
     if _blank(line) or is_head(line):
         return False
     if _indent(line) > _indent(head):
         return True
     first = line.lstrip()[:1]
-    if first.islower() or first.isdigit() or first in ",.;:)]}%'\"-":
+    if first.islower() or first.isdigit() or first in ",.;:)]}%'\"-`":
+        return True
+    if line.lstrip().startswith(_LATER_SENTENCES):
         return True
     if _breaks_off(prev):
         return True
-    size = len(prev.rstrip())
-    return size >= MIN_WRAP_WIDTH and size == width()
+    size = len(prev)
+    return (size >= MIN_WRAP_WIDTH and size == width()) or still_open()
 
 
 def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
     """The excerpt's wrap width: the longest line near the record, when two or more lines have
-    exactly that length (a terminal cuts every long line at the same column); else 0."""
+    exactly that length (a terminal or `fold` cuts every long line at the same column; `fold`
+    keeps a space it cut after, so lengths are counted with trailing spaces); else 0."""
     lengths = []
     span: tuple[int, int] | None = first
     for _ in range(WIDTH_WINDOW):
         if span is None:
             break
-        lengths.append(len(clean(text[span[0]:span[1]]).rstrip()))
+        lengths.append(len(clean(text[span[0]:span[1]])))
         span = _prev_span(text, span[0])
     span = _next_span(text, last[1])
     for _ in range(WIDTH_WINDOW):
         if span is None:
             break
-        lengths.append(len(clean(text[span[0]:span[1]]).rstrip()))
+        lengths.append(len(clean(text[span[0]:span[1]])))
         span = _next_span(text, span[1])
     widest = max(lengths, default=0)
     return widest if lengths.count(widest) >= 2 else 0
 
 
-def record_at(text: str, start: int, end: int) -> Record:
-    """The record the physical line (start, end) belongs to."""
+def record_at(text: str, start: int, end: int, width_hint: int | None = None) -> Record:
+    """The record the physical line (start, end) belongs to. `width_hint`: the paste's cut column
+    when the caller knows it (fixed_column_cuts), instead of measuring the lines around the record."""
     alone = Record(start, ((start, end),))
     if end - start > MAX_JOIN_LINE:
         return alone
@@ -229,29 +271,40 @@ def record_at(text: str, start: int, end: int) -> Record:
 
     def width() -> int:
         if not known:
-            known.append(_width(text, first, (start, end)))
+            known.append(width_hint if width_hint is not None else _width(text, first, (start, end)))
         return known[0]
 
     # Forward from there, cutting records, until the one that holds the line; then to its end.
     spans, cut = [first], []
     head = prev_line = current
+    parts = [current]
     while True:
         nxt_span = _next_span(text, spans[-1][1])
         if nxt_span is None:
             break
         nxt = clean(text[nxt_span[0]:nxt_span[1]])
-        if len(spans) < MAX_RECORD_LINES and _continues(head, prev_line, nxt, width):
+        if len(spans) < MAX_RECORD_LINES and _continues(head, prev_line, nxt, width, lambda: _open_message(parts)):
             spans.append(nxt_span)
-            size = len(prev_line.rstrip())
+            size = len(prev_line)
             cut.append(_indent(nxt) == 0 and size >= MIN_WRAP_WIDTH and size == width())
             prev_line = nxt
+            parts.append(nxt)
         elif spans[-1][1] >= end:
             break
         else:
-            spans, cut, head, prev_line = [nxt_span], [], nxt, nxt
+            spans, cut, head, prev_line, parts = [nxt_span], [], nxt, nxt, [nxt]
     if spans[0][0] <= start <= spans[-1][0]:
+        if any(cut) and _wrapped_at_spaces(text, spans, width()):
+            cut = [False] * len(cut)
         return Record(spans[0][0], tuple(spans), tuple(cut))
     return alone
+
+
+def _wrapped_at_spaces(text: str, spans: list[tuple[int, int]], width: int) -> bool:
+    """A record whose lines (but its last) are not all cut at the width was wrapped at spaces, and
+    the lines that happen to be as long as the widest were too: a terminal or `fold` cuts every
+    line at the column (a line one shorter lost the space it was cut after)."""
+    return any(len(clean(text[s:e])) < width - 1 for s, e in spans[:-1])
 
 
 def _next_line_is_head_or_blank(text: str, end: int) -> bool:
@@ -262,19 +315,32 @@ def _next_line_is_head_or_blank(text: str, end: int) -> bool:
     return _blank(line) or is_head(line)
 
 
-def joined(text: str, record: Record) -> tuple[str, str | None]:
-    """The record as one line: a continuation joins with a space, or with nothing where the line
-    before it was cut at the wrap width. Second, when some continuation is not indented, the same
-    with nothing between at each of those (a single cut line shows no wrap width), else None."""
+def joined(text: str, record: Record) -> tuple[str, ...]:
+    """The record as one line, in the ways its line breaks can be read: first a continuation joins
+    with a space, or with nothing where the line before it was cut at the wrap width; then, when
+    some continuation is not indented, with nothing at each of those (a single cut line shows no
+    wrap width); then with a space everywhere (a text wrapped at spaces can have several lines of
+    its widest length, which look cut). Distinct readings only; the caller keeps the one that
+    states the most."""
     parts = [clean(_bounded(text, s, e)) for s, e in record.spans]
     if len(parts) == 1:
-        return parts[0], None
-    out, tight = [parts[0].rstrip()], [parts[0].rstrip()]
-    for part, cut in zip(parts[1:], record.cut):
-        out.append(part.rstrip() if cut else " " + part.strip())
-        tight.append(part.rstrip() if _indent(part) == 0 else " " + part.strip())
-    first, second = _squeeze("".join(out)), _squeeze("".join(tight))
-    return first, (second if second != first else None)
+        return (parts[0],)
+    readings = (_join(parts, record.cut), _join(parts, tuple(_indent(p) == 0 for p in parts[1:])),
+                _join(parts, (False,) * (len(parts) - 1)))
+    return tuple(dict.fromkeys(readings))
+
+
+def _join(parts: list[str], cuts: tuple[bool, ...]) -> str:
+    """Lines joined with nothing where `cuts` says the line before was cut (its trailing space, if
+    any, kept: `fold` cuts after a space as readily as inside a word), else with one space."""
+    out = [parts[0]]
+    for part, cut in zip(parts[1:], cuts):
+        if cut:
+            out.append(part)
+        else:
+            out[-1] = out[-1].rstrip()
+            out.append(" " + part.lstrip())
+    return _squeeze("".join(out).rstrip())
 
 
 def _bounded(text: str, start: int, end: int) -> str:
@@ -286,3 +352,79 @@ def _bounded(text: str, start: int, end: int) -> str:
 
 def _squeeze(line: str) -> str:
     return re.sub(r" {2,}", " ", line)
+
+
+# --------------------------------------------------------------------------------------------
+# A paste cut at a fixed column (`fold -w 60`, a terminal's width)
+
+CUT_CHECK_CHARS = 4 << 20
+"""Texts up to this size are checked for a fixed cut column (a paste; a whole log is not cut)."""
+MIN_CUT_WIDTH = 40
+"""Narrower "columns" are coincidences of short lines."""
+
+
+@dataclass(frozen=True)
+class Cuts:
+    width: int | None
+    runs: tuple[tuple[int, int], ...] = ()
+    """(offset of the run's first line, offset of the end of its last line) for each run of lines
+    cut at the column: each but the last goes on in the next."""
+    cut_lines: tuple[int, ...] = ()
+    """1-based numbers of the lines that were cut (go on in the next)."""
+
+
+def fixed_column_cuts(text: str) -> Cuts:
+    """Where a paste was cut at one fixed column. The scan looks for whole words (`KV cache size`),
+    so a line cut inside one would be lost without a word said: the caller reads each run as a
+    record (record_at joins it, and `joined` tries the join without a space). The column is the
+    length most lines that go on in a next line share: at least two of them, lines longer than it
+    no more than a quarter as many (a `fold` leaves none; a header or a prose line may be longer),
+    and a run of lines that go on one into the next counts where its lines are that long (a
+    terminal that drops the space it cut after leaves one shorter): all of the run's, or two or more
+    in a row of a run with other lengths, which was wrapped at spaces (a mail client, a renderer)
+    and makes a line as long as the column now and then. Lengths are measured without quote markers and frames (a
+    pane's frame pads every line to one width)."""
+    if len(text) > CUT_CHECK_CHARS or len(text) < 2 * MIN_CUT_WIDTH:
+        return Cuts(None)
+    raw = text.split("\n")
+    lines = [clean(line.removesuffix("\r")) for line in raw]
+    goes_on = [i for i in range(len(lines) - 1)
+               if len(lines[i]) >= MIN_CUT_WIDTH and not _blank(lines[i + 1]) and not is_head(lines[i + 1])]
+    if len(goes_on) < 2:
+        return Cuts(None)
+    counts: dict[int, int] = {}
+    for i in goes_on:
+        counts[len(lines[i])] = counts.get(len(lines[i]), 0) + 1
+    width, count = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    if count < 2 or sum(1 for line in lines if len(line) > width) * 4 > count:
+        return Cuts(None)
+    offsets = [0]
+    for line in raw:
+        offsets.append(offsets[-1] + len(line) + 1)
+    going = set(goes_on)
+    runs: list[tuple[int, int]] = []
+    cut: list[int] = []
+    i = 0
+    while i < len(lines):
+        j = i
+        while j in going:
+            j += 1
+        # lines i … j-1 go on, line j ends the run: its stretches of lines as long as the column
+        k = i
+        while k < j:
+            if len(lines[k]) not in (width, width - 1):
+                k += 1
+                continue
+            end = k
+            while end < j and len(lines[end]) in (width, width - 1):
+                end += 1
+            stretch = range(k, end)
+            exact = sum(1 for m in stretch if len(lines[m]) == width)
+            # a stretch that is the whole run was cut; inside a run of other lengths, only one of two
+            # or more cut lines (wrapping at spaces makes a line as long as the column now and then)
+            if exact and ((k == i and end == j) or exact >= 2):
+                cut.extend(stretch)
+                runs.append((offsets[k], offsets[end] + len(raw[end])))
+            k = end
+        i = j + 1
+    return Cuts(width, tuple(runs), tuple(m + 1 for m in cut)) if cut else Cuts(None)

@@ -20,10 +20,10 @@ import os
 import time
 from typing import Any
 
-from kvaudit.engines.sequence import PhaseHandle, RankSequencer, WarmupGuard, one_line
+from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, interrupted, one_line
 from kvaudit.engines.vllm import adapter, transport
 from kvaudit.engines.measured_ranks import phase_records
-from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
+from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv, step_transient
 from kvaudit.schema import Phase, PhaseStatus
 
 
@@ -69,6 +69,8 @@ class AuditMixin:
         self._kva_kv_structures = 0
         """Bytes KV initialisation allocates besides the cache, measured under the minimal KV
         cache before sizing; kvaudit reserves them (they arrive with the real cache)."""
+        self._kva_probe_transient: int | None = None
+        """The long-prefill probe's transient (GPU, MRv2 from 0.33), charged beside the replay's."""
         self._kva_graphs: Any = None
         """kvaudit's graph measurement (ledger.GraphMeasurement), or None without graphs."""
         self._kva_journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": self.rank})
@@ -77,6 +79,10 @@ class AuditMixin:
         start = time.perf_counter()
         try:
             super().init_device()
+        except STOPPED as exc:  # the boot is being stopped (sequence.STOPPED)
+            self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "interrupted",
+                                     "seconds": round(time.perf_counter() - start, 3), "detail": interrupted(exc)})
+            raise
         except BaseException as exc:
             self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "failed",
                                      "seconds": round(time.perf_counter() - start, 3), "detail": one_line(exc)})
@@ -134,7 +140,8 @@ class AuditMixin:
         graphs = self._kva_graphs
         available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
                             graph_pool_estimate_bytes=estimate,
-                            capture_transient_bytes=graphs.transient_bytes if graphs else None)
+                            capture_transient_bytes=step_transient(graphs.transient_bytes if graphs else None,
+                                                                   self._kva_probe_transient))
         # What the real capture keeps outside its pool is in the graph estimate (the session's
         # held bytes, GraphMeasurement.estimate_bytes); the KV structures come with the real cache.
         if available is not None:

@@ -460,7 +460,7 @@ def _last_phase(folded: list[measured_ranks.RankEvents]) -> tuple[Phase | None, 
     after the last one every rank finished."""
     stopped = []
     for f in folded:
-        failed = [p for p, rec in f.phases.items() if rec.status.value == "failed"]
+        failed = [p for p, rec in f.phases.items() if rec.status.value in ("failed", "interrupted")]
         for phase in failed + ([f.died_in] if f.died_in is not None else []):
             stopped.append((PHASE_ORDER.index(phase), f.rank, phase))
     if stopped:

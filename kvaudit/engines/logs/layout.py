@@ -1,0 +1,122 @@
+"""The parallel layout one boot's logs show: each size as stated, as the worker names imply it, or
+only bounded from below.
+
+Sources, the first that says wins: the engine config line (what vLLM resolved), `non-default
+args`, a pasted command line (`--tensor-parallel-size 8`, `-tp=8`), then the worker names.
+vLLM names a worker `Worker[_DPd][_PPp][_PCPc][_TPt][_DCPd][_EPe]`, each suffix only when that
+group is larger than 1 (WorkerProc.setup_proc_title_and_log_prefix in
+vllm/v1/executor/multiproc_executor.py). So a worker name without `_TP` means TP = 1, and names up
+to `_TP3` mean TP ≥ 4: exactly 4 when `_TP0` … `_TP3` all appear, "at least" otherwise (`_TP0` alone
+says TP ≥ 2, the size not stated). An expert-parallel rank pins the TP size down: the EP group
+spans DP × PCP × TP (distributed/parallel_state.py initialize_model_parallel: `all_ranks` reshaped
+(-1, dp, pp, pcp, tp), the EP group over dp·pcp·tp), so without PCP a worker `_DPd_TPt_EPe` has
+e = d × TP + t. Ray's actor names (`RayWorkerWrapper`) say nothing of the layout.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
+
+DIMS = ("tp", "pp", "pcp", "dp", "dcp")
+KEYS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "pcp": "prefill_context_parallel_size",
+        "dp": "data_parallel_size", "dcp": "decode_context_parallel_size"}
+LABELS = {"tp": "TP", "pp": "PP", "pcp": "PCP", "dp": "DP", "dcp": "DCP"}
+NAME_SCAN_CHARS = 4 << 20
+"""Files up to this size have every worker name read (an excerpt's workers may print nothing
+else); larger ones, the names on their memory lines (in a whole log every worker prints some)."""
+_WORKER_NAME = re.compile(r"\((Worker_[A-Z0-9_]{1,80}|VllmWorker [A-Z0-9_]{1,80}) pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\)")
+
+
+@dataclass(frozen=True)
+class Size:
+    value: int | None
+    """The size, when a line states it or the names pin it down; None: not known."""
+    at_least: int
+    """What the names show it is at least (1 when they show nothing)."""
+    source: str | None
+    """Where `value` comes from, in words."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    sizes: Mapping[str, Size]
+    notes: tuple[str, ...]
+
+    def size(self, dim: str) -> int | None:
+        return self.sizes[dim].value
+
+    def for_ranks(self, dim: str) -> int:
+        """The size used to turn names into global ranks: known, else the least it can be."""
+        size = self.sizes[dim]
+        return size.value if size.value is not None else max(size.at_least, 1)
+
+    def world(self) -> int | None:
+        """TP × PP × PCP of one engine when all three are known (DCP reuses the TP ranks)."""
+        values = [self.sizes[d].value for d in ("tp", "pp", "pcp")]
+        if any(v is None for v in values):
+            return None
+        return values[0] * values[1] * values[2]  # type: ignore[operator]
+
+
+def worker_names(text: str) -> set[str]:
+    """Every vLLM worker name in a file small enough to read whole (NAME_SCAN_CHARS)."""
+    if len(text) > NAME_SCAN_CHARS:
+        return set()
+    return {m.group(1) for m in _WORKER_NAME.finditer(text)}
+
+
+def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]) -> Layout:
+    """The layout from the process names seen and the stated knobs, `stated` in precedence order:
+    (source in words, {vLLM's key: value})."""
+    tags = [proc_tag(n) for n in set(names)]
+    workers = [t for t in tags if t.role is Role.WORKER and not t.provisional and not t.ray]
+    uni = any(t.role is Role.ENGINE for t in tags) and not any(t.role is Role.WORKER for t in tags)
+    notes: list[str] = []
+    sizes: dict[str, Size] = {}
+    ep_tp = _tp_from_ep(workers)
+    # A config line or a command line that states any knob leaves the others at vLLM's default, 1
+    # (the engine line lists every size its release has; `non-default args` and a command line
+    # omit the defaults).
+    defaults = any(knobs for _, knobs in stated)
+    for dim in DIMS:
+        key = KEYS[dim]
+        seen = sorted({getattr(t, dim) for t in workers if getattr(t, dim) is not None})
+        at_least = max(seen[-1] + 1, 2) if seen else 1  # a suffix at all means a group of 2 or more
+        value, source = next(((int(v), where) for where, knobs in stated
+                              if isinstance(v := knobs.get(key), int) and not isinstance(v, bool) and v > 0),
+                             (None, None))
+        if value is None and dim == "tp" and ep_tp is not None:
+            value, source = ep_tp, "the expert-parallel ranks in the worker names"
+        if value is None and dim != "dp":
+            if seen and seen == list(range(at_least)) and at_least > 1:
+                value, source = at_least, f"the worker names _{LABELS[dim]}0 … _{LABELS[dim]}{at_least - 1}"
+            elif not seen and (workers or uni):
+                value, source = 1, "the worker names (no _" + LABELS[dim] + " suffix)"
+            elif not seen and defaults:
+                value, source = 1, "vLLM's default (no line states it)"
+            elif seen:
+                notes.append(f"{key}: ≥ {at_least}, size not stated (worker names show "
+                             f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
+                             f"{' …' if len(seen) > 8 else ''}; vLLM adds the suffix only when the group has 2 "
+                             f"or more ranks)")
+        if value is not None and value < at_least:
+            notes.append(f"{key} {value} ({source}) is below what the worker names show (≥ {at_least})")
+        sizes[dim] = Size(value, at_least, source)
+    return Layout(sizes, tuple(notes))
+
+
+def _tp_from_ep(workers: Sequence[ProcTag]) -> int | None:
+    """TP from `_DPd_TPt_EPe` names without PCP: e = d × TP + t, for every such name that has d > 0."""
+    found = set()
+    for t in workers:
+        if t.ep is None or t.dp is None or t.pcp is not None or t.dp <= 0:
+            continue
+        tp = t.tp or 0
+        if (t.ep - tp) % t.dp or (t.ep - tp) // t.dp <= tp:
+            return None  # names that do not fit the layout: say nothing
+        found.add((t.ep - tp) // t.dp)
+    return found.pop() if len(found) == 1 else None
