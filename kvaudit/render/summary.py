@@ -145,8 +145,8 @@ def useful_levers(report: Report) -> list:
 
 
 def lever_parts(report: Report) -> list[tuple[str, str]]:
-    """Per lever: the flag to paste, and what it frees."""
-    return [(lv.flag, f"frees {fmt_gib(lv.frees_bytes)}"
+    """Per lever: the flag to paste (its name where it has none, e.g. an estimate), and what it frees."""
+    return [(lv.flag if lv.flag is not None else f"{lv.name} (no flag)", f"frees {fmt_gib(lv.frees_bytes)}"
              + (f" / {fmt_tokens(lv.frees_tokens)} tokens" if lv.frees_tokens is not None else "")
              + (f" ({lv.note})" if lv.note else "")) for lv in useful_levers(report)]
 
