@@ -7,7 +7,7 @@ at most 1 % of the device unused.
 
 The kvaudit reports come from tests/gpu/test_verify_gpu.py's boots in $KVAUDIT_GPU_RESULTS when
 they are there (stage `load1`/`load2` before `user-path`), else this test boots kvaudit itself.
-Results: `h200-user-path-<model>.json` (and the load it ran, `.load.json`). Not run yet: the
+Results: `h200-user-path-<model>[-vllm<release>].json` (and the load it ran, `.load.json`). Not run yet: the
 session that wrote it had no device time left.
 """
 
@@ -36,7 +36,7 @@ def test_plain_vllm_with_the_safe_flags_holds_and_is_tight(results_dir, model):
     assert report["capacity"]["safe_serve_flags"], report.get("verdict_reason")
     vocab = json.loads((HERE / "models" / model / "config.json").read_text())["vocab_size"]
     load = user_load(report, vocab_size=int(vocab))
-    result = run_user_path(load, results_dir, f"h200-user-path-{model}", timeout=900)
+    result = run_user_path(load, results_dir, result_name(model).replace("h200-load-", "h200-user-path-"), timeout=900)
     assert result.get("error") is None, result
     step = load["loads"][0]
     assert result["generated_tokens"] == len(step["requests"]) * step["decode_tokens"]

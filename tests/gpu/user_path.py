@@ -79,8 +79,8 @@ class NvmlPeak:
         self._thread.join()
 
 
-def worker_peak() -> dict[str, int]:
-    """Run inside each CUDA worker (collective_rpc): its device, the device used now, torch's
+def worker_peak(_worker: object = None) -> dict[str, int]:
+    """Run inside each CUDA worker (collective_rpc, which passes the worker itself): its device, the device used now, torch's
     reserved now and its peak reserved since the process started."""
     import torch
     free, total = torch.cuda.mem_get_info()
