@@ -553,6 +553,54 @@ def long_prefill_shape(worker: Any) -> tuple[int, int] | None:
     return query, (length - query if chunked else 0)
 
 
+def shortest_prefill_query(worker: Any) -> int:
+    """The fewest new tokens of a request that its attention still runs as a prefill: one more
+    than the largest `reorder_batch_threshold` of the runner's attention metadata builders (a
+    query of at most that many tokens takes the decode path; MLA's FlashAttention builder: 512,
+    vllm/v1/attention/backends/mla/flashattn_mla.py), 1 where no builder states one. Needs the
+    runner's attention groups (under minimal_kv_cache)."""
+    runner = worker.model_runner
+    groups = list(getattr(runner, "attn_groups", None) or [])
+    groups += list(getattr(getattr(runner, "speculator", None), "attn_groups", None) or [])
+    threshold = 0
+    for group in (g for entry in groups for g in (entry if isinstance(entry, (list, tuple)) else [entry])):
+        for builder in getattr(group, "metadata_builders", None) or ():
+            value = getattr(builder, "reorder_batch_threshold", None)
+            if isinstance(value, int):
+                threshold = max(threshold, value)
+    return threshold + 1
+
+
+def long_prefill_steps(worker: Any, query: int, context: int) -> dict[str, tuple[int, int]]:
+    """The steps of kvaudit's long-prefill probe, by name, for a last chunk of `query` tokens after
+    `context` ones (long_prefill_shape). A chunked prefill also schedules a prompt's last chunk as
+    a short query over nearly max_model_len of context (the step's other tokens going to other
+    requests), and MLA's chunked-context prefill materialises the whole context
+    (mla_attention.py _compute_prefill_context: the context's keys and values, about
+    heads × (2 × qk_nope + v + rope) × 2 bytes a token), so its transient grows with the context,
+    not the query. Where the shortest prefill query is shorter than the chunk, two more steps:
+    `long_context` (the shortest prefill query after max_model_len − that many) and `short_query`
+    (the same query after the chunk's context), so the probe's transient is the chunk's plus what
+    the longer context adds (worker_gpu._kva_long_prefill: last_chunk + long_context −
+    short_query)."""
+    steps = {"last_chunk": (query, context)}
+    short = shortest_prefill_query(worker)
+    if context and short < query:
+        length = query + context
+        steps["long_context"] = (short, length - short)
+        steps["short_query"] = (short, context)
+    return steps
+
+
+def combined_prefill_transient(transients: dict[str, int]) -> int:
+    """The probe's transient from its steps' (long_prefill_steps): the last chunk's, plus what the
+    longest context adds over the chunk's context at the shortest prefill query (never less than
+    any step's own)."""
+    base = transients["last_chunk"]
+    extra = transients.get("long_context", 0) - transients.get("short_query", 0)
+    return max([base + max(extra, 0), *transients.values()])
+
+
 def long_prefill_step(worker: Any, query: int, context: int) -> None:
     """One request of `query` tokens after `context` computed ones, attention included (vLLM's own
     profile pass runs the model with skip_attn), then its sampler: the runner's _dummy_run with its

@@ -17,6 +17,7 @@ The mixin holds what GPU and CPU share; `worker_gpu` and `worker_cpu` hold the r
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -231,6 +232,7 @@ class AuditMixin:
         self._kva_verify = self._kva_seq.phase(Phase.VERIFY, settle=False)
         handle = self._kva_verify.__enter__()
         self._kva_verify_scenario = scenario
+        self._kva_verify_start = self._kva_seq.probe.read(pools=False)
         if scenario:
             handle.note(f"scenario {scenario}")
 
@@ -239,6 +241,11 @@ class AuditMixin:
         probe = self._kva_seq.probe
         probe.sync()
         peak = probe.peak_reserved_bytes() + self._kva_non_torch_now()
+        start, now = getattr(self, "_kva_verify_start", None), probe.read(pools=False)
+        if start is not None:  # a line in vLLM's log: how much of the peak is allocated, how much cached
+            print(f"kvaudit verify {getattr(self, '_kva_verify_scenario', None)} rank {self.rank}: torch allocated "
+                  f"{start.allocated_bytes} -> peak {now.peak_allocated_bytes}, reserved {start.reserved_bytes} -> "
+                  f"peak {probe.peak_reserved_bytes()}, true peak {peak}", file=sys.stderr, flush=True)
         peaks = getattr(self, "_kva_verify_peaks", {})
         scenario = getattr(self, "_kva_verify_scenario", None)
         if scenario:

@@ -114,12 +114,15 @@ class AuditWorker(AuditMixin, Worker):
                               after=after, retained=retained, phase_start=phase_start)
 
     def _kva_long_prefill(self, handle: PhaseHandle) -> dict[str, Any]:
-        """kvaudit's long-prefill probe (adapter.long_prefill_step) under a minimal KV cache, its
-        transient measured from the cache's own state, so the KV structures it builds are not
-        charged as activation: the step vLLM's profile pass leaves out (no attention), whose peak a
-        max_model_len prompt reaches after KV (vLLM 0.33 on the H200: 34 MiB above the replay's
-        peak on Llama-3.1-8B, about 0.5 GiB with MLA). An error is noted, not raised: the audit goes
-        on without it. {} where this vLLM cannot run the step before KV."""
+        """kvaudit's long-prefill probe (adapter.long_prefill_step) under a minimal KV cache, each
+        step's transient measured from the cache's own state, so the KV structures it builds are
+        not charged as activation: the steps vLLM's profile pass leaves out (no attention), whose
+        peak a max_model_len prompt reaches after KV (vLLM 0.33 on the H200: 34 MiB above the
+        replay's peak on Llama-3.1-8B, about 0.5 GiB with MLA). The steps are the last chunk of the
+        longest prompt and, where a shorter query is still a prefill, that query over the longest
+        context and over the chunk's (adapter.long_prefill_steps; combined_prefill_transient). An
+        error is noted, not raised: the audit goes on without it. {} where this vLLM cannot run
+        the step before KV."""
         import time
         shape = adapter.long_prefill_shape(self)
         if shape is None:
@@ -131,16 +134,30 @@ class AuditWorker(AuditMixin, Worker):
         try:
             probe.settle()
             with adapter.minimal_kv_cache(self, adapter.warmup_blocks(self.model_runner)):
-                probe.settle()
-                before = probe.read(pools=False)
-                probe.reset_peak()
-                adapter.long_prefill_step(self, query, context)
-                probe.sync()
-                after = probe.read(pools=False)
-            out["transient_bytes"] = int(max(after.peak_allocated_bytes - before.allocated_bytes,
-                                             (after.peak_reserved_bytes or 0) - before.reserved_bytes, 0))
-            handle.note(f"long-prefill probe: one {query}-token step over {context} tokens of context, attention "
-                        f"included: transient {out['transient_bytes']} bytes")
+                steps = adapter.long_prefill_steps(self, query, context)
+                transients: dict[str, int] = {}
+                for name, (step_query, step_context) in steps.items():
+                    try:
+                        probe.settle()
+                        before = probe.read(pools=False)
+                        probe.reset_peak()
+                        adapter.long_prefill_step(self, step_query, step_context)
+                        probe.sync()
+                        after = probe.read(pools=False)
+                    except Exception as exc:  # noqa: BLE001 - the last chunk's figure stands alone
+                        if name == "last_chunk":
+                            raise
+                        handle.note(f"long-prefill probe step {name} failed ({type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else ''}"[:300] + ")")
+                        continue
+                    transients[name] = int(max(after.peak_allocated_bytes - before.allocated_bytes,
+                                               (after.peak_reserved_bytes or 0) - before.reserved_bytes, 0))
+            out["steps"] = {name: {"query_tokens": q, "context_tokens": c, "transient_bytes": transients.get(name)}
+                            for name, (q, c) in steps.items()}
+            out["transient_bytes"] = adapter.combined_prefill_transient(transients)
+            handle.note("long-prefill probe, attention included: " + "; ".join(
+                f"{name} {q}-token step over {c} tokens of context {transients.get(name)} bytes"
+                for name, (q, c) in steps.items()) + f": transient {out['transient_bytes']} bytes")
         except Exception as exc:  # noqa: BLE001 - reported in the record and as a note
             out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
             handle.note(f"long-prefill probe failed ({out['error']}): the activation peak lacks attention")
