@@ -194,7 +194,7 @@ def _banner(verdict: Verdict, head: str, why: str) -> str:
 def report_banner(report: Report) -> str:
     """The verdict and why, then the flags to paste, at the top of the page."""
     flags = " ".join(report.capacity.safe_serve_flags)
-    paste = (f'<p>{esc(summary.SAFE_FLAGS_LABEL)}: <code class="paste">{esc(flags)}</code></p>' if flags else "")
+    paste = (f'<p>{esc(summary.flags_label(report))}: <code class="paste">{esc(flags)}</code></p>' if flags else "")
     word = report.verdict.value.upper()
     return _banner(report.verdict, f"{word}:" if report.verdict_reason else word, report.verdict_reason) + paste
 

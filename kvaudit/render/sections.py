@@ -143,7 +143,7 @@ class SectionReporter(ABC):
             page.gap()
         page.bars(report)
         for label, value in summary.capacity_lines(report):
-            page.fact(label, value, pasteable=label == summary.SAFE_FLAGS_LABEL)
+            page.fact(label, value, pasteable=label in summary.FLAG_LABELS)
         for flag, effect in summary.lever_parts(report):
             page.lever(flag, effect)
         if report.verify is not None and report.verify.scenarios:

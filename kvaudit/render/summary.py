@@ -64,7 +64,7 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
                       + (f" ({v.error})" if v.error else "")
                       + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
-        lines.append((SAFE_FLAGS_LABEL, " ".join(cap.safe_serve_flags)))
+        lines.append((flags_label(report), " ".join(cap.safe_serve_flags)))
     suggestion = _vllm_suggestion(report)
     if suggestion:
         lines.append(("vLLM's own suggestion", suggestion))
@@ -121,6 +121,16 @@ def _vllm_suggestion(report: Report) -> str | None:
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"
+LOWERED_FLAGS_LABEL = "vllm serve flags, KV lowered by verify's overrun, not proven safe"
+"""Where --verify failed, the flags hold back the worst overrun it measured; another process's
+allocator history differs (H200, vLLM 0.33, V3 dims + MTP: a plain vLLM with such flags still
+peaked 1.83 GiB over), so they are no promise: the label says so."""
+FLAG_LABELS = (SAFE_FLAGS_LABEL, LOWERED_FLAGS_LABEL)
+
+
+def flags_label(report: Report) -> str:
+    """The label of the flags to paste: safe, unless --verify failed."""
+    return LOWERED_FLAGS_LABEL if report.verify is not None and not report.verify.ok else SAFE_FLAGS_LABEL
 
 
 def _one_request(cap: Capacity) -> str:

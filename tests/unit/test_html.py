@@ -285,7 +285,7 @@ def test_the_other_formats_import_neither_matplotlib_nor_prometheus_client():
 
 EXAMPLE_PAGES = {
     "show-tp2.html": ("show", str(DATA / "run2.json")),
-    "show-h200-llama-3.1-8b.html": ("show", str(RESULTS / "h200-real-llama-3.1-8b-vllm0.33.0.json")),
+    "show-h200-llama-3.1-8b.html": ("show", str(RESULTS / "h200-load-llama-3.1-8b-vllm0.33.0.json")),
     "diff-cpu-batch512-2048.html": ("diff", str(EXAMPLES / "cpu-batch512.json"), str(EXAMPLES / "cpu-batch2048.json")),
     "plan-run1.html": ("plan", str(DATA / "run1.json"), "--gmu", "0.2", "--max-num-batched-tokens", "256"),
 }

@@ -128,8 +128,17 @@ def test_the_table_fits_the_pinned_width_without_colour(real_reports, name):
     text = render_report(real_reports[name], Format.TABLE)
     assert "\x1b[" not in text
     # flags meant for pasting are never wrapped (test_pasteable_flags_stay_on_one_line)
-    pasted = ("safe vllm serve flags:", "lever:")
+    from kvaudit.render.summary import FLAG_LABELS
+    pasted = (*(f"{label}:" for label in FLAG_LABELS), "lever:")
     assert max(len(line) for line in text.splitlines() if not line.lstrip().startswith(pasted)) <= WIDTH
+
+
+@pytest.mark.parametrize("fmt", [Format.TABLE, Format.MARKDOWN, Format.HTML], ids=str)
+def test_flags_after_a_failed_verify_are_not_called_safe(real_reports, fmt):
+    # run2's --verify went over budget: its flags hold back the overrun, which is no proof
+    text = render_report(real_reports["run2"], fmt).replace("&#x27;", "'")
+    assert "KV lowered by verify's overrun, not proven safe" in text and "safe vllm serve flags" not in text
+    assert "safe vllm serve flags" in render_report(real_reports["run1"], fmt)
 
 
 def test_the_table_names_the_binding_rank_and_the_verdict(real_reports):
