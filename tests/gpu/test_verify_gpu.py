@@ -4,8 +4,8 @@ Each boot writes its report and vLLM's log to $KVAUDIT_GPU_RESULTS as `h200-load
 release in the name where it is not 0.26.0); tests/gpu/test_user_path_gpu.py reads the reports.
 
 Stages: `bash tests/gpu/session.sh load1` (8B, V2-Lite), `load2` (V3 dims + MTP), `load-repeat`
-(the 8B model three times cold, then three times warm). Not run yet: the session that wrote them
-had no device time left.
+(the 8B model three times cold, then three times warm). Run on vLLM 0.33.0 (KVAUDIT_SITE, stages by -k): 8B and V2-Lite pass, the MTP model fails
+every scenario (docs/vllm-0.33-h200.md); `load-repeat` has not run (no device time left).
 """
 
 from __future__ import annotations
