@@ -6,9 +6,10 @@ vLLM 0.32's FlexibleArgumentParser (vllm/utils/argparse_utils.py) does, in this 
 1. `vllm serve … --model M …`: M is moved to the front, as the positional model (`parse_args`);
 2. `--config FILE` (two words; `--config=FILE` is stored and never read): the file's keys become
    options, inserted after the model and before every other argument, so the command line wins
-   (`_pull_args_from_config`, `load_config_file`: `true` is `--key`, `false` is `--no-key` when
-   that option exists and is dropped otherwise, a list is `--key a b`, a mapping one JSON value,
-   anything else `str(value)`);
+   (`_pull_args_from_config`, `load_config_file`: `true` is `--key`, `false` is `--no-key` only
+   when the parser reading the file has that option, which under `vllm serve` it never has, so
+   every `false` is dropped there; a list is `--key a b`, a mapping one JSON value, anything else
+   `str(value)`);
 3. `--a_b` is `--a-b` up to the first dot; `-O3` is `--optimization-level 3`;
 4. `--json-arg.key value` (and `--json-arg.list+ a,b`) are merged into one JSON value per option,
    appended after everything else;
@@ -205,18 +206,26 @@ def is_yaml_config(path: Path | str) -> bool:
 
 
 def _config_tokens(data: Mapping[str, Any], options: Mapping[str, Any] | None, where: str,
-                   notes: list[str]) -> list[str]:
-    """vLLM's load_config_file: each key and value as command-line words."""
+                   notes: list[str], serve: bool) -> list[str]:
+    """vLLM's load_config_file: each key and value as command-line words. A `false` becomes
+    `--no-KEY` only where the parser reading the file has that option: under `vllm serve` that
+    parser is `vllm`'s own (vllm/entrypoints/cli/main.py calls parse_args on it, and the serve
+    options live in its subparser), so vLLM 0.32 drops every `false` there; the api_server entry
+    point reads the file with the serve options themselves."""
     words: list[str] = []
     for key, value in data.items():
         if isinstance(value, bool):
             if value:
                 words.append("--" + key)
-            elif options is None or f"--no-{key}" in options:
+            elif not serve and (options is None or f"--no-{key}" in options):
                 words.append(f"--no-{key}")
+            elif options is not None and "--no-" + _dashed(key) in options and serve:
+                notes.append(f"{where}: vllm serve --config drops `{key}: false` (vLLM looks for --no-{key} among "
+                             f"`vllm`'s own options, not `vllm serve`'s), so vLLM keeps its default, and so does "
+                             f"the audit; to turn it off pass --no-{_dashed(key)} on the command line")
             elif options is not None and "--no-" + _dashed(key) in options:
                 notes.append(f"{where}: vLLM's --config reader drops `{key}: false` (it looks for --no-{key}, which "
-                             f"does not exist): write `{_dashed(key)}: false`")
+                             f"does not exist), and so does the audit: write `{_dashed(key)}: false`")
         elif isinstance(value, list):
             if value:
                 words += ["--" + key, *(str(item) for item in value)]
@@ -347,7 +356,7 @@ def read_deployment(*, config_file: Path | str | None = None, line: Sequence[str
         del args[index:index + 2]
     path = config_file if config_file is not None else config_path
     data, text = read_yaml(path) if path is not None else ({}, None)
-    file_words = [_Word(w, True) for w in _config_tokens(data, options, f"config file {path}", notes)]
+    file_words = [_Word(w, True) for w in _config_tokens(data, options, f"config file {path}", notes, serve)]
     words = _insert_config([_Word(a, False) for a in args], file_words, serve)
     if words and words[0].text == "serve":
         words = words[1:]

@@ -9,7 +9,8 @@ the file gets every knob the command line set over the user's file (a serve line
 The user's YAML is patched where it stands (PyYAML's node positions): comments, order and spelling
 are kept, a changed value is replaced in place, a missing key is appended in the file's own style
 (`max-model-len` or `max_model_len`; a `false` always with dashes, the only spelling vLLM's --config
-reader turns into `--no-…`). `num-gpu-blocks-override` is removed (it would override the safe bytes)
+reader can turn into `--no-…`, which `vllm serve` 0.32 never does: the header says which flags to
+pass on the command line instead). `num-gpu-blocks-override` is removed (it would override the safe bytes)
 and so are dotted keys of a mapping that is replaced (vLLM merges them last, over the whole value).
 With no YAML, the file is built from the run's flags (a plan: the measured report's config and the
 edits). A comment at the top names kvaudit's version, the report and what was set.
@@ -180,6 +181,11 @@ def _written(deployment: Deployment | None, changes: Mapping[str, Any], report: 
                 "" if not patched else " (new)" if before is None else " (unchanged)" if _same(before, safe[key])
                 else f" (was {before})"))
     others = [k for k in changes if k not in SAFE_KEYS] if patched else []  # a built file sets every key
+    dropped = [k for k, v in values.items() if v is False]
+    if dropped:
+        notes.append("vllm serve --config drops every false value (vLLM 0.32, FlexibleArgumentParser."
+                     "load_config_file): pass " + " ".join("--no-" + k.replace("_", "-") for k in dropped)
+                     + " on vllm serve's command line")
     header = _header(report, report_name, verb, said, others, notes)
     if patched:
         assert deployment is not None and deployment.yaml_text is not None

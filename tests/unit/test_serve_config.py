@@ -104,14 +104,23 @@ port: 8000
 
 
 @vllm_source
-def test_false_is_no_key_and_vllm_drops_an_underscored_false(tmp_path):
-    # load_config_file: `false` becomes --no-KEY only when that option exists as written
-    d = read_deployment(config_file=write(tmp_path, "enable-prefix-caching: false\nenable_chunked_prefill: false\n"
-                                                    "enforce-eager: false\n"))
-    assert d.file_values == {"enable_prefix_caching": False, "enforce_eager": False}
-    assert d.notes == (f"config file {tmp_path / 'config.yaml'}: vLLM's --config reader drops "
-                       "`enable_chunked_prefill: false` (it looks for --no-enable_chunked_prefill, which does not "
-                       "exist): write `enable-chunked-prefill: false`",)
+def test_vllm_serve_drops_every_false_and_kvaudit_says_which_ones_matter(tmp_path):
+    # load_config_file turns `false` into --no-KEY only where the parser reading the file has that
+    # option; under `vllm serve` it is `vllm`'s top-level parser, which has none of them
+    path = write(tmp_path, "enable-prefix-caching: false\nenable_chunked_prefill: false\nheadless: false\n")
+    d = read_deployment(config_file=path)
+    assert d.file_values == {} and d.api_server == ()
+    assert [n.split(" (")[0] for n in d.notes] == [
+        f"config file {path}: vllm serve --config drops `enable-prefix-caching: false`",
+        f"config file {path}: vllm serve --config drops `enable_chunked_prefill: false`"]
+    assert d.notes[0].endswith("so vLLM keeps its default, and so does the audit; to turn it off pass "
+                               "--no-enable-prefix-caching on the command line")
+    # the api_server entry point reads the file with the serve options: --no-KEY, as written
+    d = read_deployment(config_file=path, line=["--model", "m"])
+    assert d.file_values == {"enable_prefix_caching": False}
+    assert d.notes == (f"config file {path}: vLLM's --config reader drops `enable_chunked_prefill: false` (it looks "
+                       f"for --no-enable_chunked_prefill, which does not exist), and so does the audit: write "
+                       f"`enable-chunked-prefill: false`",)
 
 
 @vllm_source
