@@ -261,6 +261,9 @@ def run(ctx: typer.Context,
             with Progress.for_run(config, log) as progress:
                 outcome = run_follower(config, options, progress.on_event, signals)
         typer.echo(f"kvaudit: {outcome.message}", err=True)
+        if write_config is not None:
+            typer.echo(f"kvaudit: no config written to {write_config}: node 0 has the report; pass --write-config "
+                       f"there", err=True)
         raise typer.Exit(outcome.exit_code)
     # SIGINT, SIGTERM and SIGHUP stop the boot; they stay deferred until the report is written
     with StopSignals() as signals:

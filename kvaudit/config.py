@@ -400,7 +400,8 @@ def build_run(*, model: str | None, dummy_weights: bool, preset: Path | None, pa
         config = _with_values(config, deployment.line_values, "the serve line")
         if deployment.model is not None and not deployment.model_from_file:
             config = config.replace(model=deployment.model)
-    elif passthrough:
+        config = _token_to_env(config)
+    if line is None and passthrough:  # engine flags after -- (not a serve line), with or without a YAML file
         args = parse_passthrough(passthrough)
         check_engine_arg_names(args, engine_args, "after --")
         for key in SIZE_KEYS:
@@ -441,6 +442,18 @@ def _with_values(config: AuditConfig, values: Mapping[str, Any], where: str) -> 
         config = dataclasses.replace(config, speculative_method=None, num_speculative_tokens=None)
     config = with_passthrough(config, values)
     return dataclasses.replace(config, **changes) if changes else config
+
+
+def _token_to_env(config: AuditConfig) -> AuditConfig:
+    """A pasted serve line or a config file may carry `--hf-token hf_…`: it goes to vLLM through
+    HF_TOKEN (which huggingface_hub reads when vLLM passes no token), not through the config, which
+    the report stores and people share."""
+    import os
+    token = config.extra_args.get("hf_token")
+    if not isinstance(token, str):
+        return config
+    os.environ["HF_TOKEN"] = token
+    return dataclasses.replace(config, extra_args={k: v for k, v in config.extra_args.items() if k != "hf_token"})
 
 
 def _speculative_in_step(config: AuditConfig) -> AuditConfig:

@@ -64,7 +64,9 @@ class Deployment:
     """Engine arguments the serve line sets: they override the file and kvaudit's flags, as the
     command line overrides the file in vLLM."""
     api_server: tuple[str, ...] = ()
-    """Options of vllm serve's API server (`--port`, `--host`): no engine memory, not passed to the audit."""
+    """Options of vllm serve's API server (`--port`, `--host`) as written: no engine memory, not passed to the audit."""
+    api_server_values: Mapping[str, Any] = field(default_factory=dict)
+    """Their values (destination → value, the serve line's over the file's), for a config --write-config builds."""
     pinned: Mapping[str, Any] = field(default_factory=dict)
     """PINNED arguments the deployment sets, set aside."""
     yaml_path: Path | None = None
@@ -699,6 +701,7 @@ def _deployment(parsed: _Parsed, grammar: Any, path: Path | str | None, text: st
     file_values: dict[str, Any] = {}
     line_values: dict[str, Any] = {}
     api_server: list[str] = []
+    api_server_values: dict[str, Any] = {}
     pinned: dict[str, Any] = {}
     # the file's settings first: a model on the serve line (`--model M`, moved to the front as the
     # positional) wins over the file's, as ServeSubcommand.cmd lets the positional win
@@ -716,17 +719,17 @@ def _deployment(parsed: _Parsed, grammar: Any, path: Path | str | None, text: st
         if dest in PINNED:
             pinned[dest] = value
             continue
-        if grammar is not None and dest not in grammar.engine:
+        if (grammar is not None and dest not in grammar.engine) or (
+                grammar is None and not _engine_name(dest, engine_args, _where(from_file, path))):
             api_server.append(shown)
-            continue
-        if grammar is None and not _engine_name(dest, engine_args, _where(from_file, path)):
-            api_server.append(shown)
+            api_server_values[dest] = value
             continue
         (file_values if from_file else line_values)[dest] = value
     if model is not None and not isinstance(model, str):
         raise UsageError(f"{_where(model_from_file, path)}: the model must be a folder or a Hugging Face id")
     return Deployment(model=model, model_from_file=model_from_file, file_values=file_values,
-                      line_values=line_values, api_server=tuple(api_server), pinned=pinned,
+                      line_values=line_values, api_server=tuple(api_server), api_server_values=api_server_values,
+                      pinned=pinned,
                       yaml_path=Path(path) if path is not None else None, yaml_text=text, notes=tuple(notes))
 
 

@@ -35,6 +35,8 @@ SAFE_KEYS = ("kv_cache_memory_bytes", "gpu_memory_utilization", "max_model_len")
 """The engine arguments kvaudit's safe serve flags set, in the order it prints them."""
 REMOVED_KEYS = ("num_gpu_blocks_override",)
 """Engine arguments that would override the safe KV bytes: taken out of the written file."""
+SECRETS = ("api_key", "hf_token")
+"""Never written into a file kvaudit builds (a file the user gave keeps what it had)."""
 
 
 def check_target(path: Any) -> None:
@@ -132,7 +134,21 @@ def run_config(*, asked: AuditConfig, deployment: Deployment | None, report: Rep
                 if changes.get(key) == value and key not in file_has:
                     del changes[key]
         return _written(deployment, changes, report, report_name, "kvaudit run", notes, grammar)
+    if deployment is not None:  # a serve line: its API server's options belong to the deployment too
+        values.update({k: v for k, v in deployment.api_server_values.items() if _renderable(v)})
+    secret = [k for k in SECRETS if isinstance(values.get(k), str) or isinstance(values.get(k), list)]
+    if secret:
+        notes.append("left out: " + ", ".join(k.replace("_", "-") for k in secret)
+                     + " (secrets; pass them on the command line or through the environment)")
+        values = {k: v for k, v in values.items() if k not in secret}
     return _written(None, values, report, report_name, "kvaudit run", notes, grammar)
+
+
+def _renderable(value: Any) -> bool:
+    """A value a YAML file can carry as vLLM reads it back (JSON values)."""
+    return value is None or isinstance(value, (bool, int, float, str)) or (
+        isinstance(value, (list, tuple)) and all(_renderable(v) for v in value)) or (
+        isinstance(value, dict) and all(isinstance(k, str) and _renderable(v) for k, v in value.items()))
 
 
 def plan_config(*, plan: Any, deployment: Deployment | None, report_name: str, grammar: Any = None) -> Written:

@@ -311,10 +311,14 @@ def test_the_fixed_kv_size_of_a_deployment_is_set_aside_not_refused(tmp_path):
         "refusing --kv-cache-memory-bytes")
 
 
-def test_plain_pass_through_flags_keep_their_meaning():
+def test_plain_pass_through_flags_keep_their_meaning(tmp_path):
     config, deployment = build(passthrough=["--enable-expert-parallel", "--max-model-len", "2k"])
     assert deployment is None and config.extra_args == {"enable_expert_parallel": True}
     assert config.max_model_len == 2000
+    # with a YAML file too: the flags after -- still come last
+    path = write(tmp_path, "max-model-len: 1024\nmax-num-seqs: 4\n")
+    config, deployment = build(preset=path, passthrough=["--max-model-len", "2048"])
+    assert deployment is not None and (config.max_model_len, config.max_num_seqs) == (2048, 4)
 
 
 def test_without_vllms_grammar_the_file_is_still_read_and_typos_still_caught(tmp_path):

@@ -237,3 +237,19 @@ def test_plan_without_yaml_builds_from_the_measured_config(real_reports):
     data = yaml.safe_load(written.text)
     assert data["gpu-memory-utilization"] == 0.28 and data["max-num-seqs"] == real_reports["run1"].config.max_num_seqs
     assert "load-format" not in data
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="the grammar is vLLM's")
+def test_a_built_file_keeps_the_serve_lines_api_options_but_no_secrets(ok_report, monkeypatch):
+    from kvaudit.config import build_run
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    line = "vllm serve org/m --port 8001 --api-key k1 --hf-token hf_secret".split()
+    config, deployment = build_run(model=None, dummy_weights=False, preset=None, passthrough=line, mtp=None,
+                                   cudagraph_sizes=None)
+    import os
+    assert "hf_token" not in config.extra_args and os.environ["HF_TOKEN"] == "hf_secret"   # not in the report
+    written = run_config(asked=config, deployment=deployment, report=ok_report, report_name="r.json")
+    data = yaml.safe_load(written.text)
+    assert data["port"] == 8001 and "api-key" not in data and "hf-token" not in data
+    assert "hf_secret" not in written.text and "k1" not in written.text
+    assert "# Left out: api-key (secrets; pass them on the command line or through the environment)." in written.text
