@@ -323,7 +323,8 @@ def vllm_size(name: str, text: str, where: str | None) -> int:
         return (human_readable_int_or_auto if name == "max_model_len" else human_readable_int)(text)
     except (ValueError, OverflowError):
         what = f"{where}: {name}" if where else "--" + name.replace("_", "-")
-        raise UsageError(f"{what} {text!r} is not a number vLLM reads: "
+        shown = text if len(text) <= 60 else text[:60] + "…"
+        raise UsageError(f"{what} {shown!r} is not a number vLLM reads: "
                          f"{size_hint(text, name == 'max_model_len')}") from None
 
 

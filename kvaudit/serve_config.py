@@ -45,8 +45,6 @@ PINNED = ("kv_cache_memory_bytes", "num_gpu_blocks_override")
 """Engine arguments that fix the KV size (config.REFUSED_ARGS): in a deployment's file or serve line
 they are set aside, not passed to the audit, and compared with the audit's safe bytes afterwards."""
 
-SERVE_PREFIXES = (("vllm", "serve"),)
-"""How a pasted serve line starts (`vllm` may be a path: /opt/venv/bin/vllm)."""
 API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server",)
 """`python -m vllm.entrypoints.openai.api_server …`, the older way to start the same server."""
 
@@ -87,7 +85,7 @@ SIZE_FORMS = "4096, 8k (8,000), 8K (8,192), 25.6k, 8g (8×10^9), 8G (8 GiB)"
 
 def size_hint(text: str, auto: bool = False) -> str:
     """What to write instead of a size vLLM does not read: `8GiB` is vLLM's `8G`."""
-    unit = re.fullmatch(r"\s*(\d+)\s*([KMGT])i?B\s*", text)
+    unit = re.fullmatch(r"\s*(\d{1,20})\s*([KMGT])i?B\s*", text)
     if unit:
         return f"vLLM writes {unit.group(1)}{unit.group(2)} for {unit.group(1)} {unit.group(2)}iB"
     return f"write one of vLLM's forms: {SIZE_FORMS}" + (", or auto" if auto else "")
@@ -129,7 +127,8 @@ def read_yaml(path: Path | str, what: str = "config file") -> tuple[dict[str, An
     text = read_config_text(path, what)
     try:
         depth = 0
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
+        for event in yaml.parse(text, Loader=fast):
             if isinstance(event, yaml.AliasEvent):
                 raise UsageError(f"{what} {path}: line {event.start_mark.line + 1}: YAML aliases (*name) are not "
                                  f"read: write the value out")
@@ -139,7 +138,7 @@ def read_yaml(path: Path | str, what: str = "config file") -> tuple[dict[str, An
                     raise UsageError(f"{what} {path}: nested deeper than {MAX_DEPTH} levels")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(text, Loader=fast)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -258,16 +257,17 @@ def serve_line(tokens: Sequence[str]) -> list[str] | None:
         return None
     first = tokens[0]
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", first):
-        raise UsageError(f"the serve line starts with the environment assignment {first.split('=', 1)[0]}=…: put it "
-                         f"before kvaudit (VAR=value kvaudit run -- vllm serve …)")
+        raise UsageError(f"the serve line starts with the environment assignment {_clip(first.split('=', 1)[0])}=…: "
+                         f"put it before kvaudit (VAR=value kvaudit run -- vllm serve …)")
     if Path(first).name == "vllm":
         if len(tokens) < 2 or tokens[1] != "serve":
-            raise UsageError(f"kvaudit run reads a `vllm serve` line after --, not `vllm {' '.join(tokens[1:2])}`")
+            raise UsageError(f"kvaudit run reads a `vllm serve` line after --, not "
+                             f"`vllm {_clip(' '.join(tokens[1:2]))}`")
         return ["serve", *tokens[2:]]
     if re.fullmatch(r"python[0-9.]*", Path(first).name) and len(tokens) >= 3 and tokens[1] == "-m":
         if tokens[2] not in API_SERVER_MODULES:
             raise UsageError(f"kvaudit run reads `vllm serve` or `python -m {API_SERVER_MODULES[0]}` after --, "
-                             f"not `python -m {tokens[2]}`")
+                             f"not `python -m {_clip(tokens[2])}`")
         return list(tokens[3:])
     return None
 
@@ -351,10 +351,10 @@ def read_deployment(*, config_file: Path | str | None = None, line: Sequence[str
         config_path = args[index + 1]
         if config_file is not None:
             raise UsageError(f"two config files, kvaudit's --config {config_file} and the serve line's --config "
-                             f"{config_path}: vLLM reads one; give one of them")
+                             f"{_clip(str(config_path))}: vLLM reads one; give one of them")
         if Path(str(config_path)).suffix.lower() not in YAML_SUFFIXES:
-            raise UsageError(f"{where_line}: --config {config_path}: vLLM reads a config file only with a .yaml or "
-                             f".yml suffix (load_config_file)")
+            raise UsageError(f"{where_line}: --config {_clip(str(config_path))}: vLLM reads a config file only with a "
+                             f".yaml or .yml suffix (load_config_file)")
         del args[index:index + 2]
     path = config_file if config_file is not None else config_path
     data, text = read_yaml(path) if path is not None else ({}, None)
@@ -493,13 +493,19 @@ class _Parsed:
     positionals: list[_Word] = field(default_factory=list)
 
 
+def _clip(text: str, most: int = 60) -> str:
+    """User text in a message, at most `most` characters: a message stays one short line whatever
+    the file holds."""
+    return text if len(text) <= most else text[:most] + "…"
+
+
 def _where(from_file: bool, path: Path | str | None) -> str:
     return f"config file {path}" if from_file else "the serve line"
 
 
 def _shown(option: str, from_file: bool) -> str:
     """How the user wrote it: a file's key without the dashes vLLM adds."""
-    return option[2:] if from_file and option.startswith("--") else option
+    return _clip(option[2:] if from_file and option.startswith("--") else option)
 
 
 def _resolve(word: _Word, options: Mapping[str, Any] | None, path: Path | str | None) -> tuple[str, str | None] | None:
@@ -532,18 +538,31 @@ def _resolve(word: _Word, options: Mapping[str, Any] | None, path: Path | str | 
 
 
 def _abbreviations(text: str, options: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-    """argparse's _get_option_tuples (Python 3.11), with allow_abbrev on as vLLM leaves it."""
-    out: list[tuple[str, str | None]] = []
+    """argparse's _get_option_tuples (Python 3.11), with allow_abbrev on as vLLM leaves it; the
+    option strings that start with a prefix are found by bisection, not by a scan of all of them."""
     if text.startswith("--"):
         prefix, eq, value = text.partition("=")
-        out = [(o, value if eq else None) for o in options if o.startswith(prefix)]
-    else:
-        short, attached = text[:2], text[2:]
-        for o in options:
-            if o == short:
-                out.append((o, attached))
-            elif o.startswith(text):
-                out.append((o, None))
+        return [(o, value if eq else None) for o in _starting_with(prefix, options)]
+    short, attached = text[:2], text[2:]
+    out: list[tuple[str, str | None]] = [(short, attached)] if short in options else []
+    return out + [(o, None) for o in _starting_with(text, options) if o != short]
+
+
+_SORTED: dict[int, tuple[Any, list[str]]] = {}
+
+
+def _starting_with(prefix: str, options: Mapping[str, Any]) -> list[str]:
+    import bisect
+    cached = _SORTED.get(id(options))
+    if cached is None or cached[0] is not options:
+        cached = (options, sorted(options))
+        _SORTED[id(options)] = cached
+    names = cached[1]
+    out = []
+    for name in names[bisect.bisect_left(names, prefix):]:
+        if not name.startswith(prefix):
+            break
+        out.append(name)
     return out
 
 
@@ -594,7 +613,7 @@ def _parse(words: list[_Word], grammar: Any, path: Path | str | None) -> _Parsed
         nargs = option.nargs
         if nargs == 0:
             if explicit is not None:
-                raise UsageError(f"{where}: {shown} takes no value: got {explicit!r} (vLLM refuses it)")
+                raise UsageError(f"{where}: {shown} takes no value: got {_clip(explicit)!r} (vLLM refuses it)")
             parsed.values[option.dest, w.from_file] = (option.const, name, shown)
             i += 1
             continue
@@ -674,10 +693,11 @@ def _bad_value(dest: str, text: str, kind: str, grammar: Any, where: str, shown:
     readable = readable or (grammar is None and dest in ("max_model_len", "max_num_batched_tokens",
                                                          "kv_cache_memory_bytes"))
     if readable:
-        return f"{where}: {shown} {text!r} is not a number vLLM reads: {size_hint(text, dest == 'max_model_len')}"
+        hint = size_hint(text, dest == "max_model_len")
+        return f"{where}: {shown} {_clip(text)!r} is not a number vLLM reads: {hint}"
     what = {"int": "an integer", "float": "a number", "json": "JSON", "config": "JSON",
             "dict_or_str": "JSON"}.get(kind, "a value")
-    return f"{where}: {shown} {text!r} is not {what}, as vLLM reads it"
+    return f"{where}: {shown} {_clip(text)!r} is not {what}, as vLLM reads it"
 
 
 def _expand_numbers(text: str) -> str:
@@ -696,7 +716,8 @@ def _deployment(parsed: _Parsed, grammar: Any, path: Path | str | None, text: st
     if parsed.positionals:
         if len(parsed.positionals) > 1:
             extra = " ".join(w.text for w in parsed.positionals[1:])
-            raise UsageError(f"the serve line: vLLM would not read {extra!r}: one model, then options")
+            raise UsageError(f"{_where(parsed.positionals[1].from_file, path)}: vLLM would not read "
+                             f"{_clip(extra)!r}: one model, then options")
         model = parsed.positionals[0].text
     file_values: dict[str, Any] = {}
     line_values: dict[str, Any] = {}

@@ -1,7 +1,7 @@
 """vLLM's own ways in (issue 30 item 1): a `vllm serve` YAML config through `kvaudit run --config`,
 a pasted serve line after `--`, Hugging Face ids, and sizes in vLLM's forms, read as vLLM 0.32's
 FlexibleArgumentParser reads them (kvaudit/serve_config.py). The grammar (options, arity, types)
-comes from the installed vLLM's source without importing it; tests/vllm/test_serve_grammar.py
+comes from the installed vLLM's source without importing it; tests/vllm/test_serve_config_vllm.py
 holds it against vLLM's real parser."""
 
 from __future__ import annotations
@@ -193,12 +193,34 @@ def test_a_billion_laughs_file_is_refused_in_linear_time(tmp_path):
 
 
 @vllm_source
+def test_a_file_at_the_size_cap_is_read_in_time_linear_in_it(tmp_path):
+    # 1 MiB: about 130,000 list items, or 150,000 words that look like options (`-1`); each word is
+    # classified once, and abbreviations are found by bisection (1.4 s each on the 2-core machine)
+    import time
+    items, size = [], 0
+    while size < MAX_CONFIG_BYTES - 100:
+        items.append(f"  - {len(items) % 1000 + 1}\n")
+        size += len(items[-1])
+    start = time.perf_counter()
+    d = read_deployment(config_file=write(tmp_path, "cudagraph-capture-sizes:\n" + "".join(items)))
+    assert len(d.file_values["cudagraph_capture_sizes"]) == len(items)
+    negatives = "[" + ", ".join(["-1"] * 150_000) + "]\n"
+    d = read_deployment(config_file=write(tmp_path, "cudagraph-capture-sizes: " + negatives))
+    assert d.file_values["cudagraph_capture_sizes"] == [-1] * 150_000   # validated() refuses them later
+    message = usage_error(read_deployment, config_file=write(tmp_path, "seed: " + negatives))  # a list for one value
+    assert "vLLM would not read '-1 -1 -1" in message and message.endswith("…': one model, then options")
+    assert len(message) < 300   # the message quotes the file, bounded
+    assert time.perf_counter() - start < 20
+
+
+@vllm_source
 def test_a_key_vllm_does_not_know_is_refused_naming_it(tmp_path):
     path = write(tmp_path, "max-modle-len: 4096\n")
     assert usage_error(build, preset=path) == (f"config file {path}: max-modle-len is not an option of vllm serve "
                                                f"({_vllm()}): did you mean max-model-len?")
     path = write(tmp_path, "no_such_thing: 1\n")
-    assert usage_error(build, preset=path) == f"config file {path}: no_such_thing is not an option of vllm serve ({_vllm()})"
+    assert usage_error(build, preset=path) == (f"config file {path}: no_such_thing is not an option of vllm serve "
+                                               f"({_vllm()})")
 
 
 @vllm_source

@@ -1,7 +1,7 @@
 """The way out to the deployment (issue 30 item 4): `--write-config FILE` writes the user's vllm serve
 YAML back (or one built from the flags) with the safe kv-cache-memory-bytes, gpu-memory-utilization and
 max-model-len applied and a comment naming the report and kvaudit's version; only a report that fits
-is written. tests/vllm/test_write_config_vllm.py parses the files with vLLM's own parser."""
+is written. tests/vllm/test_serve_config_vllm.py parses the files with vLLM's own parser."""
 
 from __future__ import annotations
 

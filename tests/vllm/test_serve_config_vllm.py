@@ -21,7 +21,9 @@ pytestmark = pytest.mark.vllm
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from kvaudit.engines.vllm.serve_args import serve_grammar  # noqa: E402
-from kvaudit.serve_config import human_readable_int, human_readable_int_or_auto, read_deployment, serve_line  # noqa: E402
+from kvaudit.serve_config import (  # noqa: E402
+    human_readable_int, human_readable_int_or_auto, read_deployment, serve_line,
+)
 
 DATA = Path(__file__).parents[1] / "unit" / "data"
 

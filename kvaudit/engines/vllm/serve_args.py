@@ -17,7 +17,7 @@ the rules of vLLM's `_compute_kwargs` applied to the field's annotation:
 - any other type with `bool`: no value, and a `--no-NAME` twin (argparse.BooleanOptionalAction);
 - a `Literal`: one value; a tuple, list or set: one or more values (`nargs="+"`); anything else: one.
 
-tests/vllm/test_serve_grammar.py holds this against the parser vLLM itself builds: every option
+tests/vllm/test_serve_config_vllm.py holds this against the parser vLLM itself builds: every option
 string, its destination and its arity.
 """
 
@@ -481,8 +481,9 @@ def _type_assignments(fn: ast.FunctionDef) -> Iterator[tuple[str, str, ast.expr]
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
             key = _double_subscript(target)
-            if key is not None and key[1] == "type" and isinstance(target.value.value, ast.Name):  # type: ignore[attr-defined]
-                yield target.value.value.id, key[0], node.value  # type: ignore[attr-defined]
+            holder = target.value.value if key is not None else None  # type: ignore[attr-defined]
+            if key is not None and key[1] == "type" and isinstance(holder, ast.Name):
+                yield holder.id, key[0], node.value
 
 
 def _hints(src: _Source, module: str, node: ast.expr, depth: int) -> list[tuple[str, Any]]:
