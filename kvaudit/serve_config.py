@@ -363,7 +363,7 @@ def read_deployment(*, config_file: Path | str | None = None, line: Sequence[str
     if words and words[0].text == "serve":
         words = words[1:]
     words = _spelled(words)
-    words = _merge_dotted(words)
+    words = _merge_dotted(words, path)
     parsed = _parse(words, grammar, path)
     return _deployment(parsed, grammar, path, text, notes, engine_args)
 
@@ -422,7 +422,7 @@ def _spelled(words: list[_Word]) -> list[_Word]:
     return out
 
 
-def _merge_dotted(words: list[_Word]) -> list[_Word]:
+def _merge_dotted(words: list[_Word], path: Path | str | None = None) -> list[_Word]:
     """vLLM's parse_args: `--cfg.a.b v` and `--cfg.list+ a,b` merged into one JSON value per option,
     appended after every other word (so they win over a whole `--cfg '{…}'`)."""
     delete: set[int] = set()
@@ -442,16 +442,20 @@ def _merge_dotted(words: list[_Word]) -> list[_Word]:
                 continue
         else:
             if i + 1 >= len(words):
-                raise UsageError(f"the serve line: {arg} needs a value (vLLM reads a word with a dot after a dash "
-                                 f"as a --json-arg.key)")
+                raise UsageError(f"{_where(w.from_file, path)}: {_clip(arg)} needs a value (vLLM reads a word with a "
+                                 f"dot after a dash as a --json-arg.key)")
             value_text = words[i + 1].text
             delete.add(i + 1)
         if arg.endswith("+"):
             arg = arg[:-1]
             value_text = json.dumps(value_text.split(","))
         key, *keys = arg.split(".")
+        if len(keys) > MAX_DEPTH:
+            raise UsageError(f"{_where(w.from_file, path)}: {_clip(w.given)} nests deeper than {MAX_DEPTH} levels")
         try:
             value: Any = json.loads(value_text)
+        except RecursionError:
+            raise UsageError(f"{_where(w.from_file, path)}: {_clip(w.given)}: a JSON value nested too deep") from None
         except json.JSONDecodeError:
             try:
                 value = human_readable_int(value_text)
@@ -682,10 +686,14 @@ def _convert_one(dest: str, text: str, option: Any, grammar: Any, where: str, sh
             return json.loads(text) if re.match(r"(?s)^\s*{.*}\s*$", text) else text
     except (ValueError, OverflowError):
         raise UsageError(_bad_value(dest, text, kind, grammar, where, shown)) from None
+    except RecursionError:
+        raise UsageError(f"{where}: {shown}: a JSON value nested too deep") from None
     try:
         return json.loads(text)
     except ValueError:
         return text
+    except RecursionError:
+        raise UsageError(f"{where}: {shown}: a JSON value nested too deep") from None
 
 
 def _bad_value(dest: str, text: str, kind: str, grammar: Any, where: str, shown: str) -> str:

@@ -173,6 +173,15 @@ def test_a_yaml_file_kvaudit_cannot_read_is_one_line_and_exit_2(tmp_path, text, 
     assert message in usage_error(read_yaml, write(tmp_path, text))
 
 
+@pytest.mark.parametrize("text, message", [
+    ("hf-overrides" + ".a" * 40 + ": 1\n", "nests deeper than 32 levels"),
+    ("hf-overrides: '" + '{"a": ' * 5000 + "1" + "}" * 5000 + "'\n", "hf-overrides: a JSON value nested too deep"),
+    ("hf-overrides.a: '" + "[" * 5000 + "]" * 5000 + "'\n", "a JSON value nested too deep"),
+])
+def test_nesting_in_keys_and_json_values_is_bounded(tmp_path, text, message):
+    assert message in usage_error(build, preset=write(tmp_path, text))
+
+
 def test_a_yaml_file_is_size_bounded_and_must_be_utf8(tmp_path):
     big = write(tmp_path, "a: " + "x" * MAX_CONFIG_BYTES + "\n")
     assert "more than the 1 MiB" in usage_error(read_yaml, big)
