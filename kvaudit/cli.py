@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, NoReturn, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Annotated, Callable, NoReturn, Optional, Sequence, TextIO
 
 import typer
 
@@ -19,6 +19,9 @@ from kvaudit.config import size_option
 from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.render import DOCUMENT_FORMATS, Format, check_format, reporter
 from kvaudit.render.printable import one_line
+
+if TYPE_CHECKING:
+    from kvaudit.write_config import Written
 
 app = typer.Typer(
     name="kvaudit", add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -274,10 +277,10 @@ def run(ctx: typer.Context,
         _echo_pinned(deployment, report)
         if write_config is not None:
             from kvaudit.write_config import run_config
-            _write_config(write_config, report, int(exit_code(report)), output, [p for _, p in inputs if p is not None],
+            _write_config(write_config, report, int(exit_code(report)), output,
+                          [p for _, p in inputs if p is not None],
                           lambda name: run_config(asked=config, deployment=deployment, report=report, report_name=name))
     raise typer.Exit(int(exit_code(report)))
-
 
 
 def _check_write_config(path: Optional[Path]) -> None:
@@ -303,7 +306,7 @@ def _echo_pinned(deployment, report) -> None:
 
 
 def _write_config(path: Path, report, code: int, output: Optional[Path], inputs: Sequence[Path],
-                  written: Callable[[str], object]) -> None:
+                  written: Callable[[str], "Written"]) -> None:
     """--write-config after the report: the config with the safe values, or one line saying why not."""
     from kvaudit.render.output import is_stdout
     from kvaudit.write_config import config_refusal
@@ -314,8 +317,8 @@ def _write_config(path: Path, report, code: int, output: Optional[Path], inputs:
     name = (str(output) if output is not None and not is_stdout(output) else
             "the report on standard output" if output is not None else "this run's report (not saved: -o keeps it)")
     result = written(name)
-    _write(path, result.text, "config", inputs)  # type: ignore[attr-defined]
-    typer.echo(f"kvaudit: safe values set: {', '.join(result.changes)}", err=True)  # type: ignore[attr-defined]
+    _write(path, result.text, "config", inputs)
+    typer.echo(f"kvaudit: safe values set: {', '.join(result.changes)}", err=True)
 
 
 def _echo_warnings(report) -> None:

@@ -282,6 +282,9 @@ def patch_yaml(text: str, values: Mapping[str, Any], remove: Iterable[str], gram
     """`text` (a YAML mapping) with each of `values` set in place or appended, and the keys of
     `remove` (and dotted keys of a replaced mapping) taken out; the rest is left as written."""
     import yaml
+    if grammar is None:  # the installed vLLM's option names resolve abbreviated keys (`max-model: 4K`)
+        from kvaudit.engines.vllm.serve_args import serve_grammar
+        grammar = serve_grammar()
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     remove = set(remove)
     if not isinstance(root, yaml.MappingNode) or root.flow_style or not root.value:

@@ -253,3 +253,10 @@ def test_a_built_file_keeps_the_serve_lines_api_options_but_no_secrets(ok_report
     assert data["port"] == 8001 and "api-key" not in data and "hf-token" not in data
     assert "hf_secret" not in written.text and "k1" not in written.text
     assert "# Left out: api-key (secrets; pass them on the command line or through the environment)." in written.text
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="the option names are vLLM's")
+def test_an_abbreviated_key_is_the_option_it_abbreviates():
+    # argparse lets vLLM read `max-model` as --max-model-len: the safe length replaces that value
+    assert patch_yaml("# x\nmax-model: 32K\ntensor_parallel: 2\n", {"max_model_len": 4096, "tensor_parallel_size": 4},
+                      []) == "# x\nmax-model: 4096\ntensor_parallel: 4\n"
