@@ -18,11 +18,11 @@ from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
 )
-from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger
+from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger, step_transient
 from kvaudit.report import phase_map
 from kvaudit.schema import (
     AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankNode, RankReport, Report, Site, Source, SweepPoint, Verdict, Verify, VerifyRank,
+    RankNode, RankReport, Report, Scenario, Site, Source, SweepPoint, Verdict, Verify, VerifyRank, VerifyScenario,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
@@ -54,6 +54,7 @@ class MeasuredRank:
     vllm_graph_estimate_bytes: int | None = None
     vllm_suggested_kv_cache_memory_bytes: int | None = None
     graph_capture_transient_bytes: int | None = None
+    prefill_probe_transient_bytes: int | None = None
     sweep: tuple[SweepPoint, ...] | None = None
     kv_cache_spec_dtype: str | None = None
     node: RankNode | None = None
@@ -169,7 +170,8 @@ def rank_report(record: RankRecord) -> RankReport:
                       gpu_memory_utilization=record.gpu_memory_utilization, others_bytes=record.others_bytes,
                       graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
                       kv_cache_bytes=record.kv_cache_bytes,
-                      capture_transient_bytes=record.graph_capture_transient_bytes)
+                      capture_transient_bytes=step_transient(record.graph_capture_transient_bytes,
+                                                             record.prefill_probe_transient_bytes))
     return RankReport(
         rank=record.rank, tp_rank=record.tp_rank, dcp_rank=record.dcp_rank,
         device_total_bytes=record.device_total_bytes, requested_bytes=led.requested_bytes,
@@ -185,6 +187,7 @@ def rank_report(record: RankRecord) -> RankReport:
         vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
         vllm_suggested_kv_cache_memory_bytes=record.vllm_suggested_kv_cache_memory_bytes,
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
+        prefill_probe_transient_bytes=record.prefill_probe_transient_bytes,
         kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node,
         kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=record.kv_segment_rounding_bytes)
 
@@ -234,6 +237,39 @@ def verify_summary(ranks: Sequence[tuple[int, int | None, int | None]], *, error
                   repeats=repeats, oom_count=oom_count, ranks=per_rank)
 
 
+def scenario_summary(name: Scenario, ranks: Sequence[tuple[int, int | None, int | None]], *, error: str | None,
+                     requests: int | None = None, tokens: int | None = None, prompt_tokens: int | None = None,
+                     decode_tokens: int | None = None, step_tokens: int | None = None,
+                     draft_tokens: int | None = None, sampling: str | None = None,
+                     seconds: float | None = None) -> VerifyScenario:
+    """One `--verify` scenario's outcome from each rank's (rank, true peak, requested budget), as
+    verify_summary judges one step: slack per rank, the worst over ranks, the engine's error or
+    else the ledger's tolerance."""
+    step = verify_summary(ranks, error=error, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, repeats=1,
+                          oom_count=0)
+    return VerifyScenario(name=name, ok=step.ok, requests=requests, tokens=tokens, prompt_tokens=prompt_tokens,
+                          decode_tokens=decode_tokens, step_tokens=step_tokens, draft_tokens=draft_tokens,
+                          sampling=sampling, true_peak_bytes=step.true_peak_bytes, slack_bytes=step.slack_bytes,
+                          error=step.error, ranks=step.ranks, seconds=seconds)
+
+
+def verify_of_scenarios(scenarios: Sequence[VerifyScenario], *, oom_count: int = 0,
+                        error: str | None = None) -> Verify:
+    """The report's `verify` over its scenarios: ok when every one held; the top-level figures are
+    the worst scenario's (a failed one first, the least slack first, one without a measured peak
+    last), and the error names every scenario that failed (`batch: true peak above the requested budget`).
+    `error`: what stopped verify before any scenario ran."""
+    if not scenarios:
+        return Verify(ok=False, error=error or "no scenario ran", repeats=0, oom_count=oom_count, scenarios=())
+    worst = min(scenarios, key=lambda s: (s.ok, s.slack_bytes is None, s.slack_bytes or 0))
+    failed = [f"{s.name.value}: {s.error or 'failed'}" for s in scenarios if not s.ok]
+    if error:
+        failed.append(error)
+    return Verify(ok=not failed, prompt_tokens=worst.prompt_tokens, true_peak_bytes=worst.true_peak_bytes,
+                  slack_bytes=worst.slack_bytes, error="; ".join(failed) or None, decode_tokens=worst.decode_tokens,
+                  repeats=1, oom_count=oom_count, ranks=worst.ranks, scenarios=tuple(scenarios))
+
+
 def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[str]:
     """What the ledger has to say beside the verdict: overruns within the tolerance, deferred steps."""
     notes = []
@@ -242,8 +278,10 @@ def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[st
         notes.append(f"note: a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
                      f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     if verify is not None and verify.ok and verify.overrun_bytes:
+        over = [s.name.value for s in verify.scenarios or () if (s.slack_bytes or 0) < 0]
         notes.append(f"note: verify's true peak was {fmt_bytes(verify.overrun_bytes)} above the requested budget "
-                     f"(within the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
+                     + (f"in {', '.join(over)} " if over else "")
+                     + f"(within the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
         if r.deferred_steps:
             notes.append(f"{_rank_name(r)}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
@@ -339,7 +377,8 @@ def _growth_text(rank: RankReport) -> str:
     grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
                                 graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
                                 kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes,
-                                capture_transient_bytes=rank.graph_capture_transient_bytes)
+                                capture_transient_bytes=step_transient(rank.graph_capture_transient_bytes,
+                                                                       rank.prefill_probe_transient_bytes))
     parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
     unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
     if unexplained > OVERCOMMIT_TOLERANCE_BYTES:

@@ -295,3 +295,12 @@ def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[
         flags.append(f"--gpu-memory-utilization={gmu}")
     flags.append(f"--max-model-len={length}")
     return tuple(flags)
+
+
+def safe_kv_bytes(cap: Capacity) -> int | None:
+    """The KV bytes of kvaudit's safe flags (`--kv-cache-memory-bytes=N`), or None."""
+    for flag in cap.safe_serve_flags:
+        name, _, value = flag.partition("=")
+        if name == "--kv-cache-memory-bytes" and value.isdigit():
+            return int(value)
+    return None

@@ -175,7 +175,18 @@ class _RunCommand(_Command):
 
     def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
         ctx.meta["kvaudit.before_dashdash"] = list(args[:args.index("--")] if "--" in args else args)
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, _bare_verify(args))
+
+
+def _bare_verify(args: list[str]) -> list[str]:
+    """`--verify` alone is `--verify=all` (every scenario that applies); followed by a word that is
+    no option (`--verify prefill,batch`) that word is its value. After `--` nothing is kvaudit's."""
+    out = list(args)
+    end = out.index("--") if "--" in out else len(out)
+    for i in range(end):
+        if out[i] == "--verify" and (i + 1 >= end or out[i + 1].startswith("-")):
+            out[i] = "--verify=all"
+    return out
 
 
 @app.command(cls=_RunCommand, short_help="Boot vLLM with the audit worker: owners per rank, verdict.",
@@ -210,14 +221,23 @@ def run(ctx: typer.Context,
                                                             "vllm serve --config reads it) or a kvaudit TOML preset "
                                                             "(configs/*.toml).")] = None,
         write_config: WriteConfigOpt = None,
-        verify: Annotated[bool, typer.Option("--verify", help="After boot: a max_model_len prefill + decode, "
-                                             "true peak vs budget.")] = False,
+        verify: Annotated[Optional[str], typer.Option(
+            "--verify", metavar="[LIST]", help="After boot, on the sized cache, true peak vs budget: "
+            "prefill (a max_model_len prompt + decode), batch (max_num_seqs requests filling the KV, "
+            "decoding together), spec (the same with the draft tokens; with --mtp), sampling (top-k, "
+            "top-p, min-p, logprobs). Alone: every one that applies; or a comma-separated list.")] = None,
+        repeat: Annotated[int, typer.Option("--repeat", min=1, metavar="N", help="Boot N times, a fresh engine each: "
+                                            "per owner and rank min/median/max and the KV tokens' "
+                                            "spread; the report is the worst boot's.")] = 1,
+        cold: Annotated[bool, typer.Option("--cold", help="Empty vLLM's, torch.compile's and the kernel "
+                                           "caches before each boot (a private folder, never yours).")] = False,
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here "
                                                        "(also when the boot fails); - is stdout (the view then "
                                                        "goes to stderr).")] = None,
         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
         timeout: Annotated[float, typer.Option("--timeout", help="Seconds before a hung boot is stopped.")] = 1800.0,
-        log: Annotated[Optional[Path], typer.Option("--log", help="Keep vLLM's own log in this file.")] = None,
+        log: Annotated[Optional[Path], typer.Option("--log", help="Keep vLLM's own log in this file (with "
+                                                    "--repeat, boot K's in FILE.bootK).")] = None,
         trace: TraceOpt = False, owners: OwnersOpt = None,
         sweep: Annotated[bool, typer.Option("--sweep", help="Also profile the activation peak at 1/8, 1/4 and 1/2 "
                                             "of max_num_batched_tokens, for `kvaudit plan`.")] = False,
@@ -256,9 +276,11 @@ def run(ctx: typer.Context,
                                    max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                                    kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     preflight(config)  # what can be refused without booting is refused now, before any output
+    from kvaudit.engines.vllm.verify import choose, check_repeat
+    check_repeat(repeat, config)
+    options = RunOptions(verify=choose(verify, config) if verify is not None else (), timeout_s=timeout,
+                         log_path=log, trace=trace, owners=tuple(owners or ()), sweep=sweep, repeat=repeat, cold=cold)
     _echo_deployment(deployment, model)
-    options = RunOptions(verify=verify, timeout_s=timeout, log_path=log, trace=trace, owners=tuple(owners or ()),
-                         sweep=sweep)
     if node_rank(config) > 0:  # -- --nnodes N --node-rank K: serve this node's ranks; node 0 reports
         with StopSignals() as signals:
             with Progress.for_run(config, log) as progress:

@@ -92,7 +92,8 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         capacity={"a": ca, "b": cb,
                   "kv_available_delta_bytes": minus(cb.kv_available_bytes, ca.kv_available_bytes),
                   "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens)},
-        verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites)
+        verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites,
+        repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None)
 
 
 def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:

@@ -237,6 +237,15 @@ def _lower(before: int | None, after: int | None) -> int | None:
     return before if after is None or before is None else min(before, after)
 
 
+def step_transient(capture_transient_bytes: int | None, prefill_probe_transient_bytes: int | None) -> int | None:
+    """The larger of the transients measured beside the replay that activation_peak charges where
+    larger than the replay's: the graph capture's outside its pool, and the long-prefill probe's
+    (one max_num_batched_tokens chunk attending to a max_model_len context, with attention, which
+    vLLM's profile pass runs without). None where neither was measured."""
+    known = [t for t in (capture_transient_bytes, prefill_probe_transient_bytes) if t is not None]
+    return max(known) if known else None
+
+
 def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) -> int | None:
     """P(replay) − A(persistent), or the reserved transient PR(replay) − R(persistent) when it is
     larger: the allocator rounds the transient's blocks up to its segments (2 MiB for small

@@ -25,7 +25,7 @@ from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
 from kvaudit.config import AuditConfig, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
-from kvaudit.ledger import kv_blocks_within, requested_bytes
+from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
 from kvaudit.report import exit_code as report_exit
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
@@ -426,12 +426,26 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
     elif config.max_num_batched_tokens != old.max_num_batched_tokens:
         fig = scale_activation(rank.owners.get(Owner.ACTIVATION_PEAK), old.max_num_batched_tokens,
                                config.max_num_batched_tokens, rank.sweep)
-        transient = rank.graph_capture_transient_bytes
-        if fig.bytes is not None and transient and not config.enforce_eager and transient > fig.bytes:
-            # activation_peak charges the capture's transient where it is larger (ledger.activation_peak)
-            fig = dataclasses.replace(fig, bytes=transient, rule=fig.rule + "; the graph capture's transient "
-                                      f"({fmt_bytes(transient)}) is larger and is what is charged", error_bytes=0)
+        capture = None if config.enforce_eager else rank.graph_capture_transient_bytes
+        transient = step_transient(capture, rank.prefill_probe_transient_bytes)
+        if fig.bytes is not None and transient and transient > fig.bytes:
+            # activation_peak charges the capture's and the long-prefill probe's transients where they are
+            # larger (ledger.activation_peak): neither depends on the profile pass's tokens
+            fig = dataclasses.replace(fig, bytes=transient, rule=fig.rule + "; a transient measured beside the "
+                                      f"replay ({fmt_bytes(transient)}) is larger and is what is charged", error_bytes=0)
         figures[Owner.ACTIVATION_PEAK] = fig
+    probe = rank.prefill_probe_transient_bytes
+    raised = [k for k, a, b in (("max_num_batched_tokens", old.max_num_batched_tokens, config.max_num_batched_tokens),
+                                ("max_model_len", old.max_model_len, config.max_model_len))
+              if a is not None and b is not None and b > a]
+    fig = figures[Owner.ACTIVATION_PEAK]
+    if probe and raised and fig.bytes is not None and fig.how is not How.UNKNOWN:
+        # the long-prefill probe's step is one chunk of max_num_batched_tokens over a max_model_len context:
+        # measured at the old shape, it says nothing of a larger one
+        figures[Owner.ACTIVATION_PEAK] = dataclasses.replace(
+            fig, how=How.SCALED, error_bytes=fig.error_bytes + probe,
+            rule=(fig.rule + "; " if fig.rule else "") + f"the long-prefill probe ({fmt_bytes(probe)}) was measured "
+                 f"at the old {' and '.join(raised)}: its whole size is error")
 
     # Graph pool: eager drops it; another capture-size set needs the pool per size.
     graphs_before = not old.enforce_eager

@@ -243,6 +243,11 @@ class RankReport:
     requested memory (its "Actual usage …" line; 0.32 on), beside kvaudit's safe bytes; null
     where vLLM states none."""
     graph_capture_transient_bytes: int | None = None
+    prefill_probe_transient_bytes: int | None = None
+    """Extension: the transient of kvaudit's long-prefill probe before KV (GPU, Model Runner V2 from
+    vLLM 0.33: one request of max_num_batched_tokens tokens attending to a max_model_len context,
+    attention included, which vLLM's profile pass runs without); charged to activation_peak where it
+    is larger than the replay's. Null where not run."""
     """Extension: the profiling capture's peak outside its pool; charged to activation_peak
     only where it exceeds the replay's transient."""
     sites: tuple[Site, ...] | None = None
@@ -319,9 +324,55 @@ class VerifyRank:
     slack_bytes: int | None
 
 
+class Scenario(StrEnum):
+    """`kvaudit run --verify`: the loads run on the sized cache, each measured on its own."""
+
+    PREFILL = "prefill"
+    """One request of max_model_len − decode tokens, then a few decode steps."""
+    BATCH = "batch"
+    """max_num_seqs requests whose KV fills the cache as far as the config allows, decoding
+    together (greedy)."""
+    SPEC = "spec"
+    """With speculative decoding only: the batch's requests, K draft tokens a step, random
+    sampling (the rejection sampler's probabilistic path)."""
+    SAMPLING = "sampling"
+    """The batch's requests with top-k, top-p, min-p (not with speculative decoding, which vLLM
+    refuses it with) and the most logprobs the model allows."""
+
+
+@dataclass(frozen=True)
+class VerifyScenario:
+    """One `--verify` scenario on the sized cache: its load and its true peak per rank."""
+
+    name: Scenario
+    ok: bool
+    requests: int | None = None
+    """Requests submitted together."""
+    tokens: int | None = None
+    """KV tokens the requests held together at their end (prompts + generated tokens)."""
+    prompt_tokens: int | None = None
+    """The longest prompt of the scenario."""
+    decode_tokens: int | None = None
+    """Tokens each request generated."""
+    step_tokens: int | None = None
+    """The largest decode step: requests × (1 + draft tokens)."""
+    draft_tokens: int | None = None
+    """Speculative tokens per step (0 without speculative decoding)."""
+    sampling: str | None = None
+    """The sampling parameters, as vLLM's SamplingParams names them."""
+    true_peak_bytes: int | None = None
+    """Highest device use of any rank during the scenario (not counting other processes)."""
+    slack_bytes: int | None = None
+    """requested − true peak, on the rank where it is smallest; negative = over budget."""
+    error: str | None = None
+    ranks: tuple[VerifyRank, ...] = ()
+    seconds: float | None = None
+
+
 @dataclass(frozen=True)
 class Verify:
     ok: bool
+    """Every scenario held."""
     prompt_tokens: int | None = None
     true_peak_bytes: int | None = None
     """Highest device use of any rank during the verify step (not counting other processes)."""
@@ -332,11 +383,73 @@ class Verify:
     repeats: int | None = None
     oom_count: int | None = None
     ranks: tuple[VerifyRank, ...] = ()
+    scenarios: tuple[VerifyScenario, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run --verify`): each scenario on its own; the fields above are the
+    worst one's (a failed one first, the least measured slack first), with `error` naming each failed
+    scenario. Absent where verify ran one step (the selftest, older reports)."""
 
     @property
     def overrun_bytes(self) -> int:
-        """How far the true peak went above the budget (0 when it stayed inside or is unknown)."""
-        return max(-(self.slack_bytes or 0), 0)
+        """How far the true peak went above the budget in the worst scenario (0 when every one
+        stayed inside or is unknown)."""
+        slacks = [self.slack_bytes] + [s.slack_bytes for s in self.scenarios or ()]
+        return max([0] + [-s for s in slacks if s is not None])
+
+
+@dataclass(frozen=True)
+class RepeatBoot:
+    """`kvaudit run --repeat N`: one boot's outcome, in the order they ran."""
+
+    boot: int
+    """1 for the first boot."""
+    verdict: Verdict
+    kv_tokens: int | None = None
+    kv_available_bytes: int | None = None
+    """KV on the binding rank."""
+    safe_kv_cache_memory_bytes: int | None = None
+    """The `--kv-cache-memory-bytes` of this boot's safe flags."""
+    verify_slack_bytes: int | None = None
+    failure: str | None = None
+    """Why the boot did not finish (its failure kind and message), or null."""
+
+
+@dataclass(frozen=True)
+class OwnerSpread:
+    """One owner on one rank over the boots of `--repeat` (the boots that measured it)."""
+
+    rank: int
+    owner: Owner
+    min_bytes: int | None
+    median_bytes: int | None
+    """The lower median (a value one boot measured)."""
+    max_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Extension (`kvaudit run --repeat N`): how much a boot varies. The report around it is the
+    worst boot's (a boot that did not finish, else a failed verdict, else the fewest safe KV
+    bytes): its owners, capacity, safe flags and verdict."""
+
+    boots: int
+    """Boots asked for."""
+    cold: bool
+    """`--cold`: vLLM's, torch.compile's and the kernel caches were emptied (a private folder)
+    before each boot; otherwise each boot used the caches as the user's vLLM would."""
+    worst_boot: int
+    """The boot this report is."""
+    runs: tuple[RepeatBoot, ...] = ()
+    """The boots that ran (fewer than `boots` when one did not finish: the rest were not run)."""
+    kv_tokens_min: int | None = None
+    kv_tokens_median: int | None = None
+    kv_tokens_max: int | None = None
+    owners: tuple[OwnerSpread, ...] = ()
+    """Per rank and owner: min, median and max over the boots."""
+
+    @property
+    def kv_tokens_spread(self) -> int | None:
+        return None if self.kv_tokens_min is None or self.kv_tokens_max is None \
+            else self.kv_tokens_max - self.kv_tokens_min
 
 
 @dataclass(frozen=True)
@@ -394,6 +507,8 @@ class Report:
     nodes: tuple[NodeSummary, ...] | None = field(default=None, metadata=OMIT_NONE)
     """Extension (`kvaudit run`): per node, its ranks, others, physical headroom and binding
     rank; absent where the ranks do not say where they ran."""
+    repeat: Repeat | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run --repeat N`): the spread over N boots; absent for one boot."""
 
     def binding(self) -> RankReport | None:
         return next((r for r in self.ranks if r.rank == self.capacity.binding_rank), None)
@@ -438,6 +553,9 @@ class DiffReport:
     schema: str = DIFF_SCHEMA
     sites: tuple[SiteDelta, ...] = ()
     """Extension: site-level deltas, when both reports carry `--trace` sites; largest |delta| first."""
+    repeat: Mapping[str, Repeat | None] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: {`a`, `b`}: each side's `--repeat` spread (null for a side of one boot); absent
+    when neither side repeated."""
 
 
 @dataclass(frozen=True)

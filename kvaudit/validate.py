@@ -22,7 +22,8 @@ from kvaudit.errors import BadInputError
 from kvaudit.schema import (
     DIFF_SCHEMA, REPORT_SCHEMA, STABLE_OWNERS, AccuracyEntry, Capacity, DiffReport, Engine, EnvDifference,
     Environment, Failure, FailureKind, KnobDifference, Lever, NodeSummary, Owner, OwnerDelta, Phase, PhaseRecord,
-    PhaseStatus, RankNode, RankReport, Report, Site, SiteDelta, Source, SweepPoint, Verdict, Verify, VerifyRank,
+    PhaseStatus, RankNode, RankReport, Repeat, RepeatBoot, OwnerSpread, Report, Scenario, Site, SiteDelta, Source,
+    SweepPoint, Verdict, Verify, VerifyRank, VerifyScenario,
 )
 from kvaudit.units import INT_LIMIT
 
@@ -182,6 +183,7 @@ def _rank_report(node: _JsonObject) -> RankReport:
         vllm_graph_estimate_bytes=node.int("vllm_graph_estimate_bytes", required=False),
         vllm_suggested_kv_cache_memory_bytes=node.int("vllm_suggested_kv_cache_memory_bytes", required=False),
         graph_capture_transient_bytes=node.int("graph_capture_transient_bytes", required=False),
+        prefill_probe_transient_bytes=node.int("prefill_probe_transient_bytes", required=False),
         sites=_sites(node), sweep=_sweep(node),
         kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
         node=_rank_node(node.child("node", required=False, nullable=True)),
@@ -276,14 +278,69 @@ def _capacity(node: _JsonObject) -> Capacity:
         levers=tuple(_lever(x) for x in node.children("levers", required=False)))
 
 
+def _verify_ranks(node: _JsonObject) -> tuple[VerifyRank, ...]:
+    return tuple(VerifyRank(rank=r.int("rank"), true_peak_bytes=r.int("true_peak_bytes"),
+                            slack_bytes=r.int("slack_bytes")) for r in node.children("ranks", required=False))
+
+
 def _verify(node: _JsonObject) -> Verify:
     return Verify(
         ok=bool(node.bool("ok")), prompt_tokens=node.int("prompt_tokens"),
         true_peak_bytes=node.int("true_peak_bytes"), slack_bytes=node.int("slack_bytes"), error=node.str("error"),
         decode_tokens=node.int("decode_tokens", required=False), repeats=node.int("repeats", required=False),
-        oom_count=node.int("oom_count", required=False),
-        ranks=tuple(VerifyRank(rank=r.int("rank"), true_peak_bytes=r.int("true_peak_bytes"),
-                               slack_bytes=r.int("slack_bytes")) for r in node.children("ranks", required=False)))
+        oom_count=node.int("oom_count", required=False), ranks=_verify_ranks(node),
+        scenarios=_scenarios(node))
+
+
+def _scenarios(node: _JsonObject) -> tuple[VerifyScenario, ...] | None:
+    if node.list("scenarios", required=False) is None:
+        return None
+    out = []
+    for s in node.children("scenarios"):
+        ok = s.bool("ok")
+        if ok is None:
+            raise BadInputError(f"{s.where}.ok: must not be null")
+        out.append(VerifyScenario(
+            name=s.enum("name", Scenario), ok=ok, requests=s.int("requests", required=False, least=0),
+            tokens=s.int("tokens", required=False, least=0), prompt_tokens=s.int("prompt_tokens", required=False),
+            decode_tokens=s.int("decode_tokens", required=False), step_tokens=s.int("step_tokens", required=False),
+            draft_tokens=s.int("draft_tokens", required=False), sampling=s.str("sampling", required=False),
+            true_peak_bytes=s.int("true_peak_bytes", required=False), slack_bytes=s.int("slack_bytes", required=False),
+            error=s.str("error", required=False), ranks=_verify_ranks(s), seconds=s.number("seconds", required=False)))
+    return tuple(out)
+
+
+def _repeat(node: _JsonObject | None) -> Repeat | None:
+    if node is None:
+        return None
+    boots, worst, cold = node.int("boots", least=1), node.int("worst_boot", least=1), node.bool("cold")
+    if boots is None or worst is None or cold is None:
+        raise BadInputError(f"{node.where}: boots, worst_boot and cold must not be null")
+    runs = []
+    for r in node.children("runs", required=False):
+        boot = r.int("boot", least=1)
+        if boot is None:
+            raise BadInputError(f"{r.where}.boot: must not be null")
+        runs.append(RepeatBoot(boot=boot, verdict=r.enum("verdict", Verdict), kv_tokens=r.int("kv_tokens", required=False),
+                               kv_available_bytes=r.int("kv_available_bytes", required=False),
+                               safe_kv_cache_memory_bytes=r.int("safe_kv_cache_memory_bytes", required=False),
+                               verify_slack_bytes=r.int("verify_slack_bytes", required=False),
+                               failure=r.str("failure", required=False)))
+    owners = []
+    for o in node.children("owners", required=False):
+        rank = o.int("rank", least=0)
+        if rank is None:
+            raise BadInputError(f"{o.where}.rank: must not be null")
+        owners.append(OwnerSpread(rank=rank, owner=o.enum("owner", Owner), min_bytes=o.int("min_bytes"),
+                                  median_bytes=o.int("median_bytes"), max_bytes=o.int("max_bytes")))
+    if len(runs) > boots or any(r.boot > boots for r in runs) or worst > boots:
+        raise BadInputError(f"{node.where}: names a boot above boots ({boots})")
+    if runs and worst not in {r.boot for r in runs}:
+        raise BadInputError(f"{node.where}.worst_boot: names boot {worst}, which is not one of runs")
+    return Repeat(boots=boots, cold=cold, worst_boot=worst, runs=tuple(runs),
+                  kv_tokens_min=node.int("kv_tokens_min", required=False),
+                  kv_tokens_median=node.int("kv_tokens_median", required=False),
+                  kv_tokens_max=node.int("kv_tokens_max", required=False), owners=tuple(owners))
 
 
 def _config(node: _JsonObject) -> AuditConfig:
@@ -338,7 +395,7 @@ def report_from_json(data: Any, where: str = "report") -> Report:
             kind=failure.enum("kind", FailureKind), message=failure.str("message") or ""),
         verdict_reason=node.str("verdict_reason", required=False) or "",
         warnings=node.strings("warnings"), kvaudit_version=node.str("kvaudit_version", required=False),
-        nodes=_nodes(node))
+        nodes=_nodes(node), repeat=_repeat(node.child("repeat", required=False, nullable=True)))
     _check_rank_references(report, where)
     return report
 
@@ -375,6 +432,11 @@ def _check_rank_references(report: Report, where: str) -> None:
         must_name_a_rank(entry.rank, f"accuracy[{i}].rank")
     for i, verified in enumerate(report.verify.ranks if report.verify else ()):
         must_name_a_rank(verified.rank, f"verify.ranks[{i}].rank")
+    for i, scenario in enumerate((report.verify.scenarios or ()) if report.verify else ()):
+        for j, verified in enumerate(scenario.ranks):
+            must_name_a_rank(verified.rank, f"verify.scenarios[{i}].ranks[{j}].rank")
+    for i, spread in enumerate(report.repeat.owners if report.repeat else ()):
+        must_name_a_rank(spread.rank, f"repeat.owners[{i}].rank")
     node_index: dict[int, int] = {}
     node_of_rank: dict[int, int] = {}
     for i, summary in enumerate(report.nodes or ()):
@@ -420,4 +482,11 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
         a_name=node.str("a_name", required=False) or "a", b_name=node.str("b_name", required=False) or "b",
         sites=tuple(SiteDelta(owner=d.str("owner"), site=d.str("site"), rank=d.int("rank"), phase=d.str("phase"),
                               a_bytes=d.int("a_bytes"), b_bytes=d.int("b_bytes"), delta_bytes=d.int("delta_bytes"))
-                    for d in node.children("sites", required=False)))
+                    for d in node.children("sites", required=False)),
+        repeat=_diff_repeat(node.child("repeat", required=False, nullable=True)))
+
+
+def _diff_repeat(node: _JsonObject | None) -> dict[str, Repeat | None] | None:
+    if node is None:
+        return None
+    return {side: _repeat(node.child(side, required=False, nullable=True)) for side in ("a", "b")}

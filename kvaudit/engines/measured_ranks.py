@@ -145,6 +145,7 @@ def measured_rank(folded: RankEvents, gmu: float | None = None, node: RankNode |
         vllm_graph_estimate_bytes=folded.get_int("vllm_graph_estimate_bytes"),
         vllm_suggested_kv_cache_memory_bytes=folded.get_int("vllm_suggested_kv_cache_memory_bytes"),
         graph_capture_transient_bytes=folded.get_int("graph_capture_transient_bytes"), sweep=_sweep(f.get("sweep")),
+        prefill_probe_transient_bytes=folded.get_int("prefill_probe_transient_bytes"),
         kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None, node=node,
         kv_tensor_block_bytes=_ints(f.get("kv_tensor_block_bytes")),
         kv_segment_rounding_bytes=folded.get_int("kv_segment_rounding_bytes"))

@@ -1,19 +1,58 @@
-"""pandas views of reports and diffs, for the table, CSV and markdown reporters.
+"""Views of reports and diffs, for the reporters: `Frame`s (labelled text tables) for the human
+formats, pandas DataFrames for CSV.
 
-The dataclasses are the model; these frames are only a way to lay them out.
+The dataclasses are the model; these frames are only a way to lay them out. The human formats
+need no pandas (it is most of a cold `kvaudit diff`'s start: imported only for CSV).
 """
 
 from __future__ import annotations
 
-import pandas as pd
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from kvaudit.schema import DiffReport, Owner, Report
 from kvaudit.render.summary import rank_name
 from kvaudit.units import fmt_gib3
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Row(tuple):
+    """One row's cells."""
+
+    def tolist(self) -> list[Any]:
+        return list(self)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A labelled table: row labels, column labels (repeats allowed: a diff of a file with itself
+    has two columns of one name) and the cells, row by row. It answers the few DataFrame members
+    the reporters read (columns, index, iterrows, itertuples)."""
+
+    index: tuple[Any, ...]
+    columns: tuple[Any, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[Any]], *, columns: Sequence[Any], index: Sequence[Any] | None = None) -> Frame:
+        return cls(tuple(index) if index is not None else tuple(range(len(rows))), tuple(columns),
+                   tuple(tuple(r) for r in rows))
+
+    def iterrows(self) -> Iterator[tuple[Any, Row]]:
+        return ((name, Row(row)) for name, row in zip(self.index, self.rows))
+
+    def itertuples(self, index: bool = False) -> Iterator[tuple[Any, ...]]:
+        return ((name, *row) if index else tuple(row) for name, row in zip(self.index, self.rows))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
 
 def owners_long(report: Report) -> pd.DataFrame:
     """One row per (rank, owner): the CSV form, exact integer bytes."""
+    import pandas as pd
     rows = [{"rank": r.rank, "tp_rank": r.tp_rank, "dcp_rank": r.dcp_rank, "owner": o.value,
              "bytes": r.owners.get(o)} for r in report.ranks for o in Owner]
     # object columns keep Python ints and None as they are: Int64 overflows past 2**63 (which the
@@ -21,7 +60,7 @@ def owners_long(report: Report) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "tp_rank", "dcp_rank", "owner", "bytes"], dtype=object)
 
 
-def owners_wide(report: Report) -> pd.DataFrame:
+def owners_wide(report: Report) -> Frame:
     """Owners (and the budget lines) as rows, ranks as columns, GiB text cells."""
     lines: list[tuple[str, list[int | None]]] = [(o.value, [r.owners.get(o) for r in report.ranks]) for o in Owner]
     lines += [
@@ -43,34 +82,34 @@ def owners_wide(report: Report) -> pd.DataFrame:
     columns = [rank_name(r.rank, i) + (" *" if r.rank is not None and r.rank == report.capacity.binding_rank
                                         and len(report.ranks) > 1 else "")
                for i, r in enumerate(report.ranks)]
-    data = {col: [fmt_gib3(values[i]) for _, values in lines] for i, col in enumerate(columns)}
-    return pd.DataFrame(data, index=[name for name, _ in lines])
+    return Frame.of([[fmt_gib3(values[i]) for i in range(len(columns))] for _, values in lines], columns=columns,
+                    index=[name for name, _ in lines])
 
 
 def diff_long(diff: DiffReport) -> pd.DataFrame:
+    import pandas as pd
     rows = [{"rank": "binding" if d.rank is None else d.rank, "owner": d.owner.value, "a_bytes": d.a_bytes,
              "b_bytes": d.b_bytes, "delta_bytes": d.delta_bytes} for d in diff.owners]
     return pd.DataFrame(rows, columns=["rank", "owner", "a_bytes", "b_bytes", "delta_bytes"], dtype=object)  # exact
 
 
-def diff_binding(diff: DiffReport) -> pd.DataFrame:
+def diff_binding(diff: DiffReport) -> Frame:
     """Binding-rank owners: a, b and delta in GiB."""
     rows = [d for d in diff.owners if d.rank is None]
     # a list of columns, not a dict: two sides of the same label must stay two columns
-    return pd.DataFrame([[fmt_gib3(d.a_bytes), fmt_gib3(d.b_bytes), fmt_gib3(d.delta_bytes, signed=True)]
-                         for d in rows], columns=[diff.a_name, diff.b_name, "delta"],
-                        index=[d.owner.value for d in rows])
+    return Frame.of([[fmt_gib3(d.a_bytes), fmt_gib3(d.b_bytes), fmt_gib3(d.delta_bytes, signed=True)] for d in rows],
+                    columns=[diff.a_name, diff.b_name, "delta"], index=[d.owner.value for d in rows])
 
 
-def diff_ranks(diff: DiffReport) -> pd.DataFrame:
+def diff_ranks(diff: DiffReport) -> Frame:
     """Per-rank deltas: owners as rows, ranks as columns."""
     ranks = sorted({d.rank for d in diff.owners if d.rank is not None})
     cells = {(d.owner, d.rank): d.delta_bytes for d in diff.owners if d.rank is not None}
-    return pd.DataFrame({f"rank {r}": [fmt_gib3(cells.get((o, r)), signed=True) for o in Owner] for r in ranks},
-                        index=[o.value for o in Owner])
+    return Frame.of([[fmt_gib3(cells.get((o, r)), signed=True) for r in ranks] for o in Owner],
+                    columns=[f"rank {r}" for r in ranks], index=[o.value for o in Owner])
 
 
-def accuracy_frame(report: Report) -> pd.DataFrame:
+def accuracy_frame(report: Report) -> Frame:
     """Selftest: planted vs measured per owner per rank, error in bytes and percent."""
     from kvaudit.units import fmt_bytes
     rows = []
@@ -82,5 +121,35 @@ def accuracy_frame(report: Report) -> pd.DataFrame:
                      # nothing planted (0): an error in percent of nothing has no meaning
                      "error %": f"{100 * err / a.planted_bytes:+.3f}%" if err is not None and a.planted_bytes
                      else "—"})
-    frame = pd.DataFrame(rows, columns=["rank", "owner", "planted", "measured", "error", "error %"])
-    return frame.set_index(["owner"]) if rows else frame
+    columns = ["rank", "planted", "measured", "error", "error %"]  # the owner labels the rows
+    return Frame.of([[row[c] for c in columns] for row in rows], columns=columns, index=[row["owner"] for row in rows])
+
+
+VERIFY_COLUMNS = ("requests", "prompt", "tokens", "decode step", "true peak (GiB)", "slack", "outcome")
+
+
+def verify_frame(report: Report) -> Frame:
+    """`--verify`'s scenarios: their load, true peak and slack on the worst rank, the outcome."""
+    from kvaudit.units import fmt_bytes, fmt_tokens
+    scenarios = (report.verify.scenarios or ()) if report.verify is not None else ()
+    return Frame.of([[fmt_tokens(s.requests), fmt_tokens(s.prompt_tokens), fmt_tokens(s.tokens),
+                      fmt_tokens(s.step_tokens), fmt_gib3(s.true_peak_bytes), fmt_bytes(s.slack_bytes, signed=True),
+                      "ok" if s.ok else "FAILED"] for s in scenarios],
+                    columns=VERIFY_COLUMNS, index=[s.name.value for s in scenarios])
+
+
+def repeat_frame(report: Report) -> Frame:
+    """`--repeat`: per owner (rows) and rank (columns) the range over the boots, `min–max` in
+    GiB (one figure where every boot agreed to the shown digits)."""
+    repeat = report.repeat
+    ranks = sorted({o.rank for o in repeat.owners}) if repeat is not None else []
+    cells = {(o.owner, o.rank): o for o in repeat.owners} if repeat is not None else {}
+
+    def cell(owner: Owner, rank: int) -> str:
+        spread = cells.get((owner, rank))
+        if spread is None:
+            return fmt_gib3(None)
+        low, high = (fmt_gib3(b).replace("-0.000", "0.000") for b in (spread.min_bytes, spread.max_bytes))
+        return low if low == high else f"{low}–{high}"
+    return Frame.of([[cell(o, r) for r in ranks] for o in Owner], columns=[f"rank {r}" for r in ranks],
+                    index=[o.value for o in Owner])

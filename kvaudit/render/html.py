@@ -21,8 +21,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Iterable, Sequence, TextIO
 
-import pandas as pd
 
+from kvaudit.render.frames import Frame
 from kvaudit.render import charts, summary
 from kvaudit.render.printable import printable
 from kvaudit.render.sections import Page, SectionReporter, Tone
@@ -82,7 +82,7 @@ def esc(text: object) -> str:
 VERDICT_CLASS = {Verdict.OK: "v-ok", Verdict.FAIL: "v-fail", Verdict.UNKNOWN: "v-unknown"}
 
 
-def table_html(frame: pd.DataFrame, label: str, *, numeric: bool = True) -> str:
+def table_html(frame: Frame, label: str, *, numeric: bool = True) -> str:
     """A frame of text cells as a table; `label` heads the index column. Cells right-aligned as
     figures unless `numeric` is False."""
     cls = "num" if numeric else "text"
@@ -128,7 +128,7 @@ class _HtmlPage(Page):
         self.parts.extend(self.after_title)
         self._top = len(self.parts)
 
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         self._add(table_html(frame, label))
 
     def footnote(self, text: str) -> None:

@@ -11,12 +11,14 @@ it (`code`)."""
 from __future__ import annotations
 
 import re
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-import pandas as pd
 
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import Report, Verdict
+
+if TYPE_CHECKING:
+    from kvaudit.render.frames import Frame
 
 
 _SYNTAX = re.compile(r"[\\`*\[\]<>|~&]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
@@ -36,7 +38,7 @@ def code(value: str) -> str:
     return f"{fence}{pad}{value}{pad}{fence}"
 
 
-def markdown_table(frame: pd.DataFrame, index_name: str) -> str:
+def markdown_table(frame: Frame, index_name: str) -> str:
     """A GitHub table; cells are already text, escaped here (a `|` would start a cell)."""
     header = [text(index_name), *map(text, frame.columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(frame.columns)) + "|"]
@@ -52,7 +54,7 @@ class _MarkdownPage(Page):
     def title(self, line: str) -> None:
         self.out.write(f"**{text(line)}**\n\n")
 
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         self.out.write(markdown_table(frame, label))
 
     def footnote(self, line: str) -> None:

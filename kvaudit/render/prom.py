@@ -115,10 +115,27 @@ def report_families(report: Report) -> _Families:
           safe_kv_bytes(cap))
     if report.verify is not None:
         v = report.verify
-        f.add("verify_ok", "1 when --verify's max_model_len step stayed inside the budget.", int(v.ok))
-        f.add("verify_true_peak_bytes", "--verify: the highest device use of any rank.", v.true_peak_bytes)
+        f.add("verify_ok", "1 when every --verify step (each scenario) stayed inside the budget.", int(v.ok))
+        f.add("verify_true_peak_bytes", "--verify: the highest device use of any rank (the worst scenario).",
+              v.true_peak_bytes)
         f.add("verify_slack_bytes", "--verify: requested − true peak on the tightest rank (negative: over).",
               v.slack_bytes)
+        for s in v.scenarios or ():
+            f.add("verify_scenario_ok", "1 when the --verify scenario stayed inside the budget.", int(s.ok),
+                  scenario=s.name.value)
+            f.add("verify_scenario_slack_bytes", "A --verify scenario's requested − true peak on its tightest rank.",
+                  s.slack_bytes, scenario=s.name.value)
+            f.add("verify_scenario_tokens", "KV tokens a --verify scenario's requests held at their end.", s.tokens,
+                  scenario=s.name.value)
+    if report.repeat is not None:
+        r = report.repeat
+        for stat, value in (("min", r.kv_tokens_min), ("median", r.kv_tokens_median), ("max", r.kv_tokens_max)):
+            f.add("repeat_kv_tokens", "--repeat: KV tokens over the boots.", value, stat=stat)
+        for o in r.owners:
+            for stat, value in (("min", o.min_bytes), ("median", o.median_bytes), ("max", o.max_bytes)):
+                f.add("repeat_owner_bytes", "--repeat: each owner's bytes per rank over the boots.", value,
+                      rank=o.rank, owner=o.owner.value, stat=stat)
+        f.add("repeat_boots", "--repeat: the boots that ran.", len(r.runs))
     f.add("warnings", "Warnings and notes in the report.", len(report.warnings))
     return f
 

@@ -1,7 +1,8 @@
 """The one sequence of sections of a report and of a diff, for every human-readable format.
 
 `SectionReporter` walks the sections in order (header, per-rank owners and the nodes they ran on,
-accuracy, bars, capacity, levers, sites, notes, warnings, the failure, the verdict); a format only
+accuracy, bars, capacity, levers, verify's scenarios, the spread of --repeat, sites, notes, warnings,
+the failure, the verdict); a format only
 says how each kind of section is drawn, by giving a `Page`. So the table and markdown show the same things in the same
 order and cannot drift. The words of each section come from kvaudit/render/summary.py, the tables
 from kvaudit/render/frames.py.
@@ -19,9 +20,9 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TextIO
 
-import pandas as pd
 
 from kvaudit.render import frames, summary
+from kvaudit.render.frames import Frame
 from kvaudit.render.printable import one_line
 from kvaudit.schema import DiffReport, Report, Verdict
 
@@ -48,7 +49,7 @@ class Page(ABC):
         """The first line: what was audited or compared."""
 
     @abstractmethod
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         """A table of text cells; `label` heads its index column."""
 
     @abstractmethod
@@ -90,11 +91,11 @@ class _OneLine(Page):
     def title(self, text: str) -> None:
         self.page.title(one_line(text))
 
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         # lists, not a dict: two columns of one label (a diff of a file with itself) stay two
-        cells = pd.DataFrame([[one_line(str(v)) for v in row] for row in frame.itertuples(index=False)],
-                             index=[one_line(str(v)) for v in frame.index],
-                             columns=[one_line(str(v)) for v in frame.columns])
+        cells = Frame.of([[one_line(str(v)) for v in row] for row in frame.itertuples(index=False)],
+                         index=[one_line(str(v)) for v in frame.index],
+                         columns=[one_line(str(v)) for v in frame.columns])
         self.page.table(cells, one_line(label))
 
     def footnote(self, text: str) -> None:
@@ -145,6 +146,15 @@ class SectionReporter(ABC):
             page.fact(label, value, pasteable=label == summary.SAFE_FLAGS_LABEL)
         for flag, effect in summary.lever_parts(report):
             page.lever(flag, effect)
+        if report.verify is not None and report.verify.scenarios:
+            page.gap()
+            page.table(frames.verify_frame(report), summary.VERIFY_LABEL)
+        if report.repeat is not None:
+            page.gap()
+            page.table(frames.repeat_frame(report), summary.REPEAT_LABEL)
+            for line in summary.repeat_lines(report):
+                page.footnote(line)
+            page.gap()
         for line in summary.site_lines(report):
             page.line(line, label="sites")
         notes, warnings = summary.notes_and_warnings(report)

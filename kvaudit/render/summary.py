@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from kvaudit.capacity import safe_kv_bytes
 from kvaudit.schema import Capacity, DiffReport, Report
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
 
@@ -54,8 +55,13 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
     ]
     if report.verify is not None:
         v = report.verify
-        lines.append(("verify", ("ok" if v.ok else "FAILED") + f": true peak {fmt_gib(v.true_peak_bytes)}, "
-                      f"slack {fmt_gib(v.slack_bytes)}" + (f" ({v.error})" if v.error else "")
+        worst = _worst_scenario(report)
+        lines.append(("verify", ("ok" if v.ok else "FAILED")
+                      + (f": {len(v.scenarios or ())} scenarios, the worst {worst}" if worst else "")
+                      + f": true peak {fmt_gib(v.true_peak_bytes)}, "
+                      # a scenario's slack is often MiB: its own unit (the table beside it has them all)
+                      f"slack {fmt_bytes(v.slack_bytes, signed=True) if worst else fmt_gib(v.slack_bytes)}"
+                      + (f" ({v.error})" if v.error else "")
                       + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
         lines.append((SAFE_FLAGS_LABEL, " ".join(cap.safe_serve_flags)))
@@ -63,6 +69,38 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
     if suggestion:
         lines.append(("vLLM's own suggestion", suggestion))
     return lines
+
+
+def _worst_scenario(report: Report) -> str | None:
+    """The scenario whose figures the verify line shows (assemble.verify_of_scenarios's worst)."""
+    v = report.verify
+    if v is None or not v.scenarios:
+        return None
+    return next((s.name.value for s in v.scenarios
+                 if (s.slack_bytes, s.true_peak_bytes, s.ranks) == (v.slack_bytes, v.true_peak_bytes, v.ranks)), None)
+
+
+def repeat_lines(report: Report) -> list[str]:
+    """`--repeat`: the boots, the KV tokens' spread and which boot the report is."""
+    r = report.repeat
+    if r is None:
+        return []
+    spread = r.kv_tokens_spread
+    share = (f", {spread / r.kv_tokens_median:.1%} of the median {fmt_tokens(r.kv_tokens_median)}"
+             if spread is not None and r.kv_tokens_median else "")
+    lines = [f"{len(r.runs)} of {r.boots} boots" + (" with cold caches" if r.cold else " (caches as found)")
+             + f"; KV tokens {fmt_tokens(r.kv_tokens_min)} to {fmt_tokens(r.kv_tokens_max)} (spread "
+             f"{fmt_tokens(spread)}{share}); this report is boot {r.worst_boot}, the worst"]
+    lines.append("; ".join(f"boot {b.boot}: {b.verdict.value}, {fmt_tokens(b.kv_tokens)} tokens"
+                           + (f", safe {fmt_gib(b.safe_kv_cache_memory_bytes)}" if b.safe_kv_cache_memory_bytes else "")
+                           + (f", verify slack {fmt_bytes(b.verify_slack_bytes, signed=True)}"
+                              if b.verify_slack_bytes is not None else "")
+                           + (f" ({b.failure})" if b.failure else "") for b in r.runs))
+    return lines
+
+
+REPEAT_LABEL = "spread over the boots (GiB)"
+VERIFY_LABEL = "verify scenario"
 
 
 def _vllm_suggestion(report: Report) -> str | None:
@@ -80,15 +118,6 @@ def _vllm_suggestion(report: Report) -> str | None:
         more = vllm - safe
         text += f": {fmt_bytes(abs(more))} {'more' if more > 0 else 'less'} than kvaudit's safe bytes"
     return text
-
-
-def safe_kv_bytes(cap: Capacity) -> int | None:
-    """The KV bytes of kvaudit's safe flags (`--kv-cache-memory-bytes=N`), or None."""
-    for flag in cap.safe_serve_flags:
-        name, _, value = flag.partition("=")
-        if name == "--kv-cache-memory-bytes" and value.isdigit():
-            return int(value)
-    return None
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"
@@ -116,8 +145,8 @@ def useful_levers(report: Report) -> list:
 
 
 def lever_parts(report: Report) -> list[tuple[str, str]]:
-    """Per lever: the flag to paste, and what it frees."""
-    return [(lv.flag, f"frees {fmt_gib(lv.frees_bytes)}"
+    """Per lever: the flag to paste (its name where it has none, e.g. an estimate), and what it frees."""
+    return [(lv.flag if lv.flag is not None else f"{lv.name} (no flag)", f"frees {fmt_gib(lv.frees_bytes)}"
              + (f" / {fmt_tokens(lv.frees_tokens)} tokens" if lv.frees_tokens is not None else "")
              + (f" ({lv.note})" if lv.note else "")) for lv in useful_levers(report)]
 
@@ -254,6 +283,28 @@ def diff_summary(diff: DiffReport) -> list[str]:
     if diff.environment_differences:
         lines.append("environment: " + "; ".join(f"{e.key} {_plain(e.a)} → {_plain(e.b)}"
                                                  for e in diff.environment_differences))
+    lines += diff_repeat_lines(diff)
+    return lines
+
+
+def diff_repeat_lines(diff: DiffReport) -> list[str]:
+    """Each side's `--repeat` spread, and whether the KV change is larger than a boot varies."""
+    if not diff.repeat:
+        return []
+    sides = []
+    for side, name in (("a", diff.a_name), ("b", diff.b_name)):
+        r = diff.repeat.get(side)
+        sides.append(f"{name}: one boot" if r is None else
+                     f"{name}: {len(r.runs)} boots{' (cold)' if r.cold else ''}, KV tokens "
+                     f"{fmt_tokens(r.kv_tokens_min)} to {fmt_tokens(r.kv_tokens_max)} (spread "
+                     f"{fmt_tokens(r.kv_tokens_spread)})")
+    lines = ["spread: " + "; ".join(sides)]
+    spreads = [r.kv_tokens_spread for r in diff.repeat.values() if r is not None and r.kv_tokens_spread is not None]
+    delta = diff.capacity.get("kv_tokens_delta")
+    if spreads and delta is not None:
+        widest = max(spreads)
+        lines.append(f"the KV change ({delta:+,} tokens) is " + ("within" if abs(delta) <= widest else "beyond")
+                     + f" the boot-to-boot spread ({fmt_tokens(widest)} tokens)")
     return lines
 
 

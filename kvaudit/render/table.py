@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import errno
-from typing import Any, TextIO
+from typing import Any, TYPE_CHECKING, TextIO
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +21,9 @@ MAX_RENDERED_CHARS = 2000
 """A string longer than this (a hostile report's message or path) is cut before rich lays it out:
 rich's wrapping is slower than linear in the length of one string."""
 
+if TYPE_CHECKING:
+    from kvaudit.render.frames import Frame
+
 
 def _cap(text: str) -> str:
     if len(text) <= MAX_RENDERED_CHARS:
@@ -29,7 +31,7 @@ def _cap(text: str) -> str:
     return f"{text[:MAX_RENDERED_CHARS]}… ({len(text) - MAX_RENDERED_CHARS:,} more characters)"
 
 
-def _table(frame: pd.DataFrame, index_name: str) -> Table:
+def _table(frame: Frame, index_name: str) -> Table:
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column(_cap(index_name), no_wrap=True)
     for col in frame.columns:
@@ -58,7 +60,7 @@ class _TablePage(Page):
     def title(self, text: str) -> None:
         self.con.print(text, style="bold")
 
-    def table(self, frame: pd.DataFrame, label: str) -> None:
+    def table(self, frame: Frame, label: str) -> None:
         self.con.print(_table(frame, label))
 
     def footnote(self, text: str) -> None:

@@ -1,6 +1,6 @@
-"""Cold start of `kvaudit diff` vs importing its heavy dependencies alone (pandas, rich, typer).
+"""Cold start of `kvaudit diff` (or `show`) vs importing its heavy dependencies alone (pandas, rich, typer).
 
-    python tests/benchmarks/bench_cli.py [--repeat 7] [--a REPORT] [--b REPORT] [--json PATH]
+    python tests/benchmarks/bench_cli.py [--verb diff|show] [--repeat 7] [--a REPORT] [--b REPORT] [--json PATH]
 
 Each repetition starts two fresh interpreters, alternately: `python -m kvaudit diff A B` (stdout to
 /dev/null; by default the two example H200 reports in configs/examples) and
@@ -31,8 +31,9 @@ EXAMPLES = REPO / "configs" / "examples"
 BASELINE = "import pandas, rich, typer"
 
 
-def diff_command(a: Path, b: Path) -> list[str]:
-    return [sys.executable, "-m", "kvaudit", "diff", str(a), str(b)]
+def diff_command(a: Path, b: Path, verb: str = "diff") -> list[str]:
+    """`kvaudit diff A B`, or `kvaudit show A`."""
+    return [sys.executable, "-m", "kvaudit", verb, str(a), *([str(b)] if verb == "diff" else [])]
 
 
 def baseline_command() -> list[str]:
@@ -86,11 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--a", type=Path, default=EXAMPLES / "cpu-batch512.json", help="first report of the diff")
     ap.add_argument("--b", type=Path, default=EXAMPLES / "cpu-batch2048.json", help="second report of the diff")
     ap.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the figures here")
+    ap.add_argument("--verb", choices=("diff", "show"), default="diff", help="time `kvaudit show A` instead")
     args = ap.parse_args(argv)
-    diff_cmd, base_cmd = diff_command(args.a, args.b), baseline_command()
+    diff_cmd, base_cmd = diff_command(args.a, args.b, args.verb), baseline_command()
 
     heavy, packages = import_profile(diff_cmd)
-    assert heavy == [], f"`kvaudit diff` imported {', '.join(heavy)}: the timing would not be of an offline command"
+    assert heavy == [], f"`kvaudit {args.verb}` imported {', '.join(heavy)}: the timing would not be of an offline command"
 
     time_once(diff_cmd)   # untimed: bytecode and page cache, for both sides
     time_once(base_cmd)
@@ -105,16 +107,19 @@ def main(argv: list[str] | None = None) -> int:
 
     m = machine()
     print(f"machine: {m['machine']} {m['cpu']} {m['cpu_count']} cores, Python {m['python']}")
-    print(f"diff: {args.a.name} vs {args.b.name}; torch/vllm imported: none; "
+    what = f"{args.a.name} vs {args.b.name}" if args.verb == "diff" else args.a.name
+    print(f"{args.verb}: {what}; torch/vllm imported: none; "
           f"import time by package (own modules): {', '.join(f'{name} {s:.3f} s' for name, s in packages[:5])}")
-    print(f"kvaudit diff (cold):            median {diff_med:.3f} s  (runs: {', '.join(f'{t:.3f}' for t in diff_s)})")
+    print(f"kvaudit {args.verb} (cold):            median {diff_med:.3f} s  (runs: {', '.join(f'{t:.3f}' for t in diff_s)})")
     print(f"import pandas, rich, typer:     median {base_med:.3f} s  (runs: {', '.join(f'{t:.3f}' for t in base_s)})")
-    print(f"ratio diff/imports: {ratio:.3f} (goal <= {GOAL}): {'met' if met else 'NOT met'}")
+    print(f"ratio {args.verb}/imports: {ratio:.3f} (goal <= {GOAL}): {'met' if met else 'NOT met'}")
 
     if args.json is not None:
         args.json.write_text(json.dumps({
             "machine": m,
-            "diff_command": ["python", *diff_cmd[1:4], args.a.name, args.b.name],
+            "verb": args.verb,
+            "diff_command": ["python", *diff_cmd[1:4], *(p.name for p in ([args.a, args.b] if args.verb == "diff"
+                                                                            else [args.a]))],
             "baseline_command": ["python", "-c", BASELINE],
             "repeat": args.repeat,
             "diff_seconds": diff_s, "baseline_seconds": base_s,

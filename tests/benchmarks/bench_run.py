@@ -1,8 +1,11 @@
 """Overhead of `kvaudit run` over a plain `LLM(...)` boot of the same model and settings.
 
 Runs both in the same session, in the order given (default: plain, kvaudit, kvaudit, plain, so
-compile caches favour neither), and prints each wall time and the ratio of the means. Wall time
-is from process start to a ready engine that has shut down again, for both.
+compile caches favour neither), after one untimed boot of each kind (`--no-warm` skips it: a first
+boot that compiles the model cold takes minutes and would decide the ratio alone), and prints each
+wall time, each kvaudit boot's seconds per phase (from its report) and the ratio of the means. Wall
+time is from process start to a ready engine that has shut down again, for both. `--cudagraph-sizes
+default` leaves vLLM's own capture sizes (up to 512 on a GPU) in place.
 
     python tests/benchmarks/bench_run.py                      # embedded model, CPU defaults
     python tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json out.json
@@ -54,8 +57,12 @@ def main() -> int:
     ap.add_argument("--max-num-batched-tokens", type=int)
     ap.add_argument("--cudagraph-sizes")
     ap.add_argument("--orders", default="pkkp", help="p = plain LLM boot, k = kvaudit run, s = kvaudit run --sweep")
+    ap.add_argument("--no-warm", dest="warm", action="store_false",
+                    help="no untimed boot of each kind first (the compile caches may then be cold)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.cudagraph_sizes == "default":
+        args.cudagraph_sizes = None
     from kvaudit.config import build_run_config
     config = build_run_config(model=args.model, dummy_weights=args.dummy_weights, preset=None, passthrough=[],
                               mtp=args.mtp, cudagraph_sizes=args.cudagraph_sizes, tensor_parallel_size=args.tp,
@@ -64,8 +71,11 @@ def main() -> int:
                               max_num_batched_tokens=args.max_num_batched_tokens)
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0")
     walls: dict[str, list[float]] = {"p": [], "k": [], "s": []}
+    stages: list[dict[str, float]] = []
     tmp = Path(tempfile.mkdtemp(prefix="kvaudit-bench-"))
-    for i, kind in enumerate(args.orders):
+    warm = "".join(dict.fromkeys(args.orders)) if args.warm else ""
+    for i, kind in enumerate(warm + args.orders):
+        timed = i >= len(warm)
         if kind == "p":
             cmd = [sys.executable, "-c", PLAIN, json.dumps(config.to_json())]
         else:
@@ -90,10 +100,16 @@ def main() -> int:
         if proc.returncode not in (0, 1):  # 1: kvaudit booted and reported a finding
             print(f"{kind} run {i} exited {proc.returncode}; see {tmp / f'{kind}{i}.log'}", file=sys.stderr)
             return 2
-        walls[kind].append(wall)
         label = {"p": "plain LLM()", "k": "kvaudit run", "s": "run --sweep"}[kind]
-        print(f"{label:12} #{i}: {wall:7.1f} s", flush=True)
-    out: dict = {"orders": args.orders, "walls_s": walls, "config": config.to_json()}
+        phases = _phase_seconds(tmp / f"{kind}{i}.json") if kind != "p" else {}
+        if timed:
+            walls[kind].append(wall)
+            if phases:
+                stages.append({"kind": kind, **phases})
+        print(f"{label:12} #{i}: {wall:7.1f} s" + ("" if timed else "  (warm-up, not timed)")
+              + (("  phases: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items())) if phases else ""), flush=True)
+    out: dict = {"orders": args.orders, "warm": bool(warm), "walls_s": walls, "phase_seconds": stages,
+                 "config": config.to_json()}
     if walls["k"] and walls["p"]:
         out["ratio"] = statistics.mean(walls["k"]) / statistics.mean(walls["p"])
         print(f"kvaudit run / plain LLM boot = {out['ratio']:.3f}  (means of {len(walls['k'])} and "
@@ -105,6 +121,16 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def _phase_seconds(report: Path) -> dict[str, float]:
+    """Rank 0's seconds per phase in a kvaudit report ({} when there is none)."""
+    try:
+        ranks = json.loads(report.read_text(encoding="utf-8")).get("ranks") or []
+    except (OSError, ValueError):
+        return {}
+    return {p["name"]: float(p["seconds"]) for p in (ranks[0].get("phases") or []) if ranks
+            and p.get("seconds") is not None}
 
 
 if __name__ == "__main__":

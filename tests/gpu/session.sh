@@ -2,6 +2,7 @@
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
 #   bash tests/gpu/session.sh selftest|vllm1|vllm2|real1|real2|bench|trace|trace-selftest|contract
 #   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-edits BASE [EDIT …]|plan-solve [BASE]|bench-sweep
+#   bash tests/gpu/session.sh load1|load2|load-repeat|user-path   (issue 28: verify scenarios, --repeat, the user's path)
 #   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
 #     a: its contract tests, the embedded model's matrix row and the 8B model; b: the 16B MLA+MoE and the MTP model)
 # (real1: dense 8B and MLA+MoE 16B on MRv2; real2: MLA+MoE+MTP on V1, the retained-pool selftest and
@@ -70,6 +71,16 @@ elif [ "$stage" = bench-sweep ]; then
   timeout ${STAGE_TIMEOUT:-560} python3 tests/benchmarks/bench_run.py --model tests/gpu/models/llama-3.2-1b \
     --dummy-weights --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
     --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders ${BENCH_ORDERS:-ks} --json "$res/h200-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
+elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load-repeat ] || [ "$stage" = user-path ]; then
+  # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
+  # --repeat 3 --cold and --repeat 3 on the 8B (load-repeat), the plain vLLM user path (user-path)
+  case $stage in
+    load1) f=tests/gpu/test_verify_gpu.py; k="dense_8b_every or mla_moe_16b_every" ;;
+    load2) f=tests/gpu/test_verify_gpu.py; k="mtp_every" ;;
+    load-repeat) f=tests/gpu/test_verify_gpu.py; k="repeat" ;;
+    user-path) f=tests/gpu/test_user_path_gpu.py; k="" ;;
+  esac
+  timeout ${STAGE_TIMEOUT:-580} python3 -m pytest -q -rA "$f" -k "$k" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 elif [ "$stage" = contract ]; then
   timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"
 else

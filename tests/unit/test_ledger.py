@@ -385,3 +385,23 @@ def test_activation_peak_is_measured_from_what_the_replay_left_when_it_released_
     phases[Phase.REPLAY] = dataclasses.replace(phases[Phase.REPLAY], torch_allocated_bytes=persistent + 5 * mib,
                                                torch_reserved_bytes=persistent + 5 * mib)
     assert activation_peak(phases) == 650 * mib
+
+
+def test_the_long_prefill_probe_is_charged_where_its_transient_is_larger():
+    """vLLM 0.33 MRv2's profile pass runs without attention; kvaudit's long-prefill probe (one
+    max_num_batched_tokens chunk over a max_model_len context) is charged beside the replay."""
+    from kvaudit.ledger import step_transient
+    assert step_transient(None, None) is None
+    assert step_transient(gib(0.5), None) == gib(0.5)
+    assert step_transient(None, gib(3)) == gib(3)
+    assert step_transient(gib(0.5), gib(3)) == gib(3)
+    phases = boot_phases()
+    kw = dict(device_total_bytes=BOOT_TOTAL, gpu_memory_utilization=BOOT_GMU, others_bytes=BOOT_OTHERS,
+              graph_pool_estimate_bytes=BOOT_ESTIMATE, kv_cache_bytes=KV_CACHE)
+    plain = rank_ledger(phases, **kw)
+    probed = rank_ledger(phases, capture_transient_bytes=step_transient(None, gib(3)), **kw)
+    assert plain.owners[Owner.ACTIVATION_PEAK] == ACTIVATION  # the replay's 2 GiB
+    assert probed.owners[Owner.ACTIVATION_PEAK] == gib(3)
+    assert probed.kv_available_bytes == plain.kv_available_bytes - gib(1)
+    # smaller than the replay's transient: nothing changes
+    assert rank_ledger(phases, capture_transient_bytes=gib(1), **kw).owners == plain.owners

@@ -133,3 +133,36 @@ def test_plan_with_a_vllm_serve_config_imports_neither(tmp_path, stubs, with_stu
     probe = run_probe(sys.executable, args, tmp_path, stubs if with_stubs else None)
     assert probe == {"code": 0, "heavy": []}
     assert "kv-cache-memory-bytes: " in (tmp_path / "safe.yaml").read_text(encoding="utf-8")
+
+
+PANDAS_PROBE = r"""
+import json, sys
+out_path, argv = sys.argv[1], sys.argv[2:]
+sys.argv = ["kvaudit", *argv]
+from kvaudit.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+with open(out_path, "w") as fh:
+    json.dump({"code": code, "pandas": "pandas" in sys.modules}, fh)
+"""
+
+
+@pytest.mark.parametrize("name, args, pandas", [
+    ("show-table", ["show", str(DATA / "run2.json"), "--width", "100"], False),
+    ("diff-table", ["diff", str(DATA / "run1.json"), str(DATA / "run2.json")], False),
+    ("diff-markdown", ["diff", str(DATA / "run1.json"), str(DATA / "run2.json"), "-f", "markdown"], False),
+    ("show-json", ["show", str(DATA / "run5.json"), "-f", "json"], False),
+    ("show-csv", ["show", str(DATA / "run2.json"), "-f", "csv"], True),  # CSV is pandas' to_csv
+])
+def test_the_human_formats_need_no_pandas(tmp_path, name, args, pandas):
+    """pandas is most of a cold `kvaudit diff`'s start (issue 31: 0.67x the bare import of pandas, rich
+    and typer once the tables stopped importing it, 1.53x before): only CSV imports it."""
+    out = tmp_path / "probe.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
+    proc = subprocess.run([sys.executable, "-c", PANDAS_PROBE, str(out), *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert out.exists(), proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["code"] == 0 and result["pandas"] is pandas

@@ -47,7 +47,7 @@ def test_the_quick_start_comes_first_and_the_evidence_lives_in_docs():
     headings = [line for line in README.splitlines() if line.startswith("## ")]
     assert headings[0].startswith("## Quick start")
     assert "docs/evidence.md" in README and (REPO / "docs" / "evidence.md").exists()
-    assert len(README.splitlines()) < 260  # it was 412 lines with every proof in it
+    assert len(README.splitlines()) < 280  # it was 412 lines with every proof in it; the benchmark table stays
 
 
 def test_the_set_up_says_where_torch_cpu_comes_from_before_the_local_wheel_folder():

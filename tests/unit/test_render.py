@@ -291,6 +291,18 @@ def test_show_of_a_partial_report_exits_zero(cli):
 # Bugs
 
 
+@pytest.mark.parametrize("fmt", [Format.TABLE, Format.MARKDOWN, Format.HTML], ids=str)
+def test_a_lever_without_a_flag_renders_under_its_name(tmp_path, fmt):
+    # kvaudit's own max_num_batched_tokens lever is an estimate with no flag to paste (found by the fuzzer)
+    data = real_json("run5")
+    levers = data["capacity"]["levers"]
+    assert levers, "run5 has levers"
+    levers[0] = {**levers[0], "name": "max_num_batched_tokens", "flag": None, "frees_bytes": 983040}
+    data["capacity"]["max_model_len_fits"] = False
+    text = render_report(load_report(write_json(tmp_path / "r.json", data)), fmt)
+    assert "max_num_batched_tokens (no flag)" in text
+
+
 @pytest.mark.parametrize("message", ["OSError: cannot open [/models/ds-v3]", "ValueError: shape [bold] mismatch"])
 def test_the_table_prints_report_text_verbatim(tmp_path, message):
     data = real_json("run5")

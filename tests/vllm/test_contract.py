@@ -169,6 +169,7 @@ def test_the_adapter_takes_the_pinned_branches_on_the_installed_release():
     }
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2
     live["v2_capture_profile_only"] = adapter._accepts(V2.capture_model, "profile_only")
+    live["v2_long_prefill"] = adapter._accepts(V2._dummy_run, "context_len")
     assert live == {k: k in pinned for k in live}
 
 

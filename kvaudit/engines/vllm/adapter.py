@@ -537,6 +537,36 @@ def startup_plan_off(worker: Any, box: dict[str, Any]) -> Iterator[None]:
         yield
 
 
+def long_prefill_shape(worker: Any) -> tuple[int, int] | None:
+    """(query tokens, context tokens) of the largest single-request step a chunked prefill can
+    schedule: max_num_batched_tokens new tokens after max_model_len − that many computed ones (the
+    last chunk of the longest prompt; the whole prompt without chunked prefill). None where this
+    runner cannot run such a step before KV: Model Runner V2's _dummy_run takes `context_len` from
+    vLLM 0.33 on (vllm/v1/worker/gpu/input_batch.py set_dummy_context: each dummy request continues
+    after that many tokens, its block table wrapping over the cache's blocks)."""
+    runner = worker.model_runner
+    if not uses_v2_runner(worker) or not _accepts(runner._dummy_run, "context_len"):
+        return None
+    length = int(worker.model_config.max_model_len)
+    query = min(int(runner.max_num_tokens), length)
+    chunked = bool(getattr(worker.scheduler_config, "enable_chunked_prefill", True))
+    return query, (length - query if chunked else 0)
+
+
+def long_prefill_step(worker: Any, query: int, context: int) -> None:
+    """One request of `query` tokens after `context` computed ones, attention included (vLLM's own
+    profile pass runs the model with skip_attn), then its sampler: the runner's _dummy_run with its
+    request count held to 1 for the call, so the tokens are one request and not max_num_seqs short
+    ones. Its slot mapping is the pad slot (no KV write); the context reads wrap over the minimal
+    cache's blocks. Needs a KV cache (minimal_kv_cache)."""
+    from vllm.config import set_current_vllm_config
+    runner = worker.model_runner
+    with set_current_vllm_config(worker.vllm_config), patched(runner, "max_num_reqs", 1):
+        _, last = runner._dummy_run(query, context_len=context, skip_eplb=True)
+        if last is not None:
+            runner._dummy_sampler_run(last)
+
+
 def kv_block_zeroer(worker: Any) -> Any | None:
     """0.32 V1 warms the KV-block zeroer in kernel_warmup with the real block count; the zeroer
     exists only after KV allocation (runner._init_kv_zero_meta), so this step waits for KV."""
@@ -732,6 +762,7 @@ OPTIONAL_HOOKS: tuple[Hook, ...] = (
     Hook(_W, "maybe_save_startup_plan"),
     Hook(_W, "Worker._scoped_allocator_max_split", takes=("max_split_size_mb",)),  # allocator_split_scope (0.32 on)
     Hook(_R2, "GPUModelRunner.capture_model", takes=("profile_only",)),  # capture_all_graphs (0.33)
+    Hook(_R2, "GPUModelRunner._dummy_run", takes=("context_len",)),  # long_prefill_shape (0.33)
 )
 """Names an adapter function branches on: where they are absent it takes another way (named
 in its docstring), so the support check does not require them."""
@@ -745,7 +776,8 @@ modules two of them are imported from (kernel_warmup, lock_workspace)."""
 
 BRANCHES = ("profile_run_randomize_inputs", "cpu_should_warm_up_model", "v2_minimal_kv_cache_helpers",
             "v1_lock_workspace", "breakable_cudagraph", "v2_warmup_kernels", "v2_no_op_kv_connector", "cpu_mla",
-            "kv_config_builder", "v2_capture_profile_only", "startup_plan", "allocator_split_scope")
+            "kv_config_builder", "v2_capture_profile_only", "startup_plan", "allocator_split_scope",
+            "v2_long_prefill")
 
 
 def branches(index: Any) -> dict[str, bool]:
@@ -767,7 +799,9 @@ def branches(index: Any) -> dict[str, bool]:
     - startup_plan: startup_plan_off has vLLM's persisted start-up plan to switch off and its
       --kv-cache-memory suggestion to record (0.32 on);
     - allocator_split_scope: profile_run runs under Worker._scoped_allocator_max_split, as vLLM's
-      own determine_available_memory does (0.32 on)."""
+      own determine_available_memory does (0.32 on);
+    - v2_long_prefill: MRv2's _dummy_run takes a context length, so the long-prefill probe runs
+      before KV (long_prefill_shape)."""
     cg = "vllm.v1.worker.gpu.cudagraph_utils"
     profile_run = index.member(_R, "GPUModelRunner", "profile_run") or {}
     return {
@@ -786,6 +820,7 @@ def branches(index: Any) -> dict[str, bool]:
         "v2_capture_profile_only": "profile_only" in (index.member(_R2, "GPUModelRunner", "capture_model")
                                                       or {}).get("params", ()),
         "startup_plan": index.has_name(_W, "maybe_apply_startup_plan") and index.has_name(_W, "maybe_save_startup_plan"),
+        "v2_long_prefill": "context_len" in (index.member(_R2, "GPUModelRunner", "_dummy_run") or {}).get("params", ()),
         "allocator_split_scope": "_scoped_allocator_max_split" in (index.member(_W, "Worker",
                                                                                 "determine_available_memory")
                                                                    or {}).get("calls", ()),

@@ -23,7 +23,7 @@ from typing import Any
 from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, interrupted, one_line
 from kvaudit.engines.vllm import adapter, transport
 from kvaudit.engines.measured_ranks import phase_records
-from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv
+from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv, step_transient
 from kvaudit.schema import Phase, PhaseStatus
 
 
@@ -69,6 +69,8 @@ class AuditMixin:
         self._kva_kv_structures = 0
         """Bytes KV initialisation allocates besides the cache, measured under the minimal KV
         cache before sizing; kvaudit reserves them (they arrive with the real cache)."""
+        self._kva_probe_transient: int | None = None
+        """The long-prefill probe's transient (GPU, MRv2 from 0.33), charged beside the replay's."""
         self._kva_graphs: Any = None
         """kvaudit's graph measurement (ledger.GraphMeasurement), or None without graphs."""
         self._kva_journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": self.rank})
@@ -138,7 +140,8 @@ class AuditMixin:
         graphs = self._kva_graphs
         available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
                             graph_pool_estimate_bytes=estimate,
-                            capture_transient_bytes=graphs.transient_bytes if graphs else None)
+                            capture_transient_bytes=step_transient(graphs.transient_bytes if graphs else None,
+                                                                   self._kva_probe_transient))
         # What the real capture keeps outside its pool is in the graph estimate (the session's
         # held bytes, GraphMeasurement.estimate_bytes); the KV structures come with the real cache.
         if available is not None:
@@ -222,15 +225,26 @@ class AuditMixin:
                 pass
             self._kva_relay.stop()
 
-    def kvaudit_verify_begin(self) -> None:
+    def kvaudit_verify_begin(self, scenario: str | None = None) -> None:
+        """A verify scenario starts (engines/vllm/verify.py): a verify phase of its own, with the
+        peak statistics reset, so each scenario's true peak is its own."""
         self._kva_verify = self._kva_seq.phase(Phase.VERIFY, settle=False)
-        self._kva_verify.__enter__()
+        handle = self._kva_verify.__enter__()
+        self._kva_verify_scenario = scenario
+        if scenario:
+            handle.note(f"scenario {scenario}")
 
     def kvaudit_verify_end(self, error: str | None = None) -> dict[str, Any]:
+        """The scenario's true peak on this rank: peak reserved since it began + non-torch now."""
         probe = self._kva_seq.probe
         probe.sync()
         peak = probe.peak_reserved_bytes() + self._kva_non_torch_now()
-        self._kva_seq.fact(verify_true_peak_bytes=peak)
+        peaks = getattr(self, "_kva_verify_peaks", {})
+        scenario = getattr(self, "_kva_verify_scenario", None)
+        if scenario:
+            peaks[scenario] = peak
+            self._kva_verify_peaks = peaks
+        self._kva_seq.fact(verify_true_peak_bytes=peak, **({"verify_scenario_peaks": dict(peaks)} if peaks else {}))
         self._kva_verify.__exit__(None, None, None)
         return {"rank": self.rank, "true_peak_bytes": peak, "requested_bytes": self._kva_requested}
 

@@ -29,14 +29,15 @@ from kvaudit.engines.vllm.adapter import dcp_refusal, support, uses_mla
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
-VERIFY_DECODE_TOKENS = 4
 ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_")
 
 
 def memory_env() -> dict[str, str]:
-    """Environment variables that can change memory, for the report (no kvaudit internals)."""
+    """Environment variables that can change memory, for the report (no kvaudit internals, and
+    not the private cache folders of `--cold`: temporary paths that differ from boot to boot)."""
+    cold = set(filter(None, os.environ.get("KVAUDIT_COLD_CACHES", "").split(",")))
     return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith(ENV_PREFIXES) and k != "VLLM_CPU_OMP_THREADS_BIND_AUTO"}
+            if k.startswith(ENV_PREFIXES) and k != "VLLM_CPU_OMP_THREADS_BIND_AUTO" and k not in cold}
 
 
 def cpu_defaults(config: AuditConfig) -> tuple[AuditConfig, str | None]:
@@ -134,23 +135,15 @@ def _error(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc)[:4000], "traceback": traceback.format_exc()[-6000:]}
 
 
-def run_verify(llm: Any) -> dict[str, Any]:
-    """One prefill of max_model_len − decode tokens, then a few decode steps; per-rank true peak."""
-    from vllm import SamplingParams
-    model_config = llm.llm_engine.vllm_config.model_config
-    vocab = model_config.get_vocab_size()
-    prompt_tokens = model_config.max_model_len - VERIFY_DECODE_TOKENS
-    ids = [(i * 7919 + 3) % max(vocab - 2, 1) + 2 for i in range(prompt_tokens)]
-    llm.collective_rpc("kvaudit_verify_begin")
-    error = None
-    try:
-        llm.generate([{"prompt_token_ids": ids}],
-                     SamplingParams(max_tokens=VERIFY_DECODE_TOKENS, ignore_eos=True, detokenize=False),
-                     use_tqdm=False)
-    except Exception as exc:  # an OOM here is the finding verify exists for
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    ranks = llm.collective_rpc("kvaudit_verify_end")
-    return {"prompt_tokens": prompt_tokens, "decode_tokens": VERIFY_DECODE_TOKENS, "ranks": ranks, "error": error}
+def run_verify(llm: Any, names: list[str], records: Any, journal: Journal, result: Result) -> dict[str, Any]:
+    """The chosen `--verify` scenarios on the sized cache (engines/vllm/verify.py), each with its
+    true peak per rank; each scenario is a stage of the progress line, and RESULT.json gets each
+    one as it ends."""
+    from kvaudit.engines.vllm import verify
+    from kvaudit.schema import Scenario
+    chosen = [Scenario(n) for n in names if n in {s.value for s in Scenario}]
+    return verify.run(llm, chosen, records, on_stage=lambda text: journal.write({"type": "stage", "stage": text}),
+                      on_update=lambda partial: result.set(verify=partial))
 
 
 def shutdown(llm: Any) -> None:
@@ -240,9 +233,13 @@ def main(argv: list[str]) -> int:
             pass
         result.set(records=llm.collective_rpc("kvaudit_record"), stage="booted")
         if spec.get("verify"):
-            boot_journal.write({"type": "stage", "stage": "verify: a max_model_len prefill + decode"})
             result.set(stage="verify")
-            result.set(verify=run_verify(llm), records=llm.collective_rpc("kvaudit_record"), stage="verified")
+            verified = run_verify(llm, list(spec["verify"]), result.data.get("records"), boot_journal, result)
+            result.set(verify=verified, stage="verified")
+            try:
+                result.set(records=llm.collective_rpc("kvaudit_record"))
+            except Exception:  # the engine died in a scenario (verify names it); the boot's records stand
+                pass
     except BaseException as exc:
         result.set(error=_error(exc))
         return 1

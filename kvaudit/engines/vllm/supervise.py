@@ -11,11 +11,12 @@ import contextlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from kvaudit.assemble import BootRecord, Stated, report_of, verify_summary
+from kvaudit.assemble import BootRecord, Stated, report_of, scenario_summary, verify_of_scenarios, verify_summary
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
@@ -28,14 +29,18 @@ from kvaudit.engines.vllm.multinode import local_world_size, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
 from kvaudit.capacity import KvGeometry
-from kvaudit.schema import PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, Report, Source, Verify
+from kvaudit.repeat import combine
+from kvaudit.schema import (
+    PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, Report, Scenario, Source, Verify,
+)
 from kvaudit.sites import load_rules
 from kvaudit.units import fmt_bytes
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    verify: bool = False
+    verify: tuple[Scenario, ...] = ()
+    """`--verify`: the scenarios to run after the boot (engines/vllm/verify.py); () runs none."""
     timeout_s: float = 1800.0
     log_path: Path | None = None
     """Keep vLLM's own log here (otherwise it lives in a temporary folder and is deleted)."""
@@ -45,6 +50,42 @@ class RunOptions:
     """Extra owner-rule files for the trace (tried before kvaudit's defaults)."""
     sweep: bool = False
     """Profile the activation peak at several token counts too (`kvaudit plan` interpolates)."""
+    repeat: int = 1
+    """`--repeat N`: boot N times, a fresh engine each; the report is the worst boot's with the
+    spread of all (kvaudit/repeat.py)."""
+    cold: bool = False
+    """`--cold`: before each boot, empty vLLM's, torch.compile's and the kernel caches, in a
+    private folder under the run's own work folder (COLD_CACHE_VARS), never the user's."""
+
+
+COLD_CACHE_VARS = {
+    "VLLM_CACHE_ROOT": "vllm",  # vLLM's torch.compile cache is its torch_compile_cache/
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_CACHE_DIR": "triton",
+    "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "flashinfer-autotune",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "DG_JIT_CACHE_DIR": "deep_gemm",
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",
+    "CUTE_DSL_CACHE_DIR": "cute-dsl",
+    "TORCH_EXTENSIONS_DIR": "torch_extensions",
+    "CUDA_CACHE_PATH": "cuda",  # the driver's JIT cache of PTX
+}
+"""`--cold`: each cache a boot can find warm, and its folder under the private cache root.
+HF_HOME (the weights) is left alone: a cold start of the engine, not a download."""
+COLD_ENV = "KVAUDIT_COLD_CACHES"
+"""Set for a `--cold` boot to the variables above, so the boot process leaves them (temporary
+paths) out of the report's environment."""
+
+
+def cold_cache_env(root: Path) -> dict[str, str]:
+    """Empty the private cache root and point every cache a boot can find warm into it."""
+    shutil.rmtree(root, ignore_errors=True)
+    env = {}
+    for var, name in COLD_CACHE_VARS.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        env[var] = str(root / name)
+    env[COLD_ENV] = ",".join(COLD_CACHE_VARS)
+    return env
 
 
 MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -128,15 +169,46 @@ def run_audit(config: AuditConfig, options: RunOptions, on_progress: ProgressFn 
     `preflight(config)` first (the CLI does, before any output)."""
     if options.trace:
         load_rules(options.owners)  # a bad rule file is a usage error now, not a dead worker later
+    if options.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1 (boots of the config), got {options.repeat}")
     with StopSignals() if signals is None else contextlib.nullcontext(signals) as stop_signals:
         # the folder is never left behind, with or without --log (that file lives elsewhere)
-        with workdir("kvaudit-run-") as folder:
-            return report_of(_run(config, options, on_progress, stop_signals, folder))
+        with workdir("kvaudit-run-") as root:
+            reports: list[Report] = []
+            for boot in range(1, options.repeat + 1):
+                folder = root
+                if options.repeat > 1:
+                    on_progress(0, {"type": "stage", "stage": f"boot {boot} of {options.repeat}"
+                                    + (" (cold caches)" if options.cold else "")})
+                    folder = root / f"boot{boot}"
+                    (folder / "journal").mkdir(parents=True)
+                env = cold_cache_env(root / "cache") if options.cold else {}
+                report = report_of(_run(config, options, on_progress, stop_signals, folder, env=env,
+                                        log_path=_boot_log(options, boot)))
+                if options.cold:
+                    report = replace(report, warnings=(*report.warnings, COLD_NOTE))
+                reports.append(report)
+                if report.failure is not None or stop_signals.name:  # the rest would not finish either
+                    break
+            return reports[0] if options.repeat == 1 else combine(reports, boots=options.repeat, cold=options.cold)
+
+
+COLD_NOTE = ("note: --cold: vLLM's, torch.compile's and the kernel caches were empty at the start of the boot "
+             "(a private folder of kvaudit's, not the user's)")
+
+
+def _boot_log(options: RunOptions, boot: int) -> Path | None:
+    """--log FILE: one boot's log there; with --repeat, boot K's in FILE's name with `.bootK`."""
+    path = options.log_path
+    if path is None or options.repeat == 1:
+        return path
+    return path.with_name(f"{path.stem}.boot{boot}{path.suffix}")
 
 
 def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals,
-         folder: Path) -> RunOutcome:
-    finished, result, log_path = _boot(config, options, on_progress, signals, folder, verify=options.verify)
+         folder: Path, *, env: Mapping[str, str] | None = None, log_path: Path | None = None) -> RunOutcome:
+    finished, result, log_path = _boot(config, options, on_progress, signals, folder,
+                                       verify=[s.value for s in options.verify], env=env, log_path=log_path)
     log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     sources: dict[int, str] = {}
     events = rank_events(result, folder / "journal", sources)
@@ -145,18 +217,20 @@ def _run(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sign
 
 
 def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, signals: StopSignals, folder: Path, *,
-          verify: bool) -> tuple[Finished, dict[str, Any], Path]:
+          verify: list[str], env: Mapping[str, str] | None = None,
+          log_path: Path | None = None) -> tuple[Finished, dict[str, Any], Path]:
     """The boot process (engines/vllm/boot.py) under the process runner: how it ended, its
     result.json and where vLLM's log is. It stops early when another node reports a rank dead
-    or lost (`stop_when_gone`)."""
+    or lost (`stop_when_gone`). `verify`: the scenarios' names ([] for none); `env`: variables
+    for this boot alone (--cold's caches); `log_path`: vLLM's log (default: --log, else the folder)."""
     journal_dir = folder / "journal"
     result_path = folder / "result.json"
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps({"config": config.to_json(), "verify": verify,
                                      "journal_dir": str(journal_dir), "result": str(result_path)}))
-    log_path = options.log_path or folder / "vllm.log"
+    log_path = log_path or options.log_path or folder / "vllm.log"
     env = installed_only_env(dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0", PYTHONUNBUFFERED="1",
-                                  **{JOURNAL_ENV: str(journal_dir)},
+                                  **{JOURNAL_ENV: str(journal_dir)}, **(env or {}),
                                   **trace_env(options.trace, tuple(p.resolve() for p in options.owners))))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
     if options.sweep:
@@ -192,7 +266,7 @@ def run_follower(config: AuditConfig, options: RunOptions, on_progress: Progress
     writes the report, has every record (engines/vllm/multinode.py). Progress comes from this
     node's own journals; there is no report here."""
     with workdir("kvaudit-node-") as folder:
-        finished, result, _ = _boot(config, options, on_progress, signals, folder, verify=False)
+        finished, result, _ = _boot(config, options, on_progress, signals, folder, verify=[])
     where = f"node {node_rank(config)}"
     survivors = finished.survivors
     tail = f"; {len(survivors)} vLLM processes survived SIGKILL: {survivors}" if survivors else ""
@@ -241,15 +315,48 @@ def _geometry(folded: list[measured_ranks.RankEvents], config: AuditConfig) -> K
     return None
 
 
-def _verify(data: dict[str, Any] | None) -> Verify | None:
+def _verify(data: dict[str, Any] | None, log_text: str = "") -> Verify | None:
+    """RESULT.json's verify (engines/vllm/verify.py run's scenarios; a single step's figures in
+    reports of older boot processes) as the report's."""
     if not data:
         return None
+    if isinstance(data.get("scenarios"), list):
+        return _verify_scenarios(data, log_text)
     peaks = [(r.get("rank"), r.get("true_peak_bytes"), r.get("requested_bytes")) for r in data.get("ranks") or []]
     error = data.get("error")
     return verify_summary([(rank, peak, req if isinstance(peak, int) and isinstance(req, int) else None)
                            for rank, peak, req in peaks],
                           error=error, prompt_tokens=data.get("prompt_tokens"), decode_tokens=data.get("decode_tokens"),
                           repeats=1, oom_count=int(bool(error and "memory" in error)))
+
+
+def _verify_scenarios(data: dict[str, Any], log_text: str) -> Verify:
+    scenarios, ooms = [], 0
+    names = {s.value for s in Scenario}
+    for entry in data["scenarios"]:
+        if not isinstance(entry, dict) or entry.get("name") not in names:
+            continue
+        error = entry.get("error") if isinstance(entry.get("error"), str) else None
+        if error and error.startswith(DEAD_ENGINE):  # its words say nothing: the worker's error is in the log
+            cause = first_logged_error(log_text)
+            error += f" (vLLM's log: {cause})" if cause else ""
+        ooms += int(bool(error and "memory" in error.lower()))
+        ranks = [(r.get("rank"), r.get("true_peak_bytes"), r.get("requested_bytes"))
+                 for r in entry.get("ranks") or [] if isinstance(r, dict) and isinstance(r.get("rank"), int)]
+        seconds = entry.get("seconds")
+        scenarios.append(scenario_summary(
+            Scenario(entry["name"]), [(rank, peak, req if isinstance(peak, int) and isinstance(req, int) else None)
+                                      for rank, peak, req in ranks], error=error,
+            **{k: entry.get(k) if isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) else None
+               for k in ("requests", "tokens", "prompt_tokens", "decode_tokens", "step_tokens", "draft_tokens")},
+            sampling=entry.get("sampling") if isinstance(entry.get("sampling"), str) else None,
+            seconds=float(seconds) if isinstance(seconds, (int, float)) else None))
+    error = data.get("error") if isinstance(data.get("error"), str) else None
+    return verify_of_scenarios(scenarios, oom_count=ooms, error=error)
+
+
+DEAD_ENGINE = "EngineDeadError"
+"""vLLM's error when the engine core died in a request; the cause is in its log."""
 
 
 @dataclass(frozen=True)
@@ -294,7 +401,7 @@ class RunOutcome:
             environment=Environment(device_name=facts.get("device_name"), driver=facts.get("driver"),
                                     cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
                                     vllm=versions.get("vllm"), env=result.get("env") or {}),
-            geometry=_geometry(folded, config), verify=_verify(result.get("verify")), failure=failure,
+            geometry=_geometry(folded, config), verify=_verify(result.get("verify"), self.log_text), failure=failure,
             warnings=tuple(self._warnings(folded, facts, asked)),
             stated=Stated(max_feasible_model_len=estimated_max_model_len(self.log_text) if failure else None))
 
@@ -317,6 +424,8 @@ class RunOutcome:
                   asked: AuditConfig) -> list[str]:
         warnings = [n for n in self.result.get("notes") or [] if isinstance(n, str)]
         warnings += self.forced_changes(asked, folded)
+        verified = self.result.get("verify") if isinstance(self.result.get("verify"), dict) else {}
+        warnings += [w for w in verified.get("warnings") or [] if isinstance(w, str)]
         for f in folded:
             probe = f.facts.get("prefill_probe")
             if isinstance(probe, dict) and probe.get("error"):
@@ -407,6 +516,20 @@ def last_error_line(log_text: str) -> str | None:
         line = line.strip()
         if _ERROR_LINE.match(line):
             return " ".join(line.split())[:400]
+    return None
+
+
+def first_logged_error(log_text: str) -> str | None:
+    """The first exception vLLM logged at ERROR level (`RuntimeError: index … is out of bounds`,
+    the end of a worker's traceback), on one line, or None: why an engine core died in a request,
+    where the client only says EngineDeadError. Warnings that print a traceback are passed over."""
+    from kvaudit.engines.logs.lines import parse_line
+    for line in log_text.splitlines():
+        if "ERROR" not in line[:200] or len(line) > 20_000:
+            continue
+        parsed = parse_line(line, 0)
+        if parsed.level == "ERROR" and _ERROR_LINE.match(parsed.msg):
+            return " ".join(parsed.msg.split())[:400]
     return None
 
 

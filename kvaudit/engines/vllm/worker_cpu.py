@@ -119,7 +119,7 @@ def prefill_shape(max_model_len: int, max_num_batched_tokens: int, chunked_prefi
 
 def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any]:
     """One request of the largest prefill step (prefill_shape), attention included, then its sampler
-    and one decode step over max_model_len tokens of context (what a real request does next), under a minimal
+    (with the most logprobs a request may ask for: _sampler_logprobs) and one decode step over max_model_len tokens of context (what a real request does next), under a minimal
     KV cache of the real spec (_probe_kv_cache): the runner's own _dummy_run with force_attention (the call vLLM's
     warmups use to build attention metadata), with max_num_seqs lowered to 1 for that call so the
     tokens are one request and not max_num_seqs short ones. Its slot mapping is -1 (no KV write);
@@ -141,7 +141,8 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
                 adapter.patched(sched, "max_num_seqs", 1), _no_kv_writes(runner):
             _, last = runner._dummy_run(query, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
                                         skip_eplb=True, profile_seq_lens=context if context != query else None)
-            runner._dummy_sampler_run(last)  # the request's first token, sampled as a real step does
+            with _sampler_logprobs(runner, max_logprobs(worker)):  # the first token, sampled as a real step can
+                runner._dummy_sampler_run(last)
             del last
             # then a decode step of that request over the whole context: the decode kernel's path
             step = int(getattr(runner, "uniform_decode_query_len", 1))
@@ -153,7 +154,7 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     else:
         handle.note(f"CPU backend: the profile pass, then one {query}-token prefill with attention"
                     + (f" over {context} tokens of context" if context != query else "")
-                    + ", its sampler and a decode step")
+                    + f", its sampler (logprobs {max_logprobs(worker)}) and a decode step")
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
 
@@ -171,6 +172,45 @@ def _no_kv_writes(runner: Any) -> Iterator[None]:
             impl = getattr(layer, "impl", None)
             if impl is not None and callable(getattr(impl, "do_kv_cache_update", None)):
                 stack.enter_context(adapter.patched(impl, "do_kv_cache_update", lambda *args, **kwargs: None))
+        yield
+
+
+def max_logprobs(worker: Any) -> int:
+    """The most sample logprobs a request may ask for (ModelConfig.max_logprobs; −1: the vocabulary)."""
+    value = int(getattr(worker.model_config, "max_logprobs", 0) or 0)
+    return int(worker.model_config.get_vocab_size()) if value == -1 else max(value, 0)
+
+
+class _LogprobsSampler:
+    """vLLM's sampler, called with the most logprobs: what a request with `logprobs` runs."""
+
+    def __init__(self, sampler: Any, logprobs: int):
+        self._sampler, self._logprobs = sampler, logprobs
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from dataclasses import replace
+        metadata = kwargs.get("sampling_metadata")
+        if metadata is not None and getattr(metadata, "max_num_logprobs", None) is None:
+            kwargs["sampling_metadata"] = replace(metadata, max_num_logprobs=self._logprobs)
+        return self._sampler(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sampler, name)
+
+
+@contextmanager
+def _sampler_logprobs(runner: Any, logprobs: int) -> Iterator[None]:
+    """The probe's sampler step asks for `logprobs` sample logprobs. vLLM's own dummy sampler
+    run asks for none (gpu_model_runner._dummy_sampler_run: max_num_logprobs=None), so the
+    logprobs path, whose torch.compile'd kernel (vllm/v1/sample/ops/logprobs.py
+    batched_count_greater_than) is compiled and loaded on first use, first ran at a request
+    after KV was sized: 37.5 MiB of RSS above the budget with logprobs 20 on the AMD EPYC (a plain
+    vLLM boot at kvaudit's KV; the same load without logprobs held). Scoped to the probe's one
+    call; the metadata of that call only is replaced."""
+    if logprobs <= 0:
+        yield
+        return
+    with adapter.patched(runner, "sampler", _LogprobsSampler(runner.sampler, logprobs)):
         yield
 
 

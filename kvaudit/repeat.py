@@ -1,0 +1,72 @@
+"""`kvaudit run --repeat N`: N boots of one config, each a report of its own, folded into one.
+
+The report is the worst boot's (its owners, capacity, safe flags and verdict: what a deployment
+has to survive), with `repeat` beside it: per rank and owner the min, median and max over the
+boots, and the KV tokens' spread. Worst: a boot that did not finish, else a failed verdict, else
+the fewest safe KV bytes (the `--kv-cache-memory-bytes` of its safe flags), else the least KV.
+Pure: no engine, no torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Sequence
+
+from kvaudit.capacity import safe_kv_bytes
+from kvaudit.schema import Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict
+from kvaudit.units import fmt_tokens
+
+
+def boot_of(index: int, report: Report) -> RepeatBoot:
+    """One boot's line of `repeat.runs` (index: 1 for the first)."""
+    failure = report.failure
+    return RepeatBoot(boot=index, verdict=report.verdict, kv_tokens=report.capacity.kv_tokens,
+                      kv_available_bytes=report.capacity.kv_available_bytes,
+                      safe_kv_cache_memory_bytes=safe_kv_bytes(report.capacity),
+                      verify_slack_bytes=report.verify.slack_bytes if report.verify is not None else None,
+                      failure=f"{failure.kind.value}: {failure.message}" if failure is not None else None)
+
+
+def worst_index(reports: Sequence[Report]) -> int:
+    """The position of the worst boot (the module's docstring says which); the later of equals."""
+    def badness(item: tuple[int, Report]) -> tuple[int, int, int, int]:
+        i, r = item
+        grade = 0 if r.failure is not None else 1 if r.verdict is not Verdict.OK else 2
+        safe = safe_kv_bytes(r.capacity)
+        kv = r.capacity.kv_available_bytes
+        return (grade, safe if safe is not None else -1, kv if kv is not None else -1, -i)
+    return min(enumerate(reports), key=badness)[0]
+
+
+def _spread(values: Sequence[int | None]) -> tuple[int | None, int | None, int | None]:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return None, None, None
+    return known[0], statistics.median_low(known), known[-1]
+
+
+def combine(reports: Sequence[Report], *, boots: int, cold: bool) -> Report:
+    """The worst boot's report with the spread of all of them (`reports` in the order they ran;
+    fewer than `boots` when one did not finish)."""
+    if not reports:
+        raise ValueError("no boot to combine")
+    worst = worst_index(reports)
+    ranks = sorted({r.rank for report in reports for r in report.ranks if r.rank is not None})
+    owners = []
+    for rank in ranks:
+        for owner in Owner:
+            values = [next((r.owners.get(owner) for r in report.ranks if r.rank == rank), None) for report in reports]
+            low, mid, high = _spread(values)
+            owners.append(OwnerSpread(rank=rank, owner=owner, min_bytes=low, median_bytes=mid, max_bytes=high))
+    tokens = _spread([r.capacity.kv_tokens for r in reports])
+    section = Repeat(boots=boots, cold=cold, worst_boot=worst + 1,
+                     runs=tuple(boot_of(i + 1, r) for i, r in enumerate(reports)),
+                     kv_tokens_min=tokens[0], kv_tokens_median=tokens[1], kv_tokens_max=tokens[2],
+                     owners=tuple(owners))
+    chosen = reports[worst]
+    note = (f"note: the worst of {len(reports)} boots (boot {worst + 1}): its owners, capacity, safe flags and verdict"
+            + (f"; KV tokens {fmt_tokens(tokens[0])} to {fmt_tokens(tokens[2])}" if tokens[0] is not None else ""))
+    if len(reports) < boots:
+        note += f"; boot {len(reports)} did not finish, so the other {boots - len(reports)} were not run"
+    return replace(chosen, repeat=section, warnings=(*chosen.warnings, note))

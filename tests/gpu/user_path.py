@@ -1,0 +1,175 @@
+"""The user's own path: a plain vLLM boot, no kvaudit in the process, with the safe flags kvaudit
+printed, under a load; its own peak against the requested budget.
+
+    python tests/gpu/user_path.py LOAD.json OUT.json
+
+LOAD.json (written by tests/gpu/test_user_path_gpu.py or tests/vllm/test_verify_user_path_cpu.py
+from a kvaudit report: kvaudit's scenario planner shapes the requests, this process only runs them):
+
+    {"engine": {LLM(...) keyword arguments: model, the safe flags' kv_cache_memory_bytes,
+                gpu_memory_utilization, max_model_len, and the report's other knobs},
+     "vocab_size": N,
+     "loads": [{"requests": [prompt length, ...], "decode_tokens": N,
+                "sampling": {SamplingParams keyword arguments}}, ...]}
+
+The loads run one after another in the one engine; the peak is over all of them.
+
+Its own peak:
+- CUDA: NVML's device used, minus what was in use before this process started vLLM, sampled
+  every millisecond from a thread, and at the end each worker's own figure (collective_rpc of a
+  plain function: device used now − torch reserved now + torch's peak reserved), the larger;
+- CPU: the high-water RSS (VmHWM) of each vLLM worker process, the memory vLLM's CPU worker sizes
+  its KV cache against (CPUWorker.determine_available_memory: requested − the process's RSS).
+
+OUT.json: {"backend", "device_total_bytes", "requested_bytes" (ceil(total × GMU), per device),
+"before_bytes", "peak_bytes" (per device or worker), "seconds", "generated_tokens", "error"}.
+It imports vLLM, psutil and (on CUDA) pynvml, never kvaudit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def prompt_ids(request: int, length: int, vocab_size: int) -> list[int]:
+    """The same ids as kvaudit's scenarios (engines/vllm/verify.py prompt_ids): a different
+    sequence per request, ids 0 and 1 left out. Written out here: this process runs no kvaudit."""
+    span = max(vocab_size - 2, 1)
+    return [2 + ((j + 1) * 7919 + request * 1_000_003) % span for j in range(length)]
+
+
+class NvmlPeak:
+    """Device used on every visible GPU, sampled from a thread."""
+
+    def __init__(self) -> None:
+        import pynvml
+        pynvml.nvmlInit()
+        self.nvml = pynvml
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        indices = [int(x) for x in visible.split(",") if x.strip()] if visible else \
+            list(range(pynvml.nvmlDeviceGetCount()))
+        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        self.before = self.used()
+        self.total = [int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in self.handles]
+        self.peak = list(self.before)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def used(self) -> list[int]:
+        return [int(self.nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = [max(p, u) for p, u in zip(self.peak, self.used())]
+            time.sleep(0.001)
+
+    def __enter__(self) -> NvmlPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def worker_peak(_worker: object = None) -> dict[str, int]:
+    """Run inside each CUDA worker (collective_rpc, which passes the worker itself): its device, the device used now, torch's
+    reserved now and its peak reserved since the process started."""
+    import torch
+    free, total = torch.cuda.mem_get_info()
+    return {"device": torch.cuda.current_device(), "used": int(total - free),
+            "reserved": int(torch.cuda.memory_reserved()), "peak_reserved": int(torch.cuda.max_memory_reserved())}
+
+
+def cpu_workers() -> list[int]:
+    """The pids of this process's vLLM workers: the descendants whose title vLLM set to
+    VLLM::Worker (WorkerProc, multiproc_executor.py), else the engine core (a worker in-process)."""
+    import psutil
+    kids = psutil.Process().children(recursive=True)
+    titled = {}
+    for p in kids:
+        try:
+            titled[p.pid] = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+    workers = [pid for pid, cmd in titled.items() if cmd.startswith("VLLM::Worker")]
+    return workers or [pid for pid, cmd in titled.items() if cmd.startswith("VLLM::EngineCore")]
+
+
+def vm_hwm(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def main(argv: list[str]) -> int:
+    load = json.loads(Path(argv[1]).read_text())
+    out_path = Path(argv[2])
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc of worker_peak
+    import torch
+    cuda = torch.cuda.is_available()
+    out: dict[str, Any] = {"backend": "cuda" if cuda else "cpu", "error": None}
+    nvml = NvmlPeak() if cuda else None
+    if nvml is not None:
+        out["before_bytes"] = nvml.before
+        out["device_total_bytes"] = nvml.total
+    from vllm import LLM, SamplingParams
+    engine = dict(load["engine"])
+    llm = LLM(**engine)
+    gmu = float(engine.get("gpu_memory_utilization", 0.9))
+    if not cuda:
+        from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+        total = int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).total_memory)
+        out["device_total_bytes"] = [total]
+        out["before_bytes"] = [0]  # a process's own RSS: nothing of another's is in it
+    out["requested_bytes"] = [math.ceil(t * gmu) for t in out["device_total_bytes"]]
+    runs = []
+    for step in load["loads"]:
+        params = SamplingParams(max_tokens=int(step["decode_tokens"]), ignore_eos=True, detokenize=False,
+                                **step.get("sampling", {}))
+        prompts = [{"prompt_token_ids": prompt_ids(i, n, int(load["vocab_size"]))}
+                   for i, n in enumerate(step["requests"])]
+        runs.append((prompts, params))
+
+    def generate() -> list[Any]:
+        return [o for prompts, params in runs for o in llm.generate(prompts, params, use_tqdm=False)]
+    start = time.perf_counter()
+    try:
+        if nvml is not None:
+            with nvml:
+                outputs = generate()
+            ranks = llm.collective_rpc(worker_peak)
+            per_device = {}
+            for r in ranks:
+                own = r["used"] - r["reserved"] + r["peak_reserved"]
+                per_device[r["device"]] = max(per_device.get(r["device"], 0), own)
+            out["worker_peak_bytes"] = ranks
+            out["peak_bytes"] = [max(p - b, per_device.get(i, 0) - b)
+                                 for i, (p, b) in enumerate(zip(nvml.peak, nvml.before))]
+        else:
+            outputs = generate()
+            pids = cpu_workers()
+            out["worker_pids"] = pids
+            out["peak_bytes"] = [max(vm_hwm(pid) for pid in pids)] if pids else None
+        out["generated_tokens"] = sum(len(o.outputs[0].token_ids) for o in outputs)
+    except Exception as exc:  # the finding, not a crash of this script
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    out_path.write_text(json.dumps(out, indent=1))
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:
+        pass
+    return 0 if out["error"] is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

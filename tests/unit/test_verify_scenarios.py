@@ -1,0 +1,234 @@
+"""`--verify` scenarios, pure parts: which scenarios a `--verify` value chooses, how each load is
+shaped from the engine's figures (kvaudit/engines/vllm/verify.py), how the report judges them
+(assemble.verify_of_scenarios) and how RESULT.json's scenarios become the report's."""
+
+from __future__ import annotations
+
+import pytest
+
+from factories import BOOT_REQUESTED, MiB, gib
+from kvaudit.assemble import scenario_summary, verify_of_scenarios
+from kvaudit.config import AuditConfig
+from kvaudit.engines.vllm import verify
+from kvaudit.engines.vllm.supervise import _verify, first_logged_error
+from kvaudit.errors import UsageError
+from kvaudit.schema import Scenario
+from kvaudit.validate import report_from_json
+from conftest import run_cli  # noqa: F401  (the CLI runner, for the refusals)
+
+ALL = tuple(Scenario)
+
+
+def shape(**kw) -> verify.Shape:
+    base = dict(max_model_len=4096, max_num_seqs=8, max_num_batched_tokens=4096, chunked_prefill=False,
+                kv_blocks=50_514, tokens_per_block=16, vocab_size=1024, max_logprobs=20)
+    base.update(kw)
+    return verify.Shape(**base)
+
+
+# ------------------------------------------------------------------------------------------
+# choosing
+
+
+def test_verify_alone_chooses_every_scenario_that_applies():
+    plain, mtp = AuditConfig(), AuditConfig(speculative_method="mtp", num_speculative_tokens=1)
+    assert verify.choose("all", plain) == (Scenario.PREFILL, Scenario.BATCH, Scenario.SAMPLING)
+    assert verify.choose("all", mtp) == ALL
+    # vLLM's own --speculative-config after -- counts too
+    passthrough = AuditConfig(extra_args={"speculative_config": {"method": "ngram"}})
+    assert Scenario.SPEC in verify.choose("all", passthrough)
+
+
+def test_a_list_chooses_those_in_their_fixed_order():
+    assert verify.choose("batch, PREFILL", AuditConfig()) == (Scenario.PREFILL, Scenario.BATCH)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("batch,warmup", "unknown scenario 'warmup': choose from batch, prefill, sampling, spec"),
+    ("spec", "--verify spec needs speculative decoding: pass --mtp N"),
+    (",", "--verify needs scenario names"),
+])
+def test_a_bad_choice_is_a_usage_error_that_names_the_fix(text, words):
+    with pytest.raises(UsageError, match=words):
+        verify.choose(text, AuditConfig())
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--verify", "warmup"], "unknown scenario 'warmup'"),
+    (["--verify", "spec"], "--verify spec needs speculative decoding"),
+    (["--repeat", "0"], "--repeat': Input should be greater than or equal to 1"),
+    (["--repeat", "2", "--", "--nnodes", "2", "--node-rank", "0"], "--repeat boots one node again and again"),
+])
+def test_the_cli_refuses_before_any_boot(args, words):
+    result = run_cli("run", *args)
+    assert result.code == 2 and words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bare_verify_is_all_and_a_following_option_is_not_its_value():
+    from kvaudit.cli import _bare_verify
+    assert _bare_verify(["--verify"]) == ["--verify=all"]
+    assert _bare_verify(["--verify", "--gmu", "0.2"]) == ["--verify=all", "--gmu", "0.2"]
+    assert _bare_verify(["--verify", "prefill,batch"]) == ["--verify", "prefill,batch"]
+    # after -- nothing is kvaudit's
+    assert _bare_verify(["--", "--verify"]) == ["--", "--verify"]
+    assert _bare_verify(["--verify", "--", "--x"]) == ["--verify=all", "--", "--x"]
+
+
+# ------------------------------------------------------------------------------------------
+# shaping the loads
+
+
+def test_prefill_is_one_request_of_max_model_len_less_the_decode_steps():
+    (load,) = verify.plan([Scenario.PREFILL], shape())
+    assert load.prompts == (4092,) and load.decode_tokens == 4 and load.tokens == 4096 and load.sampling == {}
+
+
+def test_without_chunked_prefill_no_prompt_is_longer_than_the_step_budget():
+    # vLLM 0.32 with MTP on CPU_MLA: max_num_scheduled_tokens stays 512 while the platform raises
+    # max_num_batched_tokens to 2048 and turns chunked prefill off; a longer prompt waits forever
+    s = shape(max_model_len=1024, max_num_batched_tokens=2048, max_num_scheduled_tokens=512, draft_tokens=1,
+              lookahead_tokens=1, max_num_seqs=4)
+    prefill, batch = verify.plan([Scenario.PREFILL, Scenario.BATCH], s)
+    assert prefill.prompts == (512,)
+    assert max(batch.prompts) + (batch.requests - 1) * 2 <= 512  # the last prompt fits beside 3 decoding requests
+    assert "never scheduled and waits forever" in s.unschedulable()
+    assert "VllmConfig._set_max_num_scheduled_tokens" in s.unschedulable()
+    # with chunked prefill a long prompt is chunked: nothing to say
+    assert shape(chunked_prefill=True, max_num_batched_tokens=512).unschedulable() is None
+    assert shape().unschedulable() is None
+
+
+def test_the_batch_decodes_together_and_fits_max_model_len():
+    s = shape()
+    prompts, decode = verify.batch_shape(s)
+    # 8 admissions + 8 × 4096 / 4096 steps of prompts, then 4 more
+    assert decode == 8 + 8 + 4 and len(prompts) == 8
+    assert all(p + decode <= s.max_model_len for p in prompts)
+    assert max(prompts) <= s.step_budget - 7  # beside 7 requests decoding one token each
+
+
+def test_the_batch_fills_a_cache_smaller_than_the_config_allows():
+    # a cache of 201 blocks of 16 tokens (block 0 is vLLM's null block): 25 blocks per request
+    s = shape(max_model_len=4096, kv_blocks=201, max_num_seqs=8)
+    prompts, decode = verify.batch_shape(s)
+    assert len(prompts) == 8
+    per_request = prompts[0] + decode
+    assert per_request == 25 * 16  # every slot of its share of the blocks
+    assert per_request * 8 == 200 * 16
+
+
+def test_the_batch_leaves_room_for_the_draft_tokens_and_the_lookahead():
+    s = shape(kv_blocks=201, max_num_seqs=8, draft_tokens=2, lookahead_tokens=2)
+    prompts, decode = verify.batch_shape(s)
+    assert decode == (8 + 8 + 4) * 3  # a step can accept every draft: the requests must still be running
+    assert prompts[0] + decode + 2 + 2 == 25 * 16
+
+
+def test_a_cache_too_small_for_max_num_seqs_gets_fewer_requests():
+    s = shape(kv_blocks=9, max_num_seqs=8)  # 8 usable blocks; a request needs 16 prompt + 20 generated tokens
+    prompts, decode = verify.batch_shape(s)
+    assert len(prompts) == 2 and all(p >= verify.MIN_PROMPT_TOKENS for p in prompts)
+    assert sum(p + decode for p in prompts) <= 8 * 16
+
+
+def test_sampling_asks_for_top_k_top_p_min_p_and_the_most_logprobs():
+    (load,) = verify.plan([Scenario.SAMPLING], shape(max_logprobs=20))
+    assert load.sampling == {"temperature": 1.0, "top_k": 50, "top_p": 0.9, "min_p": 0.05, "logprobs": 20}
+    assert load.sampling_text() == "temperature 1.0, top_k 50, top_p 0.9, min_p 0.05, logprobs 20"
+    # vLLM refuses min_p with speculative decoding (SamplingParams._validate_spec_decode)
+    (spec,) = verify.plan([Scenario.SAMPLING], shape(draft_tokens=1, max_logprobs=-1))
+    assert "min_p" not in spec.sampling and spec.sampling["logprobs"] == verify.FALLBACK_LOGPROBS
+
+
+def test_batch_is_greedy_and_spec_samples_so_the_drafts_meet_the_random_rejection_path():
+    batch, spec = verify.plan([Scenario.BATCH, Scenario.SPEC], shape(draft_tokens=1))
+    assert batch.sampling == {"temperature": 0.0} and spec.sampling == {"temperature": 1.0}
+    assert batch.prompts == spec.prompts and spec.step_tokens == 8 * 2
+
+
+def test_prompts_differ_from_request_to_request():
+    # a prefix cache could otherwise share their blocks and the batch would fill less KV
+    first = [verify.prompt_ids(i, 32, 1024)[:16] for i in range(64)]
+    assert len({tuple(f) for f in first}) == 64
+    assert all(2 <= t < 1024 for t in verify.prompt_ids(5, 100, 1024))
+
+
+# ------------------------------------------------------------------------------------------
+# judging
+
+
+def test_the_worst_scenario_gives_the_top_level_figures_and_every_failure_is_named():
+    ok = scenario_summary(Scenario.PREFILL, [(0, gib(69), gib(70))], error=None, requests=1, tokens=4096)
+    over = scenario_summary(Scenario.BATCH, [(0, gib(70) + 40 * MiB, gib(70))], error=None, requests=8)
+    dead = scenario_summary(Scenario.SAMPLING, [], error="EngineDeadError: boom")
+    v = verify_of_scenarios([ok, over, dead])
+    assert not v.ok and v.error == ("batch: true peak above the requested budget; sampling: EngineDeadError: boom")
+    # a failed scenario with a measured overrun is the worst; its figures are the top level's
+    assert v.slack_bytes == -40 * MiB and v.true_peak_bytes == gib(70) + 40 * MiB
+    assert v.overrun_bytes == 40 * MiB and [s.name for s in v.scenarios] == [Scenario.PREFILL, Scenario.BATCH,
+                                                                             Scenario.SAMPLING]
+
+
+def test_the_safe_flags_hold_back_the_worst_overrun_of_any_scenario():
+    # an ok scenario 5 MiB over (inside the tolerance) and another failed by an error, 1 GiB under
+    small = scenario_summary(Scenario.BATCH, [(0, gib(70) + 5 * MiB, gib(70))], error=None)
+    failed = scenario_summary(Scenario.SAMPLING, [(0, gib(69), gib(70))], error="RuntimeError: x")
+    v = verify_of_scenarios([small, failed])
+    assert v.slack_bytes == gib(1)  # the failed one is the worst…
+    assert v.overrun_bytes == 5 * MiB  # …but the overrun the safe flags subtract is the batch's
+
+
+def test_every_scenario_within_the_tolerance_is_ok():
+    a = scenario_summary(Scenario.PREFILL, [(0, gib(70) + 3 * MiB, gib(70)), (1, gib(60), gib(70))], error=None)
+    v = verify_of_scenarios([a])
+    assert v.ok and v.error is None and v.slack_bytes == -3 * MiB and [r.rank for r in v.ranks] == [0, 1]
+
+
+def test_no_scenario_is_a_failed_verify():
+    assert verify_of_scenarios([], error="shape: no KV").error == "shape: no KV"
+
+
+def test_result_json_scenarios_become_the_report_s():
+    log = ("(Worker pid=1) WARNING 12-04 16:13:32 [base.py:380] ValueError: Tokenizer not available\n"
+           "(Worker pid=2) ERROR 12-04 16:29:50 [multiproc_executor.py:1063] RuntimeError: index -65 is out of "
+           "bounds for dimension 1 with size 1024\n")
+    data = {"scenarios": [
+        {"name": "prefill", "requests": 1, "tokens": 516, "prompt_tokens": 512, "decode_tokens": 4, "step_tokens": 2,
+         "draft_tokens": 1, "sampling": None, "error": None, "seconds": 0.25,
+         "ranks": [{"rank": 0, "true_peak_bytes": BOOT_REQUESTED - MiB, "requested_bytes": BOOT_REQUESTED}]},
+        {"name": "sampling", "requests": 4, "tokens": None, "error": "EngineDeadError: EngineCore encountered an "
+         "issue.", "ranks": []},
+        {"name": "bogus", "ranks": []}, "not a dict"], "error": None}
+    v = _verify(data, log)
+    assert [s.name for s in v.scenarios] == [Scenario.PREFILL, Scenario.SAMPLING]
+    assert v.scenarios[0].ok and v.scenarios[0].slack_bytes == MiB and v.scenarios[0].prompt_tokens == 512
+    dead = v.scenarios[1]
+    assert not dead.ok and dead.error.endswith("(vLLM's log: RuntimeError: index -65 is out of bounds for dimension "
+                                               "1 with size 1024)")
+    assert first_logged_error(log).startswith("RuntimeError")  # the warning's traceback is passed over
+
+
+def test_scenarios_round_trip_through_the_report_and_name_real_ranks(tmp_path):
+    from dataclasses import replace
+
+    from factories import real_json
+    from kvaudit.schema import dumps
+    from kvaudit.errors import BadInputError
+    import json
+    data = real_json("run2")  # TP2 + MTP + verify
+    report = report_from_json(data)
+    scen = scenario_summary(Scenario.BATCH, [(0, gib(1), gib(2)), (1, gib(1), gib(2))], error=None, requests=8,
+                            tokens=100, sampling="temperature 0.0", seconds=1.5)
+    rep = replace(report, verify=verify_of_scenarios([scen]))
+    again = report_from_json(json.loads(dumps(rep)))
+    assert again.verify == rep.verify
+    bad = json.loads(dumps(rep))
+    bad["verify"]["scenarios"][0]["ranks"][1]["rank"] = 7
+    with pytest.raises(BadInputError, match=r"verify\.scenarios\[0\]\.ranks\[1\]\.rank: names rank 7"):
+        report_from_json(bad)
+    bad["verify"]["scenarios"][0]["name"] = "warmup"
+    with pytest.raises(BadInputError, match=r"verify\.scenarios\[0\]\.name: expected one of prefill"):
+        report_from_json(bad)
+    # a report without scenarios keeps its bytes: the extension is absent, not null
+    assert "scenarios" not in json.loads(dumps(report))["verify"]
