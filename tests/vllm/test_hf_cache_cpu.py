@@ -8,7 +8,6 @@ revision. With HF_HUB_OFFLINE=1 vLLM finds the model there or nowhere."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -20,25 +19,10 @@ import pytest
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
+from factories import hf_cache  # noqa: E402
+
 MODEL_ID = "kvaudit/tiny-deepseek"
-
-
-def hf_cache(root: Path) -> Path:
-    """An offline Hugging Face cache holding MODEL_ID: the embedded model's config.json."""
-    from kvaudit.config import embedded_model_path
-    data = (Path(embedded_model_path()) / "config.json").read_bytes()
-    hub = root / "hub"
-    repo = hub / ("models--" + MODEL_ID.replace("/", "--"))
-    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()   # git's id of the file, as the Hub's etag
-    revision = hashlib.sha1(b"kvaudit tiny-deepseek, for the tests").hexdigest()
-    (repo / "blobs").mkdir(parents=True)
-    (repo / "blobs" / blob).write_bytes(data)
-    snapshot = repo / "snapshots" / revision
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").symlink_to(Path("..") / ".." / "blobs" / blob)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(revision, encoding="utf-8")
-    return hub
 
 
 def test_the_cache_has_huggingface_hubs_layout(tmp_path):
