@@ -311,16 +311,16 @@ def _check_write_config(path: Optional[Path]) -> None:
         check_target(path)
 
 
-def _echo_deployment(deployment, model: Optional[str]) -> None:
-    """Before the boot: what kvaudit took from a vllm serve config or line and left out."""
+def _echo_deployment(deployment, model: Optional[str], planned: bool = False) -> None:
+    """Before the boot (or the plan): what kvaudit took from a vllm serve config or line and left out."""
     if deployment is not None:
         from kvaudit.serve_config import deployment_notes
-        for line in deployment_notes(deployment, model_given=model is not None):
+        for line in deployment_notes(deployment, model_given=model is not None, planned=planned):
             typer.echo(f"kvaudit: note: {one_line(line)}", err=True)
 
 
 def _echo_pinned(deployment, report) -> None:
-    """After the boot: a deployment's own kv-cache-memory-bytes above the safe bytes is a warning."""
+    """After the boot (or the plan): a deployment's own kv-cache-memory-bytes above the safe bytes is a warning."""
     from kvaudit.render.summary import safe_kv_bytes
     from kvaudit.serve_config import pinned_warnings
     for line in pinned_warnings(deployment, safe_kv_bytes(report.capacity)):
@@ -499,9 +499,10 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
     if config_file is not None:
         from kvaudit.serve_config import plan_deployment
         deployment, edits = plan_deployment(config_file, measured, edits)
-        _echo_deployment(deployment, measured.config.model)
+        _echo_deployment(deployment, measured.config.model, planned=True)
     result = plan_or_solve(measured, edits, solve, for_len)
     _emit(lambda out: render_plan(result, fmt, out, width=width), lambda: plan_dumps(result), fmt, output, [report])
+    _echo_pinned(deployment, result.report)
     if write_config is not None:
         from kvaudit.write_config import plan_config
         _write_config(write_config, result.report, exit_code(result), None, [report],

@@ -281,15 +281,16 @@ def line_config_path(tokens: Sequence[str]) -> str | None:
     return args[index + 1] if index + 1 < len(args) else None
 
 
-def deployment_notes(deployment: Deployment, model_given: bool) -> list[str]:
-    """What kvaudit says on stderr before the boot about a deployment it read."""
+def deployment_notes(deployment: Deployment, model_given: bool, planned: bool = False) -> list[str]:
+    """What kvaudit says on stderr about a deployment it read, before the boot (or, `planned`, the plan)."""
     out = list(deployment.notes)
     if deployment.api_server:
         out.append("left out (options of vllm serve's API server, no engine memory): "
                    + ", ".join(deployment.api_server))
     for key, value in deployment.pinned.items():
-        out.append(f"{_dashed(key).replace('_', '-')} {value} is set aside: kvaudit sizes the KV cache itself and "
-                   f"compares the result after the boot")
+        out.append(f"{_dashed(key).replace('_', '-')} {value} is set aside: kvaudit "
+                   + ("plans the KV cache itself and compares the result after the plan" if planned else
+                      "sizes the KV cache itself and compares the result after the boot"))
     if deployment.model is None and not model_given:
         where = f"{deployment.yaml_path}" if deployment.yaml_path is not None else "the serve line"
         out.append(f"{where} names no model: kvaudit audits its embedded tiny model; pass --model MODEL or "

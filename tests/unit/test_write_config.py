@@ -260,3 +260,21 @@ def test_an_abbreviated_key_is_the_option_it_abbreviates():
     # argparse lets vLLM read `max-model` as --max-model-len: the safe length replaces that value
     assert patch_yaml("# x\nmax-model: 32K\ntensor_parallel: 2\n", {"max_model_len": 4096, "tensor_parallel_size": 4},
                       []) == "# x\nmax-model: 4096\ntensor_parallel: 4\n"
+
+
+def test_plan_warns_of_a_pinned_kv_size_above_the_planned_safe_one(cli, tmp_path):
+    deploy = write(tmp_path, "model: org/model\nmax-model-len: 2K\ngpu-memory-utilization: 0.35\n"
+                             "kv-cache-memory-bytes: 8G\n")
+    target = tmp_path / "safe.yaml"
+    result = cli("plan", str(DATA / "run1.json"), "--config", str(deploy), "--write-config", str(target), "-f", "json")
+    assert result.code == 0, result.stderr
+    import json
+    safe = int(dict(f.lstrip("-").split("=") for f in json.loads(result.stdout)["capacity"]["safe_serve_flags"])[
+        "kv-cache-memory-bytes"])
+    assert 0 < safe < 8 * 2**30
+    from kvaudit.units import fmt_bytes
+    assert ("kvaudit: note: kv-cache-memory-bytes 8589934592 is set aside: kvaudit plans the KV cache itself and "
+            "compares the result after the plan") in result.stderr_lines
+    assert (f"kvaudit: warning: the deployment's kv-cache-memory-bytes 8589934592 is {fmt_bytes(8 * 2**30 - safe)} "
+            f"above kvaudit's safe {safe}: lower it (--write-config writes the safe value)") in result.stderr_lines
+    assert yaml.safe_load(target.read_text(encoding="utf-8"))["kv-cache-memory-bytes"] == safe
