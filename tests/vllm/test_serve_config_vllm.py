@@ -163,6 +163,13 @@ def written_files(tmp_path: Path) -> dict[str, Path]:
         "plan": plan_config(plan=plan_report(report, Edits(gpu_memory_utilization=0.28)), deployment=None,
                             report_name="run1.json"),
     }
+    from kvaudit.serve_config import plan_deployment
+    deploy = tmp_path / "plan-deploy.yaml"   # `kvaudit plan run1.json --config plan-deploy.yaml --write-config …`
+    deploy.write_text("# prod\nmodel: org/m\nmax_model_len: 2K  # long\ngpu_memory_utilization: 0.35\n"
+                      "kv-cache-memory-bytes: 8G\nnum-gpu-blocks-override: 7\nport: 8000\n", encoding="utf-8")
+    planned_deployment, edits = plan_deployment(deploy, report, Edits())
+    out["plan-patched"] = plan_config(plan=plan_report(report, edits), deployment=planned_deployment,
+                                      report_name="run1.json")
     paths = {}
     for name, written in out.items():
         paths[name] = tmp_path / f"{name}.yaml"
@@ -196,3 +203,14 @@ def test_written_configs_round_trip_through_vllm_serve_config(vllm_parser, tmp_p
                                         plan.max_model_len) == tuple(planned[k] for k in (
                                             "kv_cache_memory_bytes", "gpu_memory_utilization", "max_model_len"))
     assert planned["gpu_memory_utilization"] == 0.28
+    # the deployment's own YAML, planned: its knobs are the plan's edits, its pinned 8G the planned safe bytes
+    text = files["plan-patched"].read_text(encoding="utf-8")
+    assert text.startswith("# Written by kvaudit ") and "(kvaudit plan --write-config) from run1.json" in text
+    args = vllm_args(parser, ["serve", "--config", str(files["plan-patched"])])
+    engine = EngineArgs.from_cli_args(args)
+    safe_planned = safe_values(plan_report(load_report(DATA / "run1.json"),
+                                           Edits(gpu_memory_utilization=0.35, max_model_len=2048)).report)
+    assert (engine.model, engine.kv_cache_memory_bytes, engine.gpu_memory_utilization, engine.max_model_len,
+            engine.num_gpu_blocks_override, args.port) == (
+        "org/m", safe_planned["kv_cache_memory_bytes"], 0.35, 2048, None, 8000)
+    assert 0 < safe_planned["kv_cache_memory_bytes"] < 8 * 2**30
