@@ -11,13 +11,17 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, NoReturn, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Annotated, Callable, NoReturn, Optional, Sequence, TextIO
 
 import typer
 
+from kvaudit.config import size_option
 from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.render import DOCUMENT_FORMATS, Format, check_format, reporter
 from kvaudit.render.printable import one_line
+
+if TYPE_CHECKING:
+    from kvaudit.write_config import Written
 
 app = typer.Typer(
     name="kvaudit", add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -33,6 +37,9 @@ OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write
                                                    "(the view then goes to stderr).")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Record the CUDA allocator's history and attribute every "
                                         "block to an owner and an allocation site (module/function).")]
+WriteConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--write-config", metavar="FILE", help="Write a vllm serve config (YAML) with the safe values applied, only "
+                                           "when the config fits: the --config YAML, or one built from the flags.")]
 OwnersOpt = Annotated[Optional[list[Path]], typer.Option(
     "--owners", metavar="FILE", help="Extra owner rules for --trace (TOML, tried before kvaudit's defaults; "
                                      "see configs/owners.toml). Repeatable.")]
@@ -185,7 +192,8 @@ def _bare_verify(args: list[str]) -> list[str]:
 @app.command(cls=_RunCommand, short_help="Boot vLLM with the audit worker: owners per rank, verdict.",
              context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(ctx: typer.Context,
-        model: Annotated[Optional[str], typer.Option(help="Model directory (config.json). Default: the embedded "
+        model: Annotated[Optional[str], typer.Option(help="Model directory (config.json) or Hugging Face id (from "
+                                                          "the HF cache, as vLLM resolves it). Default: the embedded "
                                                           "tiny DeepSeek-V3-style model.")] = None,
         dummy_weights: Annotated[bool, typer.Option("--dummy-weights", help="Random weights of the real shapes: "
                                                     "audit a checkpoint from its config.json alone.")] = False,
@@ -197,17 +205,22 @@ def run(ctx: typer.Context,
                                                      "at most 80% of the node's available memory / tp (the report "
                                                      "says which).")] = None,
         max_model_len: Annotated[Optional[int], typer.Option(
-            "--max-model-len", help="Default: the model's (4096 for the embedded model).")] = None,
+            "--max-model-len", parser=size_option("max_model_len"), metavar="<int>",
+            help="Default: the model's (4096 for the embedded model). As in vLLM: 32k, 32K.")] = None,
         max_num_seqs: Annotated[Optional[int], typer.Option(
             "--max-num-seqs", help="Default: vLLM's (8 for the embedded model).")] = None,
         max_num_batched_tokens: Annotated[Optional[int], typer.Option(
-            "--max-num-batched-tokens", help="Default: vLLM's (512 for the embedded model).")] = None,
+            "--max-num-batched-tokens", parser=size_option("max_num_batched_tokens"), metavar="<int>",
+            help="Default: vLLM's (512 for the embedded model). As in vLLM: 8k, 8K.")] = None,
         cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8",
                                                                help="cudagraph_capture_sizes")] = None,
         kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype", help="Default: vLLM's (auto).")] = None,
         enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager",
                                                               help="Default: eager on CPU, graphs on GPU.")] = None,
-        config_file: Annotated[Optional[Path], typer.Option("--config", help="A TOML preset (configs/*.toml).")] = None,
+        config_file: Annotated[Optional[Path], typer.Option("--config", help="A vllm serve config (YAML, read as "
+                                                            "vllm serve --config reads it) or a kvaudit TOML preset "
+                                                            "(configs/*.toml).")] = None,
+        write_config: WriteConfigOpt = None,
         verify: Annotated[Optional[str], typer.Option(
             "--verify", metavar="[LIST]", help="After boot, on the sized cache, true peak vs budget: "
             "prefill (a max_model_len prompt + decode), batch (max_num_seqs requests filling the KV, "
@@ -231,12 +244,13 @@ def run(ctx: typer.Context,
         ) -> None:
     """Boot vLLM with the fixed profiling order and report every rank's owners and the KV verdict.
 
-    Further vLLM engine arguments go after `--`:
+    Further vLLM engine arguments, or a whole `vllm serve` line, go after `--`:
 
     \b
       kvaudit run --tp 2 -- --enable-expert-parallel
+      kvaudit run -- vllm serve MODEL --config config.yaml -tp 4
     """
-    from kvaudit.config import build_run_config, check_run_options
+    from kvaudit.config import build_run, check_run_options
     from kvaudit.engines.process import StopSignals
     from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
     from kvaudit.engines.vllm.engine_args import engine_arg_names
@@ -244,31 +258,37 @@ def run(ctx: typer.Context,
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     # every file this run reads or writes, before the boot: a missing folder or a FIFO is exit 2 now
-    inputs = [("--config", config_file), *(("--owners", path) for path in owners or ()),
-              ("the model's", model_config(model))]
-    check_paths([("-o", output), ("--log", log)], inputs)
+    from kvaudit.serve_config import line_config_path
+    inputs = [("--config", config_file), ("the serve line's --config", line_config_path(ctx.args)),
+              *(("--owners", path) for path in owners or ()), ("the model's", model_config(model))]
+    _check_write_config(write_config)
+    check_paths([("-o", output), ("--log", log), ("--write-config", write_config)], inputs)
     engine_args = engine_arg_names()
     before = ctx.meta.get("kvaudit.before_dashdash", [])
     check_run_options([a for a in ctx.args[:len(before)] if a in before],
                       [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")],
                       engine_args)
     check_format(fmt)  # -f html without matplotlib: now, not after the boot
-    config = build_run_config(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
-                              engine_args=engine_args,
-                              tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
-                              gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                              max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
-                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
+    config, deployment = build_run(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
+                                   engine_args=engine_args,
+                                   tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
+                                   gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                                   max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
+                                   kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     preflight(config)  # what can be refused without booting is refused now, before any output
     from kvaudit.engines.vllm.verify import choose, check_repeat
     check_repeat(repeat, config)
     options = RunOptions(verify=choose(verify, config) if verify is not None else (), timeout_s=timeout,
                          log_path=log, trace=trace, owners=tuple(owners or ()), sweep=sweep, repeat=repeat, cold=cold)
+    _echo_deployment(deployment, model)
     if node_rank(config) > 0:  # -- --nnodes N --node-rank K: serve this node's ranks; node 0 reports
         with StopSignals() as signals:
             with Progress.for_run(config, log) as progress:
                 outcome = run_follower(config, options, progress.on_event, signals)
         typer.echo(f"kvaudit: {outcome.message}", err=True)
+        if write_config is not None:
+            typer.echo(f"kvaudit: no config written to {write_config}: node 0 has the report; pass --write-config "
+                       f"there", err=True)
         raise typer.Exit(outcome.exit_code)
     # SIGINT, SIGTERM and SIGHUP stop the boot; they stay deferred until the report is written
     with StopSignals() as signals:
@@ -276,7 +296,51 @@ def run(ctx: typer.Context,
             report = run_audit(config, options, progress.on_event, signals)
         _echo_warnings(report)
         _emit_report(report, fmt, width, output, [p for _, p in inputs if p is not None])
+        _echo_pinned(deployment, report)
+        if write_config is not None:
+            from kvaudit.write_config import run_config
+            _write_config(write_config, report, int(exit_code(report)), output,
+                          [p for _, p in inputs if p is not None],
+                          lambda name: run_config(asked=config, deployment=deployment, report=report, report_name=name))
     raise typer.Exit(int(exit_code(report)))
+
+
+def _check_write_config(path: Optional[Path]) -> None:
+    if path is not None:
+        from kvaudit.write_config import check_target
+        check_target(path)
+
+
+def _echo_deployment(deployment, model: Optional[str], planned: bool = False) -> None:
+    """Before the boot (or the plan): what kvaudit took from a vllm serve config or line and left out."""
+    if deployment is not None:
+        from kvaudit.serve_config import deployment_notes
+        for line in deployment_notes(deployment, model_given=model is not None, planned=planned):
+            typer.echo(f"kvaudit: note: {one_line(line)}", err=True)
+
+
+def _echo_pinned(deployment, report) -> None:
+    """After the boot (or the plan): a deployment's own kv-cache-memory-bytes above the safe bytes is a warning."""
+    from kvaudit.render.summary import safe_kv_bytes
+    from kvaudit.serve_config import pinned_warnings
+    for line in pinned_warnings(deployment, safe_kv_bytes(report.capacity)):
+        typer.echo(f"kvaudit: warning: {one_line(line)}", err=True)
+
+
+def _write_config(path: Path, report, code: int, output: Optional[Path], inputs: Sequence[Path],
+                  written: Callable[[str], "Written"]) -> None:
+    """--write-config after the report: the config with the safe values, or one line saying why not."""
+    from kvaudit.render.output import is_stdout
+    from kvaudit.write_config import config_refusal
+    why = config_refusal(report, code)
+    if why is not None:
+        typer.echo(f"kvaudit: no config written to {path} (left as it was): {one_line(why)}", err=True)
+        return
+    name = (str(output) if output is not None and not is_stdout(output) else
+            "the report on standard output" if output is not None else "this run's report (not saved: -o keeps it)")
+    result = written(name)
+    _write(path, result.text, "config", inputs)
+    typer.echo(f"kvaudit: safe values set: {', '.join(result.changes)}", err=True)
 
 
 def _echo_warnings(report) -> None:
@@ -394,11 +458,13 @@ def _stdout_closed() -> NoReturn:
 @app.command(cls=_Command, short_help="Predict an edited config's report from a measured one.")
 def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measured kvaudit report (JSON) or a raw vLLM log.")],
          gmu: Annotated[Optional[float], typer.Option("--gmu", help="New gpu_memory_utilization.")] = None,
-         max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", help="New max_model_len.")] = None,
+         max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", parser=size_option("max_model_len"),
+                                                             metavar="<int>", help="New max_model_len.")] = None,
          max_num_seqs: Annotated[Optional[int], typer.Option(
              "--max-num-seqs", help="New max_num_seqs (more than measured needs a boot).")] = None,
          max_num_batched_tokens: Annotated[Optional[int], typer.Option(
-             "--max-num-batched-tokens", help="New max_num_batched_tokens (a --sweep report interpolates).")] = None,
+             "--max-num-batched-tokens", parser=size_option("max_num_batched_tokens"), metavar="<int>",
+             help="New max_num_batched_tokens (a --sweep report interpolates).")] = None,
          cudagraph_sizes: Annotated[Optional[str], typer.Option("--cudagraph-sizes", metavar="1,2,4,8",
                                                                 help="New cudagraph_capture_sizes.")] = None,
          kv_cache_dtype: Annotated[Optional[str], typer.Option(
@@ -412,17 +478,33 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
          output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan's report JSON here "
                                                         "(as -f json prints it; -f html or prom: the page or the "
                                                         "metrics); - is stdout.")] = None,
-         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
+         fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
+         config_file: Annotated[Optional[Path], typer.Option(
+             "--config", help="The deployment's vllm serve config (YAML): its knobs are the plan's edits "
+                              "(flags win); --write-config writes it back.")] = None,
+         write_config: WriteConfigOpt = None) -> None:
     """Predict the report of an edited config from a measured one, without booting: every owner
     measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
     from kvaudit.plan import edits_from_flags, exit_code, plan_dumps, plan_or_solve
     from kvaudit.render.output import check_paths
     from kvaudit.render.plan import render_plan
     from kvaudit.engines.inputs import load_report
-    check_paths([("-o", output)], [("", report)])
+    _check_write_config(write_config)
+    check_paths([("-o", output), ("--write-config", write_config)], [("", report), ("--config", config_file)])
     edits = edits_from_flags(gmu=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
-    result = plan_or_solve(load_report(report), edits, solve, for_len)
+    measured = load_report(report)
+    deployment = None
+    if config_file is not None:
+        from kvaudit.serve_config import plan_deployment
+        deployment, edits = plan_deployment(config_file, measured, edits)
+        _echo_deployment(deployment, measured.config.model, planned=True)
+    result = plan_or_solve(measured, edits, solve, for_len)
     _emit(lambda out: render_plan(result, fmt, out, width=width), lambda: plan_dumps(result), fmt, output, [report])
+    _echo_pinned(deployment, result.report)
+    if write_config is not None:
+        from kvaudit.write_config import plan_config
+        _write_config(write_config, result.report, exit_code(result), None, [report],
+                      lambda name: plan_config(plan=result, deployment=deployment, report_name=str(report)))
     raise typer.Exit(exit_code(result))

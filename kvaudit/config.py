@@ -1,8 +1,9 @@
 """The audited configuration, in vLLM's own field names.
 
-Presets come from `configs/*.toml` (the same names, flat), flags override them, and the result is
-what a report's `config` holds. Knobs kvaudit does not model travel in `extra_args` and are
-passed to vLLM unchanged, except the two that would bypass the audit.
+`--config` is a vllm serve YAML config (read as vLLM reads it: kvaudit/serve_config.py) or a kvaudit
+TOML preset (`configs/*.toml`, the same names, flat); flags override it, a serve line or flags after
+`--` override both, and the result is what a report's `config` holds. Knobs kvaudit does not model
+travel in `extra_args` and are passed to vLLM unchanged, except the two that would bypass the audit.
 """
 
 from __future__ import annotations
@@ -285,17 +286,20 @@ def check_run_options(tokens: Iterable[str], options: Iterable[str], engine_args
 
 def load_preset(path: Path, engine_args: frozenset[str] | None = None) -> AuditConfig:
     """Read a TOML preset: vLLM field names at the top level; keys kvaudit does not model go to
-    extra_args, once checked against the names vLLM's LLM(...) takes (check_engine_arg_names)."""
+    extra_args, once checked against the names vLLM's LLM(...) takes (check_engine_arg_names).
+    max_model_len and max_num_batched_tokens may be written as vLLM writes them (`"32k"`, `"8K"`)."""
+    from kvaudit.serve_config import read_config_text
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"config file {path} does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(read_config_text(path, "config file"))
+    except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
     known = {k: v for k, v in data.items() if k in MODELLED_KEYS}
     extra = {k: v for k, v in data.items() if k not in CONFIG_KEYS}
     extra.update(data.get("extra_args", {}) if isinstance(data.get("extra_args"), dict) else {})
     check_engine_arg_names(extra, engine_args, f"config file {path}")
+    for key in SIZE_KEYS:
+        if isinstance(known.get(key), str):
+            known[key] = vllm_size(key, known[key], f"config file {path}")
     if "cudagraph_capture_sizes" in known:
         sizes = known["cudagraph_capture_sizes"]
         if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes):
@@ -305,6 +309,29 @@ def load_preset(path: Path, engine_args: frozenset[str] | None = None) -> AuditC
         return AuditConfig(**known, extra_args=extra)
     except TypeError as exc:  # pragma: no cover - dataclass field mismatch
         raise UsageError(f"{path}: {exc}") from None
+
+
+SIZE_KEYS = ("max_model_len", "max_num_batched_tokens")
+"""Knobs kvaudit models that vLLM reads as human-readable integers (`32k`, `32K`)."""
+
+
+def vllm_size(name: str, text: str, where: str | None) -> int:
+    """A size or token count as vLLM 0.32 reads it on its command line (serve_config.human_readable_int;
+    max_model_len: also -1/auto). UsageError, naming the forms vLLM takes, for anything else."""
+    from kvaudit.serve_config import human_readable_int, human_readable_int_or_auto, size_hint
+    try:
+        return (human_readable_int_or_auto if name == "max_model_len" else human_readable_int)(text)
+    except (ValueError, OverflowError):
+        what = f"{where}: {name}" if where else "--" + name.replace("_", "-")
+        shown = text if len(text) <= 60 else text[:60] + "…"
+        raise UsageError(f"{what} {shown!r} is not a number vLLM reads: "
+                         f"{size_hint(text, name == 'max_model_len')}") from None
+
+
+def size_option(name: str) -> Any:
+    """A typer `parser=` for kvaudit's own --max-model-len and --max-num-batched-tokens: the forms
+    vLLM's own flags take (`32k`, `32K`)."""
+    return lambda text: vllm_size(name, text, None)
 
 
 def config_from_json(data: Mapping[str, Any]) -> AuditConfig:
@@ -337,9 +364,31 @@ def parse_capture_sizes(text: str) -> tuple[int, ...]:
 def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | None, passthrough: list[str],
                      mtp: int | None, cudagraph_sizes: str | None, engine_args: frozenset[str] | None = None,
                      **flags: Any) -> AuditConfig:
-    """Embedded defaults, then the preset, then flags, then pass-through arguments; validated.
-    Names for vLLM are checked against `engine_args` (the installed vLLM's, None: unchecked)."""
-    config = load_preset(preset, engine_args) if preset is not None else AuditConfig()
+    """build_run's config alone."""
+    return build_run(model=model, dummy_weights=dummy_weights, preset=preset, passthrough=passthrough, mtp=mtp,
+                     cudagraph_sizes=cudagraph_sizes, engine_args=engine_args, **flags)[0]
+
+
+def build_run(*, model: str | None, dummy_weights: bool, preset: Path | None, passthrough: list[str],
+              mtp: int | None, cudagraph_sizes: str | None, engine_args: frozenset[str] | None = None,
+              grammar: Any = None, **flags: Any) -> tuple[AuditConfig, Any]:
+    """Embedded defaults, then the config file (a vllm serve YAML or a TOML preset), then flags,
+    then what follows `--` (a pasted `vllm serve …` line, or engine flags); validated. Names for
+    vLLM are checked against `engine_args` (the installed vLLM's, None: unchecked) and, for a YAML
+    file or a serve line, against vLLM's own options (engines/vllm/serve_args.py). The second
+    value is the serve_config.Deployment read from a YAML file or a serve line (None otherwise),
+    for --write-config."""
+    from kvaudit.serve_config import is_yaml_config, read_deployment, serve_line
+    line = serve_line(passthrough)
+    yaml_file = preset if preset is not None and is_yaml_config(preset) else None
+    deployment = None
+    if line is not None or yaml_file is not None:
+        deployment = read_deployment(config_file=yaml_file, line=line, grammar=grammar, engine_args=engine_args)
+        config = _with_values(AuditConfig(), deployment.file_values, "the config file")
+        if deployment.model_from_file:
+            config = config.replace(model=deployment.model)
+    else:
+        config = load_preset(preset, engine_args) if preset is not None else AuditConfig()
     config = config.replace(model=model, **flags)
     if mtp is not None:
         config = config.replace(speculative_method="mtp", num_speculative_tokens=mtp) if mtp > 0 \
@@ -348,10 +397,19 @@ def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | N
         config = config.replace(cudagraph_capture_sizes=parse_capture_sizes(cudagraph_sizes))
     if dummy_weights:
         config = config.replace(load_format="dummy")
-    if passthrough:
+    if deployment is not None:
+        config = _with_values(config, deployment.line_values, "the serve line")
+        if deployment.model is not None and not deployment.model_from_file:
+            config = config.replace(model=deployment.model)
+        config = _token_to_env(config)
+    if line is None and passthrough:  # engine flags after -- (not a serve line), with or without a YAML file
         args = parse_passthrough(passthrough)
         check_engine_arg_names(args, engine_args, "after --")
+        for key in SIZE_KEYS:
+            if isinstance(args.get(key), str):
+                args[key] = vllm_size(key, args[key], "after --")
         config = with_passthrough(config, args)
+    config = _speculative_in_step(config)
     if config.model is None:
         embedded = {k: v for k, v in EMBEDDED_DEFAULTS.items() if getattr(config, k) is None}
         config = config.replace(model=embedded_model_path(), **embedded)
@@ -362,4 +420,49 @@ def build_run_config(*, model: str | None, dummy_weights: bool, preset: Path | N
         if (path.exists() and config.load_format is None
                 and not any(path.glob("*.safetensors")) and not any(path.glob("*.bin"))):
             raise UsageError(f"{path} has no weights: pass --dummy-weights to audit it from config.json alone")
-    return config.validated()
+    if config.max_model_len == -1:
+        raise UsageError("max_model_len auto (-1) lets vLLM fit the length to memory; kvaudit audits one length: "
+                         "pass a number (or leave it out for the model's)")
+    return config.validated(), deployment
+
+
+def _with_values(config: AuditConfig, values: Mapping[str, Any], where: str) -> AuditConfig:
+    """Engine arguments read as vLLM reads them (typed): a knob kvaudit models replaces its field
+    (`speculative_config`'s method and token count are speculative_method and num_speculative_tokens),
+    the rest go to extra_args."""
+    values = dict(values)
+    spec = values.get("speculative_config")
+    changes: dict[str, Any] = {}
+    if isinstance(spec, dict) and spec.get("method") is not None:
+        changes["speculative_method"] = spec.get("method")
+        changes["num_speculative_tokens"] = spec.get("num_speculative_tokens")
+        if set(spec) <= {"method", "num_speculative_tokens"}:
+            del values["speculative_config"]
+    elif "speculative_config" in values and spec is None:  # `--speculative-config None`: no speculation
+        del values["speculative_config"]
+        config = dataclasses.replace(config, speculative_method=None, num_speculative_tokens=None)
+    config = with_passthrough(config, values)
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def _token_to_env(config: AuditConfig) -> AuditConfig:
+    """A pasted serve line or a config file may carry `--hf-token hf_…`: it goes to vLLM through
+    HF_TOKEN (which huggingface_hub reads when vLLM passes no token), not through the config, which
+    the report stores and people share."""
+    import os
+    token = config.extra_args.get("hf_token")
+    if not isinstance(token, str):
+        return config
+    os.environ["HF_TOKEN"] = token
+    return dataclasses.replace(config, extra_args={k: v for k, v in config.extra_args.items() if k != "hf_token"})
+
+
+def _speculative_in_step(config: AuditConfig) -> AuditConfig:
+    """A speculative_config mapping passed through (with keys kvaudit does not model) carries
+    the method and token count the report states: vLLM boots with the mapping (boot.engine_kwargs)."""
+    spec = config.extra_args.get("speculative_config")
+    if not isinstance(spec, dict) or config.speculative_method is None:
+        return config
+    merged = {**spec, "method": config.speculative_method,
+              "num_speculative_tokens": config.num_speculative_tokens or spec.get("num_speculative_tokens") or 1}
+    return dataclasses.replace(config, extra_args={**config.extra_args, "speculative_config": merged})

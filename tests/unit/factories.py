@@ -256,3 +256,24 @@ def assert_superset(written: Any, original: Any, where: str = "$") -> None:
             assert_superset(w, o, f"{where}[{i}]")
     else:
         assert written == original and type(written) is type(original), f"{where}: {original!r} → {written!r}"
+
+
+def hf_cache(root: Path, model_id: str = "kvaudit/tiny-deepseek") -> Path:
+    """An offline Hugging Face cache (HF_HUB_CACHE) holding model_id: the embedded model's config.json,
+    in huggingface_hub's layout (models--ORG--NAME/): the file under blobs/ named by its git blob id (the
+    Hub's etag), snapshots/REVISION/config.json a relative symlink to it, refs/main holding REVISION."""
+    import hashlib
+    from kvaudit.config import embedded_model_path
+    data = (Path(embedded_model_path()) / "config.json").read_bytes()
+    hub = root / "hub"
+    repo = hub / ("models--" + model_id.replace("/", "--"))
+    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    revision = hashlib.sha1(f"kvaudit {model_id}, for the tests".encode()).hexdigest()
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / blob).write_bytes(data)
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to(Path("..") / ".." / "blobs" / blob)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision, encoding="utf-8")
+    return hub

@@ -124,6 +124,17 @@ def test_offline_commands_with_the_real_packages_installed(tmp_path, name):
     assert probe["heavy"] == []
 
 
+@pytest.mark.parametrize("with_stubs", [True, False])
+def test_plan_with_a_vllm_serve_config_imports_neither(tmp_path, stubs, with_stubs):
+    # plan --config / --write-config read vLLM's option grammar from its source with ast (serve_args),
+    # never by importing it: with the stand-ins (no source to read) and with the installed vLLM
+    (tmp_path / "deploy.yaml").write_text("# deploy\nmax-model-len: 4096\nport: 8000\n", encoding="utf-8")
+    args = ["plan", str(DATA / "run1.json"), "--config", "deploy.yaml", "--write-config", "safe.yaml", "-f", "json"]
+    probe = run_probe(sys.executable, args, tmp_path, stubs if with_stubs else None)
+    assert probe == {"code": 0, "heavy": []}
+    assert "kv-cache-memory-bytes: " in (tmp_path / "safe.yaml").read_text(encoding="utf-8")
+
+
 PANDAS_PROBE = r"""
 import json, sys
 out_path, argv = sys.argv[1], sys.argv[2:]

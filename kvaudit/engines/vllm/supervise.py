@@ -98,7 +98,8 @@ any of them the check is left to vLLM, whose reason then comes back whole."""
 
 
 def preflight(config: AuditConfig) -> None:
-    """What can be checked in this process before a 10-second vLLM import: the model folder,
+    """What can be checked in this process before a 10-second vLLM import: the model folder (a
+    Hugging Face id: its config.json in the local cache, and with HF_HUB_OFFLINE that it is there),
     --tp against the devices and the model's heads, --max-model-len against the model's limit.
     Each failure is a usage error (exit 2) that names the fix."""
     model = config.model
@@ -115,7 +116,12 @@ def preflight(config: AuditConfig) -> None:
             if (config.passthrough_size(name) or 1) > 1]
         raise UsageError(" × ".join(sizes) + f" needs {local} {devices[1]}" + (" on each node" if multi else "")
                          + f"; this machine has {devices[0]}: " + ("lower --tp" if len(sizes) == 1 else "lower them"))
-    hf = _model_config(model)
+    if any(config.extra_args.get(k) is not None for k in ("hf_overrides", "hf_config_path")):
+        hf: dict[str, Any] = {}  # vLLM reads another config.json, or edits it: its heads and limits are vLLM's to check
+    elif isinstance(model, str) and not Path(model).expanduser().exists():
+        hf = _hub_model_config(model, config.extra_args.get("revision"))
+    else:
+        hf = _model_config(model)
     heads = hf.get("num_attention_heads")
     if isinstance(heads, int) and not isinstance(heads, bool) and heads % tp:
         raise UsageError(f"tensor_parallel_size {tp} does not divide the model's {heads} attention heads: "
@@ -150,6 +156,42 @@ def _device_count() -> tuple[int, str] | None:
         return None
     # vLLM's CPU backend: one OpenMP core group per TP worker (boot.bind_cpu_threads)
     return len(os.sched_getaffinity(0)), "CPU cores on the CPU backend"
+
+
+def _hub_model_config(model: str, revision: Any) -> dict[str, Any]:
+    """The config.json of a Hugging Face id, from the local Hugging Face cache only (no network), {}
+    where it is not there. With HF_HUB_OFFLINE set vLLM looks nowhere else: EngineArgs.__post_init__
+    turns the id into its snapshot folder through transformers_utils.repo_utils.get_model_path
+    (huggingface_hub's snapshot_download with local_files_only), so an id not in the cache is refused
+    here, before the boot, as that call would refuse it after one. ModelScope ids and cloud URIs
+    (s3://, gs://) are vLLM's alone."""
+    if "://" in model or os.environ.get("VLLM_USE_MODELSCOPE", "").strip().lower() in ("1", "true"):
+        return {}
+    try:
+        import huggingface_hub
+        from huggingface_hub import constants
+        from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    except ImportError:  # no vLLM here either: the boot says so
+        return {}
+    rev = revision if isinstance(revision, str) else None
+    if constants.HF_HUB_OFFLINE:
+        try:
+            folder = huggingface_hub.snapshot_download(repo_id=model, revision=rev, local_files_only=True,
+                                                       ignore_patterns="*")
+        except HFValidationError:
+            raise UsageError(f"model {model} is neither a model folder nor a Hugging Face id (org/name)") from None
+        except LocalEntryNotFoundError:
+            at = f" at revision {rev}" if rev else ""
+            raise UsageError(f"model {model}{at} is not in the Hugging Face cache "
+                             f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set, so vLLM would "
+                             f"not find it: download it first (hf download {model}), point HF_HUB_CACHE at the "
+                             f"cache that has it, or pass its folder") from None
+        return _model_config(folder)
+    try:
+        found = huggingface_hub.try_to_load_from_cache(model, "config.json", revision=rev)
+    except (HFValidationError, ValueError, OSError):
+        return {}
+    return _model_config(str(Path(found).parent)) if isinstance(found, str) else {}
 
 
 def _model_config(model: str | None) -> dict[str, Any]:
