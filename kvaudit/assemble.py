@@ -18,10 +18,10 @@ from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
 )
-from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger, step_transient
+from kvaudit.ledger import budget_term, growth_after_sizing, owners_from_readings, rank_ledger, step_transient
 from kvaudit.report import phase_map
 from kvaudit.schema import (
-    AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
+    AccuracyEntry, BudgetTerm, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
     RankNode, RankReport, Report, Scenario, Site, Source, SweepPoint, Verdict, Verify, VerifyRank, VerifyScenario,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
@@ -45,8 +45,8 @@ class MeasuredRank:
     graph_pool_estimate_bytes: int | None = None
     kv_cache_bytes: int | None = None
     kv_available_bytes: int | None = None
-    """What the engine really returned to vLLM, when it differs from the ledger's recomputation
-    (it never should; see tests); None: the ledger's figure."""
+    """What the engine says it returned to vLLM; the ledger re-derives it (`ledger.kv_budget`), and
+    where the two differ the budget says by how much (`sized_otherwise`) and a warning says so."""
     kv_blocks: int | None = None
     deferred_steps: tuple[str, ...] = ()
     vllm_kv_available_bytes: int | None = None
@@ -61,8 +61,9 @@ class MeasuredRank:
     """Where the rank ran and how its record arrived (a run; None elsewhere)."""
     kv_tensor_block_bytes: tuple[int, ...] | None = None
     """Bytes per block of each KV tensor (CUDA; see RankReport)."""
-    kv_segment_rounding_bytes: int | None = None
-    """Budget left unused so that whole blocks' segments fit (CUDA; see RankReport)."""
+    kv_structures_bytes: int = 0
+    """What KV initialisation takes besides the cache, measured before sizing and reserved in the
+    KV budget (GPU; 0 where not measured)."""
     planted: Mapping[Owner, int] = field(default_factory=dict)
     """Sizes the source planted on purpose (the selftest), per owner: the report's accuracy."""
 
@@ -171,15 +172,17 @@ def rank_report(record: RankRecord) -> RankReport:
                       graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
                       kv_cache_bytes=record.kv_cache_bytes,
                       capture_transient_bytes=step_transient(record.graph_capture_transient_bytes,
-                                                             record.prefill_probe_transient_bytes))
+                                                             record.prefill_probe_transient_bytes),
+                      kv_structures_bytes=record.kv_structures_bytes,
+                      kv_tensor_block_bytes=record.kv_tensor_block_bytes, returned_bytes=record.kv_available_bytes)
+    rounding = budget_term(led.kv_budget, BudgetTerm.SEGMENT_ROUNDING)
     return RankReport(
         rank=record.rank, tp_rank=record.tp_rank, dcp_rank=record.dcp_rank,
         device_total_bytes=record.device_total_bytes, requested_bytes=led.requested_bytes,
         others_bytes=record.others_bytes, owners=led.owners,
         graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
         graph_pool_actual_bytes=led.graph_pool_actual_bytes,
-        kv_available_bytes=(record.kv_available_bytes if record.kv_available_bytes is not None
-                            else led.kv_available_bytes),
+        kv_available_bytes=led.kv_available_bytes, kv_budget=led.kv_budget,
         phases=record.phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
         free_at_start_bytes=led.free_at_start_bytes, kv_blocks=record.kv_blocks,
         deferred_steps=tuple(record.deferred_steps), vllm_kv_available_bytes=record.vllm_kv_available_bytes,
@@ -189,7 +192,7 @@ def rank_report(record: RankRecord) -> RankReport:
         graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
         prefill_probe_transient_bytes=record.prefill_probe_transient_bytes,
         kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node,
-        kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=record.kv_segment_rounding_bytes)
+        kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=-rounding if rounding is not None else None)
 
 
 def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:
@@ -283,6 +286,11 @@ def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[st
                      + (f"in {', '.join(over)} " if over else "")
                      + f"(within the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
+        otherwise = budget_term(r.kv_budget, BudgetTerm.SIZED_OTHERWISE)
+        if otherwise:
+            notes.append(f"{_rank_name(r)}: KV was sized to {r.kv_available_bytes} bytes, "
+                         f"{otherwise:+d} from what the ledger re-derives of the same record (another sizing "
+                         f"rule, or the engine and the ledger disagree): the KV budget's `sized_otherwise` term")
         if r.deferred_steps:
             notes.append(f"{_rank_name(r)}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
                          f"after it; their bytes were not budgeted")

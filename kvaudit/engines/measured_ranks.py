@@ -148,4 +148,4 @@ def measured_rank(folded: RankEvents, gmu: float | None = None, node: RankNode |
         prefill_probe_transient_bytes=folded.get_int("prefill_probe_transient_bytes"),
         kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None, node=node,
         kv_tensor_block_bytes=_ints(f.get("kv_tensor_block_bytes")),
-        kv_segment_rounding_bytes=folded.get_int("kv_segment_rounding_bytes"))
+        kv_structures_bytes=folded.get_int("kv_structures_reserve_bytes") or 0)

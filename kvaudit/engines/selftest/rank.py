@@ -22,7 +22,7 @@ from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.selftest.workload import Planted, Workload
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.sequence import RankSequencer, WarmupGuard
-from kvaudit.ledger import GraphMeasurement, measure_graphs, naive_kv_available, requested_bytes, size_kv
+from kvaudit.ledger import GraphMeasurement, kv_budget, kv_figure, measure_graphs, naive_kv_available, requested_bytes
 from kvaudit.schema import Phase
 
 PROFILE_TOKENS = 512
@@ -121,7 +121,8 @@ def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, pro
         handle.note(f"estimate {estimate} bytes; {retained} bytes retained by the pool after the graphs were freed "
                     f"({graphs.retained_live_bytes} of them still in use)")
     phases = phase_records(seq.journal.events)
-    kvaudit_kv = size_kv(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
+    budget = kv_budget(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
+    kvaudit_kv = kv_figure(budget) if budget is not None else None
     naive_kv = naive_kv_available(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
     available = naive_kv if spec.get("sizing") == "naive" else kvaudit_kv
     seq.fact(graph_pool_estimate_bytes=estimate, graph_pool_retained_bytes=retained, kv_available_bytes=available,
