@@ -415,7 +415,7 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Predict the report of an edited config from a measured one, without booting: every owner
     measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
-    from kvaudit.plan import edits_from_flags, exit_code, plan_dumps, plan_or_solve
+    from kvaudit.plan import edits_from_flags, plan_dumps, plan_exit_code, plan_or_solve
     from kvaudit.render.output import check_paths
     from kvaudit.render.plan import render_plan
     from kvaudit.engines.inputs import load_report
@@ -425,4 +425,4 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
                              kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     result = plan_or_solve(load_report(report), edits, solve, for_len)
     _emit(lambda out: render_plan(result, fmt, out, width=width), lambda: plan_dumps(result), fmt, output, [report])
-    raise typer.Exit(exit_code(result))
+    raise typer.Exit(int(plan_exit_code(result)))

@@ -26,7 +26,7 @@ from kvaudit.capacity import KvGeometry, gmu_ceiling
 from kvaudit.config import AuditConfig, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
-from kvaudit.report import exit_code as report_exit
+from kvaudit.report import exit_code
 from kvaudit.schema import (
     NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
 )
@@ -726,17 +726,19 @@ def plan_dumps(plan: Plan) -> str:
     return json.dumps(plan_to_json(plan), indent=2) + "\n"
 
 
-def exit_code(plan: Plan) -> int:
-    """0 the plan fits; 1 nothing does (or a solve found no value); 3 the plan needs a boot."""
+def plan_exit_code(plan: Plan) -> ExitCode:
+    """The predicted report's exit code (report.exit_code: 0 it fits, 1 it does not, 3 it needs a
+    boot), but for a solve's own outcome: no value is 1 (3 where KV is unknown), and a
+    max_num_seqs answer is 0 (the predicted report is at the measured max_num_seqs)."""
     if plan.solution is not None:
         if plan.solution.value is None:
             unknown = plan.report.capacity.kv_available_bytes is None
-            return int(ExitCode.INCOMPLETE if unknown else ExitCode.FINDING)
+            return ExitCode.INCOMPLETE if unknown else ExitCode.FINDING
         if plan.solution.knob is Knob.MAX_NUM_SEQS:
-            return int(ExitCode.OK)
-    return int(report_exit(plan.report))
+            return ExitCode.OK
+    return exit_code(plan.report)
 
 
-__all__ = ["Edits", "Figure", "How", "Knob", "Plan", "PlanRank", "Solution", "edits_from_flags", "exit_code",
+__all__ = ["Edits", "Figure", "How", "Knob", "Plan", "PlanRank", "Solution", "edits_from_flags", "plan_exit_code",
            "fp8_bytes_per_block", "plan_dumps", "plan_or_solve", "plan_report", "plan_to_json", "scale_activation",
            "solve"]

@@ -264,7 +264,9 @@ class RankReport:
     graph_pool_actual_bytes: int | None = None
     """Graph pool high-water of the real capture after KV, plus its non-torch growth."""
     kv_available_bytes: int | None = None
-    """What kvaudit sized the KV cache to on this rank (returned to vLLM)."""
+    """The figure the boot the report describes sized this rank's KV cache to: in a run, the
+    selftest and a plan kvaudit's (returned to vLLM); in a log vLLM's own, the only sizing a log
+    shows (then also `vllm_kv_available_bytes`)."""
     phases: tuple[PhaseRecord, ...] = ()
     naive_kv_available_bytes: int | None = None
     """Extension: what a single profile pass before warmup would have given this rank."""
@@ -277,7 +279,9 @@ class RankReport:
     deferred_steps: tuple[str, ...] = ()
     """Extension: warmup steps that needed KV and ran only after it (their bytes were not budgeted)."""
     vllm_kv_available_bytes: int | None = None
-    """Extension: what vLLM's own arithmetic gave in the same boot (after kvaudit's warmup ran)."""
+    """Extension: what vLLM's own arithmetic gave in the same boot, always vLLM's figure: beside
+    kvaudit's in a run (after kvaudit's warmup ran); in a log the figure the log states (written
+    there from this version on)."""
     vllm_graph_estimate_bytes: int | None = None
     """Extension: vLLM's own graph memory estimate in the same boot (profile_cudagraph_memory;
     0 from MRv2 before 0.29), beside kvaudit's measured `graph_pool_estimate_bytes`."""

@@ -230,6 +230,9 @@ class HtmlReporter(SectionReporter):
         super().diff(diff, out)
         out.write(self._drawn.document(_footer(None)))
 
+    def plan(self, plan: Plan, out: TextIO) -> None:
+        plan_html(plan, out, self)
+
 
 # --------------------------------------------------------------------------------------------
 # diff
@@ -317,7 +320,7 @@ def diff_head(diff: DiffReport) -> list[str]:
 # plan
 
 
-def plan_html(plan: Plan, out: TextIO) -> None:
+def plan_html(plan: Plan, out: TextIO, reporter: HtmlReporter | None = None) -> None:
     """A plan's page: the predicted report as any report's page, then the planned-vs-measured
     table and how each figure was obtained (kvaudit/render/plan.py's lines)."""
     from kvaudit.render.plan import plan_lines
@@ -327,7 +330,7 @@ def plan_html(plan: Plan, out: TextIO) -> None:
                 plan_table(plan),
                 "<h2>How each figure was obtained</h2>"]
     appendix += [f"<p>{esc(line.strip())}</p>" for line in plan_lines(plan)]
-    HtmlReporter().report(plan.report, out, appendix=appendix)
+    (reporter or HtmlReporter()).report(plan.report, out, appendix=appendix)
 
 
 def plan_source(plan: Plan) -> str:

@@ -81,5 +81,7 @@ class _MarkdownPage(Page):
 
 
 class MarkdownReporter(SectionReporter):
+    plan_markdown = True
+
     def page(self, out: TextIO) -> Page:
         return _MarkdownPage(out)

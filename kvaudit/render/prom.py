@@ -19,11 +19,14 @@ the escape it came from. -o writes the file through kvaudit/render/output.py, at
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, TextIO
+from typing import TYPE_CHECKING, Iterable, Iterator, TextIO
 
 from kvaudit.render.printable import printable
 from kvaudit.render.summary import safe_kv_bytes
 from kvaudit.schema import DiffReport, Owner, Report, Verdict
+
+if TYPE_CHECKING:
+    from kvaudit.plan import Plan
 
 PREFIX = "kvaudit_"
 
@@ -170,6 +173,10 @@ class PromReporter:
 
     def diff(self, diff: DiffReport, out: TextIO) -> None:
         out.write(_exposition(diff_families(diff)))
+
+    def plan(self, plan: Plan, out: TextIO) -> None:
+        """The predicted report's gauges alone (`source="plan"`): a metrics file takes no prose."""
+        self.report(plan.report, out)
 
 
 def samples(text: str) -> Iterable[tuple[str, dict[str, str], float]]:

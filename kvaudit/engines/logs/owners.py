@@ -134,7 +134,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=r.last(FactKind.KV_BLOCKS),
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
-        vllm_suggested_kv_cache_memory_bytes=r.last(FactKind.KV_SUGGESTION)))
+        vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=r.last(FactKind.KV_SUGGESTION)))
 
 
 def _first_known(*values: int | None) -> int | None:

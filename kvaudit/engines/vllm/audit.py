@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, interrupted, one_line
+from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, exception_line, interrupted
 from kvaudit.engines.vllm import adapter, transport
 from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.ledger import budget_term, kv_budget, kv_figure, requested_bytes, step_transient
@@ -85,9 +85,9 @@ class AuditMixin:
             raise
         except BaseException as exc:
             self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "failed",
-                                     "seconds": round(time.perf_counter() - start, 3), "detail": one_line(exc)})
+                                     "seconds": round(time.perf_counter() - start, 3), "detail": exception_line(exc)})
             self._kva_journal.write({"type": "error", "phase": Phase.BASELINE.value, "error": type(exc).__name__,
-                                     "message": one_line(exc)})
+                                     "message": exception_line(exc)})
             raise
         # vLLM's distributed start-up ran: journals of other nodes travel through its store
         self._kva_relay = transport.attach(self, self._kva_journal)
