@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvaudit.assemble import BootRecord, Stated
+from kvaudit.record import BootRecord, Stated
 from kvaudit.config import AuditConfig
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.failure_timeline import log_failure

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kvaudit.assemble import StatedRank
+from kvaudit.record import StatedRank
 from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import RankFacts
 from kvaudit.ledger import requested_bytes as request_memory

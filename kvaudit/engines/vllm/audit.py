@@ -151,7 +151,7 @@ class AuditMixin:
         available = kv_figure(budget)
         rounding = budget_term(budget, BudgetTerm.SEGMENT_ROUNDING)
         seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=available,
-                 kv_structures_reserve_bytes=self._kva_kv_structures,
+                 kv_structures_bytes=self._kva_kv_structures,
                  kv_segment_rounding_bytes=-rounding if rounding is not None else None,
                  kv_tensor_block_bytes=pages or None,
                  kv_budget=[{"term": t.term.value, "bytes": t.bytes} for t in budget],
