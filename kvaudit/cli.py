@@ -17,7 +17,7 @@ import typer
 
 from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.render import DOCUMENT_FORMATS, Format, check_format, reporter
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 
 app = typer.Typer(
     name="kvaudit", add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,

@@ -16,9 +16,6 @@ the block. Pure Python: no torch, no vllm.
 from __future__ import annotations
 
 import dataclasses
-import json
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Sequence
 
 from kvaudit.assemble import BootRecord, StatedRank, assemble
@@ -28,12 +25,12 @@ from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
 from kvaudit.report import exit_code
 from kvaudit.schema import (
-    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
+    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint,
+)
+from kvaudit.plan_schema import (
+    Edits, Figure, How, Knob, Plan, PlanRank, Solution, on_cpu, plan_dumps, plan_to_json,
 )
 from kvaudit.units import fmt_bytes, fmt_tokens
-
-PLAN_SCHEMA = "kvaudit.plan/1"
-"""The `plan` section beside a predicted report (which is itself `kvaudit.report/1`)."""
 
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
@@ -55,104 +52,6 @@ to max(max_model_len, this) when it turns chunked prefill off (CpuPlatform.check
 BLOCK_TABLE_ENTRY_BYTES = 4
 """vLLM's block tables hold int32 block ids: max_num_seqs × blocks per request × 4 bytes, on the
 host and on the device (v1/worker/block_table.py); sized at runner init, before the baseline."""
-
-
-class How(StrEnum):
-    """How a planned figure was obtained."""
-
-    MEASURED = "measured"
-    """The measured report's figure: the edit does not change it."""
-    SCALED = "scaled"
-    """A rule applied to measured points; `rule`, `points` and `error_bytes` say which and how sure."""
-    UNKNOWN = "unknown"
-    """The edit changes it in a way no measured point covers; `boot` says what to boot."""
-
-
-class Knob(StrEnum):
-    """What `--solve` solves for."""
-
-    MAX_MODEL_LEN = "max-model-len"
-    GMU = "gmu"
-    MAX_NUM_SEQS = "max-num-seqs"
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One owner of one rank in the plan."""
-
-    owner: Owner
-    bytes: int | None
-    how: How
-    rule: str = ""
-    """The rule, in words, when scaled; why, when unknown."""
-    points: tuple[tuple[int, int], ...] = ()
-    """Measured (knob value, bytes) points the rule used."""
-    error_bytes: int = 0
-    """How far the true figure may be from `bytes`, either way."""
-    extrapolated: bool = False
-    """The knob value lies outside the measured points: the error is the whole extrapolated part."""
-    boot: str = ""
-    """For unknown figures: the boot that would measure it."""
-
-
-@dataclass(frozen=True)
-class PlanRank:
-    rank: int
-    figures: tuple[Figure, ...]
-    requested_bytes: int | None
-    kv_available_bytes: int | None
-    """Predicted KV figure kvaudit would size: requested − the planned sizing charge."""
-    kv_error_bytes: int | None
-    """Stated error of kv_available_bytes (sum of the figures' errors), None when unknown."""
-
-
-@dataclass(frozen=True)
-class Edits:
-    """The knobs `kvaudit plan` may change; None leaves the measured value."""
-
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    cudagraph_capture_sizes: tuple[int, ...] | None = None
-    kv_cache_dtype: str | None = None
-    enforce_eager: bool | None = None
-
-    def changes(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-
-
-@dataclass(frozen=True)
-class Solution:
-    knob: Knob
-    value: int | float | None
-    """The answer; None when nothing fits."""
-    for_len: int | None = None
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Plan:
-    report: Report
-    """The predicted report: source plan, schema kvaudit.report/1."""
-    measured: Report
-    edits: tuple[KnobDifference, ...]
-    """Each edited knob: measured value (a) → planned value (b)."""
-    ranks: tuple[PlanRank, ...]
-    kv_error_bytes: int | None
-    """Stated error of the predicted KV on the binding rank, None when KV is unknown."""
-    kv_error_tokens: int | None
-    boots_needed: tuple[str, ...] = ()
-    """What to boot to learn what the plan could not say (deduplicated)."""
-    notes: tuple[str, ...] = ()
-    solution: Solution | None = None
-    schema: str = PLAN_SCHEMA
-
-    @property
-    def counts_torch_other_variation(self) -> bool:
-        """The stated error holds torch_other's boot-to-boot variation (_rank_figures: CUDA only)."""
-        return not _on_cpu(self.measured) and any(
-            f.owner is Owner.TORCH_OTHER and f.bytes for r in self.ranks for f in r.figures)
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,11 +127,6 @@ def fp8_bytes_per_block(measured_bpb: int, spec_dtype: str | None, measured_dtyp
     return None
 
 
-def _on_cpu(report: Report) -> bool:
-    """The boot ran on vLLM's CPU backend (host memory: no caching allocator's segments)."""
-    return (report.environment.device_name or "").startswith("CPU")
-
-
 def _whole_prompt(report: Report) -> bool:
     """The boot ran without chunked prefill: one step holds a whole prompt of up to max_model_len
     tokens, so the largest step's transient (on CPU, kvaudit's prefill probe: attention computed
@@ -243,7 +137,7 @@ def _whole_prompt(report: Report) -> bool:
 def _platform_sets_batched_tokens(report: Report) -> bool:
     """vLLM's CPU platform chose max_num_batched_tokens itself: CPU_MLA (MLA without AMX) turns
     chunked prefill off and sets it to max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)."""
-    return _on_cpu(report) and _whole_prompt(report) and report.engine.attention_backend == "CPU_MLA"
+    return on_cpu(report) and _whole_prompt(report) and report.engine.attention_backend == "CPU_MLA"
 
 
 def geometry_of(report: Report) -> KvGeometry | None:
@@ -307,7 +201,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     notes: list[str] = []
     boots: list[str] = []
 
-    if config.gpu_memory_utilization != old.gpu_memory_utilization and _on_cpu(measured):
+    if config.gpu_memory_utilization != old.gpu_memory_utilization and on_cpu(measured):
         notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
                      "node's total can change between boots (memory hot-plug), and the plan cannot see it")
     if config.max_model_len != old.max_model_len and _whole_prompt(measured):
@@ -371,7 +265,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         error += geometry.bytes_per_block  # the cache holds whole blocks: one block either way
     tokens = (-(-error // geometry.bytes_per_block) * geometry.tokens_per_block
               if error is not None and geometry is not None else None)
-    if measured.engine.name == "vllm" and not _on_cpu(measured) \
+    if measured.engine.name == "vllm" and not on_cpu(measured) \
             and predicted.capacity.kv_available_bytes is not None and error is not None \
             and any(r.kv_tensor_block_bytes is None for r in predicted.ranks):
         notes.append("on CUDA kvaudit sizes KV in whole blocks whose tensors' allocator segments fit: add up to "
@@ -480,7 +374,7 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
     # how many there are differs from boot to boot of one config (the H200 plan proof saw KV up to
     # 368 MiB above the plan: tests/benchmarks/results/h200-plan.md).
     other = figures[Owner.TORCH_OTHER]
-    if other.bytes and not _on_cpu(measured):
+    if other.bytes and not on_cpu(measured):
         figures[Owner.TORCH_OTHER] = dataclasses.replace(
             other, error_bytes=other.error_bytes + other.bytes,
             rule=(other.rule + "; " if other.rule else "") + "the allocator's cached segments at sizing differ "
@@ -707,23 +601,6 @@ def plan_or_solve(measured: Report, edits: Edits, knob: str | None, for_len: int
 
 # --------------------------------------------------------------------------------------------
 # JSON
-
-
-def plan_to_json(plan: Plan) -> dict[str, Any]:
-    """The predicted report's own keys, then `plan` (how each figure was obtained) and
-    `measured` (the report it came from), so `kvaudit show` reads the file as a report."""
-    data = to_jsonable(plan.report)
-    data["plan"] = {
-        "schema": plan.schema, "edits": to_jsonable(plan.edits), "kv_error_bytes": plan.kv_error_bytes,
-        "kv_error_tokens": plan.kv_error_tokens, "ranks": to_jsonable(plan.ranks),
-        "boots_needed": list(plan.boots_needed), "notes": list(plan.notes),
-        "solution": to_jsonable(plan.solution) if plan.solution is not None else None}
-    data["measured"] = to_jsonable(plan.measured)
-    return data
-
-
-def plan_dumps(plan: Plan) -> str:
-    return json.dumps(plan_to_json(plan), indent=2) + "\n"
 
 
 def plan_exit_code(plan: Plan) -> ExitCode:

@@ -107,7 +107,7 @@ def interrupted(exc: BaseException) -> str:
 
 def exception_line(exc: BaseException, limit: int = 2000) -> str:
     """`ClassName: the first line of its message`, at most `limit` characters: an exception as a
-    journal, a phase detail or a verify error states it (render/printable.one_line is another
+    journal, a phase detail or a verify error states it (kvaudit.printable.one_line is another
     thing: any text made one safe line for a terminal)."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, assert_never
 from kvaudit.schema import DiffReport, Report
 
 if TYPE_CHECKING:
-    from kvaudit.plan import Plan
+    from kvaudit.plan_schema import Plan
 
 
 class Format(StrEnum):
@@ -83,7 +83,7 @@ class _Printable(_EscapedSurrogates):
     and tabs: CSV and markdown carry report strings verbatim and are often read on a terminal."""
 
     def write(self, text: str) -> int:
-        from kvaudit.render.printable import printable
+        from kvaudit.printable import printable
         return super().write(printable(text))
 
 

@@ -13,7 +13,7 @@ table and markdown say, in the same order), drawn as HTML, with pictures where a
 Self-contained: CSS and SVG inline, no script, no link, no font or image to fetch; a Content
 Security Policy (`default-src 'none'`) makes the browser refuse any load or script that might
 still slip in. Every string from a report (model, paths, messages, warnings, side names) is data:
-HTML-escaped, its control characters shown as escapes (kvaudit/render/printable.py).
+HTML-escaped, its control characters shown as escapes (kvaudit/kvaudit/printable.py).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Iterable, Sequence, TextIO
 
 from kvaudit.render.frames import Frame
 from kvaudit.render import charts, summary
-from kvaudit.render.printable import printable
+from kvaudit.printable import printable
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import NON_KV_OWNERS, DiffReport, Owner, OwnerDelta, Report, Verdict
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_gib3
 
 if TYPE_CHECKING:
-    from kvaudit.plan import Figure, Plan
+    from kvaudit.plan_schema import Figure, Plan
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 """Inline styles only: no script, no fetch of any kind (a meta CSP cannot carry frame-ancestors)."""

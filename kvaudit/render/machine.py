@@ -8,7 +8,7 @@ from kvaudit.render import frames
 from kvaudit.schema import DiffReport, Report, dumps
 
 if TYPE_CHECKING:
-    from kvaudit.plan import Plan
+    from kvaudit.plan_schema import Plan
 
 
 class JsonReporter:
@@ -19,7 +19,7 @@ class JsonReporter:
         out.write(dumps(diff))
 
     def plan(self, plan: Plan, out: TextIO) -> None:
-        from kvaudit.plan import plan_dumps
+        from kvaudit.plan_schema import plan_dumps
         out.write(plan_dumps(plan))
 
 

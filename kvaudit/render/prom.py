@@ -12,7 +12,7 @@ series of two images are two series. Unknown is absent, never 0.
 
 Label values from a report are escaped by prometheus-client as the format says (backslash,
 double quote, newline); before that, control characters but newline and tab are shown as
-escapes (`\x1b`), as every other format shows them (kvaudit/render/printable.py: `cat` of the
+escapes (`\x1b`), as every other format shows them (kvaudit/kvaudit/printable.py: `cat` of the
 file must not run a terminal sequence), and a lone surrogate (which no UTF-8 text can hold) as
 the escape it came from. -o writes the file through kvaudit/render/output.py, atomically.
 """
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Iterator, TextIO
 
-from kvaudit.render.printable import printable
+from kvaudit.printable import printable
 from kvaudit.render.summary import safe_kv_bytes
 from kvaudit.schema import DiffReport, Owner, Report, Verdict
 
 if TYPE_CHECKING:
-    from kvaudit.plan import Plan
+    from kvaudit.plan_schema import Plan
 
 PREFIX = "kvaudit_"
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, TextIO
 
 from kvaudit.render import frames, summary
 from kvaudit.render.frames import Frame
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 from kvaudit.schema import DiffReport, Report, Verdict
 
 if TYPE_CHECKING:
-    from kvaudit.plan import Plan
+    from kvaudit.plan_schema import Plan
 
 OWNERS_LABEL = "owner (GiB)"
 ACCURACY_LABEL = "planted vs measured (GiB)"

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvaudit.render import bars
-from kvaudit.render.printable import printable
+from kvaudit.printable import printable
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import Report, Verdict
 

@@ -14,7 +14,7 @@ from factories import DATA, REAL_REPORTS, real_json, write_json
 from kvaudit.diff import diff_reports
 from kvaudit.engines.inputs import load_report
 from kvaudit.plan import Edits, plan_report
-from kvaudit.render.printable import printable
+from kvaudit.printable import printable
 from kvaudit.render.prom import samples
 from kvaudit.schema import Owner, Verdict
 

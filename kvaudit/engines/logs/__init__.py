@@ -25,7 +25,7 @@ from kvaudit.engines.logs.boot_record import LogBoot
 from kvaudit.engines.logs.parse import parse_file
 from kvaudit.engines.logs.ranks import check_one_boot
 from kvaudit.errors import BadInputError
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 from kvaudit.schema import Report
 
 __all__ = ["record_from_logs", "report_from_log_text", "report_from_logs"]

@@ -20,7 +20,7 @@ from kvaudit.engines.logs.layout import Layout, layout
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
 from kvaudit.errors import BadInputError
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 
 
 @dataclass(frozen=True)
