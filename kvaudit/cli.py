@@ -149,7 +149,8 @@ def ingest(logs: Annotated[list[Path], typer.Argument(metavar="LOG", help="The v
     """Turn the raw vLLM startup logs of one boot into a report (source log): every rank's owners and the verdict."""
     from kvaudit.engines.logs import report_from_logs
     from kvaudit.render.output import check_paths
-    from kvaudit.report import exit_code, input_name, read_text
+    from kvaudit.report import exit_code
+    from kvaudit.input_text import input_name, read_text
     _stdin_once(logs)
     check_paths([("-o", output)], [("", path) for path in logs])
     report = report_from_logs([(read_text(path), input_name(path)) for path in logs])

@@ -23,7 +23,7 @@ from kvaudit.engines.logs.scan import bounds
 from kvaudit.errors import BadInputError
 from kvaudit.render.table import TableReporter
 from kvaudit.engines.inputs import load_report
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
 DATA = Path(__file__).parent / "data"
