@@ -10,22 +10,45 @@ an engine.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 
 from kvaudit import __version__
-from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
-    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
+    OVERCOMMIT_TOLERANCE_BYTES,
+    capacity,
+    node_summaries,
+    over_committed,
+    overcommit_bytes,
+    verify_error,
 )
+from kvaudit.config import AuditConfig
 from kvaudit.ledger import budget_term, growth_after_sizing, owners_from_readings, rank_ledger, step_transient
+from kvaudit.record import (
+    SHARED_WITH_REPORT,
+    BootRecord,
+    BootSource,
+    MeasuredRank,
+    RankRecord,
+    Stated,
+    StatedRank,
+)
 from kvaudit.report import phase_map
 from kvaudit.schema import (
-    AccuracyEntry, BudgetTerm, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankNode, RankReport, Report, Scenario, Site, Source, SweepPoint, Verdict, Verify, VerifyRank, VerifyScenario,
-)
-from kvaudit.record import (
-    SHARED_WITH_REPORT, BootRecord, BootSource, MeasuredRank, RankRecord, Stated, StatedRank,
+    AccuracyEntry,
+    BudgetTerm,
+    Capacity,
+    Failure,
+    FailureKind,
+    Owner,
+    Phase,
+    RankReport,
+    Report,
+    Scenario,
+    Verdict,
+    Verify,
+    VerifyRank,
+    VerifyScenario,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
@@ -264,11 +287,13 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
         text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
                 f"{fmt_gib(cap.kv_available_bytes)} available{where}")
     elif cap.kv_available_bytes is not None:
-        text = f"does not fit: max_model_len {length} needs more KV than the {fmt_gib(cap.kv_available_bytes)} available{where}"
+        text = (f"does not fit: max_model_len {length} needs more KV than the {fmt_gib(cap.kv_available_bytes)} "
+                f"available{where}")
     elif cap.kv_tokens is not None:
         text = f"does not fit: max_model_len {length} is longer than the KV cache's {fmt_tokens(cap.kv_tokens)} tokens"
     elif cap.kv_needed_bytes is not None:
-        text = f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, more than the KV cache holds"
+        text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, more than the KV "
+                f"cache holds")
     else:
         text = f"does not fit: max_model_len {length} is longer than the KV cache holds"
     if cap.max_feasible_model_len is not None:

@@ -15,8 +15,9 @@ import stat
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from kvaudit.errors import BadInputError
 

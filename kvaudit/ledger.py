@@ -16,12 +16,19 @@ tolerance) is kvaudit/capacity.py's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from kvaudit.errors import BadInputError
 from kvaudit.schema import (
-    NON_KV_OWNERS, BudgetTerm, KvTerm, Owner, Phase, PhaseRecord, RankReport, budget_total,
+    NON_KV_OWNERS,
+    BudgetTerm,
+    KvTerm,
+    Owner,
+    Phase,
+    PhaseRecord,
+    RankReport,
+    budget_total,
 )
 from kvaudit.units import minus, plus
 
@@ -341,7 +348,7 @@ def owners_at_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_est
                      requested: int | None, capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
     """The owners as KV sizing charged them: from the phases before KV (kv, capture and verify
     come after the budget is fixed)."""
-    before_kv = {phase: record for phase, record in phases.items()
+    before_kv: dict[Phase, PhaseRecord] = {phase: record for phase, record in phases.items()
                  if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
     return owners_from_phases(before_kv, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                               kv_cache_bytes=None, requested=requested,

@@ -16,19 +16,36 @@ the block. Pure Python: no torch, no vllm.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
 from kvaudit.config import AuditConfig, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
+from kvaudit.plan_schema import (
+    Edits,
+    Figure,
+    How,
+    Knob,
+    Plan,
+    PlanRank,
+    Solution,
+    on_cpu,
+    plan_dumps,
+    plan_to_json,
+)
 from kvaudit.report import exit_code
 from kvaudit.schema import (
-    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint,
-)
-from kvaudit.plan_schema import (
-    Edits, Figure, How, Knob, Plan, PlanRank, Solution, on_cpu, plan_dumps, plan_to_json,
+    NON_KV_OWNERS,
+    FailureKind,
+    KnobDifference,
+    Owner,
+    RankReport,
+    Report,
+    Source,
+    SweepPoint,
 )
 from kvaudit.units import fmt_bytes, fmt_tokens
 
@@ -58,7 +75,7 @@ host and on the device (v1/worker/block_table.py); sized at runner init, before 
 # Rules
 
 
-def scale_activation(measured_bytes: int | None, measured_tokens: int | None, tokens: int,
+def scale_activation(measured_bytes: int | None, measured_tokens: int | None, tokens: int | None,
                      sweep: Sequence[SweepPoint] | None) -> Figure:
     """The activation peak at `tokens` batched tokens.
 
@@ -70,6 +87,9 @@ def scale_activation(measured_bytes: int | None, measured_tokens: int | None, to
     is the error. Without a sweep: proportional through zero from the one measured point (the
     estimate the ledger's lever uses), and the whole change is the error."""
     owner = Owner.ACTIVATION_PEAK
+    if tokens is None:  # the planned config leaves it to vLLM, whose default the plan cannot see
+        return Figure(owner, None, How.UNKNOWN, rule="the planned max_num_batched_tokens is vLLM's default",
+                      boot="kvaudit run --sweep")
     if measured_bytes is None or not measured_tokens or measured_tokens < 0:
         return Figure(owner, None, How.UNKNOWN, rule="the report has no activation peak or max_num_batched_tokens",
                       boot=f"kvaudit run --sweep --max-num-batched-tokens {tokens}")
@@ -81,7 +101,9 @@ def scale_activation(measured_bytes: int | None, measured_tokens: int | None, to
         return Figure(owner, value, How.SCALED, rule="proportional to batched tokens through 0, from one measured "
                       "point (no --sweep in the report)", points=((measured_tokens, measured_bytes),),
                       error_bytes=abs(measured_bytes - value), extrapolated=True)
-    at = lambda n: _piecewise(points, n)  # noqa: E731
+    def at(n: int) -> tuple[int, list[tuple[int, int]]]:
+        return _piecewise(points, n)
+
     lo, hi = points[0][0], points[-1][0]
     offset = measured_bytes - at(measured_tokens)[0] if lo <= measured_tokens <= hi else 0
     value, used = at(tokens)
@@ -286,7 +308,8 @@ def _check_edits(edits: Edits) -> None:
         raise UsageError("--kv-cache-dtype must not be empty")
     if edits.kv_cache_dtype is not None and edits.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise UsageError(f"--kv-cache-dtype {edits.kv_cache_dtype!r} is none of vLLM's: {', '.join(KV_CACHE_DTYPES)} "
-                         f"(the plan sizes {', '.join(FP8_KV_DTYPES)} from a 16-bit KV spec; other changes need a boot)")
+                         f"(the plan sizes {', '.join(FP8_KV_DTYPES)} from a 16-bit KV spec; other changes need a "
+                         f"boot)")
 
 
 def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry | None, str | None]:
@@ -325,8 +348,9 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
         if fig.bytes is not None and transient and transient > fig.bytes:
             # activation_peak charges the capture's and the long-prefill probe's transients where they are
             # larger (ledger.activation_peak): neither depends on the profile pass's tokens
-            fig = dataclasses.replace(fig, bytes=transient, rule=fig.rule + "; a transient measured beside the "
-                                      f"replay ({fmt_bytes(transient)}) is larger and is what is charged", error_bytes=0)
+            fig = dataclasses.replace(fig, bytes=transient, error_bytes=0,
+                                      rule=fig.rule + "; a transient measured beside the replay "
+                                      f"({fmt_bytes(transient)}) is larger and is what is charged")
         figures[Owner.ACTIVATION_PEAK] = fig
     probe = rank.prefill_probe_transient_bytes
     raised = [k for k, a, b in (("max_num_batched_tokens", old.max_num_batched_tokens, config.max_num_batched_tokens),
@@ -444,9 +468,9 @@ def _block_table_delta(old: AuditConfig, new: AuditConfig, geometry: KvGeometry 
             or not new.max_num_seqs:
         return 0
 
-    def size(c: AuditConfig) -> int:
-        return 2 * BLOCK_TABLE_ENTRY_BYTES * c.max_num_seqs * -(-c.max_model_len // geometry.block_size)
-    return size(new) - size(old)
+    def size(seqs: int, length: int) -> int:
+        return 2 * BLOCK_TABLE_ENTRY_BYTES * seqs * -(-length // geometry.block_size)
+    return size(new.max_num_seqs, new.max_model_len) - size(old.max_num_seqs, old.max_model_len)
 
 
 def _planned_rank(rank: RankReport, figures: dict[Owner, Figure], edited: set[Owner], config: AuditConfig,
@@ -551,10 +575,10 @@ def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None
     blocks = cap.kv_available_bytes // geometry.bytes_per_block
     per_request = geometry.needed_bytes(for_len) // geometry.bytes_per_block  # type: ignore[arg-type]
     fit = max(blocks - 1, 0) // per_request  # vLLM keeps the null block
-    length = base.report.config.max_model_len
+    max_len = base.report.config.max_model_len
     note = f"{fit} requests of {for_len} tokens fit in {blocks} blocks ({per_request} blocks each, one null block)"
-    if length is not None and for_len > length:  # type: ignore[operator]
-        note += f"; max_model_len {length} must be raised to at least {for_len} to accept them"
+    if max_len is not None and for_len is not None and for_len > max_len:
+        note += f"; max_model_len {max_len} must be raised to at least {for_len} to accept them"
     if base.report.config.max_num_seqs is not None and fit > base.report.config.max_num_seqs:
         note += (f"; serving them at once needs --max-num-seqs {fit} (above the measured "
                  f"{measured.config.max_num_seqs}: its sampler buffers are not planned, check with a boot)")

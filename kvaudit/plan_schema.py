@@ -123,7 +123,7 @@ class Plan:
 def plan_to_json(plan: Plan) -> dict[str, Any]:
     """The predicted report's own keys, then `plan` (how each figure was obtained) and
     `measured` (the report it came from), so `kvaudit show` reads the file as a report."""
-    data = to_jsonable(plan.report)
+    data: dict[str, Any] = to_jsonable(plan.report)
     data["plan"] = {
         "schema": plan.schema, "edits": to_jsonable(plan.edits), "kv_error_bytes": plan.kv_error_bytes,
         "kv_error_tokens": plan.kv_error_tokens, "ranks": to_jsonable(plan.ranks),

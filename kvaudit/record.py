@@ -11,13 +11,24 @@ Nothing here imports an engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from kvaudit.capacity import KvGeometry
 from kvaudit.config import AuditConfig
 from kvaudit.schema import (
-    Engine, Environment, Failure, Owner, PhaseRecord, RankNode, RankReport, Site, Source, SweepPoint, Verify,
+    Engine,
+    Environment,
+    Failure,
+    Owner,
+    PhaseRecord,
+    RankNode,
+    RankReport,
+    Site,
+    Source,
+    SweepPoint,
+    Verify,
 )
 
 

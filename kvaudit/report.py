@@ -9,12 +9,13 @@ size caps) is `kvaudit.input_text`'s; telling a report from a vLLM log is
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 from kvaudit.errors import BadInputError, ExitCode
 from kvaudit.ledger import check_balance
 from kvaudit.schema import FailureKind, Phase, PhaseRecord, RankReport, Report, Verdict
 from kvaudit.validate import report_from_json
+
 
 def exit_code(report: Report) -> ExitCode:
     """0 fits; 1 a finding (does not fit); 3 the audit could not complete."""
@@ -38,7 +39,8 @@ def parse_report_text(text: str, where: str) -> Report:
         raise BadInputError(f"{where}: {len(text) >> 20} MiB of JSON, far larger than any kvaudit report "
                             f"(at most {MAX_REPORT_CHARS >> 20} MiB are read)")
     try:
-        # Editors on Windows save a UTF-8 BOM; first_char skips it when a report is told from a log, so json.loads must too.
+        # Editors on Windows save a UTF-8 BOM; first_char skips it when a report is told from a
+        # log, so json.loads must too.
         data = json.loads(text.removeprefix("\ufeff"))
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise BadInputError(f"{where}: not valid JSON ({_json_error(exc)})") from None

@@ -10,9 +10,10 @@ used everywhere: code, JSON and tables. docs/design.md lists the stable keys; th
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum, StrEnum
-from typing import Any, Mapping
+from typing import Any
 
 from kvaudit.config import AuditConfig
 

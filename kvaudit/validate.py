@@ -15,15 +15,54 @@ from enum import Enum
 from typing import Any
 
 from kvaudit.config import (
-    BOOL_KEYS, FLOAT_KEYS, INT_KEYS, INT_LIST_KEYS, MODELLED_KEYS, STABLE_KEYS, STR_KEYS, AuditConfig,
+    BOOL_KEYS,
+    FLOAT_KEYS,
+    INT_KEYS,
+    INT_LIST_KEYS,
+    MODELLED_KEYS,
+    STABLE_KEYS,
+    STR_KEYS,
+    AuditConfig,
     config_from_json,
 )
 from kvaudit.errors import BadInputError
 from kvaudit.schema import (
-    DIFF_SCHEMA, REPORT_SCHEMA, STABLE_OWNERS, AccuracyEntry, BudgetTerm, Capacity, DiffReport, Engine, EnvDifference,
-    Environment, Failure, FailureKind, KnobDifference, Lever, NodeSummary, Owner, OwnerDelta, Phase, PhaseRecord,
-    KvTerm, PhaseStatus, RankNode, RankReport, Repeat, RepeatBoot, OwnerSpread, Report, Scenario, Site, SiteDelta, Source,
-    SweepPoint, Verdict, Verify, VerifyRank, VerifyScenario,
+    DIFF_SCHEMA,
+    REPORT_SCHEMA,
+    STABLE_OWNERS,
+    AccuracyEntry,
+    BudgetTerm,
+    Capacity,
+    DiffReport,
+    Engine,
+    EnvDifference,
+    Environment,
+    Failure,
+    FailureKind,
+    KnobDifference,
+    KvTerm,
+    Lever,
+    NodeSummary,
+    Owner,
+    OwnerDelta,
+    OwnerSpread,
+    Phase,
+    PhaseRecord,
+    PhaseStatus,
+    RankNode,
+    RankReport,
+    Repeat,
+    RepeatBoot,
+    Report,
+    Scenario,
+    Site,
+    SiteDelta,
+    Source,
+    SweepPoint,
+    Verdict,
+    Verify,
+    VerifyRank,
+    VerifyScenario,
 )
 from kvaudit.units import INT_LIMIT
 
@@ -356,7 +395,8 @@ def _repeat(node: _JsonObject | None) -> Repeat | None:
         boot = r.int("boot", least=1)
         if boot is None:
             raise BadInputError(f"{r.where}.boot: must not be null")
-        runs.append(RepeatBoot(boot=boot, verdict=r.enum("verdict", Verdict), kv_tokens=r.int("kv_tokens", required=False),
+        runs.append(RepeatBoot(boot=boot, verdict=r.enum("verdict", Verdict),
+                               kv_tokens=r.int("kv_tokens", required=False),
                                kv_available_bytes=r.int("kv_available_bytes", required=False),
                                safe_kv_cache_memory_bytes=r.int("safe_kv_cache_memory_bytes", required=False),
                                verify_slack_bytes=r.int("verify_slack_bytes", required=False),

@@ -16,9 +16,10 @@ that print them: docs/vllm-startup.md §5.3–5.5.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Generic, Iterable, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kvaudit.schema import Failure, FailureKind, Phase
 

@@ -4,8 +4,9 @@ uses it to size KV from what it measured."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from kvaudit.record import MeasuredRank
 from kvaudit.schema import PHASE_ORDER, Phase, PhaseRecord, PhaseStatus, RankNode, Site
@@ -93,7 +94,8 @@ class RankEvents:
         out = []
         for s in self.sites:
             nbytes, blocks = _int(s.get("bytes")), _int(s.get("blocks"))
-            if nbytes is None or blocks is None or not all(isinstance(s.get(k), str) for k in ("phase", "owner", "site")):
+            named = all(isinstance(s.get(k), str) for k in ("phase", "owner", "site"))
+            if nbytes is None or blocks is None or not named:
                 continue
             out.append(Site(phase=s["phase"], owner=s["owner"], site=s["site"], bytes=nbytes, blocks=blocks,
                             at="peak" if s.get("at") == "peak" else "end"))

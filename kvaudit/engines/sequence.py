@@ -11,13 +11,15 @@ comes back through collective_rpc when the rank lives.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.probes import Probe
 from kvaudit.schema import Phase, PhaseStatus
+
 
 @dataclass
 class PhaseHandle:
@@ -76,7 +78,8 @@ class RankSequencer:
                 self.probe.sync()
             reading = self.probe.read()
         except Exception as exc:  # a dead device cannot be read; the phase still gets its line
-            detail = f"{detail}; probe failed: {exception_line(exc)}" if detail else f"probe failed: {exception_line(exc)}"
+            failed = f"probe failed: {exception_line(exc)}"
+            detail = f"{detail}; {failed}" if detail else failed
         event: dict[str, Any] = {"type": "phase", "name": name.value, "status": status.value,
                                  "seconds": round(time.perf_counter() - start, 3), "detail": detail}
         if reading is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, TextIO
 
-
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import Report, Verdict
 

@@ -21,8 +21,8 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from kvaudit.errors import UsageError
 

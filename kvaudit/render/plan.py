@@ -9,9 +9,9 @@ import csv
 from typing import TextIO
 
 from kvaudit.plan_schema import Figure, How, Plan
+from kvaudit.printable import one_line
 from kvaudit.render import Format, printable_stream, reporter
 from kvaudit.render.markdown import text as markdown_text
-from kvaudit.printable import one_line
 from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
 
 

@@ -19,7 +19,8 @@ the escape it came from. -o writes the file through kvaudit/render/output.py, at
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator, TextIO
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, TextIO
 
 from kvaudit.printable import printable
 from kvaudit.render.summary import safe_kv_bytes
@@ -156,7 +157,8 @@ def diff_families(diff: DiffReport) -> _Families:
         f.add("diff_kv_available_bytes", "KV on each side's binding rank.", cap.kv_available_bytes if cap else None,
               side=side)
         f.add("diff_kv_tokens", "KV tokens on each side.", cap.kv_tokens if cap else None, side=side)
-    f.add("diff_kv_available_delta_bytes", "B's KV − A's on the binding rank.", diff.capacity["kv_available_delta_bytes"])
+    f.add("diff_kv_available_delta_bytes", "B's KV − A's on the binding rank.",
+          diff.capacity["kv_available_delta_bytes"])
     f.add("diff_kv_tokens_delta", "B's KV tokens − A's.", diff.capacity["kv_tokens_delta"])
     for d in diff.owners:
         rank = "binding" if d.rank is None else d.rank

@@ -20,10 +20,9 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TYPE_CHECKING, TextIO
 
-
+from kvaudit.printable import one_line
 from kvaudit.render import frames, summary
 from kvaudit.render.frames import Frame
-from kvaudit.printable import one_line
 from kvaudit.schema import DiffReport, Report, Verdict
 
 if TYPE_CHECKING:

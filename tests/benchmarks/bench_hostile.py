@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
 from bench_ingest import generate  # noqa: E402
 from test_logs_linear import DATA, hostile_logs, many_pids  # noqa: E402
 
+from kvaudit.engines.inputs import load_report  # noqa: E402
 from kvaudit.engines.logs import report_from_log_text  # noqa: E402
 from kvaudit.errors import BadInputError  # noqa: E402
-from kvaudit.render.table import TableReporter  # noqa: E402
-from kvaudit.engines.inputs import load_report  # noqa: E402
 from kvaudit.input_text import read_text  # noqa: E402
+from kvaudit.render.table import TableReporter  # noqa: E402
 
 GOAL = 2.0
 

@@ -11,7 +11,6 @@ had no device time left.
 from __future__ import annotations
 
 import pytest
-
 from conftest import HERE, kvaudit, requires_vllm
 
 pytestmark = [pytest.mark.gpu, requires_vllm]

@@ -129,6 +129,7 @@ def test_a_gzip_bomb_is_refused_without_expanding_it(tmp_path):
 
 def test_gzip_logs_expand_whole_through_many_small_steps(tmp_path):
     import gzip
+
     from kvaudit.input_text import read_text
     text = "INFO 12-01 10:00:00 [gpu_worker.py:1] " + "x" * 5000 + "\n"
     path = tmp_path / "log.gz"

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import BOOT_REQUESTED, GEOMETRY, boot_phases, config, gib, plain_rank
+
 from kvaudit.assemble import (
-    BootRecord, MeasuredRank, StatedRank, assemble, rank_report, verify_summary,
+    BootRecord,
+    MeasuredRank,
+    StatedRank,
+    assemble,
+    rank_report,
+    verify_summary,
 )
 from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, classify_line
 from kvaudit.engines.logs.facts import FactKind, facts_from_message
 from kvaudit.ledger import owners_from_readings
 from kvaudit.schema import Engine, Environment, Owner, Phase, PhaseRecord, Source
-
-
 
 
 def _record(ranks, **kwargs) -> BootRecord:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import DATA
+
 from kvaudit.engines.failures import classify_line, estimated_max_model_len, find_failure_in_log
 from kvaudit.schema import FailureKind
 

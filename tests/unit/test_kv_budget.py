@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from factories import BOOT_ESTIMATE, BOOT_OTHERS, BOOT_REQUESTED, boot_phases, gib
+
 from kvaudit.errors import BadInputError
 from kvaudit.ledger import budget_term, kv_budget, kv_figure, step_transient
 from kvaudit.report import phase_map
@@ -236,7 +236,8 @@ def test_an_old_report_without_a_budget_still_loads():
 
 
 def test_the_assembly_keeps_the_workers_figure_and_says_where_the_ledger_differs():
-    from factories import BOOT_GMU, BOOT_TOTAL, BOOT_KV
+    from factories import BOOT_GMU, BOOT_KV, BOOT_TOTAL
+
     from kvaudit.assemble import MeasuredRank, _ledger_notes, rank_report
     phases = boot_phases()
     measured = MeasuredRank(0, tuple(phases.values()), device_total_bytes=BOOT_TOTAL, gpu_memory_utilization=BOOT_GMU,

@@ -11,17 +11,37 @@ import dataclasses
 import math
 
 import pytest
-
 from factories import (
-    BOOT_ESTIMATE, BOOT_GMU, BOOT_OTHERS, BOOT_REQUESTED, BOOT_TOTAL, MiB, boot_phases, boot_rank, gib, owners_of,
-    plain_rank, real_json, report, write_json,
+    BOOT_ESTIMATE,
+    BOOT_GMU,
+    BOOT_OTHERS,
+    BOOT_REQUESTED,
+    BOOT_TOTAL,
+    MiB,
+    boot_phases,
+    boot_rank,
+    gib,
+    owners_of,
+    plain_rank,
+    real_json,
+    report,
+    write_json,
 )
+
+from kvaudit.engines.inputs import load_report
 from kvaudit.errors import BadInputError
 from kvaudit.ledger import (
-    activation_peak, check_balance, growth_after_sizing, kv_blocks_within, kv_budget, kv_figure, naive_kv_available,
-    owners_from_phases, rank_ledger, requested_bytes,
+    activation_peak,
+    check_balance,
+    growth_after_sizing,
+    kv_blocks_within,
+    kv_budget,
+    kv_figure,
+    naive_kv_available,
+    owners_from_phases,
+    rank_ledger,
+    requested_bytes,
 )
-from kvaudit.engines.inputs import load_report
 from kvaudit.schema import NON_KV_OWNERS, Owner, Phase
 
 # The canonical boot's owners, from docs/design.md's formulas on the table in factories.py:

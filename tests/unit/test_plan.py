@@ -11,12 +11,20 @@ import re
 from pathlib import Path
 
 import pytest
-
 from factories import DATA, MiB, real_json, write_json
-from kvaudit.plan import (
-    Edits, How, Knob, plan_exit_code, fp8_bytes_per_block, plan_report, plan_to_json, scale_activation, solve,
-)
+
 from kvaudit.engines.inputs import load_report
+from kvaudit.plan import (
+    Edits,
+    How,
+    Knob,
+    fp8_bytes_per_block,
+    plan_exit_code,
+    plan_report,
+    plan_to_json,
+    scale_activation,
+    solve,
+)
 from kvaudit.report import parse_report_text
 from kvaudit.schema import Owner, Source, SweepPoint, Verdict
 
@@ -369,8 +377,9 @@ def test_run_declares_sweep():
 
 def test_the_worker_sweep_fact_becomes_sorted_report_points():
     from factories import rank_journal
-    from kvaudit.engines import measured_ranks
+
     from kvaudit.assemble import rank_report
+    from kvaudit.engines import measured_ranks
     events = rank_journal(0) + [{"type": "fact", "kv_cache_spec_dtype": "torch.bfloat16", "sweep": [
         {"tokens": 512, "activation_peak_bytes": 9, "seconds": 0.5}, {"tokens": 64, "activation_peak_bytes": 1},
         {"tokens": "x", "activation_peak_bytes": 3}]}]
@@ -399,6 +408,7 @@ def test_cli_plan_markdown_has_the_plan_section(cli):
 
 def test_a_selftest_report_is_not_planned_from(run1):
     import dataclasses
+
     from kvaudit.errors import BadInputError
     with pytest.raises(BadInputError, match="selftest report has no vLLM config"):
         plan_report(dataclasses.replace(run1, source=Source.SELFTEST), Edits())
@@ -547,6 +557,7 @@ def test_every_format_draws_a_plan_through_the_one_dispatch(run1, fmt):
     """render.reporter makes every format's reporter, and each has `plan`: a new format without
     one fails here (and the dispatch's assert_never fails where it has no reporter)."""
     import io
+
     from kvaudit.render import reporter
     from kvaudit.render.plan import render_plan
     assert callable(getattr(reporter(fmt), "plan", None))

@@ -6,13 +6,23 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from factories import (
-    BOOT_REQUESTED, DATA, GEOMETRY, GiB, MiB, config, gib, plain_rank, plain_report, rank_journal, write_journal,
+    BOOT_REQUESTED,
+    DATA,
+    GEOMETRY,
+    GiB,
+    MiB,
+    config,
+    gib,
+    plain_rank,
+    plain_report,
+    rank_journal,
+    write_journal,
 )
+
+from kvaudit.assemble import assemble
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import JournalTailer
-from kvaudit.assemble import assemble
 from kvaudit.engines.process import Finished
 from kvaudit.engines.vllm.supervise import RunOutcome, rank_events, run_failure
 from kvaudit.errors import ExitCode, UsageError

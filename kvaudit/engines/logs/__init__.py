@@ -18,7 +18,7 @@ that `kvaudit.assemble.assemble` turns into the report. Nothing here imports tor
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvaudit.assemble import BootRecord, assemble
 from kvaudit.engines.logs.boot_record import LogBoot

@@ -1,5 +1,6 @@
 """The boot's failure in its logs: the root cause among the failure facts (failures.decide_failure,
-the one rule of every engine: the catalogue's priority, then the earliest, as for a run's own log), the phase it struck in, the
+the one rule of every engine: the catalogue's priority, then the earliest, as for a run's own
+log), the phase it struck in, the
 rank that printed it, and failures after startup finished, which are notes, not the boot's.
 
 The phase: the one the message fixes (the KV check is always kv), else the furthest the log shows
@@ -15,9 +16,6 @@ from kvaudit.engines.failures import Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import FactKind, FailureFact
 from kvaudit.engines.logs.ranks import Boot, parallel_sizes, rank_of_proc, untagged
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
-
-
-
 
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (

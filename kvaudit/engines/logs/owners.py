@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kvaudit.record import StatedRank
 from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
+from kvaudit.record import StatedRank
 from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
 from kvaudit.units import fmt_gib
 

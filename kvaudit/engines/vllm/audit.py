@@ -20,9 +20,9 @@ import os
 import time
 from typing import Any
 
+from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, exception_line, interrupted
 from kvaudit.engines.vllm import adapter, transport
-from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.ledger import budget_term, kv_budget, kv_figure, requested_bytes, step_transient
 from kvaudit.schema import BudgetTerm, Phase, PhaseStatus
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
-from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
-from kvaudit.engines.probes.host import node_meminfo
 from kvaudit.engines.journal import Journal
+from kvaudit.engines.probes.host import node_meminfo
+from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
 from kvaudit.engines.trace import TRACE_ENV
 from kvaudit.engines.vllm import multinode, resolved
 from kvaudit.engines.vllm.adapter import dcp_refusal, support, uses_mla

@@ -19,8 +19,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kvaudit.config import AuditConfig
 from kvaudit.engines.journal import read_journals

@@ -12,15 +12,22 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kvaudit.assemble import BootRecord, Stated, report_of, scenario_summary, verify_of_scenarios, verify_summary
+from kvaudit.capacity import KvGeometry
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import (
-    Candidate, Evidence, decide_failure, estimated_max_model_len, log_line_candidates, rank_error_failure,
+    Candidate,
+    Evidence,
+    decide_failure,
+    estimated_max_model_len,
+    log_line_candidates,
+    rank_error_failure,
 )
 from kvaudit.engines.isolation import installed_only_env
 from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
@@ -30,10 +37,18 @@ from kvaudit.engines.vllm import nodes, resolved
 from kvaudit.engines.vllm.multinode import local_world_size, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
-from kvaudit.capacity import KvGeometry
 from kvaudit.repeat import combine
 from kvaudit.schema import (
-    PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, Report, Scenario, Source, Verify,
+    PHASE_ORDER,
+    Engine,
+    Environment,
+    Failure,
+    FailureKind,
+    Phase,
+    Report,
+    Scenario,
+    Source,
+    Verify,
 )
 from kvaudit.sites import load_rules
 from kvaudit.units import fmt_bytes
@@ -113,7 +128,8 @@ def preflight(config: AuditConfig) -> None:
     local = local_world_size(config)  # more than one node: this node's share
     if devices is not None and local > devices[0] and config.extra_args.get("distributed_executor_backend") != "ray":
         sizes = [f"tensor_parallel_size {tp}"] + [
-            f"{name} {config.passthrough_size(name)}" for name in ("pipeline_parallel_size", "prefill_context_parallel_size")
+            f"{name} {config.passthrough_size(name)}"
+            for name in ("pipeline_parallel_size", "prefill_context_parallel_size")
             if (config.passthrough_size(name) or 1) > 1]
         raise UsageError(" × ".join(sizes) + f" needs {local} {devices[1]}" + (" on each node" if multi else "")
                          + f"; this machine has {devices[0]}: " + ("lower --tp" if len(sizes) == 1 else "lower them"))
@@ -396,7 +412,8 @@ class RunOutcome:
         versions = result.get("versions") or {}
         return BootRecord(
             source=Source.RUN, config=config,
-            ranks=tuple(measured_ranks.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank)) for f in folded),
+            ranks=tuple(measured_ranks.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank))
+                        for f in folded),
             engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
                           attention_backend=next((x.facts.get("attention_backend") for x in folded
                                                   if x.facts.get("attention_backend")), None)),

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kvaudit.engines.sequence import exception_line
 from kvaudit.errors import UsageError
@@ -273,7 +274,8 @@ def run(llm: Any, names: Sequence[Scenario], records: Sequence[Sequence[dict[str
             entry["error"] = f"not run: {dead}"
             continue
         params = SamplingParams(max_tokens=load.decode_tokens, ignore_eos=True, detokenize=False, **load.sampling)
-        prompts = [{"prompt_token_ids": prompt_ids(i, length, shape.vocab_size)} for i, length in enumerate(load.prompts)]
+        prompts = [{"prompt_token_ids": prompt_ids(i, length, shape.vocab_size)}
+                   for i, length in enumerate(load.prompts)]
         try:
             outputs = llm.generate(prompts, params, use_tqdm=False)
             entry["tokens"] = sum(len(o.prompt_token_ids or ()) + sum(len(c.token_ids) for c in o.outputs[:1])
