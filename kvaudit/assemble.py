@@ -10,118 +10,50 @@ an engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Mapping, Protocol, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 
 from kvaudit import __version__
-from kvaudit.config import AuditConfig
 from kvaudit.capacity import (
-    OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, node_summaries, over_committed, overcommit_bytes, verify_error,
+    OVERCOMMIT_TOLERANCE_BYTES,
+    capacity,
+    node_summaries,
+    over_committed,
+    overcommit_bytes,
+    verify_error,
 )
-from kvaudit.ledger import growth_after_sizing, owners_from_readings, rank_ledger, step_transient
+from kvaudit.config import AuditConfig
+from kvaudit.ledger import budget_term, growth_after_sizing, owners_from_readings, rank_ledger, step_transient
+from kvaudit.record import (
+    SHARED_WITH_REPORT,
+    BootRecord,
+    BootSource,
+    MeasuredRank,
+    RankRecord,
+    Stated,
+    StatedRank,
+)
 from kvaudit.report import phase_map
 from kvaudit.schema import (
-    AccuracyEntry, Capacity, Engine, Environment, Failure, FailureKind, Owner, Phase, PhaseRecord,
-    RankNode, RankReport, Report, Scenario, Site, Source, SweepPoint, Verdict, Verify, VerifyRank, VerifyScenario,
+    AccuracyEntry,
+    BudgetTerm,
+    Capacity,
+    Failure,
+    FailureKind,
+    Owner,
+    Phase,
+    RankReport,
+    Report,
+    Scenario,
+    Verdict,
+    Verify,
+    VerifyRank,
+    VerifyScenario,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
-# --------------------------------------------------------------------------------------------
-# The record
-
-
-@dataclass(frozen=True)
-class MeasuredRank:
-    """One rank's phase readings and facts (a run's or the selftest's journal): the ledger makes
-    its owners, its requested budget and its KV figure."""
-
-    rank: int
-    phases: tuple[PhaseRecord, ...]
-    tp_rank: int | None = None
-    dcp_rank: int | None = None
-    device_total_bytes: int | None = None
-    gpu_memory_utilization: float | None = None
-    others_bytes: int | None = None
-    graph_pool_estimate_bytes: int | None = None
-    kv_cache_bytes: int | None = None
-    kv_available_bytes: int | None = None
-    """What the engine really returned to vLLM, when it differs from the ledger's recomputation
-    (it never should; see tests); None: the ledger's figure."""
-    kv_blocks: int | None = None
-    deferred_steps: tuple[str, ...] = ()
-    vllm_kv_available_bytes: int | None = None
-    sites: tuple[Site, ...] | None = None
-    vllm_graph_estimate_bytes: int | None = None
-    vllm_suggested_kv_cache_memory_bytes: int | None = None
-    graph_capture_transient_bytes: int | None = None
-    prefill_probe_transient_bytes: int | None = None
-    sweep: tuple[SweepPoint, ...] | None = None
-    kv_cache_spec_dtype: str | None = None
-    node: RankNode | None = None
-    """Where the rank ran and how its record arrived (a run; None elsewhere)."""
-    kv_tensor_block_bytes: tuple[int, ...] | None = None
-    """Bytes per block of each KV tensor (CUDA; see RankReport)."""
-    kv_segment_rounding_bytes: int | None = None
-    """Budget left unused so that whole blocks' segments fit (CUDA; see RankReport)."""
-    planted: Mapping[Owner, int] = field(default_factory=dict)
-    """Sizes the source planted on purpose (the selftest), per owner: the report's accuracy."""
-
-
-@dataclass(frozen=True)
-class StatedRank:
-    """A rank whose owners a source states outright (a log's figures, a plan's): the ledger adds
-    only what follows from them, `kv_unallocated`; an owner the source does not know stays null."""
-
-    report: RankReport
-    """Everything the source knows of the rank; its owners are the stated readings."""
-
-
-RankRecord = MeasuredRank | StatedRank
-
-
-@dataclass(frozen=True)
-class Stated:
-    """Facts a log states outright, used where the KV geometry cannot say (see capacity.capacity)."""
-
-    kv_tokens: int | None = None
-    max_feasible_model_len: int | None = None
-    max_model_len_fits: bool | None = None
-    kv_needed_bytes: int | None = None
-    kv_tokens_note: str | None = None
-    """How `kv_tokens` was derived when the log states no token count (from its blocks); the
-    verdict says so."""
-
-
-@dataclass(frozen=True)
-class BootRecord:
-    """What one boot did, as a source tells it: config, environment, each rank's readings and
-    facts, and how it failed."""
-
-    source: Source
-    config: AuditConfig
-    engine: Engine
-    environment: Environment
-    ranks: tuple[RankRecord, ...]
-    geometry: KvGeometry | None = None
-    verify: Verify | None = None
-    failure: Failure | None = None
-    warnings: tuple[str, ...] = ()
-    stated: Stated = Stated()
-    graph_bytes_per_size: int | None = None
-    serves_vllm: bool = True
-    """False when there is no vLLM to pass flags to (the selftest): no safe serve flags."""
-    planted_sizes: bool = False
-    """The source planted known sizes: the report carries `accuracy` (empty when none was)."""
-    verify_overrun_bytes: int | None = None
-    """How far a verify's true peak went above the budget, when the record's own `verify` does
-    not tell it (a plan carries its measured boot's); the safe flags keep that much back."""
-
-
-class BootSource(Protocol):
-    """An engine's side of the assembly: it tells what one boot did."""
-
-    def record(self) -> BootRecord: ...
-
+__all__ = ["BootRecord", "BootSource", "MeasuredRank", "RankRecord", "Stated", "StatedRank", "assemble",
+           "rank_report", "report_of", "scenario_summary", "verify_of_scenarios", "verify_summary"]
 
 def report_of(source: BootSource) -> Report:
     """The report of what a source tells: the boot engines end here."""
@@ -171,25 +103,18 @@ def rank_report(record: RankRecord) -> RankReport:
                       graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
                       kv_cache_bytes=record.kv_cache_bytes,
                       capture_transient_bytes=step_transient(record.graph_capture_transient_bytes,
-                                                             record.prefill_probe_transient_bytes))
+                                                             record.prefill_probe_transient_bytes),
+                      kv_structures_bytes=record.kv_structures_bytes,
+                      kv_tensor_block_bytes=record.kv_tensor_block_bytes, returned_bytes=record.kv_available_bytes)
+    rounding = budget_term(led.kv_budget, BudgetTerm.SEGMENT_ROUNDING)
+    # What the record measured goes over as it is (record.SHARED_WITH_REPORT); what the ledger
+    # makes of it is the ledger's.
     return RankReport(
-        rank=record.rank, tp_rank=record.tp_rank, dcp_rank=record.dcp_rank,
-        device_total_bytes=record.device_total_bytes, requested_bytes=led.requested_bytes,
-        others_bytes=record.others_bytes, owners=led.owners,
-        graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
-        graph_pool_actual_bytes=led.graph_pool_actual_bytes,
-        kv_available_bytes=(record.kv_available_bytes if record.kv_available_bytes is not None
-                            else led.kv_available_bytes),
-        phases=record.phases, naive_kv_available_bytes=led.naive_kv_available_bytes,
-        free_at_start_bytes=led.free_at_start_bytes, kv_blocks=record.kv_blocks,
-        deferred_steps=tuple(record.deferred_steps), vllm_kv_available_bytes=record.vllm_kv_available_bytes,
-        sites=tuple(record.sites) if record.sites is not None else None,
-        vllm_graph_estimate_bytes=record.vllm_graph_estimate_bytes,
-        vllm_suggested_kv_cache_memory_bytes=record.vllm_suggested_kv_cache_memory_bytes,
-        graph_capture_transient_bytes=record.graph_capture_transient_bytes, sweep=record.sweep,
-        prefill_probe_transient_bytes=record.prefill_probe_transient_bytes,
-        kv_cache_spec_dtype=record.kv_cache_spec_dtype, node=record.node,
-        kv_tensor_block_bytes=record.kv_tensor_block_bytes, kv_segment_rounding_bytes=record.kv_segment_rounding_bytes)
+        **{name: getattr(record, name) for name in SHARED_WITH_REPORT},
+        requested_bytes=led.requested_bytes, owners=led.owners, graph_pool_actual_bytes=led.graph_pool_actual_bytes,
+        kv_available_bytes=led.kv_available_bytes, kv_budget=led.kv_budget,
+        naive_kv_available_bytes=led.naive_kv_available_bytes, free_at_start_bytes=led.free_at_start_bytes,
+        kv_segment_rounding_bytes=-rounding if rounding is not None else None)
 
 
 def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:
@@ -283,6 +208,11 @@ def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[st
                      + (f"in {', '.join(over)} " if over else "")
                      + f"(within the {fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     for r in ranks:
+        otherwise = budget_term(r.kv_budget, BudgetTerm.SIZED_OTHERWISE)
+        if otherwise:
+            notes.append(f"{_rank_name(r)}: KV was sized to {r.kv_available_bytes} bytes, "
+                         f"{otherwise:+d} from what the ledger re-derives of the same record (another sizing "
+                         f"rule, or the engine and the ledger disagree): the KV budget's `sized_otherwise` term")
         if r.deferred_steps:
             notes.append(f"{_rank_name(r)}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
                          f"after it; their bytes were not budgeted")
@@ -357,11 +287,13 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
         text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "
                 f"{fmt_gib(cap.kv_available_bytes)} available{where}")
     elif cap.kv_available_bytes is not None:
-        text = f"does not fit: max_model_len {length} needs more KV than the {fmt_gib(cap.kv_available_bytes)} available{where}"
+        text = (f"does not fit: max_model_len {length} needs more KV than the {fmt_gib(cap.kv_available_bytes)} "
+                f"available{where}")
     elif cap.kv_tokens is not None:
         text = f"does not fit: max_model_len {length} is longer than the KV cache's {fmt_tokens(cap.kv_tokens)} tokens"
     elif cap.kv_needed_bytes is not None:
-        text = f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, more than the KV cache holds"
+        text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, more than the KV "
+                f"cache holds")
     else:
         text = f"does not fit: max_model_len {length} is longer than the KV cache holds"
     if cap.max_feasible_model_len is not None:

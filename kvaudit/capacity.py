@@ -10,8 +10,8 @@ and docs/vllm-startup.md §2.3 give vLLM's block and token arithmetic this modul
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from kvaudit.config import AuditConfig
 from kvaudit.ledger import requested_bytes
@@ -40,7 +40,8 @@ class KvGeometry:
     def needed_bytes(self, model_len: int) -> int:
         """vLLM's max_memory_usage_bytes for one request: cdiv(cdiv(len, dcp), block_size) blocks
         (docs/vllm-startup.md §2.3)."""
-        return -(-(-(-model_len // self.dcp)) // self.block_size) * self.bytes_per_block
+        per_rank = -(-model_len // self.dcp)
+        return -(-per_rank // self.block_size) * self.bytes_per_block
 
     def max_len(self, available_bytes: int) -> int:
         """Longest request that fits: vLLM's check keeps one block back (the null block)."""
@@ -62,7 +63,8 @@ def binding_rank(ranks: Sequence[RankReport]) -> RankReport | None:
 def physical_headroom(ranks: Sequence[RankReport]) -> int | None:
     """Free at start − requested on the tightest rank; None when a rank does not say."""
     per_rank = [minus(r.free_at_start_bytes, r.requested_bytes) for r in ranks]
-    return min(per_rank) if per_rank and None not in per_rank else None
+    known = [h for h in per_rank if h is not None]
+    return min(known) if known and len(known) == len(per_rank) else None
 
 
 def node_summaries(ranks: Sequence[RankReport]) -> tuple[NodeSummary, ...] | None:
@@ -100,7 +102,8 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
     binding = binding_rank(ranks)
     kv_available = binding.kv_available_bytes if binding else None
     naive_per_rank = [r.naive_kv_available_bytes for r in ranks]
-    naive = min(naive_per_rank) if naive_per_rank and None not in naive_per_rank else None
+    naive_known = [n for n in naive_per_rank if n is not None]
+    naive = min(naive_known) if naive_known and len(naive_known) == len(naive_per_rank) else None
     headroom = physical_headroom(ranks)
     length = config.max_model_len
 
@@ -136,12 +139,12 @@ def _gmu_needed(ranks: Sequence[RankReport], kv_bytes_needed: int, verify_overru
     sizing, or a verify's overrun, is what the safe flags hold back)."""
     worst = None
     for r in ranks:
-        if (r.device_total_bytes or 0) <= 0 or r.requested_bytes is None \
+        total = r.device_total_bytes
+        if total is None or total <= 0 or r.requested_bytes is None \
                 or r.kv_available_bytes is None:  # a log's "0.00 GiB" total is no total to divide by
             return None
         non_kv = r.requested_bytes - r.kv_available_bytes
-        need = _gmu_rounded_up((non_kv + _grown_after_sizing(r, verify_overrun_bytes) + kv_bytes_needed)
-                               / r.device_total_bytes)
+        need = _gmu_rounded_up((non_kv + _grown_after_sizing(r, verify_overrun_bytes) + kv_bytes_needed) / total)
         worst = need if worst is None else max(worst, need)
     return worst
 
@@ -152,8 +155,9 @@ def _grown_after_sizing(rank: RankReport, verify_overrun_bytes: int) -> int:
     less what stayed unallocated: on CUDA, where the figure is whole blocks, a negative
     kv_unallocated; on CPU also the pages that grew inside the whole-block remainder."""
     kv_cache, unallocated = rank.owners.get(Owner.KV_CACHE), rank.owners.get(Owner.KV_UNALLOCATED)
-    grown = (rank.kv_available_bytes - kv_cache - unallocated
-             if None not in (rank.kv_available_bytes, kv_cache, unallocated) else -(unallocated or 0))
+    available = rank.kv_available_bytes
+    grown = (available - kv_cache - unallocated
+             if available is not None and kv_cache is not None and unallocated is not None else -(unallocated or 0))
     return max(grown, verify_overrun_bytes, 0)
 
 
@@ -226,7 +230,7 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
     gmu = config.gpu_memory_utilization
     ceiling = gmu_ceiling(ranks)
     if gmu is not None and device_total and ceiling is not None and cap.physical_headroom_bytes is not None \
-            and cap.physical_headroom_bytes > 0:
+            and cap.physical_headroom_bytes > 0 and binding.requested_bytes is not None:
         target = min(cap.gmu_needed, ceiling) if cap.gmu_needed is not None else ceiling
         if target > gmu:
             freed = requested_bytes(device_total, target) - binding.requested_bytes
@@ -275,12 +279,11 @@ def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[
     # Both measure the same excess from different ends: the larger one is taken, not the sum.
     kv -= max(overcommit_bytes(ranks), verify_overrun_bytes)
     if cap.max_model_len_fits is False:
-        ceiling_ok = (cap.gmu_needed is not None and cap.physical_headroom_bytes is not None
-                      and binding.device_total_bytes is not None
-                      and requested_bytes(binding.device_total_bytes, cap.gmu_needed)
-                      <= binding.requested_bytes + cap.physical_headroom_bytes)
-        if ceiling_ok:
-            kv += requested_bytes(binding.device_total_bytes, cap.gmu_needed) - binding.requested_bytes
+        needed = (requested_bytes(binding.device_total_bytes, cap.gmu_needed)
+                  if cap.gmu_needed is not None and binding.device_total_bytes is not None else None)
+        if needed is not None and cap.physical_headroom_bytes is not None \
+                and needed <= binding.requested_bytes + cap.physical_headroom_bytes:
+            kv += needed - binding.requested_bytes
             gmu = cap.gmu_needed
         else:
             length = cap.max_feasible_model_len

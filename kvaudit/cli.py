@@ -10,15 +10,16 @@ import io
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, NoReturn, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional, TextIO
 
 import typer
 
 from kvaudit.config import size_option
 from kvaudit.errors import ExitCode, KvauditError, UsageError
+from kvaudit.printable import one_line
 from kvaudit.render import DOCUMENT_FORMATS, Format, check_format, reporter
-from kvaudit.render.printable import one_line
 
 if TYPE_CHECKING:
     from kvaudit.write_config import Written
@@ -155,8 +156,9 @@ def ingest(logs: Annotated[list[Path], typer.Argument(metavar="LOG", help="The v
            output: OutputOpt = None, fmt: FormatOpt = Format.TABLE, width: WidthOpt = None) -> None:
     """Turn the raw vLLM startup logs of one boot into a report (source log): every rank's owners and the verdict."""
     from kvaudit.engines.logs import report_from_logs
+    from kvaudit.input_text import input_name, read_text
     from kvaudit.render.output import check_paths
-    from kvaudit.report import exit_code, input_name, read_text
+    from kvaudit.report import exit_code
     _stdin_once(logs)
     check_paths([("-o", output)], [("", path) for path in logs])
     report = report_from_logs([(read_text(path), input_name(path)) for path in logs])
@@ -276,7 +278,7 @@ def run(ctx: typer.Context,
                                    max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                                    kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     preflight(config)  # what can be refused without booting is refused now, before any output
-    from kvaudit.engines.vllm.verify import choose, check_repeat
+    from kvaudit.engines.vllm.verify import check_repeat, choose
     check_repeat(repeat, config)
     options = RunOptions(verify=choose(verify, config) if verify is not None else (), timeout_s=timeout,
                          log_path=log, trace=trace, owners=tuple(owners or ()), sweep=sweep, repeat=repeat, cold=cold)
@@ -485,10 +487,10 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
          write_config: WriteConfigOpt = None) -> None:
     """Predict the report of an edited config from a measured one, without booting: every owner
     measured, scaled (rule and points) or unknown (what to boot), then KV, the verdict and safe flags."""
-    from kvaudit.plan import edits_from_flags, exit_code, plan_dumps, plan_or_solve
+    from kvaudit.engines.inputs import load_report
+    from kvaudit.plan import edits_from_flags, plan_dumps, plan_exit_code, plan_or_solve
     from kvaudit.render.output import check_paths
     from kvaudit.render.plan import render_plan
-    from kvaudit.engines.inputs import load_report
     _check_write_config(write_config)
     check_paths([("-o", output), ("--write-config", write_config)], [("", report), ("--config", config_file)])
     edits = edits_from_flags(gmu=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
@@ -505,6 +507,6 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
     _echo_pinned(deployment, result.report)
     if write_config is not None:
         from kvaudit.write_config import plan_config
-        _write_config(write_config, result.report, exit_code(result), None, [report],
+        _write_config(write_config, result.report, int(plan_exit_code(result)), None, [report],
                       lambda name: plan_config(plan=result, deployment=deployment, report_name=str(report)))
-    raise typer.Exit(exit_code(result))
+    raise typer.Exit(int(plan_exit_code(result)))

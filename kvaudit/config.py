@@ -13,9 +13,10 @@ import difflib
 import math
 import tomllib
 import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from kvaudit.errors import UsageError
 from kvaudit.units import INT64_MAX
@@ -337,8 +338,8 @@ def size_option(name: str) -> Any:
 def config_from_json(data: Mapping[str, Any]) -> AuditConfig:
     """The inverse of `to_json`, tolerant of missing optional keys (the report loader checks types)."""
     known = {k: data.get(k) for k in MODELLED_KEYS if k in data}
-    if known.get("cudagraph_capture_sizes") is not None:
-        known["cudagraph_capture_sizes"] = tuple(known["cudagraph_capture_sizes"])
+    if (sizes := known.get("cudagraph_capture_sizes")) is not None:
+        known["cudagraph_capture_sizes"] = tuple(sizes)
     return AuditConfig(**known, extra_args=dict(data.get("extra_args") or {}))
 
 

@@ -9,8 +9,17 @@ from typing import Any
 from kvaudit.config import COMPARED_KNOBS
 from kvaudit.errors import FindingError, UsageError
 from kvaudit.schema import (
-    NON_KV_OWNERS, Capacity, DiffReport, EnvDifference, KnobDifference, Owner, OwnerDelta, RankReport, Report,
-    Source, Verdict,
+    NON_KV_OWNERS,
+    Capacity,
+    DiffReport,
+    EnvDifference,
+    KnobDifference,
+    Owner,
+    OwnerDelta,
+    RankReport,
+    Report,
+    Source,
+    Verdict,
 )
 from kvaudit.sites import site_deltas
 from kvaudit.units import fmt_bytes, minus, parse_bytes
@@ -80,12 +89,13 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
     for rank in sorted(set(a_ranks) | set(b_ranks)):
         owners += _owner_rows(a_ranks.get(rank), b_ranks.get(rank), rank)
     binding_rows = [d for d in owners if d.rank is None and d.owner in NON_KV_OWNERS and d.delta_bytes]
-    dominant = max(binding_rows, key=lambda d: abs(d.delta_bytes)).owner if binding_rows else None
+    dominant = max(binding_rows, key=lambda d: abs(d.delta_bytes or 0)).owner if binding_rows else None
     knobs = _knobs(a, b)
     ca, cb = a.capacity, b.capacity
     sites = tuple(d for rank in sorted(set(a_ranks) & set(b_ranks))
-                  if a_ranks[rank].sites is not None and b_ranks[rank].sites is not None
-                  for d in site_deltas(a_ranks[rank].sites, b_ranks[rank].sites, rank))
+                  for a_sites, b_sites in [(a_ranks[rank].sites, b_ranks[rank].sites)]
+                  if a_sites is not None and b_sites is not None
+                  for d in site_deltas(a_sites, b_sites, rank))
     return DiffReport(
         comparable=not knobs, knob_differences=tuple(knobs), environment_differences=tuple(_environment(a, b)),
         owners=tuple(owners), dominant_owner=dominant,

@@ -16,11 +16,20 @@ tolerance) is kvaudit/capacity.py's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from kvaudit.errors import BadInputError
-from kvaudit.schema import NON_KV_OWNERS, Owner, Phase, PhaseRecord, RankReport
+from kvaudit.schema import (
+    NON_KV_OWNERS,
+    BudgetTerm,
+    KvTerm,
+    Owner,
+    Phase,
+    PhaseRecord,
+    RankReport,
+    budget_total,
+)
 from kvaudit.units import minus, plus
 
 Phases = Mapping[Phase, PhaseRecord]
@@ -64,7 +73,8 @@ class RankLedger:
     owners: dict[Owner, int | None]
     requested_bytes: int | None
     kv_available_bytes: int | None
-    """requested − every non-KV owner at sizing time: what kvaudit gives vLLM for KV."""
+    """What the engine gave vLLM for KV: the budget's terms before vLLM's block rounding."""
+    kv_budget: tuple[KvTerm, ...] | None
     naive_kv_available_bytes: int | None
     graph_pool_actual_bytes: int | None
     free_at_start_bytes: int | None
@@ -338,43 +348,93 @@ def owners_at_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_est
                      requested: int | None, capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
     """The owners as KV sizing charged them: from the phases before KV (kv, capture and verify
     come after the budget is fixed)."""
-    before_kv = {phase: record for phase, record in phases.items()
+    before_kv: dict[Phase, PhaseRecord] = {phase: record for phase, record in phases.items()
                  if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
     return owners_from_phases(before_kv, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                               kv_cache_bytes=None, requested=requested,
                               capture_transient_bytes=capture_transient_bytes)
 
 
-def size_kv(phases: Phases, *, requested: int, others_bytes: int | None,
-            graph_pool_estimate_bytes: int | None, capture_transient_bytes: int | None = None) -> int | None:
-    """kvaudit's KV figure for one rank, from the phases up to `graphs`: requested − non-KV owners."""
-    owners = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+def kv_budget(phases: Phases, *, requested: int, others_bytes: int | None,
+              graph_pool_estimate_bytes: int | None, capture_transient_bytes: int | None = None,
+              kv_structures_bytes: int = 0, kv_tensor_block_bytes: Sequence[int] | None = None,
+              fallback_bytes: int | None = None, returned_bytes: int | None = None,
+              kv_cache_bytes: int | None = None) -> tuple[KvTerm, ...] | None:
+    """Every term from the requested budget down to the KV bytes of one rank, in order (the
+    requested budget positive, each deduction negative; `budget_total` is their sum):
+
+    requested − each non-KV owner as KV sizing charged it (`owners_at_sizing`) − the KV structures
+    (what KV initialisation takes besides the cache, measured before sizing) − the segment rounding
+    (CUDA, `kv_tensor_block_bytes` known: the most whole blocks whose tensors' allocator segments
+    fit, `kv_blocks_within`) = kvaudit's KV figure, what the audit worker returns to vLLM. Where a
+    phase sizing needs was not read, `unmeasured` takes the budget down to `fallback_bytes` (the
+    engine's fallback: vLLM's own figure, else 0) instead.
+
+    Read back from a record: `returned_bytes`, what the engine says it returned, adds
+    `sized_otherwise` where it differs (the selftest's naive sizing; else a disagreement the
+    caller must say aloud); `kv_cache_bytes`, what vLLM allocated, adds `block_rounding`, so the
+    terms then sum to the rank's `owners.kv_cache`."""
+    sizing = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                               requested=requested, capture_transient_bytes=capture_transient_bytes)
-    return minus(requested, plus(*(owners[o] for o in NON_KV_OWNERS)))
+    terms = [KvTerm(BudgetTerm.REQUESTED, requested)]
+    charged = [sizing[o] for o in NON_KV_OWNERS]
+    if Phase.REPLAY in phases and all(c is not None for c in charged):
+        terms += [KvTerm(BudgetTerm(o.value), -c) for o, c in zip(NON_KV_OWNERS, charged)]  # type: ignore[operator]
+        terms.append(KvTerm(BudgetTerm.KV_STRUCTURES, -kv_structures_bytes))
+        if kv_tensor_block_bytes:  # whole blocks whose tensors' allocator segments fit, not just their bytes
+            available = budget_total(tuple(terms))
+            fitted = kv_blocks_within(available, kv_tensor_block_bytes) * sum(kv_tensor_block_bytes)
+            terms.append(KvTerm(BudgetTerm.SEGMENT_ROUNDING, fitted - available))
+    else:
+        fallback = returned_bytes if returned_bytes is not None else fallback_bytes
+        if fallback is None:
+            return None
+        terms.append(KvTerm(BudgetTerm.UNMEASURED, fallback - requested))
+    if returned_bytes is not None and returned_bytes != budget_total(tuple(terms)):
+        terms.append(KvTerm(BudgetTerm.SIZED_OTHERWISE, returned_bytes - budget_total(tuple(terms))))
+    if kv_cache_bytes is not None:
+        terms.append(KvTerm(BudgetTerm.BLOCK_ROUNDING, kv_cache_bytes - budget_total(tuple(terms))))
+    return tuple(terms)
+
+
+def budget_term(terms: Sequence[KvTerm] | None, term: BudgetTerm) -> int | None:
+    """The bytes of one term of a budget (its deduction as a negative number); None where absent."""
+    return next((t.bytes for t in terms or () if t.term is term), None)
 
 
 def rank_ledger(phases: Phases, *, device_total_bytes: int | None, gpu_memory_utilization: float | None,
                 others_bytes: int | None, graph_pool_estimate_bytes: int | None,
-                kv_cache_bytes: int | None, capture_transient_bytes: int | None = None) -> RankLedger:
-    """Everything the report says of one rank that arithmetic can say."""
+                kv_cache_bytes: int | None, capture_transient_bytes: int | None = None,
+                kv_structures_bytes: int = 0, kv_tensor_block_bytes: Sequence[int] | None = None,
+                returned_bytes: int | None = None) -> RankLedger:
+    """Everything the report says of one rank that arithmetic can say; `returned_bytes`: the KV
+    figure the engine says it gave vLLM (see kv_budget)."""
     requested = (requested_bytes(device_total_bytes, gpu_memory_utilization)
                  if device_total_bytes is not None and gpu_memory_utilization is not None else None)
-    kv_available = (size_kv(phases, requested=requested, others_bytes=others_bytes,
-                            graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                            capture_transient_bytes=capture_transient_bytes)
-                    if requested is not None and Phase.REPLAY in phases else None)
+    budget = (kv_budget(phases, requested=requested, others_bytes=others_bytes,
+                        graph_pool_estimate_bytes=graph_pool_estimate_bytes,
+                        capture_transient_bytes=capture_transient_bytes, kv_structures_bytes=kv_structures_bytes,
+                        kv_tensor_block_bytes=kv_tensor_block_bytes, returned_bytes=returned_bytes,
+                        kv_cache_bytes=kv_cache_bytes)
+              if requested is not None else None)
     return RankLedger(
         owners=owners_from_phases(phases, others_bytes=others_bytes,
                                   graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                                   kv_cache_bytes=kv_cache_bytes, requested=requested,
                                   capture_transient_bytes=capture_transient_bytes),
         requested_bytes=requested,
-        kv_available_bytes=kv_available,
+        kv_available_bytes=kv_figure(budget) if budget is not None else returned_bytes,
+        kv_budget=budget,
         naive_kv_available_bytes=naive_kv_available(phases, requested=requested, others_bytes=others_bytes,
                                                     graph_pool_estimate_bytes=graph_pool_estimate_bytes),
         graph_pool_actual_bytes=graph_pool_actual(phases),
         free_at_start_bytes=minus(device_total_bytes, _reading(phases, Phase.BASELINE, "device_used_bytes")),
     )
+
+
+def kv_figure(terms: Sequence[KvTerm]) -> int:
+    """The KV figure given to vLLM: the budget's terms before vLLM's block rounding."""
+    return sum(t.bytes for t in terms if t.term is not BudgetTerm.BLOCK_ROUNDING)
 
 
 def check_balance(rank: RankReport) -> None:

@@ -16,24 +16,38 @@ the block. Pure Python: no torch, no vllm.
 from __future__ import annotations
 
 import dataclasses
-import json
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
 from kvaudit.config import AuditConfig, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
-from kvaudit.report import exit_code as report_exit
+from kvaudit.plan_schema import (
+    Edits,
+    Figure,
+    How,
+    Knob,
+    Plan,
+    PlanRank,
+    Solution,
+    on_cpu,
+    plan_dumps,
+    plan_to_json,
+)
+from kvaudit.report import exit_code
 from kvaudit.schema import (
-    NON_KV_OWNERS, FailureKind, KnobDifference, Owner, RankReport, Report, Source, SweepPoint, to_jsonable,
+    NON_KV_OWNERS,
+    FailureKind,
+    KnobDifference,
+    Owner,
+    RankReport,
+    Report,
+    Source,
+    SweepPoint,
 )
 from kvaudit.units import fmt_bytes, fmt_tokens
-
-PLAN_SCHEMA = "kvaudit.plan/1"
-"""The `plan` section beside a predicted report (which is itself `kvaudit.report/1`)."""
 
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
@@ -57,109 +71,11 @@ BLOCK_TABLE_ENTRY_BYTES = 4
 host and on the device (v1/worker/block_table.py); sized at runner init, before the baseline."""
 
 
-class How(StrEnum):
-    """How a planned figure was obtained."""
-
-    MEASURED = "measured"
-    """The measured report's figure: the edit does not change it."""
-    SCALED = "scaled"
-    """A rule applied to measured points; `rule`, `points` and `error_bytes` say which and how sure."""
-    UNKNOWN = "unknown"
-    """The edit changes it in a way no measured point covers; `boot` says what to boot."""
-
-
-class Knob(StrEnum):
-    """What `--solve` solves for."""
-
-    MAX_MODEL_LEN = "max-model-len"
-    GMU = "gmu"
-    MAX_NUM_SEQS = "max-num-seqs"
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One owner of one rank in the plan."""
-
-    owner: Owner
-    bytes: int | None
-    how: How
-    rule: str = ""
-    """The rule, in words, when scaled; why, when unknown."""
-    points: tuple[tuple[int, int], ...] = ()
-    """Measured (knob value, bytes) points the rule used."""
-    error_bytes: int = 0
-    """How far the true figure may be from `bytes`, either way."""
-    extrapolated: bool = False
-    """The knob value lies outside the measured points: the error is the whole extrapolated part."""
-    boot: str = ""
-    """For unknown figures: the boot that would measure it."""
-
-
-@dataclass(frozen=True)
-class PlanRank:
-    rank: int
-    figures: tuple[Figure, ...]
-    requested_bytes: int | None
-    kv_available_bytes: int | None
-    """Predicted KV figure kvaudit would size: requested − the planned sizing charge."""
-    kv_error_bytes: int | None
-    """Stated error of kv_available_bytes (sum of the figures' errors), None when unknown."""
-
-
-@dataclass(frozen=True)
-class Edits:
-    """The knobs `kvaudit plan` may change; None leaves the measured value."""
-
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    cudagraph_capture_sizes: tuple[int, ...] | None = None
-    kv_cache_dtype: str | None = None
-    enforce_eager: bool | None = None
-
-    def changes(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-
-
-@dataclass(frozen=True)
-class Solution:
-    knob: Knob
-    value: int | float | None
-    """The answer; None when nothing fits."""
-    for_len: int | None = None
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Plan:
-    report: Report
-    """The predicted report: source plan, schema kvaudit.report/1."""
-    measured: Report
-    edits: tuple[KnobDifference, ...]
-    """Each edited knob: measured value (a) → planned value (b)."""
-    ranks: tuple[PlanRank, ...]
-    kv_error_bytes: int | None
-    """Stated error of the predicted KV on the binding rank, None when KV is unknown."""
-    kv_error_tokens: int | None
-    boots_needed: tuple[str, ...] = ()
-    """What to boot to learn what the plan could not say (deduplicated)."""
-    notes: tuple[str, ...] = ()
-    solution: Solution | None = None
-    schema: str = PLAN_SCHEMA
-
-    @property
-    def counts_torch_other_variation(self) -> bool:
-        """The stated error holds torch_other's boot-to-boot variation (_rank_figures: CUDA only)."""
-        return not _on_cpu(self.measured) and any(
-            f.owner is Owner.TORCH_OTHER and f.bytes for r in self.ranks for f in r.figures)
-
-
 # --------------------------------------------------------------------------------------------
 # Rules
 
 
-def scale_activation(measured_bytes: int | None, measured_tokens: int | None, tokens: int,
+def scale_activation(measured_bytes: int | None, measured_tokens: int | None, tokens: int | None,
                      sweep: Sequence[SweepPoint] | None) -> Figure:
     """The activation peak at `tokens` batched tokens.
 
@@ -171,6 +87,9 @@ def scale_activation(measured_bytes: int | None, measured_tokens: int | None, to
     is the error. Without a sweep: proportional through zero from the one measured point (the
     estimate the ledger's lever uses), and the whole change is the error."""
     owner = Owner.ACTIVATION_PEAK
+    if tokens is None:  # the planned config leaves it to vLLM, whose default the plan cannot see
+        return Figure(owner, None, How.UNKNOWN, rule="the planned max_num_batched_tokens is vLLM's default",
+                      boot="kvaudit run --sweep")
     if measured_bytes is None or not measured_tokens or measured_tokens < 0:
         return Figure(owner, None, How.UNKNOWN, rule="the report has no activation peak or max_num_batched_tokens",
                       boot=f"kvaudit run --sweep --max-num-batched-tokens {tokens}")
@@ -182,7 +101,9 @@ def scale_activation(measured_bytes: int | None, measured_tokens: int | None, to
         return Figure(owner, value, How.SCALED, rule="proportional to batched tokens through 0, from one measured "
                       "point (no --sweep in the report)", points=((measured_tokens, measured_bytes),),
                       error_bytes=abs(measured_bytes - value), extrapolated=True)
-    at = lambda n: _piecewise(points, n)  # noqa: E731
+    def at(n: int) -> tuple[int, list[tuple[int, int]]]:
+        return _piecewise(points, n)
+
     lo, hi = points[0][0], points[-1][0]
     offset = measured_bytes - at(measured_tokens)[0] if lo <= measured_tokens <= hi else 0
     value, used = at(tokens)
@@ -228,11 +149,6 @@ def fp8_bytes_per_block(measured_bpb: int, spec_dtype: str | None, measured_dtyp
     return None
 
 
-def _on_cpu(report: Report) -> bool:
-    """The boot ran on vLLM's CPU backend (host memory: no caching allocator's segments)."""
-    return (report.environment.device_name or "").startswith("CPU")
-
-
 def _whole_prompt(report: Report) -> bool:
     """The boot ran without chunked prefill: one step holds a whole prompt of up to max_model_len
     tokens, so the largest step's transient (on CPU, kvaudit's prefill probe: attention computed
@@ -243,7 +159,7 @@ def _whole_prompt(report: Report) -> bool:
 def _platform_sets_batched_tokens(report: Report) -> bool:
     """vLLM's CPU platform chose max_num_batched_tokens itself: CPU_MLA (MLA without AMX) turns
     chunked prefill off and sets it to max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)."""
-    return _on_cpu(report) and _whole_prompt(report) and report.engine.attention_backend == "CPU_MLA"
+    return on_cpu(report) and _whole_prompt(report) and report.engine.attention_backend == "CPU_MLA"
 
 
 def geometry_of(report: Report) -> KvGeometry | None:
@@ -307,7 +223,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     notes: list[str] = []
     boots: list[str] = []
 
-    if config.gpu_memory_utilization != old.gpu_memory_utilization and _on_cpu(measured):
+    if config.gpu_memory_utilization != old.gpu_memory_utilization and on_cpu(measured):
         notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
                      "node's total can change between boots (memory hot-plug), and the plan cannot see it")
     if config.max_model_len != old.max_model_len and _whole_prompt(measured):
@@ -371,7 +287,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         error += geometry.bytes_per_block  # the cache holds whole blocks: one block either way
     tokens = (-(-error // geometry.bytes_per_block) * geometry.tokens_per_block
               if error is not None and geometry is not None else None)
-    if measured.engine.name == "vllm" and not _on_cpu(measured) \
+    if measured.engine.name == "vllm" and not on_cpu(measured) \
             and predicted.capacity.kv_available_bytes is not None and error is not None \
             and any(r.kv_tensor_block_bytes is None for r in predicted.ranks):
         notes.append("on CUDA kvaudit sizes KV in whole blocks whose tensors' allocator segments fit: add up to "
@@ -392,7 +308,8 @@ def _check_edits(edits: Edits) -> None:
         raise UsageError("--kv-cache-dtype must not be empty")
     if edits.kv_cache_dtype is not None and edits.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise UsageError(f"--kv-cache-dtype {edits.kv_cache_dtype!r} is none of vLLM's: {', '.join(KV_CACHE_DTYPES)} "
-                         f"(the plan sizes {', '.join(FP8_KV_DTYPES)} from a 16-bit KV spec; other changes need a boot)")
+                         f"(the plan sizes {', '.join(FP8_KV_DTYPES)} from a 16-bit KV spec; other changes need a "
+                         f"boot)")
 
 
 def _planned_geometry(measured: Report, config: AuditConfig) -> tuple[KvGeometry | None, str | None]:
@@ -431,8 +348,9 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
         if fig.bytes is not None and transient and transient > fig.bytes:
             # activation_peak charges the capture's and the long-prefill probe's transients where they are
             # larger (ledger.activation_peak): neither depends on the profile pass's tokens
-            fig = dataclasses.replace(fig, bytes=transient, rule=fig.rule + "; a transient measured beside the "
-                                      f"replay ({fmt_bytes(transient)}) is larger and is what is charged", error_bytes=0)
+            fig = dataclasses.replace(fig, bytes=transient, error_bytes=0,
+                                      rule=fig.rule + "; a transient measured beside the replay "
+                                      f"({fmt_bytes(transient)}) is larger and is what is charged")
         figures[Owner.ACTIVATION_PEAK] = fig
     probe = rank.prefill_probe_transient_bytes
     raised = [k for k, a, b in (("max_num_batched_tokens", old.max_num_batched_tokens, config.max_num_batched_tokens),
@@ -480,7 +398,7 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
     # how many there are differs from boot to boot of one config (the H200 plan proof saw KV up to
     # 368 MiB above the plan: tests/benchmarks/results/h200-plan.md).
     other = figures[Owner.TORCH_OTHER]
-    if other.bytes and not _on_cpu(measured):
+    if other.bytes and not on_cpu(measured):
         figures[Owner.TORCH_OTHER] = dataclasses.replace(
             other, error_bytes=other.error_bytes + other.bytes,
             rule=(other.rule + "; " if other.rule else "") + "the allocator's cached segments at sizing differ "
@@ -550,9 +468,9 @@ def _block_table_delta(old: AuditConfig, new: AuditConfig, geometry: KvGeometry 
             or not new.max_num_seqs:
         return 0
 
-    def size(c: AuditConfig) -> int:
-        return 2 * BLOCK_TABLE_ENTRY_BYTES * c.max_num_seqs * -(-c.max_model_len // geometry.block_size)
-    return size(new) - size(old)
+    def size(seqs: int, length: int) -> int:
+        return 2 * BLOCK_TABLE_ENTRY_BYTES * seqs * -(-length // geometry.block_size)
+    return size(new.max_num_seqs, new.max_model_len) - size(old.max_num_seqs, old.max_model_len)
 
 
 def _planned_rank(rank: RankReport, figures: dict[Owner, Figure], edited: set[Owner], config: AuditConfig,
@@ -657,10 +575,10 @@ def solve(measured: Report, edits: Edits, knob: Knob, for_len: int | None = None
     blocks = cap.kv_available_bytes // geometry.bytes_per_block
     per_request = geometry.needed_bytes(for_len) // geometry.bytes_per_block  # type: ignore[arg-type]
     fit = max(blocks - 1, 0) // per_request  # vLLM keeps the null block
-    length = base.report.config.max_model_len
+    max_len = base.report.config.max_model_len
     note = f"{fit} requests of {for_len} tokens fit in {blocks} blocks ({per_request} blocks each, one null block)"
-    if length is not None and for_len > length:  # type: ignore[operator]
-        note += f"; max_model_len {length} must be raised to at least {for_len} to accept them"
+    if max_len is not None and for_len is not None and for_len > max_len:
+        note += f"; max_model_len {max_len} must be raised to at least {for_len} to accept them"
     if base.report.config.max_num_seqs is not None and fit > base.report.config.max_num_seqs:
         note += (f"; serving them at once needs --max-num-seqs {fit} (above the measured "
                  f"{measured.config.max_num_seqs}: its sampler buffers are not planned, check with a boot)")
@@ -709,34 +627,19 @@ def plan_or_solve(measured: Report, edits: Edits, knob: str | None, for_len: int
 # JSON
 
 
-def plan_to_json(plan: Plan) -> dict[str, Any]:
-    """The predicted report's own keys, then `plan` (how each figure was obtained) and
-    `measured` (the report it came from), so `kvaudit show` reads the file as a report."""
-    data = to_jsonable(plan.report)
-    data["plan"] = {
-        "schema": plan.schema, "edits": to_jsonable(plan.edits), "kv_error_bytes": plan.kv_error_bytes,
-        "kv_error_tokens": plan.kv_error_tokens, "ranks": to_jsonable(plan.ranks),
-        "boots_needed": list(plan.boots_needed), "notes": list(plan.notes),
-        "solution": to_jsonable(plan.solution) if plan.solution is not None else None}
-    data["measured"] = to_jsonable(plan.measured)
-    return data
-
-
-def plan_dumps(plan: Plan) -> str:
-    return json.dumps(plan_to_json(plan), indent=2) + "\n"
-
-
-def exit_code(plan: Plan) -> int:
-    """0 the plan fits; 1 nothing does (or a solve found no value); 3 the plan needs a boot."""
+def plan_exit_code(plan: Plan) -> ExitCode:
+    """The predicted report's exit code (report.exit_code: 0 it fits, 1 it does not, 3 it needs a
+    boot), but for a solve's own outcome: no value is 1 (3 where KV is unknown), and a
+    max_num_seqs answer is 0 (the predicted report is at the measured max_num_seqs)."""
     if plan.solution is not None:
         if plan.solution.value is None:
             unknown = plan.report.capacity.kv_available_bytes is None
-            return int(ExitCode.INCOMPLETE if unknown else ExitCode.FINDING)
+            return ExitCode.INCOMPLETE if unknown else ExitCode.FINDING
         if plan.solution.knob is Knob.MAX_NUM_SEQS:
-            return int(ExitCode.OK)
-    return int(report_exit(plan.report))
+            return ExitCode.OK
+    return exit_code(plan.report)
 
 
-__all__ = ["Edits", "Figure", "How", "Knob", "Plan", "PlanRank", "Solution", "edits_from_flags", "exit_code",
+__all__ = ["Edits", "Figure", "How", "Knob", "Plan", "PlanRank", "Solution", "edits_from_flags", "plan_exit_code",
            "fp8_bytes_per_block", "plan_dumps", "plan_or_solve", "plan_report", "plan_to_json", "scale_activation",
            "solve"]

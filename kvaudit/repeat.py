@@ -10,8 +10,8 @@ Pure: no engine, no torch.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from kvaudit.capacity import safe_kv_bytes
 from kvaudit.schema import Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict

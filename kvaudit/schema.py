@@ -10,9 +10,10 @@ used everywhere: code, JSON and tables. docs/design.md lists the stable keys; th
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum, StrEnum
-from typing import Any, Mapping
+from typing import Any
 
 from kvaudit.config import AuditConfig
 
@@ -59,6 +60,35 @@ NON_KV_OWNERS = (Owner.WEIGHTS, Owner.PERSISTENT, Owner.ACTIVATION_PEAK, Owner.G
 
 STABLE_OWNERS = tuple(o for o in Owner if o is not Owner.TORCH_OTHER)
 """The owner keys every report must carry (torch_other is an extension and may be absent)."""
+
+
+class BudgetTerm(StrEnum):
+    """The terms of a rank's KV budget (`RankReport.kv_budget`, made by `ledger.kv_budget`), from
+    the requested budget down to the KV bytes, in this order. The non-KV owners' terms carry their
+    Owner's name and what KV sizing charged them (before KV: not their final figure)."""
+
+    REQUESTED = "requested"
+    """The requested budget, ceil(device total × gpu_memory_utilization): the one positive term."""
+    WEIGHTS = Owner.WEIGHTS.value
+    PERSISTENT = Owner.PERSISTENT.value
+    ACTIVATION_PEAK = Owner.ACTIVATION_PEAK.value
+    GRAPH_POOL = Owner.GRAPH_POOL.value
+    NON_TORCH = Owner.NON_TORCH.value
+    TORCH_OTHER = Owner.TORCH_OTHER.value
+    KV_STRUCTURES = "kv_structures"
+    """What KV initialisation allocates besides the cache (measured under the minimal KV cache
+    before sizing; 0 where not measured: the host backend, the selftest)."""
+    SEGMENT_ROUNDING = "segment_rounding"
+    """CUDA: the budget left unused so that whole blocks' allocator segments fit."""
+    UNMEASURED = "unmeasured"
+    """A phase KV sizing needs was not read: the figure the engine fell back on (vLLM's own, else
+    0) minus the requested budget; the owner terms are then absent."""
+    SIZED_OTHERWISE = "sized_otherwise"
+    """What the engine gave vLLM minus what the ledger re-derives from the same record: only
+    where another rule sized KV on purpose (the selftest's naive sizing) or the two disagree (a
+    warning says so)."""
+    BLOCK_ROUNDING = "block_rounding"
+    """What vLLM allocated minus the figure it was given: its whole blocks (0 or negative)."""
 
 
 class PhaseStatus(StrEnum):
@@ -160,6 +190,20 @@ class SweepPoint:
 
 
 @dataclass(frozen=True)
+class KvTerm:
+    """One term of a rank's KV budget: bytes added to (the requested budget) or taken from it."""
+
+    term: BudgetTerm
+    bytes: int
+    """Signed: the requested budget positive, every deduction negative."""
+
+
+def budget_total(terms: tuple[KvTerm, ...]) -> int:
+    """The sum of a budget's terms: the KV bytes they come down to."""
+    return sum(t.bytes for t in terms)
+
+
+@dataclass(frozen=True)
 class RankNode:
     """Where a rank ran (`kvaudit run`), as the rank itself saw it."""
 
@@ -221,7 +265,9 @@ class RankReport:
     graph_pool_actual_bytes: int | None = None
     """Graph pool high-water of the real capture after KV, plus its non-torch growth."""
     kv_available_bytes: int | None = None
-    """What kvaudit sized the KV cache to on this rank (returned to vLLM)."""
+    """The figure the boot the report describes sized this rank's KV cache to: in a run, the
+    selftest and a plan kvaudit's (returned to vLLM); in a log vLLM's own, the only sizing a log
+    shows (then also `vllm_kv_available_bytes`)."""
     phases: tuple[PhaseRecord, ...] = ()
     naive_kv_available_bytes: int | None = None
     """Extension: what a single profile pass before warmup would have given this rank."""
@@ -234,7 +280,9 @@ class RankReport:
     deferred_steps: tuple[str, ...] = ()
     """Extension: warmup steps that needed KV and ran only after it (their bytes were not budgeted)."""
     vllm_kv_available_bytes: int | None = None
-    """Extension: what vLLM's own arithmetic gave in the same boot (after kvaudit's warmup ran)."""
+    """Extension: what vLLM's own arithmetic gave in the same boot, always vLLM's figure: beside
+    kvaudit's in a run (after kvaudit's warmup ran); in a log the figure the log states (written
+    there from this version on)."""
     vllm_graph_estimate_bytes: int | None = None
     """Extension: vLLM's own graph memory estimate in the same boot (profile_cudagraph_memory;
     0 from MRv2 before 0.29), beside kvaudit's measured `graph_pool_estimate_bytes`."""
@@ -265,6 +313,11 @@ class RankReport:
     kv_segment_rounding_bytes: int | None = field(default=None, metadata=OMIT_NONE)
     """Extension (CUDA): bytes of the budget left unused so that whole blocks' segments fit
     (kv_available_bytes is after it); absent where kv_tensor_block_bytes is."""
+    kv_budget: tuple[KvTerm, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run`, selftest): every term from the requested budget down to the KV
+    bytes (`ledger.kv_budget`), in order; they sum to `owners.kv_cache`, or to
+    `kv_available_bytes` where vLLM allocated no cache. Absent in reports from logs and plans and
+    in runs written before it (those cannot all be re-derived: tests/unit/test_kv_budget.py)."""
     node: RankNode | None = field(default=None, metadata=OMIT_NONE)
     """Extension (`kvaudit run`): where this rank ran and how its record reached the report;
     absent in reports from logs and older runs."""

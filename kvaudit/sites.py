@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from kvaudit.errors import BadInputError
 from kvaudit.schema import PHASE_ORDER, Owner, Site, SiteDelta

@@ -15,15 +15,54 @@ from enum import Enum
 from typing import Any
 
 from kvaudit.config import (
-    BOOL_KEYS, FLOAT_KEYS, INT_KEYS, INT_LIST_KEYS, MODELLED_KEYS, STABLE_KEYS, STR_KEYS, AuditConfig,
+    BOOL_KEYS,
+    FLOAT_KEYS,
+    INT_KEYS,
+    INT_LIST_KEYS,
+    MODELLED_KEYS,
+    STABLE_KEYS,
+    STR_KEYS,
+    AuditConfig,
     config_from_json,
 )
 from kvaudit.errors import BadInputError
 from kvaudit.schema import (
-    DIFF_SCHEMA, REPORT_SCHEMA, STABLE_OWNERS, AccuracyEntry, Capacity, DiffReport, Engine, EnvDifference,
-    Environment, Failure, FailureKind, KnobDifference, Lever, NodeSummary, Owner, OwnerDelta, Phase, PhaseRecord,
-    PhaseStatus, RankNode, RankReport, Repeat, RepeatBoot, OwnerSpread, Report, Scenario, Site, SiteDelta, Source,
-    SweepPoint, Verdict, Verify, VerifyRank, VerifyScenario,
+    DIFF_SCHEMA,
+    REPORT_SCHEMA,
+    STABLE_OWNERS,
+    AccuracyEntry,
+    BudgetTerm,
+    Capacity,
+    DiffReport,
+    Engine,
+    EnvDifference,
+    Environment,
+    Failure,
+    FailureKind,
+    KnobDifference,
+    KvTerm,
+    Lever,
+    NodeSummary,
+    Owner,
+    OwnerDelta,
+    OwnerSpread,
+    Phase,
+    PhaseRecord,
+    PhaseStatus,
+    RankNode,
+    RankReport,
+    Repeat,
+    RepeatBoot,
+    Report,
+    Scenario,
+    Site,
+    SiteDelta,
+    Source,
+    SweepPoint,
+    Verdict,
+    Verify,
+    VerifyRank,
+    VerifyScenario,
 )
 from kvaudit.units import INT_LIMIT
 
@@ -167,7 +206,7 @@ def _owners(node: _JsonObject) -> dict[Owner, int | None]:
 
 
 def _rank_report(node: _JsonObject) -> RankReport:
-    return RankReport(
+    rank = RankReport(
         rank=node.int("rank", least=0), tp_rank=node.int("tp_rank"), dcp_rank=node.int("dcp_rank"),
         device_total_bytes=node.int("device_total_bytes"), requested_bytes=node.int("requested_bytes"),
         others_bytes=node.int("others_bytes"), owners=_owners(node.child("owners")),
@@ -188,7 +227,42 @@ def _rank_report(node: _JsonObject) -> RankReport:
         kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
         node=_rank_node(node.child("node", required=False, nullable=True)),
         kv_tensor_block_bytes=_positive_ints(node, "kv_tensor_block_bytes"),
-        kv_segment_rounding_bytes=node.int("kv_segment_rounding_bytes", required=False))
+        kv_segment_rounding_bytes=node.int("kv_segment_rounding_bytes", required=False),
+        kv_budget=_kv_budget(node))
+    _check_kv_budget(rank, node.where)
+    return rank
+
+
+def _kv_budget(node: _JsonObject) -> tuple[KvTerm, ...] | None:
+    """The rank's `kv_budget` (an extension: absent in older reports and in logs' and plans')."""
+    if node.list("kv_budget", required=False) is None:
+        return None
+    terms = []
+    for t in node.children("kv_budget"):
+        nbytes = t.int("bytes")
+        if nbytes is None:
+            raise BadInputError(f"{t.where}.bytes: must not be null")
+        terms.append(KvTerm(term=t.enum("term", BudgetTerm), bytes=nbytes))
+    return tuple(terms)
+
+
+def _check_kv_budget(rank: RankReport, where: str) -> None:
+    """A budget adds up: its terms sum to the rank's owners.kv_cache (to its kv_available_bytes
+    where vLLM allocated none), and it starts from the requested budget."""
+    if rank.kv_budget is None:
+        return
+    total = sum(t.bytes for t in rank.kv_budget)
+    kv, key = rank.owners.get(Owner.KV_CACHE), "owners.kv_cache"
+    if kv is None:
+        kv, key = rank.kv_available_bytes, "kv_available_bytes"
+    if kv is not None and total != kv:
+        raise BadInputError(f"{where}.kv_budget: its terms sum to {total} bytes but {key} is {kv} "
+                            f"({total - kv:+d}): the KV budget does not add up")
+    first = rank.kv_budget[0] if rank.kv_budget else None
+    if first is None or first.term is not BudgetTerm.REQUESTED or (
+            rank.requested_bytes is not None and first.bytes != rank.requested_bytes):
+        raise BadInputError(f"{where}.kv_budget: expected its first term to be the requested budget"
+                            + (f" ({rank.requested_bytes} bytes)" if rank.requested_bytes is not None else ""))
 
 
 def _positive_ints(node: _JsonObject, key: str) -> tuple[int, ...] | None:
@@ -321,7 +395,8 @@ def _repeat(node: _JsonObject | None) -> Repeat | None:
         boot = r.int("boot", least=1)
         if boot is None:
             raise BadInputError(f"{r.where}.boot: must not be null")
-        runs.append(RepeatBoot(boot=boot, verdict=r.enum("verdict", Verdict), kv_tokens=r.int("kv_tokens", required=False),
+        runs.append(RepeatBoot(boot=boot, verdict=r.enum("verdict", Verdict),
+                               kv_tokens=r.int("kv_tokens", required=False),
                                kv_available_bytes=r.int("kv_available_bytes", required=False),
                                safe_kv_cache_memory_bytes=r.int("safe_kv_cache_memory_bytes", required=False),
                                verify_slack_bytes=r.int("verify_slack_bytes", required=False),

@@ -1,6 +1,10 @@
-"""The failure catalogue: what went wrong, from vLLM's own words. One table classifies a vLLM
-failure line for the run supervisor (the log of the boot it ran) and for the log engine (users'
-logs, engines/logs/facts.py) alike, so a line means the same in both.
+"""The failure catalogue, and the one decision of which failure is a boot's.
+
+What went wrong, from vLLM's own words: one table classifies a vLLM failure line for the run
+supervisor (the log of the boot it ran), the log engine (users' logs, engines/logs/facts.py) and
+an exception a rank journaled (`rank_error_failure`, the vLLM worker's and the selftest's alike),
+so a line means the same everywhere. Every engine then hands its evidence to `decide_failure`
+as `Candidate`s: one rule picks the boot's failure for `run`, `selftest` and `ingest`.
 
 Order matters: the first cause whose anchor (and pattern) a line holds is its cause, most
 specific first. Causes marked `log_only` (a bare traceback, `EngineCore failed to start`, any
@@ -12,9 +16,12 @@ that print them: docs/vllm-startup.md §5.3–5.5.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Generic, TypeVar
 
-from kvaudit.schema import FailureKind, Phase
+from kvaudit.schema import Failure, FailureKind, Phase
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ CAUSES: tuple[Cause, ...] = (
                      r"cache"), starts=("max seq len",)),
     Cause("No available memory for the cache blocks", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
     Cause("Cannot auto-fit max_model_len", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
+    # kvaudit's selftest rank (engines/selftest/rank.py) when torch sees no CUDA device.
+    Cause("no CUDA device is visible to torch", FailureKind.NO_DEVICE, Phase.BASELINE, 0),
     # v1/worker/utils.py request_memory and cpu_worker.py __init__.
     Cause("on startup is less than desired", FailureKind.STARTUP_MEMORY, Phase.BASELINE, 0,
           starts=("Free memory on device", "Available memory on node")),
@@ -162,17 +171,62 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
-def root_cause(candidates: list[tuple[int, tuple[int, ...], object]]) -> object | None:
-    """The boot's failure among (cause priority, position, item) candidates: the catalogue's
-    priority first (a does-not-fit or memory error over a crash that merely reports it), then the
-    earliest line (a wrapper re-raises what a worker printed first)."""
-    return min(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
+class Evidence(IntEnum):
+    """Where a failure candidate comes from, in the order the boot's failure is chosen: what
+    kvaudit itself saw stop the boot first, vLLM's own words next, then a rank's exception, then
+    the boot process's, then only its exit status, and last that no rank wrote anything."""
+
+    STOPPED = 0
+    """kvaudit stopped the boot (a timeout, a signal) or a rank's node reported it gone."""
+    LOG_LINE = 1
+    """A line of vLLM's log that the catalogue names (`cause_of`)."""
+    RANK_ERROR = 2
+    """An exception a rank journaled (`rank_error_failure`)."""
+    PROCESS_ERROR = 3
+    """The boot process's own result says it raised."""
+    EXIT_STATUS = 4
+    """The boot process exited non-zero and said nothing else."""
+    NO_RECORDS = 5
+    """No rank wrote a record."""
 
 
-def find_failure_in_log(text: str) -> tuple[FailureKind, str] | None:
-    """The root cause in the log of a run (`root_cause`). A generic "initialization failed"
-    line is left out, and so are the log-only causes: the supervisor has the rank's own error for
-    a failure whose cause the log does not name."""
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Candidate(Generic[T]):
+    """One piece of evidence of a failure, and what it decides (a Failure, or a log's fact that
+    becomes one once chosen)."""
+
+    evidence: Evidence
+    item: T
+    priority: int = 0
+    """The catalogue's priority of its cause (0 a memory cause … BARE); 0 where none applies."""
+    position: tuple[int, ...] = ()
+    """Where it was seen (a log's file and offset, a rank's number): earlier first."""
+
+
+def decide_failure(candidates: Iterable[Candidate[T]]) -> Candidate[T] | None:
+    """The boot's failure among the candidates, by the one rule of every engine and log: the
+    evidence's order, then the catalogue's priority (a does-not-fit or memory error over a crash
+    that merely reports it), then the earliest (a wrapper re-raises what a worker printed first)."""
+    return min(candidates, key=lambda c: (c.evidence, c.priority, c.position), default=None)
+
+
+def rank_error_failure(rank: int | None, event: Mapping[str, Any], phase: Phase | None) -> Candidate[Failure]:
+    """An exception a rank journaled ({"error": its class name, "message": …}), classified by the
+    catalogue as a log line of it would be (`OutOfMemoryError: …` is an OOM); a crash otherwise."""
+    error, message = str(event.get("error") or ""), str(event.get("message") or event.get("error") or "")
+    cause = cause_of(f"{error}: {message}") if error else cause_of(message)
+    kind = cause.kind if cause is not None and cause.priority < GENERIC else FailureKind.CRASH
+    return Candidate(Evidence.RANK_ERROR, Failure(phase, rank, kind, message),
+                     cause.priority if cause is not None else 1, (rank if rank is not None else 1 << 30,))
+
+
+def log_line_candidates(text: str) -> list[Candidate[tuple[FailureKind, str]]]:
+    """The failure lines of a run's own log as candidates (kind, message). A generic
+    "initialization failed" line is left out, and so are the log-only causes: the supervisor has
+    the rank's own error for a failure whose cause the log does not name."""
     candidates = []
     for index, line in enumerate(text.splitlines()):
         if len(line) > 20000 or not ("Error" in line or "error" in line or "memory" in line or "support" in line
@@ -180,8 +234,15 @@ def find_failure_in_log(text: str) -> tuple[FailureKind, str] | None:
             continue
         cause = cause_of(line)
         if cause is not None and cause.priority < GENERIC and not cause.log_only:
-            candidates.append((cause.priority, (index,), (cause.kind, error_text(line, cause))))
-    return root_cause(candidates)  # type: ignore[return-value]
+            candidates.append(Candidate(Evidence.LOG_LINE, (cause.kind, error_text(line, cause)), cause.priority,
+                                        (index,)))
+    return candidates
+
+
+def find_failure_in_log(text: str) -> tuple[FailureKind, str] | None:
+    """The root cause in the log of a run (`decide_failure` over `log_line_candidates`)."""
+    chosen = decide_failure(log_line_candidates(text))
+    return chosen.item if chosen is not None else None
 
 
 def estimated_max_model_len(text: str) -> int | None:

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from kvaudit.errors import BadInputError
-from kvaudit.report import MAX_REPORT_CHARS, first_char, input_name, parse_report_text, read_text
+from kvaudit.input_text import input_name, read_text
+from kvaudit.report import MAX_REPORT_CHARS, first_char, parse_report_text
 from kvaudit.schema import Report
 
 

@@ -11,7 +11,7 @@ import the package this kvaudit was installed as.
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def installed_only_env(base: Mapping[str, str] | None = None) -> dict[str, str]:

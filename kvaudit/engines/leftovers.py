@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 SHM_ROOT = "/dev/shm"
 """Where POSIX shared memory lives on Linux (shm_open, Python's SharedMemory)."""

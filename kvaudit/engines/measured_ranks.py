@@ -4,11 +4,27 @@ uses it to size KV from what it measured."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from kvaudit.assemble import MeasuredRank
-from kvaudit.schema import PHASE_ORDER, Phase, PhaseRecord, PhaseStatus, RankNode, Site, SweepPoint
+from kvaudit.record import MeasuredRank
+from kvaudit.schema import PHASE_ORDER, Phase, PhaseRecord, PhaseStatus, RankNode, Site
+
+BOOT_FACTS = frozenset({
+    # the rank's identity and environment (the `rank` event: audit.init_device, selftest/rank.py)
+    "rank", "backend", "device_name", "driver", "cuda", "torch", "model_runner", "pid", "requested_bytes",
+    "vllm_requested_bytes", "host", "node_ip", "node_rank", "local_rank", "device_index",
+    # what the supervisors read beside the record: KV geometry, what vLLM resolved, warmups, verify
+    "attention_backend", "block_size", "kv_bytes_per_block", "use_mla", "resolved", "amx_tiles", "prefill_probe",
+    "warmup_attempts", "warmup_calls", "warmup_errors", "warmup_skipped_calls", "verify", "verify_true_peak_bytes",
+    "verify_scenario_peaks", "sweep_error", "planted", "sizing",
+    # kept in the journal for whoever reads it; the report derives its own (ledger.kv_budget, rank_ledger)
+    "kv_budget", "kv_segment_rounding_bytes", "kvaudit_kv_available_bytes", "naive_kv_available_bytes",
+    "graph_pool_retained_bytes", "graph_pool_measured_bytes",
+})
+"""The facts a rank journals besides its record's (record.JOURNAL_FACTS): every fact name a worker
+writes or a supervisor reads is one of the two (tests/unit/test_record.py checks the source)."""
 
 _MEASURES = ("torch_allocated_bytes", "torch_reserved_bytes", "torch_peak_allocated_bytes", "device_used_bytes",
              "graph_pool_bytes", "torch_peak_reserved_bytes")
@@ -78,7 +94,8 @@ class RankEvents:
         out = []
         for s in self.sites:
             nbytes, blocks = _int(s.get("bytes")), _int(s.get("blocks"))
-            if nbytes is None or blocks is None or not all(isinstance(s.get(k), str) for k in ("phase", "owner", "site")):
+            named = all(isinstance(s.get(k), str) for k in ("phase", "owner", "site"))
+            if nbytes is None or blocks is None or not named:
                 continue
             out.append(Site(phase=s["phase"], owner=s["owner"], site=s["site"], bytes=nbytes, blocks=blocks,
                             at="peak" if s.get("at") == "peak" else "end"))
@@ -106,46 +123,8 @@ def fold(rank: int, events: Iterable[Mapping[str, Any]]) -> RankEvents:
     return out
 
 
-def _ints(value: Any) -> tuple[int, ...] | None:
-    """A list of positive integers from a fact, or None (journals are data)."""
-    if not isinstance(value, list) or not value:
-        return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        return None
-    return tuple(value)
-
-
-def _sweep(value: Any) -> tuple[SweepPoint, ...] | None:
-    """The worker's sweep fact as report records (malformed entries skipped: journals are data)."""
-    if not isinstance(value, list):
-        return None
-    points = []
-    for p in value:
-        tokens, peak = (p.get("tokens"), p.get("activation_peak_bytes")) if isinstance(p, dict) else (None, None)
-        if isinstance(tokens, int) and tokens > 0 and isinstance(peak, int):
-            seconds = p.get("seconds")
-            points.append(SweepPoint(tokens, peak, float(seconds) if isinstance(seconds, (int, float)) else None))
-    return tuple(sorted(points, key=lambda x: x.tokens)) or None
-
-
 def measured_rank(folded: RankEvents, gmu: float | None = None, node: RankNode | None = None) -> MeasuredRank:
-    """A rank's journal as the assembly's record; `gmu` where the rank stated none; `node`:
-    where it ran (engines.vllm.nodes)."""
-    f = folded.facts
-    dtype = f.get("kv_cache_spec_dtype")
-    return MeasuredRank(
-        folded.rank, tuple(folded.phases[p] for p in PHASE_ORDER if p in folded.phases),
-        tp_rank=folded.get_int("tp_rank"), dcp_rank=folded.get_int("dcp_rank"),
-        device_total_bytes=folded.get_int("device_total_bytes"),
-        gpu_memory_utilization=f.get("gpu_memory_utilization", gmu), others_bytes=folded.get_int("others_bytes"),
-        graph_pool_estimate_bytes=folded.get_int("graph_pool_estimate_bytes"),
-        kv_cache_bytes=folded.get_int("kv_cache_bytes"), kv_available_bytes=folded.get_int("kv_available_bytes"),
-        kv_blocks=folded.get_int("kv_blocks"), deferred_steps=tuple(f.get("deferred_steps") or ()),
-        vllm_kv_available_bytes=folded.get_int("vllm_kv_available_bytes"), sites=folded.site_records(),
-        vllm_graph_estimate_bytes=folded.get_int("vllm_graph_estimate_bytes"),
-        vllm_suggested_kv_cache_memory_bytes=folded.get_int("vllm_suggested_kv_cache_memory_bytes"),
-        graph_capture_transient_bytes=folded.get_int("graph_capture_transient_bytes"), sweep=_sweep(f.get("sweep")),
-        prefill_probe_transient_bytes=folded.get_int("prefill_probe_transient_bytes"),
-        kv_cache_spec_dtype=dtype if isinstance(dtype, str) else None, node=node,
-        kv_tensor_block_bytes=_ints(f.get("kv_tensor_block_bytes")),
-        kv_segment_rounding_bytes=folded.get_int("kv_segment_rounding_bytes"))
+    """A rank's journal as the assembly's record (record.MeasuredRank reads the facts by its own
+    fields); `gmu` where the rank stated none; `node`: where it ran (engines.vllm.nodes)."""
+    return MeasuredRank.from_facts(folded.rank, tuple(folded.phases[p] for p in PHASE_ORDER if p in folded.phases),
+                                   folded.facts, gpu_memory_utilization=gmu, sites=folded.site_records(), node=node)

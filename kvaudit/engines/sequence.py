@@ -11,13 +11,15 @@ comes back through collective_rpc when the rank lives.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.probes import Probe
 from kvaudit.schema import Phase, PhaseStatus
+
 
 @dataclass
 class PhaseHandle:
@@ -60,9 +62,9 @@ class RankSequencer:
             self._record(name, start, PhaseStatus.INTERRUPTED, interrupted(exc), settle=False, facts=handle.facts)
             raise
         except BaseException as exc:
-            self._record(name, start, PhaseStatus.FAILED, one_line(exc), settle=False, facts=handle.facts)
+            self._record(name, start, PhaseStatus.FAILED, exception_line(exc), settle=False, facts=handle.facts)
             self.journal.write({"type": "error", "phase": name.value, "error": type(exc).__name__,
-                                "message": one_line(exc)})
+                                "message": exception_line(exc)})
             raise
         self._record(name, start, handle.status, handle.detail, settle=settle, facts=handle.facts)
 
@@ -76,7 +78,8 @@ class RankSequencer:
                 self.probe.sync()
             reading = self.probe.read()
         except Exception as exc:  # a dead device cannot be read; the phase still gets its line
-            detail = f"{detail}; probe failed: {one_line(exc)}" if detail else f"probe failed: {one_line(exc)}"
+            failed = f"probe failed: {exception_line(exc)}"
+            detail = f"{detail}; {failed}" if detail else failed
         event: dict[str, Any] = {"type": "phase", "name": name.value, "status": status.value,
                                  "seconds": round(time.perf_counter() - start, 3), "detail": detail}
         if reading is not None:
@@ -89,7 +92,7 @@ class RankSequencer:
                 try:
                     event["sites"] = self.tracer.sites(name.value)
                 except Exception as exc:  # a trace is an aid: the phase keeps its measurement
-                    event["trace_error"] = one_line(exc)
+                    event["trace_error"] = exception_line(exc)
         event.update(facts)
         self.journal.write(event)
         self.done.add(name)
@@ -105,10 +108,13 @@ def interrupted(exc: BaseException) -> str:
     return "interrupted: the boot was stopped while this phase ran"
 
 
-def one_line(exc: BaseException) -> str:
+def exception_line(exc: BaseException, limit: int = 2000) -> str:
+    """`ClassName: the first line of its message`, at most `limit` characters: an exception as a
+    journal, a phase detail or a verify error states it (kvaudit.printable.one_line is another
+    thing: any text made one safe line for a terminal)."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:2000]
+    return f"{type(exc).__name__}: {first}"[:limit]
 
 
 class WarmupFailed(RuntimeError):
@@ -148,5 +154,5 @@ class WarmupGuard:
             if not self.agree(failure is not None):
                 self.done = True
                 return True
-            self.errors.append(f"attempt {attempt}: " + (one_line(failure) if failure else "another rank failed"))
+            self.errors.append(f"attempt {attempt}: " + (exception_line(failure) if failure else "another rank failed"))
         raise WarmupFailed("; ".join(self.errors))

@@ -10,9 +10,12 @@ stdout is data, stderr is chatter: a reporter writes only what its format promis
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Protocol, TextIO, assert_never
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, assert_never
 
 from kvaudit.schema import DiffReport, Report
+
+if TYPE_CHECKING:
+    from kvaudit.plan_schema import Plan
 
 
 class Format(StrEnum):
@@ -43,11 +46,14 @@ def check_format(fmt: Format) -> None:
 
 
 class Reporter(Protocol):
-    """Writes a report or a diff in one format."""
+    """Writes a report, a diff or a plan in one format: every output of kvaudit goes through one
+    of these, made by `reporter` (the one dispatch, checked exhaustively)."""
 
     def report(self, report: Report, out: TextIO) -> None: ...
 
     def diff(self, diff: DiffReport, out: TextIO) -> None: ...
+
+    def plan(self, plan: Plan, out: TextIO) -> None: ...
 
 
 def reporter(fmt: Format, *, width: int | None = None, color: bool | None = None) -> Reporter:
@@ -77,7 +83,7 @@ class _Printable(_EscapedSurrogates):
     and tabs: CSV and markdown carry report strings verbatim and are often read on a terminal."""
 
     def write(self, text: str) -> int:
-        from kvaudit.render.printable import printable
+        from kvaudit.printable import printable
         return super().write(printable(text))
 
 
@@ -105,6 +111,9 @@ class _Encodable:
 
     def diff(self, diff: DiffReport, out: TextIO) -> None:
         self._inner.diff(diff, self._wrap(out))
+
+    def plan(self, plan: Plan, out: TextIO) -> None:
+        self._inner.plan(plan, self._wrap(out))
 
 
 def _reporter(fmt: Format, *, width: int | None, color: bool | None) -> Reporter:

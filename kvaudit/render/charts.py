@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from kvaudit.errors import UsageError
 from kvaudit.schema import Owner, RankReport

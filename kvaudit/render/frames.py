@@ -7,11 +7,12 @@ need no pandas (it is most of a cold `kvaudit diff`'s start: imported only for C
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from kvaudit.schema import DiffReport, Owner, Report
 from kvaudit.render.summary import rank_name
+from kvaudit.schema import DiffReport, Owner, Report
 from kvaudit.units import fmt_gib3
 
 if TYPE_CHECKING:

@@ -13,24 +13,24 @@ table and markdown say, in the same order), drawn as HTML, with pictures where a
 Self-contained: CSS and SVG inline, no script, no link, no font or image to fetch; a Content
 Security Policy (`default-src 'none'`) makes the browser refuse any load or script that might
 still slip in. Every string from a report (model, paths, messages, warnings, side names) is data:
-HTML-escaped, its control characters shown as escapes (kvaudit/render/printable.py).
+HTML-escaped, its control characters shown as escapes (kvaudit/kvaudit/printable.py).
 """
 
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Iterable, Sequence, TextIO
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, TextIO
 
-
-from kvaudit.render.frames import Frame
+from kvaudit.printable import printable
 from kvaudit.render import charts, summary
-from kvaudit.render.printable import printable
+from kvaudit.render.frames import Frame
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import NON_KV_OWNERS, DiffReport, Owner, OwnerDelta, Report, Verdict
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_gib3
 
 if TYPE_CHECKING:
-    from kvaudit.plan import Figure, Plan
+    from kvaudit.plan_schema import Figure, Plan
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 """Inline styles only: no script, no fetch of any kind (a meta CSP cannot carry frame-ancestors)."""
@@ -144,8 +144,9 @@ class _HtmlPage(Page):
         svg = charts.rank_bars_svg(drawn, report.capacity.binding_rank)
         # the picture goes to the top, under the verdict: it is what a post-mortem shows first
         self._close_facts()
+        caption = esc(bars_caption(report))
         self.parts.insert(getattr(self, "_top", 0),
-                          f'<figure class="rank-bars">{svg}<figcaption>{esc(bars_caption(report))}</figcaption></figure>')
+                          f'<figure class="rank-bars">{svg}<figcaption>{caption}</figcaption></figure>')
 
     def fact(self, label: str, value: str, *, pasteable: bool) -> None:
         shown = f'<code class="paste">{esc(value)}</code>' if pasteable else esc(value)
@@ -177,8 +178,8 @@ def bars_caption(report: Report) -> str:
     text = ("Per rank, the owners stacked from 0 in the ledger's order; the black tick is the requested "
             "budget (gpu_memory_utilization × the device), the grey box the whole device.")
     unknown = sorted({o.value for r in report.ranks for o in Owner if r.owners.get(o) is None})
-    below = [f"rank {'?' if r.rank is None else r.rank} {o.value} {fmt_bytes(v, signed=True)}" for r in report.ranks for o in Owner
-             if (v := r.owners.get(o)) is not None and v < 0]
+    below = [f"rank {'?' if r.rank is None else r.rank} {o.value} {fmt_bytes(v, signed=True)}"
+             for r in report.ranks for o in Owner if (v := r.owners.get(o)) is not None and v < 0]
     if unknown:
         text += f" Unknown, not drawn: {', '.join(unknown)}."
     if below:
@@ -230,6 +231,9 @@ class HtmlReporter(SectionReporter):
         super().diff(diff, out)
         out.write(self._drawn.document(_footer(None)))
 
+    def plan(self, plan: Plan, out: TextIO) -> None:
+        plan_html(plan, out, self)
+
 
 # --------------------------------------------------------------------------------------------
 # diff
@@ -273,8 +277,9 @@ def diff_head(diff: DiffReport) -> list[str]:
     va, vb = diff.verdict["a"], diff.verdict["b"]
     delta = diff.capacity["kv_available_delta_bytes"]
     worse = vb is Verdict.FAIL or (delta is not None and delta < 0)
-    head = f"verdict {va.value} → {vb.value}; KV on the binding rank {fmt_gib(ca.kv_available_bytes if ca else None)} → " \
-           f"{fmt_gib(cb.kv_available_bytes if cb else None)} ({fmt_gib(delta, signed=True)})"
+    head = (f"verdict {va.value} → {vb.value}; KV on the binding rank "
+            f"{fmt_gib(ca.kv_available_bytes if ca else None)} → "
+            f"{fmt_gib(cb.kv_available_bytes if cb else None)} ({fmt_gib(delta, signed=True)})")
     parts = [_banner(Verdict.FAIL if vb is Verdict.FAIL else (Verdict.UNKNOWN if worse else Verdict.OK), head,
                      "" if diff.comparable else "not comparable: a knob differs (below)")]
     parts.append(f"<p>A = <code>{esc(diff.a_name)}</code>, B = <code>{esc(diff.b_name)}</code></p>")
@@ -317,7 +322,7 @@ def diff_head(diff: DiffReport) -> list[str]:
 # plan
 
 
-def plan_html(plan: Plan, out: TextIO) -> None:
+def plan_html(plan: Plan, out: TextIO, reporter: HtmlReporter | None = None) -> None:
     """A plan's page: the predicted report as any report's page, then the planned-vs-measured
     table and how each figure was obtained (kvaudit/render/plan.py's lines)."""
     from kvaudit.render.plan import plan_lines
@@ -327,7 +332,7 @@ def plan_html(plan: Plan, out: TextIO) -> None:
                 plan_table(plan),
                 "<h2>How each figure was obtained</h2>"]
     appendix += [f"<p>{esc(line.strip())}</p>" for line in plan_lines(plan)]
-    HtmlReporter().report(plan.report, out, appendix=appendix)
+    (reporter or HtmlReporter()).report(plan.report, out, appendix=appendix)
 
 
 def plan_source(plan: Plan) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, TextIO
 
-
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import Report, Verdict
 
@@ -81,5 +80,7 @@ class _MarkdownPage(Page):
 
 
 class MarkdownReporter(SectionReporter):
+    plan_markdown = True
+
     def page(self, out: TextIO) -> Page:
         return _MarkdownPage(out)

@@ -21,8 +21,8 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from kvaudit.errors import UsageError
 
@@ -176,7 +176,7 @@ def check_paths(outputs: Iterable[tuple[str, Path | str | None]], inputs: Iterab
     """Every path a command will read or write, checked before any work (a boot): each input as
     `report.check_input` does, each output as `check_output` does, none the same file as an
     input or as another output. Pairs are (flag, path); a None path is not given."""
-    from kvaudit.report import check_input
+    from kvaudit.input_text import check_input
     given_inputs = [(flag, path) for flag, path in inputs if path is not None]
     given_outputs = [(flag, path) for flag, path in outputs if path is not None]
     for flag, path in given_inputs:

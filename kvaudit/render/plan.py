@@ -1,50 +1,49 @@
-"""`kvaudit plan` output: the predicted report as any report renders, then how each figure was
-obtained (table, markdown), one row per rank and owner (csv), the whole plan (json), a page with
-the planned-vs-measured table (html), or the predicted report's metrics (prom, `source="plan"`)."""
+"""`kvaudit plan` output, drawn by each format's reporter (`Reporter.plan`): the predicted report as
+any report renders, then how each figure was obtained (table, markdown), one row per rank and
+owner (csv), the whole plan (json), a page with the planned-vs-measured table (html), or the
+predicted report's metrics (prom, `source="plan"`). The pieces those reporters use are here."""
 
 from __future__ import annotations
 
 import csv
 from typing import TextIO
 
-from kvaudit.plan import Figure, How, Plan, plan_dumps
-from kvaudit.render import Format, printable_stream, reporter, reporter_stream
+from kvaudit.plan_schema import Figure, How, Plan
+from kvaudit.printable import one_line
+from kvaudit.render import Format, printable_stream, reporter
 from kvaudit.render.markdown import text as markdown_text
-from kvaudit.render.printable import one_line
 from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
 
 
 def render_plan(plan: Plan, fmt: Format, out: TextIO, *, width: int | None = None) -> None:
-    if fmt is Format.JSON:
-        out.write(plan_dumps(plan))
-        return
-    if fmt is Format.HTML:
-        from kvaudit.render.html import plan_html
-        plan_html(plan, reporter_stream(out))
-        return
-    if fmt is Format.PROM:  # the predicted report's gauges alone: a metrics file takes no prose
-        reporter(fmt).report(plan.report, out)
-        return
-    if fmt is Format.CSV:
-        writer = csv.writer(printable_stream(out), lineterminator="\n")
-        writer.writerow(["rank", "owner", "bytes", "how", "error_bytes", "extrapolated", "rule", "points", "boot"])
-        for rank in plan.ranks:
-            for f in rank.figures:  # one line a row: a newline in a report's string is escaped
-                writer.writerow([rank.rank, f.owner.value, "" if f.bytes is None else f.bytes, f.how.value,
-                                 f.error_bytes, f.extrapolated, one_line(f.rule or ""), _points(f),
-                                 one_line(f.boot or "")])
-            kv = "" if rank.kv_available_bytes is None else rank.kv_available_bytes
-            writer.writerow([rank.rank, "kv_available", kv,
-                             How.SCALED.value if rank.kv_available_bytes is not None else How.UNKNOWN.value,
-                             "" if rank.kv_error_bytes is None else rank.kv_error_bytes, False,
-                             "requested − the measured sizing charge, moved by each edited owner", "", ""])
-        return
-    reporter(fmt, width=width).report(plan.report, out)
-    md = fmt is Format.MARKDOWN
-    out = printable_stream(out)  # edits and notes carry the user's flags and the report's strings
-    out.write("\n" + ("## " if md else "") + "plan: how each figure was obtained\n\n")
-    for line in plan_lines(plan, markdown=md):  # one line each, data as data (render/sections.py)
-        out.write((markdown_text(one_line(line)) if md else one_line(line)) + "\n")
+    """A plan in `fmt`, through the one format dispatch (render.reporter: every format's
+    reporter has a `plan`)."""
+    reporter(fmt, width=width).plan(plan, out)
+
+
+def write_plan_csv(plan: Plan, out: TextIO) -> None:
+    """One row per rank and owner: bytes, how each figure was obtained, its error and points."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["rank", "owner", "bytes", "how", "error_bytes", "extrapolated", "rule", "points", "boot"])
+    for rank in plan.ranks:
+        for f in rank.figures:  # one line a row: a newline in a report's string is escaped
+            writer.writerow([rank.rank, f.owner.value, "" if f.bytes is None else f.bytes, f.how.value,
+                             f.error_bytes, f.extrapolated, one_line(f.rule or ""), _points(f),
+                             one_line(f.boot or "")])
+        kv = "" if rank.kv_available_bytes is None else rank.kv_available_bytes
+        writer.writerow([rank.rank, "kv_available", kv,
+                         How.SCALED.value if rank.kv_available_bytes is not None else How.UNKNOWN.value,
+                         "" if rank.kv_error_bytes is None else rank.kv_error_bytes, False,
+                         "requested − the measured sizing charge, moved by each edited owner", "", ""])
+
+
+def write_plan_lines(plan: Plan, out: TextIO, *, markdown: bool) -> None:
+    """After the predicted report: how each figure was obtained, one line each, data as data
+    (render/sections.py); edits and notes carry the user's flags and the report's strings."""
+    out = printable_stream(out)
+    out.write("\n" + ("## " if markdown else "") + "plan: how each figure was obtained\n\n")
+    for line in plan_lines(plan, markdown=markdown):
+        out.write((markdown_text(one_line(line)) if markdown else one_line(line)) + "\n")
 
 
 def _points(f: Figure) -> str:

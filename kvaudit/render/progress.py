@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kvaudit.config import AuditConfig
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 from kvaudit.units import fmt_gib
 
 

@@ -12,18 +12,22 @@ series of two images are two series. Unknown is absent, never 0.
 
 Label values from a report are escaped by prometheus-client as the format says (backslash,
 double quote, newline); before that, control characters but newline and tab are shown as
-escapes (`\x1b`), as every other format shows them (kvaudit/render/printable.py: `cat` of the
+escapes (`\x1b`), as every other format shows them (kvaudit/kvaudit/printable.py: `cat` of the
 file must not run a terminal sequence), and a lone surrogate (which no UTF-8 text can hold) as
 the escape it came from. -o writes the file through kvaudit/render/output.py, atomically.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, TextIO
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, TextIO
 
-from kvaudit.render.printable import printable
+from kvaudit.printable import printable
 from kvaudit.render.summary import safe_kv_bytes
 from kvaudit.schema import DiffReport, Owner, Report, Verdict
+
+if TYPE_CHECKING:
+    from kvaudit.plan_schema import Plan
 
 PREFIX = "kvaudit_"
 
@@ -153,7 +157,8 @@ def diff_families(diff: DiffReport) -> _Families:
         f.add("diff_kv_available_bytes", "KV on each side's binding rank.", cap.kv_available_bytes if cap else None,
               side=side)
         f.add("diff_kv_tokens", "KV tokens on each side.", cap.kv_tokens if cap else None, side=side)
-    f.add("diff_kv_available_delta_bytes", "B's KV − A's on the binding rank.", diff.capacity["kv_available_delta_bytes"])
+    f.add("diff_kv_available_delta_bytes", "B's KV − A's on the binding rank.",
+          diff.capacity["kv_available_delta_bytes"])
     f.add("diff_kv_tokens_delta", "B's KV tokens − A's.", diff.capacity["kv_tokens_delta"])
     for d in diff.owners:
         rank = "binding" if d.rank is None else d.rank
@@ -170,6 +175,10 @@ class PromReporter:
 
     def diff(self, diff: DiffReport, out: TextIO) -> None:
         out.write(_exposition(diff_families(diff)))
+
+    def plan(self, plan: Plan, out: TextIO) -> None:
+        """The predicted report's gauges alone (`source="plan"`): a metrics file takes no prose."""
+        self.report(plan.report, out)
 
 
 def samples(text: str) -> Iterable[tuple[str, dict[str, str], float]]:

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-
+from kvaudit.printable import one_line
 from kvaudit.render import frames, summary
 from kvaudit.render.frames import Frame
-from kvaudit.render.printable import one_line
 from kvaudit.schema import DiffReport, Report, Verdict
+
+if TYPE_CHECKING:
+    from kvaudit.plan_schema import Plan
 
 OWNERS_LABEL = "owner (GiB)"
 ACCURACY_LABEL = "planted vs measured (GiB)"
@@ -125,6 +127,15 @@ class SectionReporter(ABC):
 
     @abstractmethod
     def page(self, out: TextIO) -> Page: ...
+
+    plan_markdown = False
+    """Whether a plan's how-each-figure-was-obtained lines are markdown (the markdown reporter)."""
+
+    def plan(self, plan: Plan, out: TextIO) -> None:
+        """The predicted report as any report, then how each figure was obtained."""
+        from kvaudit.render.plan import write_plan_lines
+        self.report(plan.report, out)
+        write_plan_lines(plan, out, markdown=self.plan_markdown)
 
     def report(self, report: Report, out: TextIO) -> None:
         page = _OneLine(self.page(out))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import errno
-from typing import Any, TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 
+from kvaudit.printable import printable
 from kvaudit.render import bars
-from kvaudit.render.printable import printable
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import Report, Verdict
 

@@ -3,7 +3,7 @@
     python tests/benchmarks/bench_hostile.py [--mb 4]
     python tests/benchmarks/bench_hostile.py --inputs [--gib 2]
 
-`--inputs` reads hostile files as `kvaudit` does (report.read_text), each in its own process, and
+`--inputs` reads hostile files as `kvaudit` does (input_text.read_text), each in its own process, and
 prints its wall time and peak RSS (issue 32, items 3 and 4): a sparse file of the cap's size with
 one emoji at its end, an ASCII log with one wide character at its end (a text that widened as it
 grew was copied whole then), a file over the cap, endless standard input (/dev/zero), and gzip
@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
 from bench_ingest import generate  # noqa: E402
 from test_logs_linear import DATA, hostile_logs, many_pids  # noqa: E402
 
+from kvaudit.engines.inputs import load_report  # noqa: E402
 from kvaudit.engines.logs import report_from_log_text  # noqa: E402
 from kvaudit.errors import BadInputError  # noqa: E402
+from kvaudit.input_text import read_text  # noqa: E402
 from kvaudit.render.table import TableReporter  # noqa: E402
-from kvaudit.engines.inputs import load_report  # noqa: E402
-from kvaudit.report import read_text  # noqa: E402
 
 GOAL = 2.0
 
@@ -68,7 +68,7 @@ def _render(report):
 
 
 READ = ("import re, sys, time; from pathlib import Path\n"
-        "from kvaudit.errors import BadInputError; from kvaudit.report import read_text\n"
+        "from kvaudit.errors import BadInputError; from kvaudit.input_text import read_text\n"
         "start = time.perf_counter()\n"
         "try:\n    said = f'{len(read_text(sys.argv[1])):,} characters'\n"
         "except BadInputError as exc:\n    said = f'refused: {exc}'\n"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from kvaudit.engines.logs import report_from_log_text, report_from_logs
 from kvaudit.engines.logs.facts import grep_pattern
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 
 GOAL = 0.3
 TP = 8

@@ -43,7 +43,7 @@ class BrowserError(RuntimeError):
 
 @dataclass
 class LoadedPage:
-    browser: "Browser"
+    browser: Browser
     session: str
     url: str
     problems: list[str] = field(default_factory=list)
@@ -78,7 +78,7 @@ class Browser:
         self._buffer = b""
         self._events: list[dict] = []
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         self._profile = tempfile.mkdtemp(prefix="kvaudit-chromium-")
         to_chrome_r, to_chrome_w = os.pipe()
         from_chrome_r, from_chrome_w = os.pipe()

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-
 from factories import DATA, real_json, write_json
+
 from kvaudit.diff import diff_reports
 from kvaudit.engines.inputs import load_report
 from kvaudit.render.charts import DEVICE_COLOR, LESS_KV, MORE_KV, OWNER_COLOR, drawable

@@ -7,7 +7,6 @@ first names). Stages: `bash tests/gpu/session.sh real1` (the 8B and the 16B MLA+
 from __future__ import annotations
 
 import pytest
-
 from conftest import HERE, kvaudit, requires_vllm
 
 pytestmark = [pytest.mark.gpu, requires_vllm]

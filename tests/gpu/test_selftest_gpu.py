@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import kvaudit, requires_cuda
 
 pytestmark = [pytest.mark.gpu, requires_cuda]

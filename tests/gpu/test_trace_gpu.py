@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from conftest import kvaudit, requires_cuda, requires_vllm
 
 pytestmark = [pytest.mark.gpu]

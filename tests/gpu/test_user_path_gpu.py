@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import HERE, requires_vllm
 from test_verify_gpu import boot, result_name
 from user_path_load import run_user_path, user_load, within_budget

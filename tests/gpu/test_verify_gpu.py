@@ -11,7 +11,6 @@ every scenario (docs/vllm-0.33-h200.md); `load-repeat` has not run (no device ti
 from __future__ import annotations
 
 import pytest
-
 from conftest import HERE, kvaudit, requires_vllm
 
 pytestmark = [pytest.mark.gpu, requires_vllm]

@@ -4,7 +4,6 @@ dense Llama through Model Runner V2. Reports and vLLM logs go to $KVAUDIT_GPU_RE
 from __future__ import annotations
 
 import pytest
-
 from conftest import HERE, kvaudit, requires_vllm
 
 pytestmark = [pytest.mark.gpu, requires_vllm]

@@ -25,15 +25,26 @@ non-torch bytes that graph profiling leaves behind to U from graphs on.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
+from kvaudit.assemble import BootRecord, MeasuredRank, StatedRank, assemble, rank_report
 from kvaudit.capacity import KvGeometry
 from kvaudit.config import AuditConfig
-from kvaudit.assemble import BootRecord, MeasuredRank, StatedRank, assemble, rank_report
 from kvaudit.schema import (
-    Capacity, Engine, Environment, Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport, Report, Source,
+    Capacity,
+    Engine,
+    Environment,
+    Failure,
+    Owner,
+    Phase,
+    PhaseRecord,
+    PhaseStatus,
+    RankReport,
+    Report,
+    Source,
     Verdict,
 )
 

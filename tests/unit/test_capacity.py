@@ -11,12 +11,11 @@ import dataclasses
 import math
 
 import pytest
-
 from factories import BOOT_REQUESTED, GEOMETRY, MiB, boot_rank, config, gib, owners_of, plain_rank, report
+
 from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, verify_holds
 from kvaudit.ledger import check_balance
 from kvaudit.schema import Owner, Verdict, Verify
-
 
 # ------------------------------------------------------------------------------------------
 # capacity

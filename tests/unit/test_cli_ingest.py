@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
 TP2_OK = FIXTURES / "gpu-0.32-v1-tp2-ok.log"
@@ -117,7 +117,7 @@ def test_a_gzip_bomb_is_refused_without_expanding_it(tmp_path):
             fh.write(zeros)
     # VmHWM, not ru_maxrss: Linux carries the forking parent's (pytest's) peak into ru_maxrss across exec
     code = ("import re, sys\n"
-            "from kvaudit.report import read_text\n"
+            "from kvaudit.input_text import read_text\n"
             "from kvaudit.errors import BadInputError\n"
             "try:\n    read_text(sys.argv[1])\nexcept BadInputError as e:\n    print(e)\n"
             "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n")
@@ -129,7 +129,8 @@ def test_a_gzip_bomb_is_refused_without_expanding_it(tmp_path):
 
 def test_gzip_logs_expand_whole_through_many_small_steps(tmp_path):
     import gzip
-    from kvaudit.report import read_text
+
+    from kvaudit.input_text import read_text
     text = "INFO 12-01 10:00:00 [gpu_worker.py:1] " + "x" * 5000 + "\n"
     path = tmp_path / "log.gz"
     with gzip.open(path, "wt") as fh:

@@ -8,8 +8,21 @@ from pathlib import Path
 import pytest
 
 from kvaudit.config import (
-    BOOL_KEYS, CONFIG_KEYS, EMBEDDED_DEFAULTS, FLOAT_KEYS, INT_KEYS, INT_LIST_KEYS, MODELLED_KEYS, STABLE_KEYS,
-    STR_KEYS, AuditConfig, build_run_config, config_from_json, embedded_model_path, load_preset, parse_passthrough,
+    BOOL_KEYS,
+    CONFIG_KEYS,
+    EMBEDDED_DEFAULTS,
+    FLOAT_KEYS,
+    INT_KEYS,
+    INT_LIST_KEYS,
+    MODELLED_KEYS,
+    STABLE_KEYS,
+    STR_KEYS,
+    AuditConfig,
+    build_run_config,
+    config_from_json,
+    embedded_model_path,
+    load_preset,
+    parse_passthrough,
 )
 from kvaudit.errors import ExitCode, UsageError
 

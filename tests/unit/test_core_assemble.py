@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import BOOT_REQUESTED, GEOMETRY, boot_phases, config, gib, plain_rank
+
 from kvaudit.assemble import (
-    BootRecord, MeasuredRank, StatedRank, assemble, rank_report, verify_summary,
+    BootRecord,
+    MeasuredRank,
+    StatedRank,
+    assemble,
+    rank_report,
+    verify_summary,
 )
-from kvaudit.engines.failures import CAUSES, classify_line
+from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, classify_line
 from kvaudit.engines.logs.facts import FactKind, facts_from_message
 from kvaudit.ledger import owners_from_readings
 from kvaudit.schema import Engine, Environment, Owner, Phase, PhaseRecord, Source
-
-
 
 
 def _record(ranks, **kwargs) -> BootRecord:
@@ -100,7 +103,7 @@ SAMPLES = {
     "stored in KV cache": "ValueError: The model's max seq len (8192) is larger than the maximum number of tokens that "
                           "can be stored in KV cache (4096).",
     "not supported": "NotImplementedError: FP8 KV cache with MLA is not supported on this backend",
-    CAUSES[7].anchor: "ValueError: Available memory on node 0 (1.0/8.0 GiB) on kv cache allocation is less than "
+    CPU_KV_SHORT: "ValueError: Available memory on node 0 (1.0/8.0 GiB) on kv cache allocation is less than "
                       "requested memory for kv (2.0 GiB)",
 }
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from factories import real_json, write_json
+
 from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, cpu_default_gmu
 from kvaudit.engines.probes.host import node_meminfo
 from kvaudit.engines.selftest.supervise import SelftestOptions, default_gmu

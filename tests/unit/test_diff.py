@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-
 from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_report, real_json, write_json
+
 from kvaudit.diff import check_kv_drop, diff_reports
-from kvaudit.errors import ExitCode, FindingError, UsageError
 from kvaudit.engines.inputs import load_report
+from kvaudit.errors import ExitCode, FindingError, UsageError
 from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, dumps
-from kvaudit.validate import diff_from_json
 from kvaudit.units import fmt_gib3
+from kvaudit.validate import diff_from_json
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
 

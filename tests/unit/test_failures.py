@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import DATA
+
 from kvaudit.engines.failures import classify_line, estimated_max_model_len, find_failure_in_log
 from kvaudit.schema import FailureKind
 
@@ -95,3 +95,48 @@ def test_the_real_does_not_fit_log():
 def test_estimated_max_model_len_takes_the_last_estimate():
     text = "the estimated maximum model length is 1000.\n...\nthe estimated maximum model length is 2048."
     assert estimated_max_model_len(text) == 2048
+
+
+# ------------------------------------------------------------------------------------------
+# One decision for every engine (failures.decide_failure)
+
+from kvaudit.engines.failures import Candidate, Evidence, decide_failure, rank_error_failure  # noqa: E402
+from kvaudit.schema import Failure, Phase  # noqa: E402
+
+
+def test_a_ranks_exception_is_classified_by_the_catalogue():
+    oom = rank_error_failure(1, {"error": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate"},
+                             Phase.REPLAY)
+    assert (oom.evidence, oom.item) == (Evidence.RANK_ERROR, Failure(Phase.REPLAY, 1, FailureKind.OOM,
+                                                                     "CUDA out of memory. Tried to allocate"))
+    gone = rank_error_failure(0, {"error": "RuntimeError", "message": "no CUDA device is visible to torch"},
+                              Phase.BASELINE)
+    assert gone.item.kind is FailureKind.NO_DEVICE
+    crash = rank_error_failure(0, {"error": "KeyError", "message": "'layers.0'"}, Phase.LOAD)
+    assert crash.item.kind is FailureKind.CRASH
+
+
+def test_the_decision_orders_by_evidence_then_priority_then_position():
+    def cand(evidence, priority, position, name):
+        return Candidate(evidence, name, priority, position)
+    # a rank's OOM (priority 0) loses to any log line: vLLM's words come first
+    assert decide_failure([cand(Evidence.RANK_ERROR, 0, (0,), "rank oom"),
+                           cand(Evidence.LOG_LINE, 1, (9,), "log crash")]).item == "log crash"
+    # among log lines the memory cause wins over an earlier crash; among equals the earliest
+    assert decide_failure([cand(Evidence.LOG_LINE, 1, (1,), "crash"), cand(Evidence.LOG_LINE, 0, (5,), "oom"),
+                           cand(Evidence.LOG_LINE, 0, (3,), "first oom")]).item == "first oom"
+    # kvaudit's own stop beats everything; no evidence is no failure
+    assert decide_failure([cand(Evidence.NO_RECORDS, 0, (), "none"), cand(Evidence.STOPPED, 0, (), "timeout"),
+                           cand(Evidence.LOG_LINE, 0, (0,), "oom")]).item == "timeout"
+    assert decide_failure([]) is None
+
+
+def test_among_ranks_the_memory_cause_wins_over_a_rank_that_only_saw_it():
+    from kvaudit.engines import measured_ranks
+    from kvaudit.engines.vllm.supervise import run_failure
+    folded = [measured_ranks.fold(0, [{"type": "error", "phase": "replay", "error": "RuntimeError",
+                                       "message": "NCCL error: remote process exited"}]),
+              measured_ranks.fold(1, [{"type": "error", "phase": "replay", "error": "OutOfMemoryError",
+                                       "message": "CUDA out of memory. Tried to allocate 2.00 GiB"}])]
+    failure = run_failure(folded, None, "", stop=None, exit_code=1, timeout_s=60)
+    assert (failure.rank, failure.kind, failure.phase) == (1, FailureKind.OOM, Phase.REPLAY)

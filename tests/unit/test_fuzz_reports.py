@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
-
 from conftest import run_cli
 from factories import REAL_REPORTS, real_json
-from kvaudit.errors import BadInputError
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import strategies as st
+
 from kvaudit.engines.inputs import load_report
+from kvaudit.errors import BadInputError
 from kvaudit.report import looks_like_json
 from kvaudit.schema import Report
 

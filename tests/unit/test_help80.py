@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-
 from factories import boot_rank, report
+
 from kvaudit.render import Format, reporter
 from kvaudit.schema import AccuracyEntry, Owner, Source
 

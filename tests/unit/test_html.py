@@ -11,8 +11,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from factories import DATA, real_json, write_json
+
 from kvaudit.diff import diff_reports
 from kvaudit.engines.inputs import load_report
 from kvaudit.plan import Edits, plan_report
@@ -177,9 +177,10 @@ def test_a_lone_surrogate_in_a_report_is_written_as_its_escape(cli, tmp_path):
 
 
 def test_the_bars_are_the_known_positive_owners_of_each_rank(real_reports):
-    from kvaudit.render.html import HtmlReporter
     import io
     import re
+
+    from kvaudit.render.html import HtmlReporter
     for name, report in real_reports.items():
         out = io.StringIO()
         HtmlReporter().report(report, out)
@@ -296,6 +297,7 @@ def test_the_committed_example_pages_are_what_kvaudit_writes_today(cli, name):
     # the charts are compared by the ids of what they draw (matplotlib's SVG varies by release);
     # configs/examples/README.md has the commands, run-cpu.html came from a boot
     import re
+
     from test_render import _charts_as_ids
     committed = (EXAMPLES / name).read_text(encoding="utf-8")
     fresh = html_of(cli, *EXAMPLE_PAGES[name])

@@ -11,17 +11,37 @@ import dataclasses
 import math
 
 import pytest
-
 from factories import (
-    BOOT_ESTIMATE, BOOT_GMU, BOOT_OTHERS, BOOT_REQUESTED, BOOT_TOTAL, MiB, boot_phases, boot_rank, gib, owners_of,
-    plain_rank, real_json, report, write_json,
+    BOOT_ESTIMATE,
+    BOOT_GMU,
+    BOOT_OTHERS,
+    BOOT_REQUESTED,
+    BOOT_TOTAL,
+    MiB,
+    boot_phases,
+    boot_rank,
+    gib,
+    owners_of,
+    plain_rank,
+    real_json,
+    report,
+    write_json,
 )
+
+from kvaudit.engines.inputs import load_report
 from kvaudit.errors import BadInputError
 from kvaudit.ledger import (
-    activation_peak, check_balance, growth_after_sizing, kv_blocks_within, naive_kv_available, owners_from_phases, rank_ledger,
-    requested_bytes, size_kv,
+    activation_peak,
+    check_balance,
+    growth_after_sizing,
+    kv_blocks_within,
+    kv_budget,
+    kv_figure,
+    naive_kv_available,
+    owners_from_phases,
+    rank_ledger,
+    requested_bytes,
 )
-from kvaudit.engines.inputs import load_report
 from kvaudit.schema import NON_KV_OWNERS, Owner, Phase
 
 # The canonical boot's owners, from docs/design.md's formulas on the table in factories.py:
@@ -35,6 +55,11 @@ TORCH_OTHER = gib((15 + 1) - (1 + 10 + 1))                  # R(capture) − poo
 NON_KV = WEIGHTS + PERSISTENT + ACTIVATION + GRAPH_POOL + NON_TORCH + TORCH_OTHER  # 19.5 GiB
 KV_AVAILABLE = BOOT_REQUESTED - NON_KV                      # 70 − 19.5 = 50.5 GiB
 KV_CACHE = gib(50)
+
+
+def kv_figure_of(phases, **kw):
+    """kvaudit's KV figure from the one budget function (no KV structures, no segments)."""
+    return kv_figure(kv_budget(phases, **kw))
 
 
 def ledger(**kw):
@@ -199,7 +224,7 @@ def test_what_graph_profiling_leaves_behind_is_graph_memory():
 def test_the_kv_figure_leaves_room_for_everything_resident_at_sizing():
     # GIVEN graph profiling left 0.25 GiB of non-torch memory, and vLLM's estimate is 0.125 GiB
     phases = boot_phases(graphs_nt=gib(0.25), upto=Phase.GRAPHS)
-    kv = size_kv(phases, requested=BOOT_REQUESTED, others_bytes=BOOT_OTHERS, graph_pool_estimate_bytes=gib(0.125))
+    kv = kv_figure_of(phases, requested=BOOT_REQUESTED, others_bytes=BOOT_OTHERS, graph_pool_estimate_bytes=gib(0.125))
     # THEN KV + what the process holds at sizing (U − others) + the transient peak fits the budget:
     # resident 17.25 − 1 = 16.25, transient 2  →  KV ≤ 70 − 18.25 = 51.75 GiB
     resident = phases[Phase.GRAPHS].device_used_bytes - BOOT_OTHERS
@@ -220,13 +245,13 @@ def test_size_kv_is_requested_minus_the_non_kv_owners_at_sizing_time():
     # GIVEN phases up to graphs (vLLM asks for the KV figure there)
     phases = boot_phases(upto=Phase.GRAPHS)
     # THEN the figure is 70 − (10 + 1.5 + 2 + 1.5 (estimate) + 0.5 + 4) = 50.5 GiB
-    assert size_kv(phases, requested=BOOT_REQUESTED, others_bytes=BOOT_OTHERS,
+    assert kv_figure_of(phases, requested=BOOT_REQUESTED, others_bytes=BOOT_OTHERS,
                    graph_pool_estimate_bytes=BOOT_ESTIMATE) == gib(50.5) == KV_AVAILABLE
 
 
 def test_size_kv_ignores_what_came_after_sizing():
     # GIVEN the full boot, kv and capture included  THEN sizing still reads only up to graphs
-    assert size_kv(boot_phases(), requested=BOOT_REQUESTED, others_bytes=BOOT_OTHERS,
+    assert kv_figure_of(boot_phases(), requested=BOOT_REQUESTED, others_bytes=BOOT_OTHERS,
                    graph_pool_estimate_bytes=BOOT_ESTIMATE) == gib(50.5)
     assert ledger().kv_available_bytes == gib(50.5)
 

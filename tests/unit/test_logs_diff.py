@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvaudit.diff import diff_reports
 from kvaudit.engines.logs import report_from_log_text
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 from kvaudit.schema import NON_KV_OWNERS, Owner
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"

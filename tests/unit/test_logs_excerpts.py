@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.inputs import load_report
-from kvaudit.report import read_text
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.input_text import read_text
 from kvaudit.schema import FailureKind, Owner, Phase, Verdict
 
 EXCERPTS = Path(__file__).parent.parent / "fixtures" / "logs" / "excerpts"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvaudit.engines.logs import report_from_log_text, report_from_logs
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 from kvaudit.schema import FailureKind, Owner, Phase, PhaseStatus, Report, Verdict
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
@@ -102,8 +102,8 @@ def test_v1_graph_bytes_per_size_feeds_the_levers(v1_tp2: Report) -> None:
     """GIVEN the DEBUG per-mode estimates (rank 0: 8 + 4 MiB per graph, rank 1: 6 + 4)
     THEN one capture size costs 10 MiB (the smaller rank), which a failing config's lever uses."""
     from kvaudit.engines.logs.boot_record import graph_bytes_per_size
-    from kvaudit.engines.logs.ranks import gather
     from kvaudit.engines.logs.parse import parse_file
+    from kvaudit.engines.logs.ranks import gather
     boot = gather([parse_file(read_text(FIXTURES / "gpu-0.32-v1-tp2-ok.log"), "a")])
     assert graph_bytes_per_size(boot.ranks) == 10 * MiB
 

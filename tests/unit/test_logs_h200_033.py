@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvaudit.engines.logs import report_from_log_text
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 from kvaudit.schema import Owner, Report, Verdict
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from kvaudit import report as report_module
+from kvaudit import input_text as report_module
 from kvaudit.errors import BadInputError
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 
 CAP = 1 << 20
 TP2_OK = Path(__file__).parent.parent / "fixtures" / "logs" / "gpu-0.32-v1-tp2-ok.log"
@@ -239,7 +239,7 @@ def _member_by_member(data: bytes) -> bytes | None:
 @pytest.mark.parametrize("seed", range(6))
 def test_many_members_expand_as_zlib_member_by_member_even_damaged(tmp_path: Path, seed: int) -> None:
     # GIVEN a mix of members that the reader takes by their remembered twins, split apart, in
-    # runs or through zlib (report._gunzip), whole or with one bit changed
+    # runs or through zlib (input_text._gunzip), whole or with one bit changed
     import random
     rng = random.Random(seed)
     data, want = _members(rng, 3000)

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from kvaudit.engines.inputs import load_report
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.parse import FileScan, parse_file
 from kvaudit.engines.logs.ranks import check_one_boot, engine_config, gather
 from kvaudit.engines.logs.scan import bounds
 from kvaudit.errors import BadInputError
+from kvaudit.input_text import read_text
 from kvaudit.render.table import TableReporter
-from kvaudit.engines.inputs import load_report
-from kvaudit.report import read_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
 DATA = Path(__file__).parent / "data"

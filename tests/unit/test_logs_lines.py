@@ -10,7 +10,7 @@ from kvaudit.engines.logs import report_from_log_text, report_from_logs
 from kvaudit.engines.logs.knobs import knobs_from_args, knobs_from_engine_line, literal_dict, non_default_args
 from kvaudit.engines.logs.lines import Role, parse_line, proc_tag
 from kvaudit.engines.logs.scan import scan, scan_exhaustive
-from kvaudit.report import read_text
+from kvaudit.input_text import read_text
 from kvaudit.schema import Owner
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"

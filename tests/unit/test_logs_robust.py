@@ -19,11 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvaudit.engines.inputs import load_report
 from kvaudit.engines.logs import report_from_log_text, report_from_logs
 from kvaudit.engines.logs.scan import scan, scan_exhaustive
 from kvaudit.errors import BadInputError
-from kvaudit.engines.inputs import load_report
-from kvaudit.report import parse_report_text, read_text
+from kvaudit.input_text import read_text
+from kvaudit.report import parse_report_text
 from kvaudit.schema import Report, dumps
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"

@@ -10,8 +10,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-
 from factories import config, rank_journal, write_journal
+
 from kvaudit.assemble import assemble
 from kvaudit.config import AuditConfig
 from kvaudit.engines.journal import RELAY_DIR, JournalTailer, read_journals

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from factories import DATA
 
 REPO = Path(__file__).resolve().parents[2]

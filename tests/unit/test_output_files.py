@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 LOG = Path(__file__).parents[2] / "configs" / "examples" / "h200-eager.vllm.log"

@@ -11,12 +11,20 @@ import re
 from pathlib import Path
 
 import pytest
-
 from factories import DATA, MiB, real_json, write_json
-from kvaudit.plan import (
-    Edits, How, Knob, exit_code, fp8_bytes_per_block, plan_report, plan_to_json, scale_activation, solve,
-)
+
 from kvaudit.engines.inputs import load_report
+from kvaudit.plan import (
+    Edits,
+    How,
+    Knob,
+    fp8_bytes_per_block,
+    plan_exit_code,
+    plan_report,
+    plan_to_json,
+    scale_activation,
+    solve,
+)
 from kvaudit.report import parse_report_text
 from kvaudit.schema import Owner, Source, SweepPoint, Verdict
 
@@ -110,7 +118,7 @@ def test_an_fp8_plan_without_the_spec_dtype_is_unknown_and_names_the_boot(run1):
     plan = plan_report(run1, Edits(kv_cache_dtype="fp8"))
     assert plan.report.verdict is Verdict.UNKNOWN and plan.report.capacity.kv_tokens is None
     assert plan.boots_needed == ("kvaudit run --kv-cache-dtype fp8",)
-    assert exit_code(plan) == 3
+    assert plan_exit_code(plan) == 3
 
 
 def test_an_fp8_plan_with_a_bf16_spec_doubles_the_tokens(run1):
@@ -141,7 +149,7 @@ def test_a_gmu_edit_moves_kv_by_the_requested_change_alone(run1):
     assert plan.report.ranks[0].owners[Owner.KV_CACHE] == blocks * BPB
     assert {f.how for f in plan.ranks[0].figures} == {How.MEASURED}
     assert plan.kv_error_bytes == BPB  # exact but for the whole block
-    assert exit_code(plan) == 0
+    assert plan_exit_code(plan) == 0
 
 
 def test_a_max_model_len_edit_keeps_kv_and_changes_the_need(run1):
@@ -243,7 +251,7 @@ def test_solve_gmu_is_the_lowest_that_fits(run5):
     charge = run5.ranks[0].requested_bytes - run5.ranks[0].kv_available_bytes
     needed = -(-(charge + 1251 * BPB) * 10_000 // run5.ranks[0].device_total_bytes) / 10_000
     assert plan.solution.value == needed == 0.0426
-    assert plan.report.verdict is Verdict.OK and exit_code(plan) == 0
+    assert plan.report.verdict is Verdict.OK and plan_exit_code(plan) == 0
 
 
 def test_solve_gmu_holds_back_what_grew_after_sizing():
@@ -274,7 +282,7 @@ def test_a_gmu_that_leaves_no_kv_is_no_request_fits_not_an_over_commit():
     plan = solve(base, Edits(gpu_memory_utilization=0.04), Knob.MAX_MODEL_LEN)
     assert plan.report.capacity.kv_available_bytes < 0
     assert plan.report.verdict is Verdict.FAIL and plan.report.verdict_reason.startswith("no request fits: ")
-    assert plan.solution.value is None and exit_code(plan) == 1
+    assert plan.solution.value is None and plan_exit_code(plan) == 1
     # every lever left gains KV: halving max_num_batched_tokens frees under one block here
     levers = plan.report.capacity.levers
     assert [lv.name for lv in levers] == ["gpu_memory_utilization"] and levers[0].frees_tokens > 0
@@ -283,14 +291,14 @@ def test_a_gmu_that_leaves_no_kv_is_no_request_fits_not_an_over_commit():
 def test_solve_gmu_above_the_physical_ceiling_finds_nothing(run5):
     plan = solve(run5, Edits(max_model_len=50_000_000), Knob.GMU)
     assert plan.solution.value is None and "above the physical ceiling" in plan.solution.note
-    assert exit_code(plan) == 1
+    assert plan_exit_code(plan) == 1
 
 
 def test_solve_max_num_seqs_counts_requests_of_a_length(run1):
     plan = solve(run1, Edits(), Knob.MAX_NUM_SEQS, for_len=1000)
     # 23,342 blocks − the null block, 8 blocks per 1000-token request
     assert plan.solution.value == (23_342 - 1) // 8 == 2917
-    assert exit_code(plan) == 0
+    assert plan_exit_code(plan) == 0
 
 
 # -- CLI --------------------------------------------------------------------------------------
@@ -369,8 +377,9 @@ def test_run_declares_sweep():
 
 def test_the_worker_sweep_fact_becomes_sorted_report_points():
     from factories import rank_journal
-    from kvaudit.engines import measured_ranks
+
     from kvaudit.assemble import rank_report
+    from kvaudit.engines import measured_ranks
     events = rank_journal(0) + [{"type": "fact", "kv_cache_spec_dtype": "torch.bfloat16", "sweep": [
         {"tokens": 512, "activation_peak_bytes": 9, "seconds": 0.5}, {"tokens": 64, "activation_peak_bytes": 1},
         {"tokens": "x", "activation_peak_bytes": 3}]}]
@@ -399,6 +408,7 @@ def test_cli_plan_markdown_has_the_plan_section(cli):
 
 def test_a_selftest_report_is_not_planned_from(run1):
     import dataclasses
+
     from kvaudit.errors import BadInputError
     with pytest.raises(BadInputError, match="selftest report has no vLLM config"):
         plan_report(dataclasses.replace(run1, source=Source.SELFTEST), Edits())
@@ -506,7 +516,7 @@ def test_without_chunked_prefill_a_longer_max_model_len_needs_a_boot(cpu_mla):
         assert _figure(plan, owner).how is How.UNKNOWN
     assert plan.report.capacity.kv_available_bytes is None
     assert plan.boots_needed == ("kvaudit run --max-model-len 16384",)
-    assert exit_code(plan) == 3
+    assert plan_exit_code(plan) == 3
     # the platform's own rule for the edited config
     assert plan.report.config.max_num_batched_tokens == 16_384
 
@@ -539,4 +549,29 @@ def test_solve_max_model_len_without_chunked_prefill_answers_no_more_than_the_me
     plan = solve(cpu_mla, Edits(), Knob.MAX_MODEL_LEN)
     assert plan.solution.value == 4096
     assert "without chunked prefill" in plan.solution.note
-    assert exit_code(plan) == 0
+    assert plan_exit_code(plan) == 0
+
+
+@pytest.mark.parametrize("fmt", list(__import__("kvaudit.render", fromlist=["Format"]).Format))
+def test_every_format_draws_a_plan_through_the_one_dispatch(run1, fmt):
+    """render.reporter makes every format's reporter, and each has `plan`: a new format without
+    one fails here (and the dispatch's assert_never fails where it has no reporter)."""
+    import io
+
+    from kvaudit.render import reporter
+    from kvaudit.render.plan import render_plan
+    assert callable(getattr(reporter(fmt), "plan", None))
+    out = io.StringIO()
+    render_plan(plan_report(run1, Edits(max_model_len=2048)), fmt, out)
+    text = out.getvalue()
+    assert text.strip()
+    if fmt.value == "json":
+        assert json.loads(text)["source"] == "plan" and "plan" in json.loads(text)
+    elif fmt.value in ("table", "markdown"):
+        assert "plan: how each figure was obtained" in text
+    elif fmt.value == "csv":
+        assert text.startswith("rank,owner,bytes,how,")
+    elif fmt.value == "html":
+        assert "Planned vs measured" in text
+    else:
+        assert 'source="plan"' in text

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from factories import real_json, write_json
+
 from kvaudit.config import embedded_model_path
 from kvaudit.engines.vllm.adapter import dcp_refusal, decode_attention_impl
 from kvaudit.engines.vllm.boot import reason

@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
-
 from factories import DATA, REAL_REPORTS, real_json, write_json
+
 from kvaudit.diff import diff_reports
 from kvaudit.engines.inputs import load_report
 from kvaudit.plan import Edits, plan_report
-from kvaudit.render.printable import printable
+from kvaudit.printable import printable
 from kvaudit.render.prom import samples
 from kvaudit.schema import Owner, Verdict
 
@@ -64,7 +64,7 @@ def test_the_parser_reads_back_every_figure_of_the_report(cli, path):
     verdicts = {labels["verdict"]: value for labels, value in got["kvaudit_verdict"]}
     assert verdicts == {v.value: float(v is report.verdict) for v in Verdict}
     # … and the text is nothing but HELP, TYPE and sample lines, all gauges, no timestamp
-    assert all(LINE.match(line) for line in text.splitlines()), [l for l in text.splitlines() if not LINE.match(l)]
+    assert all(LINE.match(line) for line in text.splitlines()), [bad for bad in text.splitlines() if not LINE.match(bad)]
     assert {line.split()[-1] for line in text.splitlines() if line.startswith("# TYPE")} == {"gauge"}
 
 

@@ -12,16 +12,26 @@ import re
 import sys
 
 import pytest
-
 from factories import (
-    DATA, REAL_REPORTS, MiB, assert_superset, boot_rank, gib, owners_of, plain_rank, real_json, report, write_json,
+    DATA,
+    REAL_REPORTS,
+    MiB,
+    assert_superset,
+    boot_rank,
+    gib,
+    owners_of,
+    plain_rank,
+    real_json,
+    report,
+    write_json,
 )
+
 from kvaudit.diff import diff_reports
+from kvaudit.engines.inputs import load_report
+from kvaudit.errors import BadInputError
 from kvaudit.render import Format, reporter
 from kvaudit.render.bars import rank_bar
 from kvaudit.render.markdown import markdown_table
-from kvaudit.errors import BadInputError
-from kvaudit.engines.inputs import load_report
 from kvaudit.report import parse_report_text
 from kvaudit.schema import AccuracyEntry, Owner, Source
 
@@ -260,6 +270,7 @@ def test_show_writes_only_data_to_stdout(cli, fmt):
 
 def test_progress_goes_to_stderr_only(capsys):
     from factories import config
+
     from kvaudit.render.progress import Progress
     with Progress.for_run(config(tensor_parallel_size=2), None) as progress:
         progress.on_event(0, {"type": "start", "phase": "load"})

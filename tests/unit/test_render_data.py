@@ -10,8 +10,8 @@ import io
 import json
 
 import pytest
-
 from factories import DATA
+
 from kvaudit.diff import diff_reports
 from kvaudit.engines.inputs import load_report
 from kvaudit.render import Format, frames, reporter

@@ -8,8 +8,8 @@ import json
 from dataclasses import replace
 
 import pytest
-
 from factories import MiB, gib, real_json
+
 from kvaudit.diff import diff_reports
 from kvaudit.engines.vllm import supervise
 from kvaudit.errors import BadInputError

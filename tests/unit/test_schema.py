@@ -8,11 +8,11 @@ import json
 import re
 
 import pytest
-
 from factories import DATA, REAL_REPORTS, assert_superset, real_json, write_json
+
 from kvaudit.diff import diff_reports
-from kvaudit.errors import BadInputError, ExitCode
 from kvaudit.engines.inputs import load_report
+from kvaudit.errors import BadInputError, ExitCode
 from kvaudit.report import parse_report_text
 from kvaudit.schema import DIFF_SCHEMA, REPORT_SCHEMA, Owner, Report, dumps, to_jsonable
 from kvaudit.validate import diff_from_json, report_from_json

@@ -8,8 +8,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 from factories import GiB
+
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import JOURNAL_ENV, Journal, read_journal
 from kvaudit.engines.sequence import RankSequencer, WarmupFailed, WarmupGuard

@@ -13,7 +13,15 @@ import pytest
 from kvaudit.errors import BadInputError
 from kvaudit.schema import Owner
 from kvaudit.sites import (
-    OTHER_SITES, UNATTRIBUTED, Site, aggregate, classify, frame_name, live_blocks, load_rules, parse_rules,
+    OTHER_SITES,
+    UNATTRIBUTED,
+    Site,
+    aggregate,
+    classify,
+    frame_name,
+    live_blocks,
+    load_rules,
+    parse_rules,
     site_deltas,
 )
 

@@ -18,8 +18,19 @@ import pytest
 
 from kvaudit.engines import leftovers
 from kvaudit.engines.journal import JournalTailer
-from kvaudit.engines.process import (GRACE_S, SCAN_S, StopSignals, boot_env, guard_session, release_guard,
-                                     session_members, spawn_guard, start_guard, stop_session, watch)
+from kvaudit.engines.process import (
+    GRACE_S,
+    SCAN_S,
+    StopSignals,
+    boot_env,
+    guard_session,
+    release_guard,
+    session_members,
+    spawn_guard,
+    start_guard,
+    stop_session,
+    watch,
+)
 from kvaudit.schema import FailureKind
 
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

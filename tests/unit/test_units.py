@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvaudit.errors import ExitCode, UsageError
 from kvaudit.units import GiB, KiB, MiB, TiB, fmt_bytes, fmt_gib, fmt_gib3, fmt_tokens, gib_to_bytes, parse_bytes

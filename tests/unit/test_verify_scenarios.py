@@ -5,8 +5,9 @@ shaped from the engine's figures (kvaudit/engines/vllm/verify.py), how the repor
 from __future__ import annotations
 
 import pytest
-
+from conftest import run_cli  # noqa: F401  (the CLI runner, for the refusals)
 from factories import BOOT_REQUESTED, MiB, gib
+
 from kvaudit.assemble import scenario_summary, verify_of_scenarios
 from kvaudit.config import AuditConfig
 from kvaudit.engines.vllm import verify
@@ -14,7 +15,6 @@ from kvaudit.engines.vllm.supervise import _verify, first_logged_error
 from kvaudit.errors import UsageError
 from kvaudit.schema import Scenario
 from kvaudit.validate import report_from_json
-from conftest import run_cli  # noqa: F401  (the CLI runner, for the refusals)
 
 ALL = tuple(Scenario)
 
@@ -210,12 +210,13 @@ def test_result_json_scenarios_become_the_report_s():
 
 
 def test_scenarios_round_trip_through_the_report_and_name_real_ranks(tmp_path):
+    import json
     from dataclasses import replace
 
     from factories import real_json
-    from kvaudit.schema import dumps
+
     from kvaudit.errors import BadInputError
-    import json
+    from kvaudit.schema import dumps
     data = real_json("run2")  # TP2 + MTP + verify
     report = report_from_json(data)
     scen = scenario_summary(Scenario.BATCH, [(0, gib(1), gib(2)), (1, gib(1), gib(2))], error=None, requests=8,

@@ -1,20 +1,30 @@
 """The supervisor's pure half: synthetic journal folders + log text → a report
-(RunOutcome through kvaudit.assemble, find_failure, rank_events), the journal tailer, and exit codes."""
+(RunOutcome through kvaudit.assemble, run_failure, rank_events), the journal tailer, and exit codes."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-
 from factories import (
-    BOOT_REQUESTED, DATA, GEOMETRY, GiB, MiB, config, gib, plain_rank, plain_report, rank_journal, write_journal,
+    BOOT_REQUESTED,
+    DATA,
+    GEOMETRY,
+    GiB,
+    MiB,
+    config,
+    gib,
+    plain_rank,
+    plain_report,
+    rank_journal,
+    write_journal,
 )
+
+from kvaudit.assemble import assemble
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import JournalTailer
-from kvaudit.assemble import assemble
 from kvaudit.engines.process import Finished
-from kvaudit.engines.vllm.supervise import RunOutcome, find_failure, rank_events
+from kvaudit.engines.vllm.supervise import RunOutcome, rank_events, run_failure
 from kvaudit.errors import ExitCode, UsageError
 from kvaudit.render.summary import capacity_lines
 from kvaudit.report import exit_code
@@ -234,9 +244,9 @@ def test_no_journal_at_all(tmp_path, code, kind, message):
     assert rep.ranks == () and exit_code(rep) is ExitCode.INCOMPLETE
 
 
-def test_find_failure_on_folded_ranks_directly():
+def test_run_failure_on_folded_ranks_directly():
     folded = [measured_ranks.fold(0, rank_journal(0)), measured_ranks.fold(1, rank_journal(1, died_in=Phase.CAPTURE))]
-    failure = find_failure(folded, None, "", stop=None, exit_code=-6, timeout_s=1)
+    failure = run_failure(folded, None, "", stop=None, exit_code=-6, timeout_s=1)
     assert (failure.phase, failure.rank, failure.kind) == (Phase.CAPTURE, 1, FailureKind.WORKER_DIED)
 
 

@@ -102,8 +102,9 @@ def test_minimal_kv_cache_helpers_for_the_persistent_warmup():
 
 
 def test_adapter_patch_restores_instance_and_module_attributes():
-    from kvaudit.engines.vllm import adapter
     from vllm.v1.worker import gpu_worker
+
+    from kvaudit.engines.vllm import adapter
 
     class Runner:
         def profile_run(self):
@@ -141,8 +142,9 @@ def test_engine_core_client_has_shutdown():
 
 
 def test_the_installed_vllm_passes_the_support_check_on_its_backend():
-    from kvaudit.engines.vllm import adapter
     from vllm.platforms import current_platform
+
+    from kvaudit.engines.vllm import adapter
     backend = "cpu" if current_platform.is_cpu() else "gpu"
     assert adapter.support(backend) == (None, None)
     # and a run across nodes (vLLM's --nnodes): the multi-node hooks are there too

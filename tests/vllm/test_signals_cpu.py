@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from boot_processes import processes_under
 
 pytest.importorskip("vllm")

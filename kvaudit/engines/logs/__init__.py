@@ -18,14 +18,14 @@ that `kvaudit.assemble.assemble` turns into the report. Nothing here imports tor
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvaudit.assemble import BootRecord, assemble
 from kvaudit.engines.logs.boot_record import LogBoot
 from kvaudit.engines.logs.parse import parse_file
 from kvaudit.engines.logs.ranks import check_one_boot
 from kvaudit.errors import BadInputError
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 from kvaudit.schema import Report
 
 __all__ = ["record_from_logs", "report_from_log_text", "report_from_logs"]

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvaudit.assemble import BootRecord, Stated
 from kvaudit.config import AuditConfig
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
-from kvaudit.engines.logs.failure_timeline import find_failure
+from kvaudit.engines.logs.failure_timeline import log_failure
 from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
 from kvaudit.engines.logs.parse import V0_WORKER, FileScan
 from kvaudit.engines.logs.ranks import (
-    Boot, RankFacts, engine_first, engine_last, gather, give_check_figures_to_rank_0, untagged,
+    Boot,
+    RankFacts,
+    engine_first,
+    engine_last,
+    gather,
+    give_check_figures_to_rank_0,
+    untagged,
 )
+from kvaudit.record import BootRecord, Stated
 from kvaudit.schema import Engine, Environment, Failure, FailureKind, Source
 
 
@@ -103,7 +109,7 @@ class LogBoot:
         boot = gather(self.scans)
         config, sizes = build_config(boot)
         world = sizes.world()
-        failure, feasible, notes = find_failure(boot, world)
+        failure, feasible, notes = log_failure(boot, world)
         if world == 1 or untagged(boot):
             give_check_figures_to_rank_0(boot)
         runner = _runner(boot)

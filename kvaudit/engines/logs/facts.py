@@ -15,9 +15,10 @@ become a traceback.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, cause_of, error_text
 from kvaudit.schema import FailureKind, Phase

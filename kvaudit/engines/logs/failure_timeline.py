@@ -1,5 +1,6 @@
-"""The boot's failure in its logs: the root cause among the failure facts (failures.root_cause:
-the catalogue's priority, then the earliest, as for a run's own log), the phase it struck in, the
+"""The boot's failure in its logs: the root cause among the failure facts (failures.decide_failure,
+the one rule of every engine: the catalogue's priority, then the earliest, as for a run's own
+log), the phase it struck in, the
 rank that printed it, and failures after startup finished, which are notes, not the boot's.
 
 The phase: the one the message fixes (the KV check is always kv), else the furthest the log shows
@@ -11,13 +12,10 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 
 from __future__ import annotations
 
-from kvaudit.engines.failures import root_cause
+from kvaudit.engines.failures import Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import FactKind, FailureFact
 from kvaudit.engines.logs.ranks import Boot, parallel_sizes, rank_of_proc, untagged
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
-
-
-
 
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
@@ -51,7 +49,7 @@ def _furthest(*phases: Phase | None) -> Phase | None:
     return max(known, key=PHASE_ORDER.index) if known else None
 
 
-def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int | None, list[str]]:
+def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int | None, list[str]]:
     """The boot's failure (root cause first), its max feasible length, and post-boot notes."""
     facts = boot.engine.get(FactKind.FAILURE, [])
     by_file = {s.index: s for s in boot.scans}
@@ -65,7 +63,9 @@ def find_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, in
     notes = sorted({f"after startup finished: {f.value.message}" for f in after})
     if not during:
         return None, None, notes
-    root = root_cause([(f.value.priority, (f.file, f.pos), f) for f in during])
+    chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority, (f.file, f.pos)) for f in during)
+    assert chosen is not None  # `during` is not empty
+    root = chosen.item
     value: FailureFact = root.value
     scan = by_file[root.file]
     hints = [f.value for f in boot.engine.get(FactKind.PHASE_HINT, []) if f.file == root.file

@@ -17,7 +17,8 @@ import json
 import math
 import re
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kvaudit.config import INT_KEYS, MODELLED_KEYS, STR_KEYS
 

@@ -16,8 +16,9 @@ e = d × TP + t. Ray's actor names (`RayWorkerWrapper`) say nothing of the layou
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 
@@ -28,7 +29,8 @@ LABELS = {"tp": "TP", "pp": "PP", "pcp": "PCP", "dp": "DP", "dcp": "DCP"}
 NAME_SCAN_CHARS = 4 << 20
 """Files up to this size have every worker name read (an excerpt's workers may print nothing
 else); larger ones, the names on their memory lines (in a whole log every worker prints some)."""
-_WORKER_NAME = re.compile(r"\((Worker_[A-Z0-9_]{1,80}|VllmWorker [A-Z0-9_]{1,80}) pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\)")
+_WORKER_NAME = re.compile(r"\((Worker_[A-Z0-9_]{1,80}|VllmWorker [A-Z0-9_]{1,80}) pid=\d{1,10}"
+                          r"(?:, ip=[\w.:\-]{1,64})?\)")
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,22 @@ parallel sizes (layout.py: stated, implied by the worker names, or only bounded 
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from kvaudit.config import AuditConfig
 from kvaudit.engines.logs.facts import FactKind, in_log_range
 from kvaudit.engines.logs.knobs import knobs_from_args, non_default_args
 from kvaudit.engines.logs.layout import Layout
 from kvaudit.engines.logs.lines import ProcTag, Role
-from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, command_args, engine_config, engine_first, engine_last
+from kvaudit.engines.logs.ranks import (
+    Boot,
+    Located,
+    boot_layout,
+    command_args,
+    engine_config,
+    engine_first,
+    engine_last,
+)
 
 
 def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:

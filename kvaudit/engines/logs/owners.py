@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kvaudit.assemble import StatedRank
 from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
+from kvaudit.record import StatedRank
 from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
 from kvaudit.units import fmt_gib
 
@@ -134,7 +134,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=r.last(FactKind.KV_BLOCKS),
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
-        vllm_suggested_kv_cache_memory_bytes=r.last(FactKind.KV_SUGGESTION)))
+        vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=r.last(FactKind.KV_SUGGESTION)))
 
 
 def _first_known(*values: int | None) -> int | None:

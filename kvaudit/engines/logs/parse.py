@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind, concurrency, facts_from_message
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
-from kvaudit.engines.logs.unwrap import Cuts, fixed_column_cuts, joined, record_at
 from kvaudit.engines.logs.scan import (
-    FOLLOWERS, Candidates, next_line_of, scan, scan_exhaustive, segment_hits, serving_from,
+    FOLLOWERS,
+    Candidates,
+    next_line_of,
+    scan,
+    scan_exhaustive,
+    segment_hits,
+    serving_from,
 )
+from kvaudit.engines.logs.unwrap import Cuts, fixed_column_cuts, joined, record_at
 from kvaudit.errors import BadInputError
 
 V0_WORKER = "VllmWorkerProcess"

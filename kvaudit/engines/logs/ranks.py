@@ -11,8 +11,9 @@ worker in the main process).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.knobs import knobs_from_engine_line, non_default_args
@@ -20,7 +21,7 @@ from kvaudit.engines.logs.layout import Layout, layout
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
 from kvaudit.errors import BadInputError
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,10 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
     clashes with one before it, and the earliest of those it clashes with.
 
     Linear in the number of files (when each file was compared with every file before it, an
-    ingest of 16,000 one-rank files took 168 s on the 2-core machine; now 9 s): while no two files clash, every file that printed a key printed the
-    value the first one did, and every rank's figures come from one file, so a new file is
-    compared with those first values and rank owners only."""
+    ingest of 16,000 one-rank files took 168 s on the 2-core machine; now 9 s): while no two files
+    clash, every file that printed a key printed the value the first one did, and every rank's
+    figures come from one file, so a new file is compared with those first values and rank owners
+    only."""
     seen: list[tuple[FileScan, dict[str, Any], set[int]]] = []
     # config key → the value every file so far printed for it, and the first such file's index in seen
     agreed: dict[str, tuple[Any, int]] = {}

@@ -21,8 +21,8 @@ assembled, each within a bounded window, so a whole log costs what it cost befor
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kvaudit.engines.logs.lines import has_prefix
 
@@ -283,7 +283,8 @@ def record_at(text: str, start: int, end: int, width_hint: int | None = None) ->
         if nxt_span is None:
             break
         nxt = clean(text[nxt_span[0]:nxt_span[1]])
-        if len(spans) < MAX_RECORD_LINES and _continues(head, prev_line, nxt, width, lambda: _open_message(parts)):
+        opens = lambda parts=parts: _open_message(parts)  # noqa: E731 - called now, inside _continues
+        if len(spans) < MAX_RECORD_LINES and _continues(head, prev_line, nxt, width, opens):
             spans.append(nxt_span)
             size = len(prev_line)
             cut.append(_indent(nxt) == 0 and size >= MIN_WRAP_WIDTH and size == width())

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from kvaudit.engines.probes import DeviceFacts, Reading
 
-
 _KB = 1024
 _STATUS_FIELD = re.compile(r"^(VmRSS|VmHWM):\s+(\d+)\s+kB", re.MULTILINE)
 

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvaudit.engines.journal import Journal
+from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.probes.cuda import CudaProbe
 from kvaudit.engines.probes.host import HostProbe
 from kvaudit.engines.probes.nvml import nvml_device_used
-from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.selftest.workload import Planted, Workload
-from kvaudit.engines.journal import Journal
 from kvaudit.engines.sequence import RankSequencer, WarmupGuard
-from kvaudit.ledger import GraphMeasurement, measure_graphs, naive_kv_available, requested_bytes, size_kv
+from kvaudit.ledger import GraphMeasurement, kv_budget, kv_figure, measure_graphs, naive_kv_available, requested_bytes
 from kvaudit.schema import Phase
 
 PROFILE_TOKENS = 512
@@ -81,7 +81,8 @@ def main(argv: list[str]) -> int:
                                                    "activation_peak": planted.activation,
                                                    "non_torch": planted.non_torch,
                                                    # retained: the profiling graphs stay, the real capture adds its own
-                                                   "graph_pool": planted.graph_pool * (2 if spec.get("retain_graph_pool") else 1)}})
+                                                   "graph_pool": planted.graph_pool
+                                                   * (2 if spec.get("retain_graph_pool") else 1)}})
     tracer = None
     if spec.get("trace") and cuda:
         from kvaudit.engines.trace import AllocationTracer
@@ -111,7 +112,8 @@ def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, pro
         workload.step(PROFILE_TOKENS)
     with seq.phase(Phase.PERSISTENT) as handle:
         guard.run(workload.kernel_warmup)
-        handle.note(f"kernel warmup attempts: {guard.attempts}" + (f" ({'; '.join(guard.errors)})" if guard.errors else ""))
+        handle.note(f"kernel warmup attempts: {guard.attempts}"
+                    + (f" ({'; '.join(guard.errors)})" if guard.errors else ""))
     with seq.phase(Phase.REPLAY):
         workload.step(PROFILE_TOKENS)
     with seq.phase(Phase.GRAPHS) as handle:
@@ -121,7 +123,8 @@ def run_sequence(seq: RankSequencer, guard: WarmupGuard, workload: Workload, pro
         handle.note(f"estimate {estimate} bytes; {retained} bytes retained by the pool after the graphs were freed "
                     f"({graphs.retained_live_bytes} of them still in use)")
     phases = phase_records(seq.journal.events)
-    kvaudit_kv = size_kv(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
+    budget = kv_budget(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
+    kvaudit_kv = kv_figure(budget) if budget is not None else None
     naive_kv = naive_kv_available(phases, requested=requested, others_bytes=others, graph_pool_estimate_bytes=estimate)
     available = naive_kv if spec.get("sizing") == "naive" else kvaudit_kv
     seq.fact(graph_pool_estimate_bytes=estimate, graph_pool_retained_bytes=retained, kv_available_bytes=available,

@@ -10,17 +10,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvaudit.assemble import BootRecord, report_of, verify_summary
+from kvaudit.capacity import KvGeometry
 from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines import measured_ranks
-from kvaudit.engines.journal import read_journals
-from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
+from kvaudit.engines.failures import Candidate, Evidence, decide_failure, rank_error_failure
 from kvaudit.engines.isolation import installed_only_env
+from kvaudit.engines.journal import read_journals
 from kvaudit.engines.probes.host import node_meminfo
+from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.errors import UsageError
-from kvaudit.units import fmt_gib
-from kvaudit.capacity import KvGeometry
 from kvaudit.ledger import requested_bytes
 from kvaudit.schema import Engine, Environment, Failure, FailureKind, Owner, Report, Source, Verify
+from kvaudit.units import fmt_gib
 
 ACCURACY_OWNERS = {"weights": Owner.WEIGHTS, "persistent": Owner.PERSISTENT,
                    "activation_peak": Owner.ACTIVATION_PEAK, "graph_pool": Owner.GRAPH_POOL,
@@ -164,19 +165,21 @@ class SelftestOutcome:
                              decode_context_parallel_size=1, gpu_memory_utilization=opts.gpu_memory_utilization,
                              max_model_len=1, block_size=1, enforce_eager=opts.device != "cuda",
                              extra_args={"sizing": opts.sizing, "device": opts.device})
-        failure = None
-        errors = [(f.rank, e) for f in folded for e in f.errors]
+        candidates: list[Candidate[Failure]] = []
         if stop is not None:
-            failure = Failure(None, None, stop, f"selftest stopped ({stop.value})")
-        elif errors:
-            rank, e = errors[0]
-            kind = FailureKind.NO_DEVICE if "no CUDA device" in str(e.get("message")) else (
-                FailureKind.OOM if "OutOfMemory" in str(e.get("error")) else FailureKind.CRASH)
-            failure = Failure(measured_ranks.phase_named(e.get("phase")), rank, kind, str(e.get("message")))
-        elif self.finished.exit_code not in (0, None) or not folded:
-            last = self.log_tail.strip().splitlines()[-1] if self.log_tail.strip() else "no output"
-            failure = Failure(None, None, FailureKind.CRASH,
-                              f"selftest exited with status {self.finished.exit_code}: {last}")
+            stopped = Failure(None, None, stop, f"selftest stopped ({stop.value})")
+            candidates.append(Candidate(Evidence.STOPPED, stopped))
+        candidates += [rank_error_failure(f.rank, e, measured_ranks.phase_named(e.get("phase")))
+                       for f in folded for e in f.errors]
+        last = self.log_tail.strip().splitlines()[-1] if self.log_tail.strip() else "no output"
+        exited = Failure(None, None, FailureKind.CRASH,
+                         f"selftest exited with status {self.finished.exit_code}: {last}")
+        if self.finished.exit_code not in (0, None):
+            candidates.append(Candidate(Evidence.EXIT_STATUS, exited))
+        if not folded:
+            candidates.append(Candidate(Evidence.NO_RECORDS, exited))
+        chosen = decide_failure(candidates)
+        failure = chosen.item if chosen is not None else None
         facts = folded[0].facts if folded else {}
         survivors = self.finished.survivors
         warnings = [self.note] if self.note else []

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 
 def version() -> str:
@@ -867,7 +868,8 @@ def branches(index: Any) -> dict[str, bool]:
                              and index.has_name(_P, "get_kv_cache_groups_from_builder"),
         "v2_capture_profile_only": "profile_only" in (index.member(_R2, "GPUModelRunner", "capture_model")
                                                       or {}).get("params", ()),
-        "startup_plan": index.has_name(_W, "maybe_apply_startup_plan") and index.has_name(_W, "maybe_save_startup_plan"),
+        "startup_plan": (index.has_name(_W, "maybe_apply_startup_plan")
+                         and index.has_name(_W, "maybe_save_startup_plan")),
         "v2_long_prefill": "context_len" in (index.member(_R2, "GPUModelRunner", "_dummy_run") or {}).get("params", ()),
         "allocator_split_scope": "_scoped_allocator_max_split" in (index.member(_W, "Worker",
                                                                                 "determine_available_memory")

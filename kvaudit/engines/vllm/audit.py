@@ -21,11 +21,11 @@ import sys
 import time
 from typing import Any
 
-from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, interrupted, one_line
-from kvaudit.engines.vllm import adapter, transport
 from kvaudit.engines.measured_ranks import phase_records
-from kvaudit.ledger import kv_blocks_within, requested_bytes, size_kv, step_transient
-from kvaudit.schema import Phase, PhaseStatus
+from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, exception_line, interrupted
+from kvaudit.engines.vllm import adapter, transport
+from kvaudit.ledger import budget_term, kv_budget, kv_figure, requested_bytes, step_transient
+from kvaudit.schema import BudgetTerm, Phase, PhaseStatus
 
 
 class AuditMixin:
@@ -86,9 +86,9 @@ class AuditMixin:
             raise
         except BaseException as exc:
             self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "failed",
-                                     "seconds": round(time.perf_counter() - start, 3), "detail": one_line(exc)})
+                                     "seconds": round(time.perf_counter() - start, 3), "detail": exception_line(exc)})
             self._kva_journal.write({"type": "error", "phase": Phase.BASELINE.value, "error": type(exc).__name__,
-                                     "message": one_line(exc)})
+                                     "message": exception_line(exc)})
             raise
         # vLLM's distributed start-up ran: journals of other nodes travel through its store
         self._kva_relay = transport.attach(self, self._kva_journal)
@@ -136,33 +136,32 @@ class AuditMixin:
             estimate, vllm_available = self._kva_replay_and_graphs()
             if os.environ.get(SWEEP_ENV) == "1":
                 self._kva_sweep()
-        phases = phase_records(self._kva_journal.events)
-        others = self._kva_others_bytes()
         graphs = self._kva_graphs
-        available = size_kv(phases, requested=self._kva_requested, others_bytes=others,
-                            graph_pool_estimate_bytes=estimate,
-                            capture_transient_bytes=step_transient(graphs.transient_bytes if graphs else None,
-                                                                   self._kva_probe_transient))
-        # What the real capture keeps outside its pool is in the graph estimate (the session's
-        # held bytes, GraphMeasurement.estimate_bytes); the KV structures come with the real cache.
-        if available is not None:
-            available -= self._kva_kv_structures
-        if available is None:  # a phase could not be read; vLLM's figure is all there is
-            available = vllm_available if vllm_available is not None else 0
         pages = self._kva_kv_tensor_pages()
-        rounding = 0
-        if pages:  # whole blocks whose tensors' allocator segments fit, not just their bytes
-            fitted = kv_blocks_within(int(available), pages) * sum(pages)
-            rounding, available = int(available) - fitted, fitted
-        seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=int(available),
-                 kv_structures_reserve_bytes=self._kva_kv_structures,
-                 kv_segment_rounding_bytes=rounding if pages else None, kv_tensor_block_bytes=pages or None,
+        # One pure function takes the budget down to the KV figure (ledger.kv_budget): the owners as
+        # sizing charges them, the KV structures (they come with the real cache), the segment
+        # rounding; what the real capture keeps outside its pool is in the graph estimate
+        # (GraphMeasurement.estimate_bytes). Where a phase could not be read vLLM's figure stands.
+        budget = kv_budget(phase_records(self._kva_journal.events), requested=self._kva_requested,
+                           others_bytes=self._kva_others_bytes(), graph_pool_estimate_bytes=estimate,
+                           capture_transient_bytes=step_transient(graphs.transient_bytes if graphs else None,
+                                                                  self._kva_probe_transient),
+                           kv_structures_bytes=self._kva_kv_structures, kv_tensor_block_bytes=pages,
+                           fallback_bytes=vllm_available if vllm_available is not None else 0)
+        assert budget is not None  # a fallback was given
+        available = kv_figure(budget)
+        rounding = budget_term(budget, BudgetTerm.SEGMENT_ROUNDING)
+        seq.fact(graph_pool_estimate_bytes=estimate, kv_available_bytes=available,
+                 kv_structures_bytes=self._kva_kv_structures,
+                 kv_segment_rounding_bytes=-rounding if rounding is not None else None,
+                 kv_tensor_block_bytes=pages or None,
+                 kv_budget=[{"term": t.term.value, "bytes": t.bytes} for t in budget],
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
                  kv_cache_spec_dtype=self._kva_spec_dtype(), **(adapter.kv_geometry_estimate(self) or {}))
         # vLLM's "Actual usage" line reports this as the KV cache in use: make it true.
-        self.available_kv_cache_memory_bytes = int(available)
-        return int(available)
+        self.available_kv_cache_memory_bytes = available
+        return available
 
     def _kva_sweep(self) -> None:
         """`kvaudit run --sweep`: the activation peak at fewer tokens, for `kvaudit plan`. Each

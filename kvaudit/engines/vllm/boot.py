@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
-from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
-from kvaudit.engines.probes.host import node_meminfo
 from kvaudit.engines.journal import Journal
+from kvaudit.engines.probes.host import node_meminfo
+from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
 from kvaudit.engines.trace import TRACE_ENV
 from kvaudit.engines.vllm import multinode, resolved
 from kvaudit.engines.vllm.adapter import dcp_refusal, support, uses_mla
+from kvaudit.engines.vllm.engine_args import engine_kwargs
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
@@ -69,26 +70,6 @@ def bind_cpu_threads(tp: int) -> None:
     groups = [cores[i * per:(i + 1) * per] for i in range(tp)]
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
         f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups)
-
-
-def engine_kwargs(config: AuditConfig, worker_cls: str) -> dict[str, Any]:
-    """LLM(...) keyword arguments, vLLM's names; None means vLLM's default and is left out."""
-    kwargs: dict[str, Any] = {
-        "model": config.model, "worker_cls": worker_cls, "skip_tokenizer_init": True,
-        "tensor_parallel_size": config.tensor_parallel_size,
-        "decode_context_parallel_size": config.decode_context_parallel_size,
-        "gpu_memory_utilization": config.gpu_memory_utilization, "max_model_len": config.max_model_len,
-        "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
-        "cudagraph_capture_sizes": list(config.cudagraph_capture_sizes) if config.cudagraph_capture_sizes else None,
-        "enforce_eager": config.enforce_eager, "kv_cache_dtype": config.kv_cache_dtype,
-        "block_size": config.block_size, "load_format": config.load_format,
-        "enable_chunked_prefill": config.enable_chunked_prefill,
-    }
-    if config.speculative_method:
-        kwargs["speculative_config"] = {"method": config.speculative_method,
-                                        "num_speculative_tokens": config.num_speculative_tokens or 1}
-    kwargs.update(config.extra_args)
-    return {k: v for k, v in kwargs.items() if v is not None}
 
 
 class Result:

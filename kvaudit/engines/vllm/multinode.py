@@ -19,8 +19,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kvaudit.config import AuditConfig
 from kvaudit.engines.journal import read_journals
@@ -174,7 +175,7 @@ def serve(config: AuditConfig, worker_cls: str, journal_dir: Path, set_result: C
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.executor.multiproc_executor import MultiprocExecutor
 
-    from kvaudit.engines.vllm.boot import engine_kwargs
+    from kvaudit.engines.vllm.engine_args import engine_kwargs
     vllm_config = EngineArgs(**engine_kwargs(config, worker_cls)).create_engine_config(
         usage_context=UsageContext.ENGINE_CONTEXT, headless=True)
     parallel = vllm_config.parallel_config

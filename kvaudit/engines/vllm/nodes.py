@@ -4,11 +4,12 @@ assembly's (kvaudit.capacity.node_summaries)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.journal import stop_marker
-from kvaudit.schema import Failure, FailureKind, PHASE_ORDER, RankNode
+from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, RankNode
 
 
 def _str(v: Any) -> str | None:
@@ -33,7 +34,8 @@ def rank_nodes(folded: Sequence[measured_ranks.RankEvents], sources: Mapping[int
     return out
 
 
-def rank_gone(folded: Sequence[measured_ranks.RankEvents], events: Mapping[int, list[dict[str, Any]]]) -> Failure | None:
+def rank_gone(folded: Sequence[measured_ranks.RankEvents],
+              events: Mapping[int, list[dict[str, Any]]]) -> Failure | None:
     """The first rank whose journal ends with a died/lost marker (its node saw it die, or its
     heartbeat stopped): the boot failed there, whatever the other ranks then raised."""
     by_rank = {f.rank: f for f in folded}

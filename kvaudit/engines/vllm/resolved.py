@@ -17,7 +17,8 @@ supervisor imports neither torch nor vllm).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kvaudit.config import AuditConfig
 

@@ -12,14 +12,23 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kvaudit.assemble import BootRecord, Stated, report_of, scenario_summary, verify_of_scenarios, verify_summary
+from kvaudit.capacity import KvGeometry
 from kvaudit.config import AuditConfig, config_from_json
 from kvaudit.engines import measured_ranks
-from kvaudit.engines.failures import estimated_max_model_len, find_failure_in_log
+from kvaudit.engines.failures import (
+    Candidate,
+    Evidence,
+    decide_failure,
+    estimated_max_model_len,
+    log_line_candidates,
+    rank_error_failure,
+)
 from kvaudit.engines.isolation import installed_only_env
 from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
@@ -28,10 +37,18 @@ from kvaudit.engines.vllm import nodes, resolved
 from kvaudit.engines.vllm.multinode import local_world_size, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
-from kvaudit.capacity import KvGeometry
 from kvaudit.repeat import combine
 from kvaudit.schema import (
-    PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, Report, Scenario, Source, Verify,
+    PHASE_ORDER,
+    Engine,
+    Environment,
+    Failure,
+    FailureKind,
+    Phase,
+    Report,
+    Scenario,
+    Source,
+    Verify,
 )
 from kvaudit.sites import load_rules
 from kvaudit.units import fmt_bytes
@@ -112,7 +129,8 @@ def preflight(config: AuditConfig) -> None:
     local = local_world_size(config)  # more than one node: this node's share
     if devices is not None and local > devices[0] and config.extra_args.get("distributed_executor_backend") != "ray":
         sizes = [f"tensor_parallel_size {tp}"] + [
-            f"{name} {config.passthrough_size(name)}" for name in ("pipeline_parallel_size", "prefill_context_parallel_size")
+            f"{name} {config.passthrough_size(name)}"
+            for name in ("pipeline_parallel_size", "prefill_context_parallel_size")
             if (config.passthrough_size(name) or 1) > 1]
         raise UsageError(" × ".join(sizes) + f" needs {local} {devices[1]}" + (" on each node" if multi else "")
                          + f"; this machine has {devices[0]}: " + ("lower --tp" if len(sizes) == 1 else "lower them"))
@@ -429,14 +447,15 @@ class RunOutcome:
         error = result.get("error") if isinstance(result.get("error"), dict) else None
         if error and error.get("type") == "UsageError":
             raise UsageError(error.get("message", "bad configuration"))
-        failure = nodes.rank_gone(folded, self.events) or find_failure(
-            folded, error, self.log_text, stop=self.finished.stop, exit_code=self.finished.exit_code,
-            timeout_s=self.timeout_s, stop_signal=self.stop_signal)
+        failure = run_failure(folded, error, self.log_text, stop=self.finished.stop,
+                              exit_code=self.finished.exit_code, timeout_s=self.timeout_s,
+                              stop_signal=self.stop_signal, gone=nodes.rank_gone(folded, self.events))
         facts = folded[0].facts if folded else {}
         versions = result.get("versions") or {}
         return BootRecord(
             source=Source.RUN, config=config,
-            ranks=tuple(measured_ranks.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank)) for f in folded),
+            ranks=tuple(measured_ranks.measured_rank(f, config.gpu_memory_utilization, where.get(f.rank))
+                        for f in folded),
             engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
                           attention_backend=next((x.facts.get("attention_backend") for x in folded
                                                   if x.facts.get("attention_backend")), None)),
@@ -515,37 +534,42 @@ def _last_phase(folded: list[measured_ranks.RankEvents]) -> tuple[Phase | None, 
     return (PHASE_ORDER[idx + 1] if idx + 1 < len(PHASE_ORDER) else None), rank
 
 
-def find_failure(folded: list[measured_ranks.RankEvents], error: dict[str, Any] | None, log_text: str, *,
-                 stop: FailureKind | None, exit_code: int | None, timeout_s: float,
-                 stop_signal: str | None = None) -> Failure | None:
+def run_failure(folded: list[measured_ranks.RankEvents], error: dict[str, Any] | None, log_text: str, *,
+                stop: FailureKind | None, exit_code: int | None, timeout_s: float,
+                stop_signal: str | None = None, gone: Failure | None = None) -> Failure | None:
+    """A run's failure: its evidence as candidates (`gone`: a rank its node reported dead or lost,
+    nodes.rank_gone), chosen by the one rule of every engine (failures.decide_failure)."""
     phase, rank = _last_phase(folded)
+    candidates: list[Candidate[Failure]] = []
+    if gone is not None:
+        candidates.append(Candidate(Evidence.STOPPED, gone, position=(0,)))
     if stop is FailureKind.TIMEOUT:
-        return Failure(phase, rank, stop, f"no result after {timeout_s:.0f} s: raise --timeout if the boot is "
-                                          f"slow, or look at the vLLM log (--log) for a hang")
+        candidates.append(Candidate(Evidence.STOPPED, Failure(
+            phase, rank, stop, f"no result after {timeout_s:.0f} s: raise --timeout if the boot is slow, or look at "
+                               f"the vLLM log (--log) for a hang"), position=(1,)))
     if stop is FailureKind.INTERRUPTED:
         how = "Ctrl-C" if stop_signal in (None, "SIGINT") else stop_signal
-        return Failure(phase, rank, stop, f"interrupted ({how}): every vLLM process was stopped")
-    from_log = find_failure_in_log(log_text)
-    rank_errors = [(f.rank, e) for f in folded for e in f.errors]
-    if from_log is not None:
-        kind, message = from_log
-        if kind is FailureKind.DOES_NOT_FIT:
-            phase = Phase.KV
-        return Failure(phase, rank, kind, message)
-    if rank_errors:
-        r, e = rank_errors[0]
-        return Failure(measured_ranks.phase_named(e.get("phase")), r, FailureKind.CRASH,
-                       str(e.get("message") or e.get("error")))
+        candidates.append(Candidate(Evidence.STOPPED, Failure(
+            phase, rank, stop, f"interrupted ({how}): every vLLM process was stopped"), position=(1,)))
+    for line in log_line_candidates(log_text):
+        kind, message = line.item
+        candidates.append(Candidate(line.evidence, Failure(Phase.KV if kind is FailureKind.DOES_NOT_FIT else phase,
+                                                           rank, kind, message), line.priority, line.position))
+    candidates += [rank_error_failure(f.rank, e, measured_ranks.phase_named(e.get("phase")))
+                   for f in folded for e in f.errors]
     if error is not None:
-        return Failure(phase, rank, FailureKind.CRASH, f"{error.get('type')}: {_first_line(error.get('message'))}")
+        candidates.append(Candidate(Evidence.PROCESS_ERROR, Failure(
+            phase, rank, FailureKind.CRASH, f"{error.get('type')}: {_first_line(error.get('message'))}")))
     if exit_code not in (0, None):
         last = last_error_line(log_text)
-        return Failure(phase, rank, FailureKind.WORKER_DIED,
-                       f"the boot process exited with status {exit_code}"
-                       + (f": {last}" if last else " and no error: see the vLLM log (--log)"))
+        candidates.append(Candidate(Evidence.EXIT_STATUS, Failure(
+            phase, rank, FailureKind.WORKER_DIED, f"the boot process exited with status {exit_code}"
+            + (f": {last}" if last else " and no error: see the vLLM log (--log)"))))
     if not folded:
-        return Failure(None, None, FailureKind.CRASH, "vLLM produced no rank records: see the vLLM log (--log)")
-    return None
+        candidates.append(Candidate(Evidence.NO_RECORDS, Failure(
+            None, None, FailureKind.CRASH, "vLLM produced no rank records: see the vLLM log (--log)")))
+    chosen = decide_failure(candidates)
+    return chosen.item if chosen is not None else None
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|[\w.]+\.\w+Error)\b.*")

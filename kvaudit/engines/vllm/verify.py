@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
+from kvaudit.engines.sequence import exception_line
 from kvaudit.errors import UsageError
 from kvaudit.schema import Scenario
 
@@ -268,27 +270,25 @@ def run(llm: Any, names: Sequence[Scenario], records: Sequence[Sequence[dict[str
         try:
             llm.collective_rpc("kvaudit_verify_begin", args=(load.name.value,))
         except Exception as exc:
-            dead = f"the engine did not answer ({_one_line(exc)})"
+            dead = f"the engine did not answer ({exception_line(exc, 400)})"
             entry["error"] = f"not run: {dead}"
             continue
         params = SamplingParams(max_tokens=load.decode_tokens, ignore_eos=True, detokenize=False, **load.sampling)
-        prompts = [{"prompt_token_ids": prompt_ids(i, length, shape.vocab_size)} for i, length in enumerate(load.prompts)]
+        prompts = [{"prompt_token_ids": prompt_ids(i, length, shape.vocab_size)}
+                   for i, length in enumerate(load.prompts)]
         try:
             outputs = llm.generate(prompts, params, use_tqdm=False)
             entry["tokens"] = sum(len(o.prompt_token_ids or ()) + sum(len(c.token_ids) for c in o.outputs[:1])
                                   for o in outputs)
         except Exception as exc:  # an OOM here is the finding verify exists for
-            entry["error"] = _one_line(exc)
+            entry["error"] = exception_line(exc, 400)
         try:
             entry["ranks"] = llm.collective_rpc("kvaudit_verify_end")
         except Exception as exc:
-            dead = f"the engine did not answer after {load.name.value} ({_one_line(exc)})"
+            dead = f"the engine did not answer after {load.name.value} ({exception_line(exc, 400)})"
             entry["error"] = entry["error"] or dead
         entry["seconds"] = round(time.perf_counter() - start, 3)
         on_update({"scenarios": out, "error": None, "warnings": warnings})
     return {"scenarios": out, "error": None, "warnings": warnings}
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]

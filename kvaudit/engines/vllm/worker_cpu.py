@@ -16,16 +16,17 @@ attention, under a minimal KV cache (`_prefill_probe`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from kvaudit.engines.probes.host import HostProbe
 from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.vllm import adapter, resolved
-from kvaudit.schema import Phase
 from kvaudit.engines.vllm.audit import SWEEP_ENV, AuditMixin
+from kvaudit.schema import Phase
 
 
 class AuditCPUWorker(AuditMixin, CPUWorker):
@@ -119,7 +120,8 @@ def prefill_shape(max_model_len: int, max_num_batched_tokens: int, chunked_prefi
 
 def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any]:
     """One request of the largest prefill step (prefill_shape), attention included, then its sampler
-    (with the most logprobs a request may ask for: _sampler_logprobs) and one decode step over max_model_len tokens of context (what a real request does next), under a minimal
+    (with the most logprobs a request may ask for: _sampler_logprobs) and one decode step over
+    max_model_len tokens of context (what a real request does next), under a minimal
     KV cache of the real spec (_probe_kv_cache): the runner's own _dummy_run with force_attention (the call vLLM's
     warmups use to build attention metadata), with max_num_seqs lowered to 1 for that call so the
     tokens are one request and not max_num_seqs short ones. Its slot mapping is -1 (no KV write);

@@ -1,0 +1,75 @@
+"""The layers (docs/design.md, Data flow): the CLI on top; render/ and engines/ beside each other,
+each importing only the core; the core importing neither. Every module under kvaudit/ is placed
+by its path, so a new core module is covered without being listed; imports inside functions count.
+No two modules import each other (a cycle hides behind a lazy import just as well)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "kvaudit"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> str:
+    if module in ("kvaudit.cli", "kvaudit.__main__"):
+        return "cli"
+    for layer in ("engines", "render"):
+        if module == f"kvaudit.{layer}" or module.startswith(f"kvaudit.{layer}."):
+            return layer
+    return "core"
+
+
+ALLOWED = {"cli": {"cli", "engines", "render", "core"}, "engines": {"engines", "core"},
+           "render": {"render", "core"}, "core": {"core"}}
+
+
+def _imports() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        module, names = _module(path), set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)  # `from kvaudit.engines import vllm`
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+        out[module] = {n for n in names if n.split(".")[0] == "kvaudit"}
+    return out
+
+
+IMPORTS = _imports()
+MODULES = set(IMPORTS)
+
+
+def _target(name: str) -> str | None:
+    """The kvaudit module an imported name is (a module, or a name inside one)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_every_module_is_placed_and_the_core_is_found():
+    core = {m for m in MODULES if _layer(m) == "core"}
+    assert {"kvaudit.ledger", "kvaudit.assemble", "kvaudit.record", "kvaudit.schema", "kvaudit.plan",
+            "kvaudit.printable", "kvaudit.validate", "kvaudit.diff", "kvaudit.capacity", "kvaudit.config"} <= core
+    assert len(MODULES) > 80
+
+
+def test_no_module_imports_above_or_beside_its_layer():
+    wrong = sorted((m, t) for m, names in IMPORTS.items() for t in filter(None, map(_target, names))
+                   if _layer(t) not in ALLOWED[_layer(m)])
+    assert wrong == []
+
+
+def test_no_two_modules_import_each_other():
+    edges = {(m, t) for m, names in IMPORTS.items() for t in filter(None, map(_target, names)) if t != m}
+    # a package importing its own submodule and back is how packages work: only siblings count
+    mutual = sorted((a, b) for a, b in edges if (b, a) in edges and a < b
+                    and not (b.startswith(a + ".") or a.startswith(b + ".")))
+    assert mutual == []
