@@ -259,6 +259,7 @@ def run(ctx: typer.Context,
     from kvaudit.render.output import check_paths, model_config
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
+
     # every file this run reads or writes, before the boot: a missing folder or a FIFO is exit 2 now
     from kvaudit.serve_config import line_config_path
     inputs = [("--config", config_file), ("the serve line's --config", line_config_path(ctx.args)),
@@ -330,7 +331,7 @@ def _echo_pinned(deployment, report) -> None:
 
 
 def _write_config(path: Path, report, code: int, output: Optional[Path], inputs: Sequence[Path],
-                  written: Callable[[str], "Written"]) -> None:
+                  written: Callable[[str], Written]) -> None:
     """--write-config after the report: the config with the safe values, or one line saying why not."""
     from kvaudit.render.output import is_stdout
     from kvaudit.write_config import config_refusal
@@ -499,8 +500,10 @@ def plan(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A measur
     measured = load_report(report)
     deployment = None
     if config_file is not None:
+        from kvaudit.config import engine_name_check
         from kvaudit.serve_config import plan_deployment
-        deployment, edits = plan_deployment(config_file, measured, edits)
+        # without vLLM's grammar (no vLLM here) only kvaudit's own names tell a typo
+        deployment, edits = plan_deployment(config_file, measured, edits, engine_name_check(None))
         _echo_deployment(deployment, measured.config.model, planned=True)
     result = plan_or_solve(measured, edits, solve, for_len)
     _emit(lambda out: render_plan(result, fmt, out, width=width), lambda: plan_dumps(result), fmt, output, [report])

@@ -13,7 +13,7 @@ import difflib
 import math
 import tomllib
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,20 @@ swapped or missing in a long name) is taken for a typo; `prefill_context_paralle
 decode_context_parallel_size) is a real vLLM argument."""
 
 
+def engine_name_check(engine_args: frozenset[str] | None) -> Callable[[str, str], bool]:
+    """For a serve config read without vLLM's option grammar (serve_config.read_deployment's
+    `takes_name`): whether a name goes to LLM(...). A near miss of a name it takes (or of one of
+    kvaudit's) is refused as a typo (check_engine_arg_names); without vLLM's names every name goes."""
+    def takes_name(dest: str, where: str) -> bool:
+        if engine_args is None or dest in engine_args or dest in MODELLED_KEYS:
+            check_engine_arg_names([dest], None, where)
+            return True
+        if _suggest(dest, engine_args) or _suggest(dest, MODELLED_KEYS, NEAR_MISS):
+            check_engine_arg_names([dest], engine_args, where)
+        return False
+    return takes_name
+
+
 def check_engine_arg_names(keys: Iterable[str], engine_args: frozenset[str] | None, where: str) -> None:
     """Refuse, with a suggestion, a name that would reach LLM(...) and that it does not take:
     vLLM refuses it only after its import (about 10 s). `engine_args` are the installed vLLM's
@@ -376,7 +390,7 @@ def build_run(*, model: str | None, dummy_weights: bool, preset: Path | None, pa
     """Embedded defaults, then the config file (a vllm serve YAML or a TOML preset), then flags,
     then what follows `--` (a pasted `vllm serve …` line, or engine flags); validated. Names for
     vLLM are checked against `engine_args` (the installed vLLM's, None: unchecked) and, for a YAML
-    file or a serve line, against vLLM's own options (engines/vllm/serve_args.py). The second
+    file or a serve line, against vLLM's own options (kvaudit/serve_args.py). The second
     value is the serve_config.Deployment read from a YAML file or a serve line (None otherwise),
     for --write-config."""
     from kvaudit.serve_config import is_yaml_config, read_deployment, serve_line
@@ -384,7 +398,8 @@ def build_run(*, model: str | None, dummy_weights: bool, preset: Path | None, pa
     yaml_file = preset if preset is not None and is_yaml_config(preset) else None
     deployment = None
     if line is not None or yaml_file is not None:
-        deployment = read_deployment(config_file=yaml_file, line=line, grammar=grammar, engine_args=engine_args)
+        deployment = read_deployment(config_file=yaml_file, line=line, grammar=grammar,
+                                     takes_name=engine_name_check(engine_args))
         config = _with_values(AuditConfig(), deployment.file_values, "the config file")
         if deployment.model_from_file:
             config = config.replace(model=deployment.model)

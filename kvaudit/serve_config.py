@@ -15,7 +15,7 @@ vLLM 0.32's FlexibleArgumentParser (vllm/utils/argparse_utils.py) does, in this 
    appended after everything else;
 5. argparse: abbreviations of long options, values by each option's arity, the last one wins.
 
-kvaudit mirrors each step (kvaudit/engines/vllm/serve_args.py reads the options, their arity and
+kvaudit mirrors each step (kvaudit/kvaudit/serve_args.py reads the options, their arity and
 their types from the installed vLLM's source without importing it), so an option vLLM does not
 know is refused here, before any boot, naming it. The YAML is read with PyYAML's safe loader only,
 at most MAX_CONFIG_BYTES, without aliases and at most MAX_DEPTH deep (an alias can make a small
@@ -28,9 +28,10 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from kvaudit.errors import UsageError
 
@@ -323,14 +324,15 @@ class _Word:
 
 def read_deployment(*, config_file: Path | str | None = None, line: Sequence[str] | None = None,
                     grammar: Any = None, use_grammar: bool = True,
-                    engine_args: frozenset[str] | None = None) -> Deployment:
+                    takes_name: Callable[[str, str], bool] | None = None) -> Deployment:
     """What a config file and/or a serve line (serve_line's arguments) set, with vLLM's precedence.
-    `grammar` is engines/vllm/serve_args.ServeGrammar (the installed vLLM's, looked up when not given
+    `grammar` is kvaudit/serve_args.ServeGrammar (the installed vLLM's, looked up when not given
     and `use_grammar`). Without one, values are read as JSON where they parse, else as strings, and
-    names are checked against `engine_args` alone (config.check_engine_arg_names: a near miss of a
-    name LLM(...) takes is refused; any other name is taken for the API server's and left out)."""
+    `takes_name(dest, where)` says whether a name goes to LLM(...) (config.engine_name_check: a
+    near miss of a name LLM(...) takes is refused; any other name is taken for the API server's and
+    left out); without it every name goes."""
     if grammar is None and use_grammar:
-        from kvaudit.engines.vllm.serve_args import serve_grammar
+        from kvaudit.serve_args import serve_grammar
         grammar = serve_grammar()
     options = grammar.options if grammar is not None else None
     notes: list[str] = []
@@ -366,7 +368,7 @@ def read_deployment(*, config_file: Path | str | None = None, line: Sequence[str
     words = _spelled(words)
     words = _merge_dotted(words, path)
     parsed = _parse(words, grammar, path)
-    return _deployment(parsed, grammar, path, text, notes, engine_args)
+    return _deployment(parsed, grammar, path, text, notes, takes_name)
 
 
 def _model_to_front(args: list[str]) -> list[str]:
@@ -573,7 +575,8 @@ def _starting_with(prefix: str, options: Mapping[str, Any]) -> list[str]:
 
 def _unknown(name: str, given: str, options: Mapping[str, Any], from_file: bool, path: Path | str | None) -> str:
     import difflib
-    from kvaudit.engines.vllm.engine_args import vllm_version_text
+
+    from kvaudit.vllm_source import vllm_version_text
     shown = _shown(given, from_file)
     candidates = [o for o in options if o.startswith("--") and not o.startswith("--no-")]
     near = difflib.get_close_matches(name if name.startswith("--") else "--" + name.lstrip("-"), candidates, n=1,
@@ -718,7 +721,7 @@ def _expand_numbers(text: str) -> str:
 
 
 def _deployment(parsed: _Parsed, grammar: Any, path: Path | str | None, text: str | None,
-                notes: list[str], engine_args: frozenset[str] | None = None) -> Deployment:
+                notes: list[str], takes_name: Callable[[str, str], bool] | None = None) -> Deployment:
     options = grammar.options if grammar is not None else None
     model: str | None = None
     model_from_file = False
@@ -750,7 +753,7 @@ def _deployment(parsed: _Parsed, grammar: Any, path: Path | str | None, text: st
             pinned[dest] = value
             continue
         if (grammar is not None and dest not in grammar.engine) or (
-                grammar is None and not _engine_name(dest, engine_args, _where(from_file, path))):
+                grammar is None and takes_name is not None and not takes_name(dest, _where(from_file, path))):
             api_server.append(shown)
             api_server_values[dest] = value
             continue
@@ -763,19 +766,6 @@ def _deployment(parsed: _Parsed, grammar: Any, path: Path | str | None, text: st
                       yaml_path=Path(path) if path is not None else None, yaml_text=text, notes=tuple(notes))
 
 
-def _engine_name(dest: str, engine_args: frozenset[str] | None, where: str) -> bool:
-    """Without vLLM's grammar: whether `dest` goes to LLM(...). A near miss of a name it takes (or of
-    one of kvaudit's) is refused as a typo (config.check_engine_arg_names); without vLLM's names
-    every name goes."""
-    from kvaudit.config import MODELLED_KEYS, NEAR_MISS, _suggest, check_engine_arg_names
-    if engine_args is None or dest in engine_args or dest in MODELLED_KEYS:
-        check_engine_arg_names([dest], None, where)
-        return True
-    if _suggest(dest, engine_args) or _suggest(dest, MODELLED_KEYS, NEAR_MISS):
-        check_engine_arg_names([dest], engine_args, where)
-    return False
-
-
 # --------------------------------------------------------------------------------------------
 # kvaudit plan --config
 
@@ -783,7 +773,8 @@ PLAN_FIXED = ("tensor_parallel_size", "decode_context_parallel_size", "block_siz
 """Knobs kvaudit plan cannot change (a different value needs a boot)."""
 
 
-def plan_deployment(path: Path | str, measured: Any, edits: Any) -> tuple[Deployment, Any]:
+def plan_deployment(path: Path | str, measured: Any, edits: Any,
+                    takes_name: Callable[[str, str], bool] | None = None) -> tuple[Deployment, Any]:
     """`kvaudit plan REPORT --config deploy.yaml`: the file's knobs that plan can change become
     edits where the command line gives none (the command line wins, as in vLLM); a knob it cannot
     change (tensor parallelism, DCP, block size, speculation) that differs from the measured boot
@@ -792,7 +783,7 @@ def plan_deployment(path: Path | str, measured: Any, edits: Any) -> tuple[Deploy
     if not is_yaml_config(path):
         raise UsageError(f"--config {path}: kvaudit plan reads a vllm serve YAML config (a TOML preset is "
                          f"kvaudit run's)")
-    deployment = read_deployment(config_file=path)
+    deployment = read_deployment(config_file=path, takes_name=takes_name)
     values = deployment.file_values
     config = measured.config
     for key in PLAN_FIXED:

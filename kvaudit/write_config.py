@@ -22,14 +22,15 @@ that is not ok, or a report with no safe flags writes nothing, and says so (conf
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from kvaudit.config import AuditConfig, EMBEDDED_DEFAULTS, MODELLED_KEYS, embedded_model_path
+from kvaudit.config import EMBEDDED_DEFAULTS, MODELLED_KEYS, AuditConfig, embedded_model_path
 from kvaudit.errors import UsageError
-from kvaudit.render.printable import one_line
+from kvaudit.printable import one_line
 from kvaudit.schema import Report, Verdict
-from kvaudit.serve_config import YAML_SUFFIXES, Deployment, _dashed
+from kvaudit.serve_config import YAML_SUFFIXES, Deployment
 
 SAFE_KEYS = ("kv_cache_memory_bytes", "gpu_memory_utilization", "max_model_len")
 """The engine arguments kvaudit's safe serve flags set, in the order it prints them."""
@@ -283,7 +284,7 @@ def patch_yaml(text: str, values: Mapping[str, Any], remove: Iterable[str], gram
     `remove` (and dotted keys of a replaced mapping) taken out; the rest is left as written."""
     import yaml
     if grammar is None:  # the installed vLLM's option names resolve abbreviated keys (`max-model: 4K`)
-        from kvaudit.engines.vllm.serve_args import serve_grammar
+        from kvaudit.serve_args import serve_grammar
         grammar = serve_grammar()
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     remove = set(remove)

@@ -274,6 +274,7 @@ def hf_cache(root: Path, model_id: str = "kvaudit/tiny-deepseek") -> Path:
     in huggingface_hub's layout (models--ORG--NAME/): the file under blobs/ named by its git blob id (the
     Hub's etag), snapshots/REVISION/config.json a relative symlink to it, refs/main holding REVISION."""
     import hashlib
+
     from kvaudit.config import embedded_model_path
     data = (Path(embedded_model_path()) / "config.json").read_bytes()
     hub = root / "hub"

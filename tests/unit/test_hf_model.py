@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("huggingface_hub")  # vLLM's dependency: without it there is nothing to boot either
 
+from factories import hf_cache  # noqa: E402
 from huggingface_hub import constants  # noqa: E402
 
-from factories import hf_cache  # noqa: E402
 from kvaudit.config import AuditConfig  # noqa: E402
 from kvaudit.engines.vllm import preflight  # noqa: E402
 from kvaudit.errors import ExitCode, UsageError  # noqa: E402

@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from kvaudit.config import AuditConfig, build_run, embedded_model_path, load_preset
+from kvaudit.config import AuditConfig, build_run, embedded_model_path, engine_name_check, load_preset
 from kvaudit.errors import ExitCode, UsageError
 from kvaudit.serve_config import (
-    MAX_CONFIG_BYTES, human_readable_int, human_readable_int_or_auto, is_yaml_config, read_deployment, read_yaml,
+    MAX_CONFIG_BYTES,
+    human_readable_int,
+    human_readable_int_or_auto,
+    is_yaml_config,
+    read_deployment,
+    read_yaml,
     serve_line,
 )
 
@@ -166,7 +171,7 @@ def test_dotted_keys_merge_into_one_json_value_after_everything_else(tmp_path):
     ("", "is empty: vLLM's --config reads a mapping of option: value"),
     ("1: 2\n", "the key 1 is not an option name (vLLM reads each key as --KEY)"),
     ("a: [\n", "is not valid YAML: line 2:"),
-    ("a: " + "[" * 40 + "]" * 40 + "\n", f"nested deeper than 32 levels"),
+    ("a: " + "[" * 40 + "]" * 40 + "\n", "nested deeper than 32 levels"),
     ("a: !!python/object:os.system {}\n", "is not valid YAML"),   # the safe loader builds no Python objects
 ])
 def test_a_yaml_file_kvaudit_cannot_read_is_one_line_and_exit_2(tmp_path, text, message):
@@ -245,7 +250,7 @@ def test_a_size_vllm_does_not_read_names_its_forms(tmp_path):
 
 
 def _vllm() -> str:
-    from kvaudit.engines.vllm.engine_args import vllm_version_text
+    from kvaudit.vllm_source import vllm_version_text
     return vllm_version_text()
 
 
@@ -356,9 +361,9 @@ def test_without_vllms_grammar_the_file_is_still_read_and_typos_still_caught(tmp
     path = write(tmp_path, "max-model-len: 2K\nenforce-eager: true\nport: 8000\nmax_modle_len: 3\n")
     engine = frozenset({"max_model_len", "enforce_eager", "model", "gpu_memory_utilization"})
     with pytest.raises(UsageError, match="max_modle_len is not a kvaudit key nor an argument vLLM's LLM"):
-        read_deployment(config_file=path, use_grammar=False, engine_args=engine)
+        read_deployment(config_file=path, use_grammar=False, takes_name=engine_name_check(engine))
     path = write(tmp_path, "max-model-len: 2K\nenforce-eager: true\nport: 8000\n")
-    d = read_deployment(config_file=path, use_grammar=False, engine_args=engine)
+    d = read_deployment(config_file=path, use_grammar=False, takes_name=engine_name_check(engine))
     assert d.file_values == {"max_model_len": 2048, "enforce_eager": True} and d.api_server == ("port",)
 
 

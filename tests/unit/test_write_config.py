@@ -17,7 +17,13 @@ from kvaudit.errors import UsageError
 from kvaudit.schema import Verdict
 from kvaudit.serve_config import read_deployment
 from kvaudit.write_config import (
-    check_target, config_refusal, patch_yaml, plan_config, render, run_config, safe_values,
+    check_target,
+    config_refusal,
+    patch_yaml,
+    plan_config,
+    render,
+    run_config,
+    safe_values,
 )
 
 DATA = Path(__file__).parent / "data"

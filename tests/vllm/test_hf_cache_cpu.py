@@ -61,7 +61,7 @@ def test_a_serve_line_and_a_yaml_config_boot_a_hugging_face_id_offline_and_write
     # the config for the deployment: the user's file, the serve line's override, the safe values
     flags = dict(f.lstrip("-").split("=") for f in report["capacity"]["safe_serve_flags"])
     text = safe.read_text(encoding="utf-8")
-    assert text.splitlines()[0].startswith(f"# Written by kvaudit ") and f"from {report_path} (" in text
+    assert text.splitlines()[0].startswith("# Written by kvaudit ") and f"from {report_path} (" in text
     body = text[text.index("# the deployment"):]
     assert body == ("# the deployment\n"
                     "load-format: dummy        # no weights in the cache\n"

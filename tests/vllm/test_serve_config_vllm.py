@@ -2,7 +2,7 @@
 (issue 30 items 1 and 4), offline and without a boot: the serve subcommand's FlexibleArgumentParser,
 built as `vllm serve` builds it (ServeSubcommand.subparser_init), and EngineArgs.from_cli_args.
 
-- the grammar kvaudit reads from vLLM's source with ast (engines/vllm/serve_args.py) has every
+- the grammar kvaudit reads from vLLM's source with ast (kvaudit/serve_args.py) has every
   option string of the real parser, with its destination and arity;
 - serve lines and YAML files give the values vLLM's parser gives;
 - kvaudit's human_readable_int is vLLM's, on generated text;
@@ -18,11 +18,15 @@ import pytest
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
-from kvaudit.engines.vllm.serve_args import serve_grammar  # noqa: E402
+from kvaudit.serve_args import serve_grammar  # noqa: E402
 from kvaudit.serve_config import (  # noqa: E402
-    human_readable_int, human_readable_int_or_auto, read_deployment, serve_line,
+    human_readable_int,
+    human_readable_int_or_auto,
+    read_deployment,
+    serve_line,
 )
 
 DATA = Path(__file__).parents[1] / "unit" / "data"
@@ -130,7 +134,8 @@ port: 8001
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet="0123456789.kKmMgGtTiB _-+ax", max_size=8))
 def test_human_readable_int_is_vllms(text):
-    from vllm.utils.argparse_utils import human_readable_int as real, human_readable_int_or_auto as real_auto
+    from vllm.utils.argparse_utils import human_readable_int as real
+    from vllm.utils.argparse_utils import human_readable_int_or_auto as real_auto
     for mine, theirs in ((human_readable_int, real), (human_readable_int_or_auto, real_auto)):
         try:
             expected = theirs(text)
@@ -179,6 +184,7 @@ def written_files(tmp_path: Path) -> dict[str, Path]:
 
 def test_written_configs_round_trip_through_vllm_serve_config(vllm_parser, tmp_path):
     from vllm.engine.arg_utils import EngineArgs
+
     from kvaudit.engines.inputs import load_report
     from kvaudit.write_config import safe_values
     parser, _ = vllm_parser

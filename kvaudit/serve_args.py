@@ -26,11 +26,12 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-from kvaudit.engines.vllm.engine_args import engine_arg_names
+from kvaudit.vllm_source import engine_arg_names
 
 FLAG = 0
 """nargs of an option that takes no value (`--enforce-eager`)."""
