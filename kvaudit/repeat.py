@@ -3,7 +3,9 @@
 The report is the worst boot's (its owners, capacity, safe flags and verdict: what a deployment
 has to survive), with `repeat` beside it: per rank and owner the min, median and max over the
 boots, and the KV tokens' spread. Worst: a boot that did not finish, else a failed verdict, else
-the fewest safe KV bytes (the `--kv-cache-memory-bytes` of its safe flags), else the least KV.
+the fewest safe KV bytes (the `--kv-cache-memory-bytes` of its safe flags), else the least KV. The
+safe flags' KV bytes are the fewest of any boot (a boot with a failed verdict can leave more than
+one that held).
 Pure: no engine, no torch.
 """
 
@@ -69,4 +71,14 @@ def combine(reports: Sequence[Report], *, boots: int, cold: bool) -> Report:
             + (f"; KV tokens {fmt_tokens(tokens[0])} to {fmt_tokens(tokens[2])}" if tokens[0] is not None else ""))
     if len(reports) < boots:
         note += f"; boot {len(reports)} did not finish, so the other {boots - len(reports)} were not run"
-    return replace(chosen, repeat=section, warnings=(*chosen.warnings, note))
+    capacity = chosen.capacity
+    own = safe_kv_bytes(capacity)
+    fewest = min((b for b in (safe_kv_bytes(r.capacity) for r in reports) if b is not None), default=None)
+    if own is not None and fewest is not None and fewest < own:
+        # a boot that held (or failed less) can still leave fewer safe bytes: the flags take the fewest
+        flags = tuple(f"--kv-cache-memory-bytes={fewest}" if f.partition("=")[0] == "--kv-cache-memory-bytes" else f
+                      for f in capacity.safe_serve_flags)
+        capacity = replace(capacity, safe_serve_flags=flags)
+        note += (f"; its --kv-cache-memory-bytes lowered to {fewest}, the fewest safe bytes of any boot "
+                 f"(boot {[safe_kv_bytes(r.capacity) for r in reports].index(fewest) + 1})")
+    return replace(chosen, capacity=capacity, repeat=section, warnings=(*chosen.warnings, note))

@@ -157,10 +157,10 @@ def test_repeat_reports_each_boot_the_spread_and_the_worst(repeated, tmp):
     r = report["repeat"]
     assert r["boots"] == 2 and r["cold"] is True and [b["boot"] for b in r["runs"]] == [1, 2]
     worst = r["runs"][r["worst_boot"] - 1]
-    # the report is the worst boot's: its KV, its safe bytes, the fewest of the two
+    # the report is the worst boot's (its KV); its safe bytes are the fewest of the two boots' (a boot
+    # whose verify failed can leave more than one that held)
     assert report["capacity"]["kv_tokens"] == worst["kv_tokens"]
-    assert worst["safe_kv_cache_memory_bytes"] == min(b["safe_kv_cache_memory_bytes"] for b in r["runs"])
-    assert int(safe_flags(report)["kv_cache_memory_bytes"]) == worst["safe_kv_cache_memory_bytes"]
+    assert int(safe_flags(report)["kv_cache_memory_bytes"]) == min(b["safe_kv_cache_memory_bytes"] for b in r["runs"])
     tokens = sorted(b["kv_tokens"] for b in r["runs"])
     assert (r["kv_tokens_min"], r["kv_tokens_median"], r["kv_tokens_max"]) == (tokens[0], tokens[0], tokens[1])
     spreads = {(o["rank"], o["owner"]): o for o in r["owners"]}
