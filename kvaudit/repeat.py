@@ -73,12 +73,13 @@ def combine(reports: Sequence[Report], *, boots: int, cold: bool) -> Report:
         note += f"; boot {len(reports)} did not finish, so the other {boots - len(reports)} were not run"
     capacity = chosen.capacity
     own = safe_kv_bytes(capacity)
-    fewest = min((b for b in (safe_kv_bytes(r.capacity) for r in reports) if b is not None), default=None)
+    safe = [safe_kv_bytes(r.capacity) for r in reports]
+    fewest = min((b for b in safe if b is not None), default=None)
     if own is not None and fewest is not None and fewest < own:
         # a boot that held (or failed less) can still leave fewer safe bytes: the flags take the fewest
         flags = tuple(f"--kv-cache-memory-bytes={fewest}" if f.partition("=")[0] == "--kv-cache-memory-bytes" else f
                       for f in capacity.safe_serve_flags)
         capacity = replace(capacity, safe_serve_flags=flags)
         note += (f"; its --kv-cache-memory-bytes lowered to {fewest}, the fewest safe bytes of any boot "
-                 f"(boot {[safe_kv_bytes(r.capacity) for r in reports].index(fewest) + 1})")
+                 f"(boot {safe.index(fewest) + 1})")
     return replace(chosen, capacity=capacity, repeat=section, warnings=(*chosen.warnings, note))

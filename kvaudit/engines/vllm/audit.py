@@ -239,12 +239,13 @@ class AuditMixin:
         """The scenario's true peak on this rank: peak reserved since it began + non-torch now."""
         probe = self._kva_seq.probe
         probe.sync()
-        peak = probe.peak_reserved_bytes() + self._kva_non_torch_now()
-        start, now = getattr(self, "_kva_verify_start", None), probe.read(pools=False)
+        peak_reserved = probe.peak_reserved_bytes()
+        peak = peak_reserved + self._kva_non_torch_now()
+        start = getattr(self, "_kva_verify_start", None)
         if start is not None:  # a line in vLLM's log: how much of the peak is allocated, how much cached
             print(f"kvaudit verify {getattr(self, '_kva_verify_scenario', None)} rank {self.rank}: torch allocated "
-                  f"{start.allocated_bytes} -> peak {now.peak_allocated_bytes}, reserved {start.reserved_bytes} -> "
-                  f"peak {probe.peak_reserved_bytes()}, true peak {peak}", file=sys.stderr, flush=True)
+                  f"{start.allocated_bytes} -> peak {probe.read(pools=False).peak_allocated_bytes}, reserved "
+                  f"{start.reserved_bytes} -> peak {peak_reserved}, true peak {peak}", file=sys.stderr, flush=True)
         peaks = getattr(self, "_kva_verify_peaks", {})
         scenario = getattr(self, "_kva_verify_scenario", None)
         if scenario:
