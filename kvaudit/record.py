@@ -5,7 +5,8 @@ journals its facts under the names of the record's fields (`JOURNAL_FACTS`), the
 them as plain JSON, `MeasuredRank.from_facts` reads them back typed (untrusted: a value of the
 wrong type is unknown, never a crash), and the assembly copies every field the report shares
 with it (`assemble.rank_report`). Adding a measured fact means a field here and one in
-`schema.RankReport` (and its reader and renderer); nothing lists it by hand in between.
+`schema.RankReport` (and its renderer; the JSON reader, kvaudit/validate.py, reads a scalar by
+its declared type); nothing lists it by hand in between.
 Nothing here imports an engine.
 """
 

@@ -291,13 +291,13 @@ class RankReport:
     requested memory (its "Actual usage …" line; 0.32 on), beside kvaudit's safe bytes; null
     where vLLM states none."""
     graph_capture_transient_bytes: int | None = None
+    """Extension: the profiling capture's peak outside its pool; charged to activation_peak
+    only where it exceeds the replay's transient."""
     prefill_probe_transient_bytes: int | None = None
     """Extension: the transient of kvaudit's long-prefill probe before KV (GPU, Model Runner V2 from
     vLLM 0.33: one request of max_num_batched_tokens tokens attending to a max_model_len context,
     attention included, which vLLM's profile pass runs without); charged to activation_peak where it
     is larger than the replay's. Null where not run."""
-    """Extension: the profiling capture's peak outside its pool; charged to activation_peak
-    only where it exceeds the replay's transient."""
     sites: tuple[Site, ...] | None = None
     """Extension (`--trace`): aggregated allocation sites per phase; null when not traced."""
     sweep: tuple[SweepPoint, ...] | None = field(default=None, metadata=OMIT_NONE)
@@ -327,6 +327,12 @@ class RankReport:
 
     def phase(self, name: Phase) -> PhaseRecord | None:
         return next((p for p in self.phases if p.name is name), None)
+
+
+RANK_STABLE_KEYS = ("rank", "tp_rank", "dcp_rank", "device_total_bytes", "requested_bytes", "others_bytes", "owners",
+                    "graph_pool_estimate_bytes", "graph_pool_actual_bytes", "kv_available_bytes", "phases")
+"""The keys every report's rank carries (docs/design.md, report contract); RankReport's other
+fields are extensions, optional when a report is read back."""
 
 
 @dataclass(frozen=True)

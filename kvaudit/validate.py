@@ -11,6 +11,9 @@ does a report whose fields name ranks it does not have (`_check_rank_references`
 from __future__ import annotations
 
 import math
+import typing
+from collections.abc import Callable
+from dataclasses import fields
 from enum import Enum
 from typing import Any
 
@@ -28,6 +31,7 @@ from kvaudit.config import (
 from kvaudit.errors import BadInputError
 from kvaudit.schema import (
     DIFF_SCHEMA,
+    RANK_STABLE_KEYS,
     REPORT_SCHEMA,
     STABLE_OWNERS,
     AccuracyEntry,
@@ -206,31 +210,43 @@ def _owners(node: _JsonObject) -> dict[Owner, int | None]:
 
 
 def _rank_report(node: _JsonObject) -> RankReport:
-    rank = RankReport(
-        rank=node.int("rank", least=0), tp_rank=node.int("tp_rank"), dcp_rank=node.int("dcp_rank"),
-        device_total_bytes=node.int("device_total_bytes"), requested_bytes=node.int("requested_bytes"),
-        others_bytes=node.int("others_bytes"), owners=_owners(node.child("owners")),
-        graph_pool_estimate_bytes=node.int("graph_pool_estimate_bytes"),
-        graph_pool_actual_bytes=node.int("graph_pool_actual_bytes"),
-        kv_available_bytes=node.int("kv_available_bytes"),
-        phases=tuple(_phase_record(p) for p in node.children("phases")),
-        naive_kv_available_bytes=node.int("naive_kv_available_bytes", required=False),
-        free_at_start_bytes=node.int("free_at_start_bytes", required=False),
-        graph_pool_retained_bytes=node.int("graph_pool_retained_bytes", required=False),
-        kv_blocks=node.int("kv_blocks", required=False), deferred_steps=node.strings("deferred_steps"),
-        vllm_kv_available_bytes=node.int("vllm_kv_available_bytes", required=False),
-        vllm_graph_estimate_bytes=node.int("vllm_graph_estimate_bytes", required=False),
-        vllm_suggested_kv_cache_memory_bytes=node.int("vllm_suggested_kv_cache_memory_bytes", required=False),
-        graph_capture_transient_bytes=node.int("graph_capture_transient_bytes", required=False),
-        prefill_probe_transient_bytes=node.int("prefill_probe_transient_bytes", required=False),
-        sites=_sites(node), sweep=_sweep(node),
-        kv_cache_spec_dtype=node.str("kv_cache_spec_dtype", required=False),
-        node=_rank_node(node.child("node", required=False, nullable=True)),
-        kv_tensor_block_bytes=_positive_ints(node, "kv_tensor_block_bytes"),
-        kv_segment_rounding_bytes=node.int("kv_segment_rounding_bytes", required=False),
-        kv_budget=_kv_budget(node))
+    """A rank, read field by field as RankReport declares them: the scalars by their declared type
+    (required where docs/design.md makes them stable), the rest by `_RANK_READERS`."""
+    rank = RankReport(**{name: read(node) for name, read in _RANK_FIELDS.items()})
     _check_kv_budget(rank, node.where)
     return rank
+
+
+def _scalar_reader(name: str, kind: Any) -> Callable[[_JsonObject], Any]:
+    required = name in RANK_STABLE_KEYS
+    if kind == int | None:
+        return lambda node: node.int(name, required=required)
+    if kind == str | None:
+        return lambda node: node.str(name, required=required)
+    if kind == float | None:
+        return lambda node: node.number(name, required=required)
+    if kind == bool | None:
+        return lambda node: node.bool(name, required=required)
+    raise TypeError(f"RankReport.{name}: no reader for {kind}; add one to validate._RANK_READERS")
+
+
+_RANK_READERS: dict[str, Callable[[_JsonObject], Any]] = {
+    "rank": lambda node: node.int("rank", least=0),
+    "owners": lambda node: _owners(node.child("owners")),
+    "phases": lambda node: tuple(_phase_record(p) for p in node.children("phases")),
+    "deferred_steps": lambda node: node.strings("deferred_steps"),
+    "sites": lambda node: _sites(node),
+    "sweep": lambda node: _sweep(node),
+    "node": lambda node: _rank_node(node.child("node", required=False, nullable=True)),
+    "kv_tensor_block_bytes": lambda node: _positive_ints(node, "kv_tensor_block_bytes"),
+    "kv_budget": lambda node: _kv_budget(node),
+}
+"""RankReport's fields that are not a plain scalar, each with its reader."""
+
+_RANK_TYPES = typing.get_type_hints(RankReport)
+_RANK_FIELDS = {f.name: _RANK_READERS.get(f.name) or _scalar_reader(f.name, _RANK_TYPES[f.name])
+                for f in fields(RankReport)}
+"""Every field of RankReport with its reader, built once: a new scalar field is read with no line here."""
 
 
 def _kv_budget(node: _JsonObject) -> tuple[KvTerm, ...] | None:

@@ -3,9 +3,11 @@ nothing more) and what it refuses, each refusal one line that names the path."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
+import typing
 
 import pytest
 from factories import DATA, REAL_REPORTS, assert_superset, real_json, write_json
@@ -14,7 +16,16 @@ from kvaudit.diff import diff_reports
 from kvaudit.engines.inputs import load_report
 from kvaudit.errors import BadInputError, ExitCode
 from kvaudit.report import parse_report_text
-from kvaudit.schema import DIFF_SCHEMA, REPORT_SCHEMA, Owner, Report, dumps, to_jsonable
+from kvaudit.schema import (
+    DIFF_SCHEMA,
+    RANK_STABLE_KEYS,
+    REPORT_SCHEMA,
+    Owner,
+    RankReport,
+    Report,
+    dumps,
+    to_jsonable,
+)
 from kvaudit.validate import diff_from_json, report_from_json
 
 # The stable keys, written out from docs/design.md's "Report contract" (not from the implementation).
@@ -79,6 +90,29 @@ def test_a_real_report_round_trips(name):
     assert_superset(json.loads(dumps(report)), json.loads(text))
     assert report_from_json(json.loads(dumps(report))) == report
     assert dumps(report_from_json(json.loads(dumps(report)))) == dumps(report)
+
+
+def test_the_stable_rank_keys_are_the_documented_ones():
+    assert RANK_STABLE_KEYS == STABLE_RANK
+
+
+def test_every_scalar_field_of_a_rank_is_read_back_without_a_line_listing_it(real_reports):
+    # GIVEN a real rank whose every plain scalar field (the extensions included) holds a value of its
+    # own, none the default; the reader names none of them (it goes by RankReport's declared types)
+    hints = typing.get_type_hints(RankReport)
+    rank = real_reports["run2"].ranks[0]
+    scalars = {f.name: hints[f.name] for f in dataclasses.fields(RankReport)
+               if hints[f.name] in (int | None, str | None, float | None, bool | None) and f.name != "rank"}
+    assert {"kv_segment_rounding_bytes", "prefill_probe_transient_bytes", "kv_cache_spec_dtype"} <= set(scalars)
+    values = {name: (1000 + i if kind == int | None else f"value-{i}" if kind == str | None
+                     else 0.5 + i if kind == float | None else True)
+              for i, (name, kind) in enumerate(scalars.items())}
+    rank = dataclasses.replace(rank, kv_budget=None, **values)
+    report = dataclasses.replace(real_reports["run2"], ranks=(rank, *real_reports["run2"].ranks[1:]))
+    # WHEN it is written and read back  THEN each value is there, typed
+    back = report_from_json(json.loads(dumps(report))).ranks[0]
+    assert {name: getattr(back, name) for name in scalars} == values
+    assert back == rank
 
 
 def test_loading_keeps_enums_and_integer_bytes(real_reports):
