@@ -252,7 +252,8 @@ def summary() -> str:
 
 
 def test_the_corpus_has_at_least_sixty_excerpts_each_with_its_source() -> None:
-    files = sorted(p.name for p in PUBLIC.glob("*.log"))
+    # Round three's files (70- and up) carry their source in test_logs_round_three.SOURCES instead.
+    files = sorted(p.name for p in PUBLIC.glob("*.log") if not (p.name[:2].isdigit() and int(p.name[:2]) >= 70))
     assert files == sorted(EXPECTED) and len(files) >= 60
     for name in files:
         head = (PUBLIC / name).read_text(encoding="utf-8")
