@@ -71,14 +71,18 @@ def worker_names(text: str) -> set[str]:
     return {m.group(1) for m in _WORKER_NAME.finditer(text)}
 
 
-def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]) -> Layout:
+def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]],
+           engine_ran_a_rank: bool = True) -> Layout:
     """The layout from the process names seen and the stated knobs, `stated` in precedence order:
-    (source in words, {vLLM's key: value})."""
+    (source in words, {vLLM's key: value}). An EngineCore and no worker name means one rank (the
+    uni executor) only where the engine core printed a rank's own figure (`engine_ran_a_rank`):
+    a paste that kept only its KV-size lines could come from any TP."""
     named = {n: proc_tag(n) for n in sorted(set(names))}
     tags = list(named.values())
     workers = [t for t in tags if t.role is Role.WORKER and not t.provisional and not t.ray]
     named = {n: t for n, t in named.items() if t in workers}
-    uni = any(t.role is Role.ENGINE for t in tags) and not any(t.role is Role.WORKER for t in tags)
+    uni = (engine_ran_a_rank and any(t.role is Role.ENGINE for t in tags)
+           and not any(t.role is Role.WORKER for t in tags))
     notes: list[str] = []
     sizes: dict[str, Size] = {}
     ep_tp = _tp_from_ep(workers)
