@@ -88,6 +88,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("CUDA out of memory", FailureKind.OOM, None, 0),
     Cause("OutOfMemoryError", FailureKind.OOM, None, 0),
     Cause("CUDA error: out of memory", FailureKind.OOM, None, 0),
+    # torch's OOM message quoted without its "CUDA out of memory." head (c10/cuda/CUDACachingAllocator.cpp:
+    # "Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which …").
+    # torch prints "has a total capacity of" in this message only.
+    Cause("has a total capacity of", FailureKind.OOM, None, 0),
     # gpu_worker.py determine_available_memory: free memory grew while profiling.
     Cause("Error in memory profiling", FailureKind.CRASH, Phase.PROFILE, 1),
     # v1/worker/workspace.py: a warmup after capture_model's lock_workspace() needed more workspace.

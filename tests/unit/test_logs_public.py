@@ -38,6 +38,8 @@ W, A, N, K, P = Owner.WEIGHTS, Owner.ACTIVATION_PEAK, Owner.NON_TORCH, Owner.KV_
 # suggested (vLLM's own --kv-cache-memory). rank_values: {owner or field: the values over all ranks,
 # sorted}, where the log names no rank (Ray actors, V0 workers). warns: text some warning holds.
 # failure: (kind, phase or None), or None for a boot that did not fail.
+TP_AT_LEAST_2 = "tensor_parallel_size: ≥ 2, size not stated"
+
 EXPECTED: dict[str, dict[str, Any]] = {
     "01-v0.6-10517-20k-ok.log": dict(
         ranks={0: {W: G("14.9888"), N: G("0.35"), "available": G("3.81"), "total": G("23.58"), "blocks": 1952}},
@@ -186,11 +188,46 @@ EXPECTED: dict[str, dict[str, Any]] = {
                                           tokens=1381 * 16, verdict="ok"),
     "69-v1-1cat-237-journald-tp.log": dict(ranks={0: {"available": G("5.35")}}, tokens=215401, max_model_len=8192, tp=None,
                                            verdict="ok", warns="tensor_parallel_size: ≥ 3, size not stated"),
+    # round three: vLLM 0.27 and later (2026)
+    "70-v1-0.27-club3090-1084-kv-pool.log": dict(
+        ranks={0: {"available": G("16.01")}}, tokens=374847, max_model_len=204800, tp=None, version=None,
+        verdict="ok", failure=None, warns=TP_AT_LEAST_2),
+    "71-v1-0.27-club3090-1085-kv-pool.log": dict(
+        ranks={0: {"available": G("11.15")}}, tokens=451603, max_model_len=147456, tp=None, verdict="ok",
+        failure=None, warns=TP_AT_LEAST_2),
+    "72-v1-0.27-club3090-1086-kv-pool.log": dict(
+        ranks={0: {"available": G("11.15")}}, tokens=214135, max_model_len=65536, tp=None, verdict="ok",
+        failure=None, warns=TP_AT_LEAST_2),
+    # GPU_UTIL=0.975 feeds the launch script, not a vLLM flag the excerpt shows: no gmu read.
+    # Engine-core lines alone (the KV size, a failure) say nothing of the TP size.
+    "73-v1-syv-qwen38-7-script-kv.log": dict(tokens=344579, max_model_len=163840, gmu=None, rank_count=0,
+                                             tp=None, verdict="ok", failure=None),
+    "74-v1-talos-1995-bare-kv.log": dict(tokens=302921, max_model_len=131072, rank_count=0, tp=None, verdict="ok",
+                                         failure=None),
+    "75-v1-0.28-54237-sigterm-failed.log": dict(
+        verdict="unknown", failure=("crash", None), version=None, tp=None,
+        message_starts="EngineCore failed to start."),
+    # "GPU 0 has a total capacity of 22.36 GiB": the device's total, on the one device the log names.
+    "76-v1-0.29-pr-57595-indented-oom.log": dict(
+        ranks={0: {"total": G("22.36")}}, verdict="fail", failure=("oom", None),
+        message_starts="Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which 120.88 MiB "
+                       "is free."),
+    # vLLM's own figures: the estimate 2.43 GiB and the measured pool −0.19 GiB; the run's
+    # utilization 0.86 from the retold advisory.
+    "77-v1-glm-sparks-25-negative-graph-pool.log": dict(
+        ranks={0: {"estimate": G("2.43"), "actual": -G("0.19")}}, gmu=0.86, verdict="unknown", failure=None),
+    # The estimate line of _PP1_TP0 and _PP1_TP2; the utilization from "from 0.9350 to …". Global
+    # ranks with TP ≥ 4 not stated: 4 and 6 at the least (said in a warning).
+    "78-v1-backport-34-pp-tp-estimate-disabled.log": dict(
+        ranks={4: {"estimate": G("0.58")}, 6: {"estimate": G("0.58")}, 7: {"estimate": None}}, gmu=0.935,
+        tp=None, verdict="unknown", failure=None,
+        warns=("tensor_parallel_size: ≥ 4, size not stated", "pipeline_parallel_size: ≥ 2, size not stated",
+               "assume tensor_parallel_size 4, the least the worker names allow")),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
            "available": "kv_available_bytes", "estimate": "graph_pool_estimate_bytes", "blocks": "kv_blocks",
-           "suggested": "vllm_suggested_kv_cache_memory_bytes"}
+           "suggested": "vllm_suggested_kv_cache_memory_bytes", "actual": "graph_pool_actual_bytes"}
 
 
 def _rank_value(rank: Any, key: Any) -> Any:

@@ -20,6 +20,7 @@ from kvaudit.engines.logs.ranks import (
     engine_last,
     gather,
     give_check_figures_to_rank_0,
+    no_worker_named,
     untagged,
 )
 from kvaudit.record import BootRecord, Stated
@@ -110,7 +111,7 @@ class LogBoot:
         config, sizes = build_config(boot)
         world = sizes.world()
         failure, feasible, notes = log_failure(boot, world)
-        if world == 1 or untagged(boot):
+        if world == 1 or untagged(boot) or no_worker_named(boot):
             give_check_figures_to_rank_0(boot)
         runner = _runner(boot)
         disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"

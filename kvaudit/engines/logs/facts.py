@@ -281,6 +281,7 @@ def _per_graph(msg: str) -> Iterable[Fact]:
 # So est ≈ (current − equivalent) × total; the capped "suggested" figure is not the estimate.
 _ADVISORY = re.compile(rf"The current --gpu-memory-utilization=({NUM}) is equivalent to --gpu-memory-utilization="
                        rf"({SNUM}) without CUDA graph memory profiling")
+_ADVISORY_HEAD = re.compile(rf"The current --gpu-memory-utilization=({NUM}) is equivalent to ")
 # With VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 the estimate is still profiled, not applied.
 _ADVISORY_DISABLED = re.compile(r"CUDA graph memory profiling is disabled "
                                 r"\(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\)"
@@ -299,6 +300,10 @@ def _advisory(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.GMU, float(m.group(1)))
     if m := _ADVISORY.search(msg):
         yield Fact(FactKind.ADVISORY, (float(m.group(1)), float(m.group(2))))
+        yield Fact(FactKind.GMU, float(m.group(1)))
+    elif m := _ADVISORY_HEAD.search(msg):
+        # the advisory retold in a person's words ("… is equivalent to 0.8400 without CUDA graph …"):
+        # its first figure is still the utilization the boot ran with; the estimate is not read from it.
         yield Fact(FactKind.GMU, float(m.group(1)))
     if "profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)" in msg:
         yield Fact(FactKind.ENV, ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0"))

@@ -71,12 +71,18 @@ def worker_names(text: str) -> set[str]:
     return {m.group(1) for m in _WORKER_NAME.finditer(text)}
 
 
-def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]) -> Layout:
+def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]],
+           engine_ran_a_rank: bool = True) -> Layout:
     """The layout from the process names seen and the stated knobs, `stated` in precedence order:
-    (source in words, {vLLM's key: value})."""
-    tags = [proc_tag(n) for n in set(names)]
+    (source in words, {vLLM's key: value}). An EngineCore and no worker name means one rank (the
+    uni executor) only where the engine core printed a rank's own figure (`engine_ran_a_rank`):
+    a paste that kept only its KV-size lines could come from any TP."""
+    named = {n: proc_tag(n) for n in sorted(set(names))}
+    tags = list(named.values())
     workers = [t for t in tags if t.role is Role.WORKER and not t.provisional and not t.ray]
-    uni = any(t.role is Role.ENGINE for t in tags) and not any(t.role is Role.WORKER for t in tags)
+    named = {n: t for n, t in named.items() if t in workers}
+    uni = (engine_ran_a_rank and any(t.role is Role.ENGINE for t in tags)
+           and not any(t.role is Role.WORKER for t in tags))
     notes: list[str] = []
     sizes: dict[str, Size] = {}
     ep_tp = _tp_from_ep(workers)
@@ -108,7 +114,30 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
         if value is not None and value < at_least:
             notes.append(f"{key} {value} ({source}) is below what the worker names show (≥ {at_least})")
         sizes[dim] = Size(value, at_least, source)
+    notes.extend(_rank_numbers_assumed(named, sizes))
     return Layout(sizes, tuple(notes))
+
+
+# vLLM's rank layout (distributed/parallel_state.py) nests dp ⊃ pp ⊃ pcp ⊃ tp: a worker's global
+# rank multiplies its outer indices by the inner groups' sizes.
+_OUTER = {"tp": ("pcp", "pp", "dp"), "pcp": ("pp", "dp"), "pp": ("dp",)}
+
+
+def _rank_numbers_assumed(workers: Mapping[str, ProcTag], sizes: Mapping[str, Size]) -> list[str]:
+    """Where an inner group's size is only a lower bound and a worker sits beyond the first outer
+    group (`Worker_PP1_TP3` with TP ≥ 4 not stated), its global rank is computed with that bound:
+    say so, since a larger group numbers it higher."""
+    notes = []
+    for dim, outer in _OUTER.items():
+        size = sizes[dim]
+        if size.value is not None or size.at_least < 2:
+            continue
+        beyond = [n for n, t in workers.items() if any((getattr(t, o) or 0) > 0 for o in outer)]
+        if beyond:
+            notes.append(f"global ranks of {', '.join(beyond[:4])}{' …' if len(beyond) > 4 else ''} assume "
+                         f"{KEYS[dim]} {size.at_least}, the least the worker names allow; a larger group "
+                         f"numbers them higher")
+    return notes
 
 
 def _tp_from_ep(workers: Sequence[ProcTag]) -> int | None:

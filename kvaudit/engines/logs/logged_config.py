@@ -5,13 +5,10 @@ parallel sizes (layout.py: stated, implied by the worker names, or only bounded 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from kvaudit.config import AuditConfig
 from kvaudit.engines.logs.facts import FactKind, in_log_range
 from kvaudit.engines.logs.knobs import knobs_from_args, non_default_args
 from kvaudit.engines.logs.layout import Layout
-from kvaudit.engines.logs.lines import ProcTag, Role
 from kvaudit.engines.logs.ranks import (
     Boot,
     Located,
@@ -58,12 +55,6 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         if value is not None and value != 1 and key not in extra:
             extra[key] = value
     return AuditConfig(**fields, extra_args=extra), boot_sizes
-
-
-def uni(tags: Iterable[ProcTag]) -> bool:
-    """An EngineCore and no worker process: the uni executor, world size 1."""
-    tags = list(tags)
-    return any(t.role is Role.ENGINE for t in tags) and not any(t.role is Role.WORKER for t in tags)
 
 
 def _served_length(engine: dict[FactKind, list[Located]]) -> int | None:

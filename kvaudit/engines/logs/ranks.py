@@ -85,7 +85,15 @@ def boot_layout(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]
     stated = [("the engine config line", engine_config(engine)),
               ("non-default args", non_default_args(args_text) if args_text is not None else {}),
               ("a pasted command line", command_args(engine))]
-    return layout((name for s in scans for name in s.names), stated)
+    return layout((name for s in scans for name in s.names), stated, engine_ran_a_rank=_engine_ran_a_rank(scans))
+
+
+def _engine_ran_a_rank(scans: Sequence[FileScan]) -> bool:
+    """An EngineCore process printed a figure of a rank's own (weights, available KV, a graph
+    capture): the uni executor, whose worker runs inside it. The engine core prints the KV size in
+    tokens, the concurrency and a failure at any parallel size, so those alone say nothing."""
+    return any(p.line.pid in s.tags and proc_tag(s.tags[p.line.pid]).role is Role.ENGINE
+               and any(f.kind in RANK_KINDS for f in p.facts) for s in scans for p in s.lines)
 
 
 def command_args(engine: dict[FactKind, list[Located]]) -> dict[str, Any]:
@@ -242,9 +250,16 @@ def untagged(boot: Boot) -> bool:
     return not any(s.tags for s in boot.scans)
 
 
+def no_worker_named(boot: Boot) -> bool:
+    """No file names a worker process (a paste of engine-core lines alone)."""
+    return not any(proc_tag(n).role is Role.WORKER for s in boot.scans for n in s.names)
+
+
 def give_check_figures_to_rank_0(boot: Boot) -> None:
     """The KV check runs in the engine core and names no rank; with one rank, its "available KV
-    cache memory" is rank 0's (when rank 0 printed none of its own)."""
+    cache memory" is rank 0's (when rank 0 printed none of its own). Where no worker is named the
+    size may be unknown, and the figure is still read as rank 0's: vLLM checks the workers in rank
+    order and stops at the first that is short, and the workers of one boot hold alike."""
     check = boot.engine.get(FactKind.KV_AVAILABLE_AT_CHECK)
     if not check:
         return

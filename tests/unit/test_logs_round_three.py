@@ -1,0 +1,51 @@
+"""Real pastes, round three: excerpts of vLLM 0.27 and later (2026) as people posted them
+(tests/fixtures/logs/public/70-… to 78-…, each with its thread in its header; what a careful reader
+takes from each is in test_logs_public.EXPECTED, scored with the rest of the corpus). Here: stdin
+and a file read alike, and what an engine core's lines alone say of the TP size.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvaudit.engines.inputs import load_report
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_logs_public import PUBLIC  # noqa: E402
+
+
+@pytest.mark.parametrize("name", ["70-v1-0.27-club3090-1084-kv-pool.log", "75-v1-0.28-54237-sigterm-failed.log",
+                                  "76-v1-0.29-pr-57595-indented-oom.log"])
+def test_stdin_and_file_agree(name: str) -> None:
+    path = PUBLIC / name
+    run = [sys.executable, "-m", "kvaudit", "ingest"]
+    by_file = subprocess.run([*run, str(path), "-f", "json"], capture_output=True, text=True, check=False)
+    by_stdin = subprocess.run([*run, "-", "-f", "json"], input=path.read_text(encoding="utf-8"),
+                              capture_output=True, text=True, check=False)
+    assert by_file.returncode == by_stdin.returncode
+    a, b = json.loads(by_file.stdout), json.loads(by_stdin.stdout)
+    for key in ("verdict", "failure", "ranks", "capacity", "config"):
+        assert a[key] == b[key], key
+
+
+# An engine core alone says one rank (the uni executor) only when it printed a rank's own figure:
+# the KV size in tokens and the concurrency come from the engine core at any TP.
+ENGINE_KV_LINES = (
+    "(EngineCore pid=7) INFO 09-01 10:00:01 [kv_cache_utils.py:1087] GPU KV cache size: 302,921 tokens\n"
+    "(EngineCore pid=7) INFO 09-01 10:00:01 [kv_cache_utils.py:1091] Maximum concurrency for 131,072 tokens "
+    "per request: 2.31x\n")
+WORKER_LINE = "(EngineCore pid=7) INFO 09-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n"
+
+
+@pytest.mark.parametrize(("text", "tp"), [(ENGINE_KV_LINES, None), (WORKER_LINE + ENGINE_KV_LINES, 1)])
+def test_an_engine_core_is_one_rank_only_where_it_printed_a_rank_figure(tmp_path, text: str, tp: int | None) -> None:
+    path = tmp_path / "engine.log"
+    path.write_text(text, encoding="utf-8")
+    report = load_report(path)
+    assert report.config.tensor_parallel_size == tp
+    assert report.capacity.kv_tokens == 302921
