@@ -95,6 +95,17 @@ def test_any_input_gives_a_report_or_one_line_error(text: str) -> None:
         assert report == report_from_logs([(text, "input.log")], exhaustive=True)
 
 
+@pytest.mark.parametrize(("tail", "frame"), [("in ", False), ("in 9", False), ("in run_engine_core", True),
+                                            ("in <module>", True)])
+def test_a_faulthandler_frame_needs_a_name_after_in_in_both_scans(tail: str, frame: bool) -> None:
+    # a paste cut right after "line 207 in " (found by the fuzzer above: the scans disagreed)
+    head = "(EngineCore pid=7) INFO 11-30 10:01:33 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n"
+    line = f'(RayWorkerWrapper pid=336, ip=10.0.0.1)   File "/x/vllm/distributed/parallel_state.py", line 207 {tail}'
+    text = head + line
+    assert scan(text) == scan_exhaustive(text)
+    assert ((len(head), len(text)) in scan(text).segments) is frame
+
+
 @pytest.mark.parametrize("text", ["", "\n\n\n", "\x00\x01\x02" * 100, "hello world\n", "{not json",
                                   bytes(range(256)).decode("utf-8", errors="replace") * 50])
 def test_no_vllm_line_is_one_bad_input_error(text: str) -> None:

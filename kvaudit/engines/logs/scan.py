@@ -78,6 +78,8 @@ COMMAND_WINDOW = 1 << 18
 """How far into a file a pasted command line is looked for."""
 _COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp")
 _CALLS = tuple(sorted(PHASE_OF_CALL, key=len, reverse=True))
+_FRAME_NAME = re.compile(r"[A-Za-z_<]")
+"""What starts a faulthandler frame's function name (`line 207 in run_engine_core`, `in <module>`)."""
 _FRAME_RX = re.compile(r'", line \d{1,7}(?:, in (?:' + "|".join(map(re.escape, _CALLS)) + r')(?!\w)| in [A-Za-z_<])')
 CONCURRENCY_WINDOW = 4096
 """How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
@@ -244,7 +246,7 @@ def _frame_counts(text: str, j: int) -> bool:
     if k == j:
         return False
     if text.startswith(" in ", k):
-        return True  # faulthandler
+        return _FRAME_NAME.match(text, k + 4) is not None  # faulthandler: `line N in name`, as _FRAME_RX
     return text.startswith(", in ", k) and _names_startup_call(text, k + 5)
 
 
