@@ -95,12 +95,14 @@ def test_any_input_gives_a_report_or_one_line_error(text: str) -> None:
         assert report == report_from_logs([(text, "input.log")], exhaustive=True)
 
 
-@pytest.mark.parametrize(("tail", "frame"), [("in ", False), ("in 9", False), ("in run_engine_core", True),
-                                            ("in <module>", True)])
-def test_a_faulthandler_frame_needs_a_name_after_in_in_both_scans(tail: str, frame: bool) -> None:
-    # a paste cut right after "line 207 in " (found by the fuzzer above: the scans disagreed)
+@pytest.mark.parametrize(("tail", "frame"), [("207 in ", False), ("207 in 9", False), ("207 in run_engine_core", True),
+                                            ("207 in <module>", True), ("1234567, in get_kv_cache_configs", True),
+                                            ("12345678, in get_kv_cache_configs", False)])
+def test_both_scans_read_a_frame_alike(tail: str, frame: bool) -> None:
+    # a faulthandler frame needs a name after "in"; a line number has at most 7 digits (the fuzzer above
+    # found the scans reading a paste cut after "line 207 in ", and an 8-digit line number, differently)
     head = "(EngineCore pid=7) INFO 11-30 10:01:33 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n"
-    line = f'(RayWorkerWrapper pid=336, ip=10.0.0.1)   File "/x/vllm/distributed/parallel_state.py", line 207 {tail}'
+    line = f'(RayWorkerWrapper pid=336, ip=10.0.0.1)   File "/x/vllm/v1/core/kv_cache_utils.py", line {tail}'
     text = head + line
     assert scan(text) == scan_exhaustive(text)
     assert ((len(head), len(text)) in scan(text).segments) is frame

@@ -241,7 +241,7 @@ def _frame_lines(text: str, found: dict[int, int], start: int, stop: int, kept: 
 
 def _frame_counts(text: str, j: int) -> bool:
     k = j
-    while k < j + 8 and text[k:k + 1].isdigit():
+    while k < j + 7 and text[k:k + 1].isdigit():  # \d{1,7}, as _FRAME_RX
         k += 1
     if k == j:
         return False
