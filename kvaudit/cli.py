@@ -278,6 +278,9 @@ def run(ctx: typer.Context,
                                    gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                                    max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                                    kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
+    if write_config is not None:
+        from kvaudit.write_config import check_run_target
+        check_run_target(config, deployment)
     preflight(config)  # what can be refused without booting is refused now, before any output
     from kvaudit.engines.vllm.verify import check_repeat, choose
     check_repeat(repeat, config)

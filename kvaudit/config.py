@@ -435,7 +435,8 @@ def build_run(*, model: str | None, dummy_weights: bool, preset: Path | None, pa
             raise UsageError(f"{path} has no config.json: pass a model directory")
         if (path.exists() and config.load_format is None
                 and not any(path.glob("*.safetensors")) and not any(path.glob("*.bin"))):
-            raise UsageError(f"{path} has no weights: pass --dummy-weights to audit it from config.json alone")
+            raise UsageError(f"{path} has no weights: pass --dummy-weights (in a serve config: load-format: dummy) "
+                             f"to audit it from config.json alone")
     if config.max_model_len == -1:
         raise UsageError("max_model_len auto (-1) lets vLLM fit the length to memory; kvaudit audits one length: "
                          "pass a number (or leave it out for the model's)")

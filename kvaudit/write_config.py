@@ -110,6 +110,16 @@ class Written:
     changes: tuple[str, ...]
 
 
+def check_run_target(asked: AuditConfig, deployment: Deployment | None) -> None:
+    """`kvaudit run --config FILE --write-config` on a file that names no model would audit the
+    embedded model and write its safe values into the user's deployment: refused, before the boot."""
+    if (deployment is not None and deployment.yaml_text is not None and deployment.model is None
+            and asked.model == embedded_model_path()):
+        raise UsageError(f"{deployment.yaml_path} names no model, so the audit would run kvaudit's embedded model, "
+                         f"whose safe values are not the deployment's: add model: to it, or pass --model or "
+                         f"-- vllm serve MODEL")
+
+
 def run_config(*, asked: AuditConfig, deployment: Deployment | None, report: Report, report_name: str,
                grammar: Any = None) -> Written:
     """The config `kvaudit run --write-config` writes: the user's YAML (or one built from the run's
@@ -120,9 +130,7 @@ def run_config(*, asked: AuditConfig, deployment: Deployment | None, report: Rep
         del values["load_format"]
         notes.append("the audit ran on random weights (load-format dummy); the file leaves that out")
     if deployment is not None and deployment.yaml_text is not None:
-        if asked.model == embedded_model_path() and deployment.model is None:
-            raise UsageError(f"{deployment.yaml_path} names no model, so the audit ran kvaudit's embedded model: "
-                             f"its safe values are not the deployment's; pass --model or -- vllm serve MODEL")
+        check_run_target(asked, deployment)
         file_has = dict(deployment.file_values)
         if deployment.model_from_file:
             file_has["model"] = deployment.model

@@ -173,7 +173,7 @@ def test_run_builds_the_file_from_the_flags_when_there_is_no_yaml(ok_report):
 def test_a_yaml_without_a_model_audited_on_the_embedded_one_is_not_written(tmp_path, ok_report):
     from kvaudit.config import embedded_model_path
     deployment = read_deployment(config_file=write(tmp_path, "max-model-len: 4096\n"), use_grammar=False)
-    with pytest.raises(UsageError, match="names no model, so the audit ran kvaudit's embedded model"):
+    with pytest.raises(UsageError, match="names no model, so the audit would run kvaudit's embedded model"):
         run_config(asked=AuditConfig(model=embedded_model_path()), deployment=deployment, report=ok_report,
                    report_name="r.json")
 
@@ -186,6 +186,21 @@ def no_boot_returning(monkeypatch):
         monkeypatch.setattr(engine, "run_audit", lambda *args, **kwargs: report)
         monkeypatch.setattr(engine, "preflight", lambda config: None)
     return returning
+
+
+def test_a_yaml_without_a_model_is_refused_before_the_boot(cli, tmp_path, monkeypatch):
+    import kvaudit.engines.vllm as engine
+
+    def no_boot(*args, **kwargs):
+        raise AssertionError("booted")
+    monkeypatch.setattr(engine, "run_audit", no_boot)
+    monkeypatch.setattr(engine, "preflight", no_boot)
+    deploy, target = write(tmp_path, "max-model-len: 2048\nmax-num-seqs: 4\n"), tmp_path / "safe.yaml"
+    result = cli("run", "--config", str(deploy), "--write-config", str(target))
+    assert result.code == 2 and not target.exists()
+    assert result.stderr_lines[-1] == (
+        f"kvaudit: error: {deploy} names no model, so the audit would run kvaudit's embedded model, whose safe "
+        f"values are not the deployment's: add model: to it, or pass --model or -- vllm serve MODEL")
 
 
 def test_a_run_that_does_not_fit_writes_no_config_and_says_so(cli, tmp_path, real_reports, no_boot_returning):
