@@ -87,7 +87,9 @@ def test_the_actual_usage_line_and_vllms_suggestion(llama: Report, mtp: Report) 
     assert m.owners[Owner.ACTIVATION_PEAK] == gib(5.7) - gib(0.84)
 
 
-def test_a_boot_that_served_is_ok_and_its_later_errors_are_notes(llama: Report) -> None:
-    # kvaudit's --verify ran after start-up; vLLM logged a ValueError about the tokenizer there
+def test_an_exception_vllm_handled_at_warning_level_is_no_failure_and_no_note(llama: Report) -> None:
+    # after start-up vLLM's chat-template warmup failed without a tokenizer and logged the ValueError
+    # with its traceback at WARNING, then went on serving: nothing died
+    assert "WARNING 12-04 15:19:58 [base.py:383] ValueError: Tokenizer not available" in (FIXTURES / "gpu-0.33-v2-h200-llama-8b.log").read_text()
     assert llama.verdict is Verdict.OK and llama.failure is None
-    assert any("after startup finished" in w for w in llama.warnings)
+    assert not any("Traceback" in w or "Tokenizer" in w for w in llama.warnings), llama.warnings

@@ -49,3 +49,33 @@ def test_an_engine_core_is_one_rank_only_where_it_printed_a_rank_figure(tmp_path
     report = load_report(path)
     assert report.config.tensor_parallel_size == tp
     assert report.capacity.kv_tokens == 302921
+
+
+EXAMPLE_LOG = Path(__file__).parent.parent.parent / "configs" / "examples" / "cpu-batch512.vllm.log"
+
+
+def test_the_examples_warmup_traceback_at_warning_is_no_death() -> None:
+    # the README's example log: vLLM's chat-template warmup fails without a tokenizer and is logged,
+    # traceback and ValueError, at WARNING; the boot went on (a newcomer was told "the boot died")
+    text = EXAMPLE_LOG.read_text(encoding="utf-8")
+    assert "WARNING 12-03 14:49:28 [base.py:380] Traceback (most recent call last):" in text
+    report = load_report(EXAMPLE_LOG)
+    assert report.verdict.value == "ok" and report.failure is None
+    assert not any("Traceback" in w or "Tokenizer" in w for w in report.warnings), report.warnings
+
+
+@pytest.mark.parametrize(("level", "noted"), [("ERROR", True), ("WARNING", False)])
+def test_an_exception_after_startup_is_a_note_only_when_logged_as_an_error(tmp_path, level: str, noted: bool) -> None:
+    text = ("(EngineCore pid=7) INFO 09-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n"
+            "(EngineCore pid=7) INFO 09-01 10:00:01 [kv_cache_utils.py:1087] GPU KV cache size: 302,921 tokens\n"
+            "(EngineCore pid=7) INFO 09-01 10:00:01 [kv_cache_utils.py:1091] Maximum concurrency for 131,072 tokens "
+            "per request: 2.31x\n"
+            "(APIServer pid=5) INFO 09-01 10:00:09 [api_server.py:1900] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+            f"(APIServer pid=5) {level} 09-01 10:01:00 [base.py:380] Traceback (most recent call last):\n"
+            f"(APIServer pid=5) {level} 09-01 10:01:00 [base.py:380] ValueError: something went wrong\n")
+    path = tmp_path / "served.log"
+    path.write_text(text, encoding="utf-8")
+    report = load_report(path)
+    assert report.verdict.value == "ok" and report.failure is None
+    assert any(w.startswith("after startup finished: ValueError: something went wrong") for w in report.warnings) \
+        is noted, report.warnings
