@@ -12,7 +12,7 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 
 from __future__ import annotations
 
-from kvaudit.engines.failures import Candidate, Evidence, decide_failure
+from kvaudit.engines.failures import BARE, Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import FactKind, FailureFact
 from kvaudit.engines.logs.ranks import Boot, parallel_sizes, rank_of_proc, untagged
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
@@ -60,7 +60,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         if f.file not in boot_done:
             boot_done[f.file] = scan.serving_at
         (after if f.pos > boot_done[f.file] else during).append(f)
-    notes = sorted({f"after startup finished: {f.value.message}" for f in after})
+    # a traceback's header says "its exception line is not in the log": not where that file has one
+    stated = {f.file for f in after if f.value.priority < BARE}
+    notes = sorted({f"after startup finished: {f.value.message}" for f in after
+                    if f.value.priority < BARE or f.file not in stated})
     if not during:
         return None, None, notes
     chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority, (f.file, f.pos)) for f in during)
