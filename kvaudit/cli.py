@@ -107,7 +107,7 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
     """Where every byte of vLLM startup GPU memory goes, per rank, and how much KV cache is really safe."""
 
 
-@app.command(cls=_Command, short_help="Render a report or a vLLM log (table, json, csv, markdown).")
+@app.command(cls=_Command, short_help="Render a report or log: table, json, csv, markdown, html, prom.")
 def show(report: Annotated[Path, typer.Argument(metavar="REPORT", help="A kvaudit report (JSON) or a raw vLLM log; - reads stdin.")],
          output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report JSON here (-f html "
                                                         "or prom: the page or the metrics); - is stdout.")] = None,
