@@ -108,7 +108,15 @@ def test_both_scans_read_a_frame_alike(tail: str, frame: bool) -> None:
     assert ((len(head), len(text)) in scan(text).segments) is frame
 
 
-@pytest.mark.parametrize("text", ["", "\n\n\n", "\x00\x01\x02" * 100, "hello world\n", "{not json",
+@pytest.mark.parametrize("text", ["", "\n\n\n", " \t\r\n", "\ufeff\n"])
+def test_an_empty_input_is_said_to_be_empty(text: str) -> None:
+    with pytest.raises(BadInputError, match=r"^x\.log: is empty$"):
+        report_from_log_text(text, "x.log")
+    with pytest.raises(BadInputError, match=r"^<stdin>: is empty: nothing came on standard input$"):
+        report_from_log_text(text, "<stdin>")
+
+
+@pytest.mark.parametrize("text", ["\x00\x01\x02" * 100, "hello world\n", "{not json",
                                   bytes(range(256)).decode("utf-8", errors="replace") * 50])
 def test_no_vllm_line_is_one_bad_input_error(text: str) -> None:
     expected = (r"^x\.log: neither a kvaudit report nor a vLLM log: no vLLM log lines found \(looked for a JSON object "

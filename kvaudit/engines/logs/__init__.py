@@ -61,6 +61,9 @@ def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
             raise BadInputError(f"{where}: a kvaudit report ({schema}), not a log: `kvaudit ingest` reads vLLM startup "
                                 f"logs; `kvaudit show`, `kvaudit diff` and `kvaudit plan` read reports")
         scan = parse_file(text, where, index, exhaustive=exhaustive)
+        if not scan.is_vllm and not text.lstrip("\ufeff").strip():
+            stdin = ": nothing came on standard input" if where == "<stdin>" else ""
+            raise BadInputError(f"{where}: is empty{stdin}")
         if not scan.is_vllm:
             if reports_too:
                 raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
