@@ -204,7 +204,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
                                 "nothing to plan from; kvaudit run measures it")
         raise BadInputError("the report has no ranks: nothing was measured to plan from")
     _check_edits(edits)
-    old = measured.config
+    asked, old = edits, measured.config
     if _platform_sets_batched_tokens(measured) and edits.max_num_batched_tokens is not None:
         raise UsageError("the measured boot ran on vLLM's CPU_MLA backend (MLA without AMX tiles), where vLLM's CPU "
                          "platform turns chunked prefill off and sets max_num_batched_tokens to max(max_model_len, "
@@ -292,8 +292,32 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
             and any(r.kv_tensor_block_bytes is None for r in predicted.ranks):
         notes.append("on CUDA kvaudit sizes KV in whole blocks whose tensors' allocator segments fit: add up to "
                      "2 MiB per KV tensor to the stated error")
+    boots = [_with_every_edit(boot, asked) for boot in boots]
     return Plan(report=predicted, measured=measured, edits=changed, ranks=tuple(plan_ranks), kv_error_bytes=error,
                 kv_error_tokens=tokens, boots_needed=tuple(dict.fromkeys(boots)), notes=tuple(dict.fromkeys(notes)))
+
+
+def _edit_flags(edits: Edits) -> list[tuple[str, str]]:
+    """Each edit as `kvaudit run`'s option and its flag text, in Edits' order."""
+    out = []
+    for key, value in edits.changes().items():
+        if key == "enforce_eager":
+            out.append(("enforce-eager", "--enforce-eager" if value else "--no-enforce-eager"))
+            continue
+        option = {"gpu_memory_utilization": "--gmu", "cudagraph_capture_sizes": "--cudagraph-sizes"}.get(
+            key, "--" + key.replace("_", "-"))
+        text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        out.append((option, f"{option} {text}"))
+    return out
+
+
+def _with_every_edit(boot: str, edits: Edits) -> str:
+    """A boot that measures the edited config: `kvaudit run` with each of the plan's edits (a figure
+    names only the edit that made it unknown). A sweep of the measured config stays as it is."""
+    if not boot.startswith("kvaudit run --") or "--sweep" in boot:
+        return boot
+    missing = [text for option, text in _edit_flags(edits) if option not in boot]
+    return " ".join(["kvaudit run", *missing, boot.removeprefix("kvaudit run ")])
 
 
 def _jsonish(value: Any) -> Any:

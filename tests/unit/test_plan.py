@@ -517,6 +517,10 @@ def test_without_chunked_prefill_a_longer_max_model_len_needs_a_boot(cpu_mla):
     assert plan.report.capacity.kv_available_bytes is None
     assert plan.boots_needed == ("kvaudit run --max-model-len 16384",)
     assert plan_exit_code(plan) == 3
+    # the boot to run is the edited config, every edit of it (a figure names only its own cause)
+    both = plan_report(cpu_mla, Edits(gpu_memory_utilization=0.16, max_model_len=16_384))
+    assert both.boots_needed == ("kvaudit run --gmu 0.16 --max-model-len 16384",)
+    assert _figure(both, Owner.TORCH_OTHER).boot == "kvaudit run --max-model-len 16384"
     # the platform's own rule for the edited config
     assert plan.report.config.max_num_batched_tokens == 16_384
 

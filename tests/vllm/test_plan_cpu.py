@@ -190,7 +190,7 @@ def test_a_longer_max_model_len_without_chunked_prefill_names_the_boot_it_needs(
     if whole_prompt(measured):
         assert code == 3
         assert hows["activation_peak"] == hows["torch_other"] == "unknown"
-        assert predicted["plan"]["boots_needed"] == ["kvaudit run --max-model-len 16384"]
+        assert predicted["plan"]["boots_needed"] == ["kvaudit run --gmu 0.16 --max-model-len 16384"]
     else:  # the GMU and length edit changes no owner with chunked prefill
         assert code == 0
         assert set(hows.values()) == {"measured"}
