@@ -300,7 +300,8 @@ def run(ctx: typer.Context,
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:
             report = run_audit(config, options, progress.on_event, signals)
-        _echo_warnings(report)
+        if not _table_on_terminal(fmt, output):  # there the table's own warning lines are below it
+            _echo_warnings(report)
         _emit_report(report, fmt, width, output, [p for _, p in inputs if p is not None])
         _echo_pinned(deployment, report)
         if write_config is not None:
@@ -347,6 +348,16 @@ def _write_config(path: Path, report, code: int, output: Optional[Path], inputs:
     result = written(name)
     _write(path, result.text, "config", inputs)
     typer.echo(f"kvaudit: safe values set: {', '.join(result.changes)}", err=True)
+
+
+def _table_on_terminal(fmt: Format, output: Optional[Path]) -> bool:
+    """The report's view, warnings included, goes to a terminal the user reads (not `-o -`)."""
+    from kvaudit.render.output import is_stdout
+    return fmt in (Format.TABLE, Format.MARKDOWN) and not is_stdout(output) and _stdout_is_terminal()
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def _echo_warnings(report) -> None:

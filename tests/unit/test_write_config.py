@@ -5,6 +5,7 @@ is written. tests/vllm/test_serve_config_vllm.py parses the files with vLLM's ow
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -299,3 +300,18 @@ def test_plan_warns_of_a_pinned_kv_size_above_the_planned_safe_one(cli, tmp_path
     assert (f"kvaudit: warning: the deployment's kv-cache-memory-bytes 8589934592 is {fmt_bytes(8 * 2**30 - safe)} "
             f"above kvaudit's safe {safe}: lower it (--write-config writes the safe value)") in result.stderr_lines
     assert yaml.safe_load(target.read_text(encoding="utf-8"))["kv-cache-memory-bytes"] == safe
+
+
+@pytest.mark.parametrize(("terminal", "args", "on_stderr"), [(True, (), False), (True, ("-f", "json"), True),
+                                                             (False, (), True), (True, ("-o", "-"), True)])
+def test_a_runs_warnings_reach_stderr_unless_the_table_shows_them_on_the_terminal(cli, monkeypatch, real_reports,
+                                                                                no_boot_returning, terminal, args,
+                                                                                on_stderr):
+    import kvaudit.cli
+    report = dataclasses.replace(real_reports["run1"], warnings=("a retried warmup was counted once",))
+    no_boot_returning(report)
+    monkeypatch.setattr(kvaudit.cli, "_stdout_is_terminal", lambda: terminal)
+    result = cli("run", *args)
+    assert ("kvaudit: warning: a retried warmup was counted once" in result.stderr_lines) is on_stderr
+    # wherever it goes, the user sees it once on the terminal or has it in the JSON
+    assert "a retried warmup was counted once" in " ".join((result.stdout + result.stderr).split())
