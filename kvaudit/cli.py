@@ -300,7 +300,7 @@ def run(ctx: typer.Context,
     with StopSignals() as signals:
         with Progress.for_run(config, log) as progress:
             report = run_audit(config, options, progress.on_event, signals)
-        if not _table_on_terminal(fmt, output):  # there the table's own warning lines are below it
+        if not _table_seen(fmt, output):  # there the table's own warning lines are below it
             _echo_warnings(report)
         _emit_report(report, fmt, width, output, [p for _, p in inputs if p is not None])
         _echo_pinned(deployment, report)
@@ -350,10 +350,11 @@ def _write_config(path: Path, report, code: int, output: Optional[Path], inputs:
     typer.echo(f"kvaudit: safe values set: {', '.join(result.changes)}", err=True)
 
 
-def _table_on_terminal(fmt: Format, output: Optional[Path]) -> bool:
-    """The report's view, warnings included, goes to a terminal the user reads (not `-o -`)."""
+def _table_seen(fmt: Format, output: Optional[Path]) -> bool:
+    """The report's view, warnings included, is read on the terminal: on stdout when that is one,
+    or on stderr (`-o -` puts the JSON on stdout and the view there)."""
     from kvaudit.render.output import is_stdout
-    return fmt in (Format.TABLE, Format.MARKDOWN) and not is_stdout(output) and _stdout_is_terminal()
+    return fmt in (Format.TABLE, Format.MARKDOWN) and (is_stdout(output) or _stdout_is_terminal())
 
 
 def _stdout_is_terminal() -> bool:

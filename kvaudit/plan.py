@@ -302,7 +302,8 @@ def _edit_flags(edits: Edits) -> list[tuple[str, str]]:
     out = []
     for key, value in edits.changes().items():
         if key == "enforce_eager":
-            out.append(("enforce-eager", "--enforce-eager" if value else "--no-enforce-eager"))
+            flag = "--enforce-eager" if value else "--no-enforce-eager"
+            out.append((flag, flag))
             continue
         option = {"gpu_memory_utilization": "--gmu", "cudagraph_capture_sizes": "--cudagraph-sizes"}.get(
             key, "--" + key.replace("_", "-"))
@@ -312,12 +313,21 @@ def _edit_flags(edits: Edits) -> list[tuple[str, str]]:
 
 
 def _with_every_edit(boot: str, edits: Edits) -> str:
-    """A boot that measures the edited config: `kvaudit run` with each of the plan's edits (a figure
-    names only the edit that made it unknown). A sweep of the measured config stays as it is."""
+    """A boot that measures the edited config: `kvaudit run` with each of the plan's edits, in
+    Edits' order, then the boot's own flags that are no edit (a figure names only the edit that
+    made it unknown; one command per config, however many figures name it). A sweep of the measured
+    config stays as it is."""
     if not boot.startswith("kvaudit run --") or "--sweep" in boot:
         return boot
-    missing = [text for option, text in _edit_flags(edits) if option not in boot]
-    return " ".join(["kvaudit run", *missing, boot.removeprefix("kvaudit run ")])
+    flags = _edit_flags(edits)
+    options = {option for option, _ in flags} | {"--enforce-eager", "--no-enforce-eager"}
+    own, tokens = [], boot.split()[2:]
+    for i, token in enumerate(tokens):
+        if token.startswith("--") and token not in options:
+            own.append(token)
+        elif not token.startswith("--") and own and tokens[i - 1] == own[-1]:
+            own.append(token)  # the value of a flag of the boot's own
+    return " ".join(["kvaudit run", *(text for _, text in flags), *own])
 
 
 def _jsonish(value: Any) -> Any:

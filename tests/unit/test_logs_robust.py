@@ -112,7 +112,7 @@ def test_both_scans_read_a_frame_alike(tail: str, frame: bool) -> None:
 def test_an_empty_input_is_said_to_be_empty(text: str) -> None:
     with pytest.raises(BadInputError, match=r"^x\.log: is empty$"):
         report_from_log_text(text, "x.log")
-    with pytest.raises(BadInputError, match=r"^<stdin>: is empty: nothing came on standard input$"):
+    with pytest.raises(BadInputError, match=r"^<stdin>: is empty: no text came on standard input$"):
         report_from_log_text(text, "<stdin>")
 
 

