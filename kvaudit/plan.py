@@ -92,7 +92,7 @@ def scale_activation(measured_bytes: int | None, measured_tokens: int | None, to
                       boot="kvaudit run --sweep")
     if measured_bytes is None or not measured_tokens or measured_tokens < 0:
         return Figure(owner, None, How.UNKNOWN, rule="the report has no activation peak or max_num_batched_tokens",
-                      boot=f"kvaudit run --sweep --max-num-batched-tokens {tokens}")
+                      boot=f"kvaudit run --sweep {run_flag('max_num_batched_tokens', tokens)}")
     if tokens == measured_tokens:
         return Figure(owner, measured_bytes, How.MEASURED)
     points = sorted({p.tokens: p.activation_peak_bytes for p in sweep or ()}.items())
@@ -261,7 +261,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     for pr in plan_ranks:
         boots.extend(f.boot for f in pr.figures if f.how is How.UNKNOWN and f.boot)
     if geometry is None:
-        boots.append(f"kvaudit run --kv-cache-dtype {config.kv_cache_dtype}" if kv_note else
+        boots.append(f"kvaudit run {run_flag('kv_cache_dtype', config.kv_cache_dtype)}" if kv_note else
                      "kvaudit run (the report shows neither KV block bytes nor a KV size in tokens)")
     elif not measured.capacity.kv_bytes_per_block:
         notes.append(f"bytes per token from the log's KV size line ({fmt_tokens(measured.capacity.kv_tokens)} tokens "
@@ -297,19 +297,17 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
                 kv_error_tokens=tokens, boots_needed=tuple(dict.fromkeys(boots)), notes=tuple(dict.fromkeys(notes)))
 
 
-def _edit_flags(edits: Edits) -> list[tuple[str, str]]:
-    """Each edit as `kvaudit run`'s option and its flag text, in Edits' order."""
-    out = []
-    for key, value in edits.changes().items():
-        if key == "enforce_eager":
-            flag = "--enforce-eager" if value else "--no-enforce-eager"
-            out.append((flag, flag))
-            continue
-        option = {"gpu_memory_utilization": "--gmu", "cudagraph_capture_sizes": "--cudagraph-sizes"}.get(
-            key, "--" + key.replace("_", "-"))
-        text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-        out.append((option, f"{option} {text}"))
-    return out
+_RUN_OPTIONS = {"gpu_memory_utilization": "--gmu", "cudagraph_capture_sizes": "--cudagraph-sizes"}
+"""`kvaudit run`'s option where its name is not the config key's (`--max-model-len` is)."""
+
+
+def run_flag(key: str, value: Any) -> str:
+    """A config key's value as `kvaudit run`'s flag (`--gmu 0.16`, `--cudagraph-sizes 1,2,4`,
+    `--no-enforce-eager`): the one spelling every boot the plan names uses."""
+    if key == "enforce_eager":
+        return "--enforce-eager" if value else "--no-enforce-eager"
+    option = _RUN_OPTIONS.get(key, "--" + key.replace("_", "-"))
+    return f"{option} {','.join(map(str, value)) if isinstance(value, (tuple, list)) else value}"
 
 
 def _with_every_edit(boot: str, edits: Edits) -> str:
@@ -319,15 +317,15 @@ def _with_every_edit(boot: str, edits: Edits) -> str:
     config stays as it is."""
     if not boot.startswith("kvaudit run --") or "--sweep" in boot:
         return boot
-    flags = _edit_flags(edits)
-    options = {option for option, _ in flags} | {"--enforce-eager", "--no-enforce-eager"}
+    flags = [run_flag(key, value) for key, value in edits.changes().items()]
+    options = {flag.split()[0] for flag in flags} | {"--enforce-eager", "--no-enforce-eager"}
     own, tokens = [], boot.split()[2:]
     for i, token in enumerate(tokens):
         if token.startswith("--") and token not in options:
             own.append(token)
         elif not token.startswith("--") and own and tokens[i - 1] == own[-1]:
             own.append(token)  # the value of a flag of the boot's own
-    return " ".join(["kvaudit run", *(text for _, text in flags), *own])
+    return " ".join(["kvaudit run", *flags, *own])
 
 
 def _jsonish(value: Any) -> Any:
@@ -408,10 +406,10 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
         figures[Owner.ACTIVATION_PEAK] = Figure(
             Owner.ACTIVATION_PEAK, None, How.UNKNOWN,
             rule="--enforce-eager also turns torch.compile off, which changes the activation peak",
-            boot="kvaudit run --enforce-eager")
+            boot=f"kvaudit run {run_flag('enforce_eager', True)}")
     elif not config.enforce_eager and old.enforce_eager:
         figures[Owner.GRAPH_POOL] = Figure(Owner.GRAPH_POOL, None, How.UNKNOWN, rule="the report captured no graphs",
-                                           boot="kvaudit run --no-enforce-eager")
+                                           boot=f"kvaudit run {run_flag('enforce_eager', False)}")
     elif config.cudagraph_capture_sizes != old.cudagraph_capture_sizes and not config.enforce_eager:
         figures[Owner.GRAPH_POOL] = _graph_sizes(measured, rank, config)
 
@@ -448,7 +446,7 @@ def _whole_prompt_owner(rank: RankReport, owner: Owner, old: int | None, new: in
                       points=((old, value),), error_bytes=value)
     return Figure(owner, None, How.UNKNOWN, rule=f"no chunked prefill: a whole prompt of {new} tokens is one step, "
                   f"above the {old} measured (on CPU_MLA its attention grows with the square of the length)",
-                  boot=f"kvaudit run --max-model-len {new}")
+                  boot=f"kvaudit run {run_flag('max_model_len', new)}")
 
 
 def _graph_sizes(measured: Report, rank: RankReport, config: AuditConfig) -> Figure:
@@ -463,7 +461,7 @@ def _graph_sizes(measured: Report, rank: RankReport, config: AuditConfig) -> Fig
     if per_size is None or pool is None or old_sizes is None or new_sizes is None:
         return Figure(Owner.GRAPH_POOL, None, How.UNKNOWN,
                       rule="the report has no graph pool per capture size",
-                      boot=f"kvaudit run --cudagraph-sizes {','.join(map(str, new_sizes or ()))}")
+                      boot=f"kvaudit run {run_flag('cudagraph_capture_sizes', new_sizes or ())}")
     value = max(pool + (len(new_sizes) - len(old_sizes)) * per_size, 0)
     return Figure(Owner.GRAPH_POOL, value, How.SCALED,
                   rule=f"{fmt_bytes(per_size)} per capture size (vLLM's per-graph lines), × {len(new_sizes)} sizes "
@@ -487,14 +485,14 @@ def _seqs(rank: RankReport, old: int | None, new: int | None) -> Figure:
     persistent = rank.owners.get(Owner.PERSISTENT)
     if old is None or new is None or persistent is None:
         return Figure(Owner.PERSISTENT, None, How.UNKNOWN, rule="max_num_seqs of the measured boot is not known",
-                      boot=f"kvaudit run --max-num-seqs {new}")
+                      boot=f"kvaudit run {run_flag('max_num_seqs', new)}")
     if new <= old:
         return Figure(Owner.PERSISTENT, persistent, How.SCALED,
                       rule=f"upper bound: the sampler and batch buffers measured at max_num_seqs {old} ≥ {new}",
                       points=((old, persistent),), error_bytes=persistent)
     return Figure(Owner.PERSISTENT, None, How.UNKNOWN,
                   rule=f"max_num_seqs {new} above the measured {old}: the sampler's buffers grow with it (vocab × "
-                       f"seqs) and no point measured them", boot=f"kvaudit run --max-num-seqs {new}")
+                       f"seqs) and no point measured them", boot=f"kvaudit run {run_flag('max_num_seqs', new)}")
 
 
 def _block_table_delta(old: AuditConfig, new: AuditConfig, geometry: KvGeometry | None) -> int:
