@@ -246,6 +246,13 @@ def real_json(name: str) -> dict[str, Any]:
     return json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
 
 
+def write_text(folder: Path, text: str, name: str = "config.yaml") -> Path:
+    """`text` written to folder/name (UTF-8): a config file a test reads."""
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def write_json(path: Path, data: Any) -> Path:
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
     return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from factories import write_text
 
 from kvaudit.config import (
     BOOL_KEYS,
@@ -28,9 +29,7 @@ from kvaudit.errors import ExitCode, UsageError
 
 
 def preset(tmp_path: Path, text: str, name: str = "preset.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_text(tmp_path, text, name)
 
 
 def build(**kw):

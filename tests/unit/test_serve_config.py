@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from factories import write_text as write
 
 from kvaudit.config import AuditConfig, build_run, embedded_model_path, engine_name_check, load_preset
 from kvaudit.errors import ExitCode, UsageError
@@ -25,12 +26,6 @@ from kvaudit.serve_config import (
 
 vllm_source = pytest.mark.skipif(
     __import__("importlib").util.find_spec("vllm") is None, reason="vLLM's source is where the grammar comes from")
-
-
-def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def build(**kw):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from factories import write_text as write
 
 from kvaudit import __version__
 from kvaudit.config import AuditConfig
@@ -28,12 +29,6 @@ from kvaudit.write_config import (
 )
 
 DATA = Path(__file__).parent / "data"
-
-
-def write(tmp_path: Path, text: str, name: str = "deploy.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @pytest.fixture
