@@ -227,17 +227,31 @@ def rank_error_failure(rank: int | None, event: Mapping[str, Any], phase: Phase 
                      cause.priority if cause is not None else 1, (rank if rank is not None else 1 << 30,))
 
 
+HANDLED_LEVELS = ("WARNING", "INFO", "DEBUG")
+"""Levels at which vLLM logs an exception it handled and went on from (`Chat template warmup
+failed` and its traceback, at WARNING)."""
+
+
+def handled(level: str | None, kind: FailureKind) -> bool:
+    """A failure's wording on a line logged at `level` that is no death of the boot: an exception
+    at a level of handled ones. A figure that does not fit (V0's INFO `# GPU blocks: 0`) still is a
+    finding. The same for a user's log and a run's own."""
+    return level in HANDLED_LEVELS and kind is not FailureKind.DOES_NOT_FIT
+
+
 def log_line_candidates(text: str) -> list[Candidate[tuple[FailureKind, str]]]:
     """The failure lines of a run's own log as candidates (kind, message). A generic
     "initialization failed" line is left out, and so are the log-only causes: the supervisor has
     the rank's own error for a failure whose cause the log does not name."""
+    from kvaudit.engines.logs.lines import parse_line  # the log package imports this catalogue
     candidates = []
     for index, line in enumerate(text.splitlines()):
         if len(line) > 20000 or not ("Error" in line or "error" in line or "memory" in line or "support" in line
                                      or "Exception" in line):
             continue
         cause = cause_of(line)
-        if cause is not None and cause.priority < GENERIC and not cause.log_only:
+        if cause is not None and cause.priority < GENERIC and not cause.log_only \
+                and not handled(parse_line(line, 0).level, cause.kind):
             candidates.append(Candidate(Evidence.LOG_LINE, (cause.kind, error_text(line, cause)), cause.priority,
                                         (index,)))
     return candidates

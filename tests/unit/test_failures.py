@@ -140,3 +140,12 @@ def test_among_ranks_the_memory_cause_wins_over_a_rank_that_only_saw_it():
                                        "message": "CUDA out of memory. Tried to allocate 2.00 GiB"}])]
     failure = run_failure(folded, None, "", stop=None, exit_code=1, timeout_s=60)
     assert (failure.rank, failure.kind, failure.phase) == (1, FailureKind.OOM, Phase.REPLAY)
+
+
+@pytest.mark.parametrize(("level", "found"), [("ERROR", True), ("WARNING", False), ("INFO", False)])
+def test_a_runs_own_log_reads_a_line_at_a_handled_level_as_no_death(level, found):
+    # the same rule as for a user's log (failures.handled): an exception vLLM logs at WARNING went on
+    log = (f"(EngineCore pid=7) {level} 12-03 14:49:28 [base.py:380] torch.OutOfMemoryError: CUDA out of memory. "
+           f"Tried to allocate 2.00 GiB\n")
+    message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert find_failure_in_log(log) == ((FailureKind.OOM, message) if found else None)

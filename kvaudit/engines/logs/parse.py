@@ -7,6 +7,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kvaudit.engines.failures import handled
 from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind, concurrency, facts_from_message
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
@@ -21,7 +22,6 @@ from kvaudit.engines.logs.scan import (
 )
 from kvaudit.engines.logs.unwrap import Cuts, fixed_column_cuts, joined, record_at
 from kvaudit.errors import BadInputError
-from kvaudit.schema import FailureKind
 
 V0_WORKER = "VllmWorkerProcess"
 """V0's multiprocessing workers (vllm/executor/multiproc_worker_utils.py): ranks 1… of the boot. The
@@ -190,19 +190,12 @@ def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
 def _typed(line: LogLine) -> tuple[Fact, ...]:
     """The line's facts; a command-line flag counts only on a line vLLM's logger did not print (a
     pasted `vllm serve …`), never inside a log record's message (the GMU advisory names flags too),
-    and a failure only on a line not logged at a level of handled exceptions (HANDLED_LEVELS)."""
+    and a failure only where the line's level does not mark it handled (failures.handled)."""
     facts = facts_from_message(line.msg)
-    if line.level in HANDLED_LEVELS:
-        facts = [f for f in facts if f.kind is not FactKind.FAILURE or f.value.kind is FailureKind.DOES_NOT_FIT]
+    facts = [f for f in facts if f.kind is not FactKind.FAILURE or not handled(line.level, f.value.kind)]
     if line.is_vllm:
         return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)
     return tuple(facts)
-
-
-HANDLED_LEVELS = ("WARNING", "INFO", "DEBUG")
-"""Levels at which vLLM logs an exception it handled and went on from (`Chat template warmup
-failed` and its traceback, at WARNING): an exception's wording on such a line is not the boot's
-death. A figure that does not fit (V0's INFO `# GPU blocks: 0`) still is a finding."""
 
 
 def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:
