@@ -3,38 +3,21 @@ GitHub-flavoured markdown. Bars are left out: the owner table already holds thei
 picture of letters does not survive a proportional font.
 
 Text is data here too: every line arrives as one line (sections._OneLine), and in it the
-characters markdown would read as syntax are backslash-escaped (`text`): a table's `|` (a new cell),
+characters markdown would read as syntax are backslash-escaped (markdown_text.text): a table's `|` (a new cell),
 `<` (an HTML tag: `<module>` vanished), `` ` ``, `*`, `_`, `[`, `]`, `~`, `&` and the backslash
 itself; a value meant for pasting goes in a code span fenced longer than any run of backticks in
-it (`code`)."""
+it (markdown_text.code)."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, TextIO
 
+from kvaudit.render.markdown_text import code, text
 from kvaudit.render.sections import Page, SectionReporter, Tone
 from kvaudit.schema import Report, Verdict
 
 if TYPE_CHECKING:
     from kvaudit.render.frames import Frame
-
-
-_SYNTAX = re.compile(r"[\\`*\[\]<>|~&]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
-"""What markdown reads as syntax in a line; `_` only at a word's edge (GFM ignores it inside one)."""
-
-
-def text(value: object) -> str:
-    """`value` as markdown text that renders as itself."""
-    return _SYNTAX.sub(lambda m: "\\" + m.group(), str(value))
-
-
-def code(value: str) -> str:
-    """`value` as a code span (no escapes apply inside one), fenced by one more backtick than its
-    longest run of them, and padded where it starts or ends with one (CommonMark's rule)."""
-    fence = "`" * (max((len(run) for run in re.findall("`+", value)), default=0) + 1)
-    pad = " " if value.startswith("`") or value.endswith("`") else ""
-    return f"{fence}{pad}{value}{pad}{fence}"
 
 
 def markdown_table(frame: Frame, index_name: str) -> str:

@@ -11,7 +11,7 @@ from typing import TextIO
 from kvaudit.plan_schema import Figure, How, Plan
 from kvaudit.printable import one_line
 from kvaudit.render import Format, printable_stream, reporter
-from kvaudit.render.markdown import text as markdown_text
+from kvaudit.render.markdown_text import text as markdown_text
 from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
 
 

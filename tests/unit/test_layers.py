@@ -1,7 +1,8 @@
 """The layers (docs/design.md, Data flow): the CLI on top; render/ and engines/ beside each other,
 each importing only the core; the core importing neither. Every module under kvaudit/ is placed
 by its path, so a new core module is covered without being listed; imports inside functions count.
-No two modules import each other (a cycle hides behind a lazy import just as well)."""
+No module reaches itself through the imports of others, two modules or more (a cycle hides behind a
+lazy import just as well)."""
 
 from __future__ import annotations
 
@@ -67,9 +68,65 @@ def test_no_module_imports_above_or_beside_its_layer():
     assert wrong == []
 
 
-def test_no_two_modules_import_each_other():
-    edges = {(m, t) for m, names in IMPORTS.items() for t in filter(None, map(_target, names)) if t != m}
-    # a package importing its own submodule and back is how packages work: only siblings count
-    mutual = sorted((a, b) for a, b in edges if (b, a) in edges and a < b
-                    and not (b.startswith(a + ".") or a.startswith(b + ".")))
-    assert mutual == []
+def _edges() -> dict[str, set[str]]:
+    """module → the kvaudit modules it imports; a package importing its own submodule and back is how
+    packages work, so only edges between modules outside each other count."""
+    out: dict[str, set[str]] = {m: set() for m in MODULES}
+    for m, names in IMPORTS.items():
+        for t in filter(None, map(_target, names)):
+            if t != m and not (t.startswith(m + ".") or m.startswith(t + ".")):
+                out[m].add(t)
+    return out
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of two modules or more (each a cycle of imports), sorted:
+    Tarjan's algorithm, iterative, so the depth of the package does not matter."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return sorted(found)
+
+
+def test_the_cycle_finder_finds_a_cycle_of_three_and_a_pair_and_nothing_in_a_chain():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}) == [
+        ["a", "b", "c"], ["d", "e"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_module_reaches_itself_through_its_imports():
+    assert cycles(_edges()) == []

@@ -99,7 +99,7 @@ def _bare(text: str) -> str:
 
 
 def _markdown_prose(markdown: str) -> str:
-    """Markdown outside its tables, without markup and escapes (render/markdown.py: text), bare."""
+    """Markdown outside its tables, without markup and escapes (render/markdown_text.py: text), bare."""
     return "".join(_bare(re.sub(r"\\(.)", r"\1", line.removeprefix("- ").replace("**", "")))
                    for line in markdown.splitlines() if not line.startswith("|"))
 

@@ -74,7 +74,7 @@ def test_markdown_shows_markup_and_html_from_a_report_as_text(tmp_path):
 
 
 def test_a_pasteable_value_with_backticks_stays_one_code_span():
-    from kvaudit.render.markdown import code
+    from kvaudit.render.markdown_text import code
     assert code("--model=a`b") == "``--model=a`b``"
     assert code("`x``") == "``` `x`` ```"
 
