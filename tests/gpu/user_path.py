@@ -39,10 +39,11 @@ from typing import Any
 
 
 def prompt_ids(request: int, length: int, vocab_size: int) -> list[int]:
-    """The same ids as kvaudit's scenarios (engines/vllm/verify.py prompt_ids): a different
-    sequence per request, ids 0 and 1 left out. Written out here: this process runs no kvaudit."""
+    """The same ids as kvaudit's batch scenario (engines/vllm/verify.py prompt_ids with the batch's
+    stride, 7927): a different sequence per request, ids 0 and 1 left out. Written out here: this
+    process runs no kvaudit."""
     span = max(vocab_size - 2, 1)
-    return [2 + ((j + 1) * 7919 + request * 1_000_003) % span for j in range(length)]
+    return [2 + ((j + 1) * 7927 + request * 1_000_003) % span for j in range(length)]
 
 
 class NvmlPeak:

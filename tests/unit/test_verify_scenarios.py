@@ -154,6 +154,28 @@ def test_prompts_differ_from_request_to_request():
     assert all(2 <= t < 1024 for t in verify.prompt_ids(5, 100, 1024))
 
 
+@pytest.mark.parametrize("vocab", [21, 22, 23, 1024, 32000, 129280, 151936])
+def test_no_prompt_of_one_scenario_starts_as_one_of_another(vocab):
+    # vLLM keeps a finished request's blocks in its prefix cache: with one set of prompts for every
+    # scenario, sampling's prompts were all cache hits (no prefill ran) and batch's first request
+    # reused the prefill scenario's prompt. The first two tokens tell every pair apart.
+    starts: dict[tuple[int, ...], tuple[Scenario, int]] = {}
+    for scenario in Scenario:
+        for request in range(256):
+            start = tuple(verify.prompt_ids(request, 2, vocab, scenario))
+            other = starts.setdefault(start, (scenario, request))
+            assert other[0] is scenario or other == (scenario, request), (start, other, scenario, request)
+
+
+def test_each_scenario_is_sent_its_own_prompts():
+    loads = verify.plan(ALL, shape(draft_tokens=1))
+    starts = {load.name: {tuple(p["prompt_token_ids"][:2]) for p in verify.prompts_of(load, 1024)} for load in loads}
+    assert [len(starts[s]) for s in ALL] == [1, 8, 8, 8]
+    assert all(not (starts[a] & starts[b]) for a in ALL for b in ALL if a is not b)
+    (prefill,) = verify.prompts_of(loads[0], 1024)
+    assert len(prefill["prompt_token_ids"]) == loads[0].prompts[0]
+
+
 # ------------------------------------------------------------------------------------------
 # judging
 

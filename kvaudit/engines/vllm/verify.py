@@ -206,11 +206,27 @@ def batch_shape(shape: Shape) -> tuple[tuple[int, ...], int]:
     return (max(limit, 1),) * n, decode
 
 
-def prompt_ids(request: int, length: int, vocab_size: int) -> list[int]:
-    """Token ids of one request's prompt: a different sequence for each request, so no prefix
-    cache can share their blocks; ids 0 and 1 (often BOS and EOS) are left out."""
+STRIDES = {Scenario.PREFILL: 7919, Scenario.BATCH: 7927, Scenario.SPEC: 7933, Scenario.SAMPLING: 7937}
+"""Each scenario's step between consecutive prompt ids (distinct primes, at most 18 apart): two prompts of
+different scenarios then differ in one of their first two tokens whatever their request numbers (in a
+vocabulary of more than 20 ids), so their first KV blocks differ and no scenario's
+prompt hits the prefix cache a scenario before it filled (the sampling scenario would otherwise
+run no prefill at all, and batch's first request would reuse the prefill scenario's prompt)."""
+
+
+def prompt_ids(request: int, length: int, vocab_size: int, scenario: Scenario = Scenario.BATCH) -> list[int]:
+    """Token ids of one request's prompt in one scenario: a different sequence for each request (the
+    request's multiple of a large prime) and for each scenario (STRIDES), so no prefix cache can share
+    their blocks; ids 0 and 1 (often BOS and EOS) are left out."""
     span = max(vocab_size - 2, 1)
-    return [2 + ((j + 1) * 7919 + request * 1_000_003) % span for j in range(length)]
+    stride = STRIDES[scenario]
+    return [2 + ((j + 1) * stride + request * 1_000_003) % span for j in range(length)]
+
+
+def prompts_of(load: Load, vocab_size: int) -> list[dict[str, Any]]:
+    """The scenario's requests as vLLM's generate takes token ids: request i's prompt_ids in the
+    scenario's own sequence."""
+    return [{"prompt_token_ids": prompt_ids(i, length, vocab_size, load.name)} for i, length in enumerate(load.prompts)]
 
 
 def shape_of(llm: Any, records: Sequence[Sequence[dict[str, Any]]]) -> Shape:
@@ -274,8 +290,7 @@ def run(llm: Any, names: Sequence[Scenario], records: Sequence[Sequence[dict[str
             entry["error"] = f"not run: {dead}"
             continue
         params = SamplingParams(max_tokens=load.decode_tokens, ignore_eos=True, detokenize=False, **load.sampling)
-        prompts = [{"prompt_token_ids": prompt_ids(i, length, shape.vocab_size)}
-                   for i, length in enumerate(load.prompts)]
+        prompts = prompts_of(load, shape.vocab_size)
         try:
             outputs = llm.generate(prompts, params, use_tqdm=False)
             entry["tokens"] = sum(len(o.prompt_token_ids or ()) + sum(len(c.token_ids) for c in o.outputs[:1])
