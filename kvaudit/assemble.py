@@ -10,7 +10,7 @@ an engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from kvaudit import __version__
@@ -35,6 +35,7 @@ from kvaudit.record import (
 )
 from kvaudit.report import phase_map
 from kvaudit.schema import (
+    VERIFY_TORCH_KEYS,
     AccuracyEntry,
     BudgetTerm,
     Capacity,
@@ -148,10 +149,13 @@ def accuracy_of(record: MeasuredRank, rank: RankReport) -> list[AccuracyEntry]:
 
 
 def verify_summary(ranks: Sequence[tuple[int, int | None, int | None]], *, error: str | None,
-                   prompt_tokens: int | None, decode_tokens: int | None, repeats: int, oom_count: int) -> Verify:
+                   prompt_tokens: int | None, decode_tokens: int | None, repeats: int, oom_count: int,
+                   allocator: Mapping[int, Mapping[str, int]] | None = None) -> Verify:
     """A verify step's outcome from each rank's (rank, true peak, requested budget): slack per
-    rank, the worst over ranks, and the error (the engine's own, else the ledger's tolerance)."""
-    per_rank = tuple(VerifyRank(rank=rank, true_peak_bytes=peak, slack_bytes=minus(requested, peak))
+    rank, the worst over ranks, and the error (the engine's own, else the ledger's tolerance).
+    `allocator`: per rank, its allocator figures (schema.VERIFY_TORCH_KEYS) where the rank gave them."""
+    per_rank = tuple(VerifyRank(rank=rank, true_peak_bytes=peak, slack_bytes=minus(requested, peak),
+                                **{k: v for k, v in (allocator or {}).get(rank, {}).items() if k in VERIFY_TORCH_KEYS})
                      for rank, peak, requested in ranks)
     slacks = [r.slack_bytes for r in per_rank if r.slack_bytes is not None]
     peaks = [r.true_peak_bytes for r in per_rank if r.true_peak_bytes is not None]
@@ -166,12 +170,13 @@ def scenario_summary(name: Scenario, ranks: Sequence[tuple[int, int | None, int 
                      requests: int | None = None, tokens: int | None = None, prompt_tokens: int | None = None,
                      decode_tokens: int | None = None, step_tokens: int | None = None,
                      draft_tokens: int | None = None, sampling: str | None = None,
-                     seconds: float | None = None) -> VerifyScenario:
+                     seconds: float | None = None, allocator: Mapping[int, Mapping[str, int]] | None = None
+                     ) -> VerifyScenario:
     """One `--verify` scenario's outcome from each rank's (rank, true peak, requested budget), as
     verify_summary judges one step: slack per rank, the worst over ranks, the engine's error or
-    else the ledger's tolerance."""
+    else the ledger's tolerance; `allocator` as verify_summary takes it."""
     step = verify_summary(ranks, error=error, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, repeats=1,
-                          oom_count=0)
+                          oom_count=0, allocator=allocator)
     return VerifyScenario(name=name, ok=step.ok, requests=requests, tokens=tokens, prompt_tokens=prompt_tokens,
                           decode_tokens=decode_tokens, step_tokens=step_tokens, draft_tokens=draft_tokens,
                           sampling=sampling, true_peak_bytes=step.true_peak_bytes, slack_bytes=step.slack_bytes,

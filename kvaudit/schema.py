@@ -381,6 +381,23 @@ class VerifyRank:
     rank: int
     true_peak_bytes: int | None
     slack_bytes: int | None
+    torch_allocated_start_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`--verify` scenarios): torch's allocated bytes on this rank when the scenario began."""
+    torch_peak_allocated_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: torch's highest allocated bytes during the scenario."""
+    torch_reserved_start_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: the caching allocator's reserved bytes when the scenario began (what earlier loads
+    left cached is in it: nothing empties the cache between scenarios, as nothing does in a server)."""
+    torch_peak_reserved_bytes: int | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: the highest reserved bytes during the scenario; the true peak is this plus the
+    rank's non-torch memory. Reserved − allocated at the peaks is the allocator's cache: segments
+    held, not in use (fragmentation)."""
+
+
+VERIFY_TORCH_KEYS = ("torch_allocated_start_bytes", "torch_peak_allocated_bytes", "torch_reserved_start_bytes",
+                     "torch_peak_reserved_bytes")
+"""VerifyRank's allocator figures, as the workers' kvaudit_verify_end returns them and the report
+holds them (a test holds this list to the dataclass's fields)."""
 
 
 class Scenario(StrEnum):

@@ -34,6 +34,7 @@ from kvaudit.schema import (
     RANK_STABLE_KEYS,
     REPORT_SCHEMA,
     STABLE_OWNERS,
+    VERIFY_TORCH_KEYS,
     AccuracyEntry,
     BudgetTerm,
     Capacity,
@@ -370,7 +371,9 @@ def _capacity(node: _JsonObject) -> Capacity:
 
 def _verify_ranks(node: _JsonObject) -> tuple[VerifyRank, ...]:
     return tuple(VerifyRank(rank=r.int("rank"), true_peak_bytes=r.int("true_peak_bytes"),
-                            slack_bytes=r.int("slack_bytes")) for r in node.children("ranks", required=False))
+                            slack_bytes=r.int("slack_bytes"),
+                            **{k: r.int(k, required=False) for k in VERIFY_TORCH_KEYS})
+                 for r in node.children("ranks", required=False))
 
 
 def _verify(node: _JsonObject) -> Verify:

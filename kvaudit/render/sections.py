@@ -160,6 +160,8 @@ class SectionReporter(ABC):
         if report.verify is not None and report.verify.scenarios:
             page.gap()
             page.table(frames.verify_frame(report), summary.VERIFY_LABEL)
+            for line in summary.verify_allocator_lines(report):
+                page.footnote(line)
         if report.repeat is not None:
             page.gap()
             page.table(frames.repeat_frame(report), summary.REPEAT_LABEL)

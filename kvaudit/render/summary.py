@@ -6,7 +6,7 @@ from itertools import groupby
 
 from kvaudit.capacity import safe_kv_bytes
 from kvaudit.schema import Capacity, DiffReport, Report, Source
-from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens
+from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
 SITES_SHOWN = 3
 """Per owner, the largest sites named in a line; the rest are summed as "+ N more"."""
@@ -96,6 +96,27 @@ def repeat_lines(report: Report) -> list[str]:
                            + (f", verify slack {fmt_bytes(b.verify_slack_bytes, signed=True)}"
                               if b.verify_slack_bytes is not None else "")
                            + (f" ({b.failure})" if b.failure else "") for b in r.runs))
+    return lines
+
+
+def verify_allocator_lines(report: Report) -> list[str]:
+    """Under `--verify`'s table, for each scenario that failed and whose worst rank gave its allocator
+    figures: how much of its peak torch allocated and how much the allocator held cached (reserved,
+    not allocated: fragmentation, or what an earlier scenario left), so a reader sees whether the
+    load itself or the allocator's cache went over."""
+    v = report.verify
+    lines = []
+    for s in (v.scenarios or ()) if v is not None else ():
+        worst = min((r for r in s.ranks if r.slack_bytes is not None), key=lambda r: r.slack_bytes or 0, default=None)
+        if s.ok or worst is None or worst.torch_peak_allocated_bytes is None or worst.torch_peak_reserved_bytes is None:
+            continue
+        grown_allocated = minus(worst.torch_peak_allocated_bytes, worst.torch_allocated_start_bytes)
+        grown_reserved = minus(worst.torch_peak_reserved_bytes, worst.torch_reserved_start_bytes)
+        cached = worst.torch_peak_reserved_bytes - worst.torch_peak_allocated_bytes
+        lines.append(f"{s.name.value}, rank {worst.rank}: at its peak torch had allocated "
+                     f"{fmt_bytes(grown_allocated, signed=True)} and reserved {fmt_bytes(grown_reserved, signed=True)} "
+                     f"over the scenario's start; the allocator's cache (reserved, not allocated) held "
+                     f"{fmt_bytes(cached)}")
     return lines
 
 

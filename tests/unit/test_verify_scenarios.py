@@ -255,3 +255,42 @@ def test_scenarios_round_trip_through_the_report_and_name_real_ranks(tmp_path):
         report_from_json(bad)
     # a report without scenarios keeps its bytes: the extension is absent, not null
     assert "scenarios" not in json.loads(dumps(report))["verify"]
+
+
+def test_a_scenario_keeps_each_rank_s_allocator_figures_and_a_failure_shows_them(tmp_path):
+    import json
+    from dataclasses import fields, replace
+
+    from factories import real_json
+
+    from kvaudit.render import summary
+    from kvaudit.schema import VERIFY_TORCH_KEYS, VerifyRank, dumps
+    assert VERIFY_TORCH_KEYS == tuple(f.name for f in fields(VerifyRank))[3:]
+    # what a worker's kvaudit_verify_end returns, as RESULT.json holds it (the MTP boot of vLLM 0.33 on the
+    # H200: the batch left 8.5 GiB in the allocator's cache that the sampling scenario found there)
+    figures = {"torch_allocated_start_bytes": gib(128), "torch_peak_allocated_bytes": gib(128) + 300 * MiB,
+               "torch_reserved_start_bytes": gib(137), "torch_peak_reserved_bytes": gib(137) + 20 * MiB}
+    data = {"scenarios": [
+        {"name": "sampling", "requests": 16, "error": None,
+         "ranks": [{"rank": 0, "true_peak_bytes": gib(138), "requested_bytes": gib(137), **figures,
+                    "torch_reserved_start_bytes": True}]},  # not a byte count: left out
+        {"name": "prefill", "requests": 1, "error": None,
+         "ranks": [{"rank": 0, "true_peak_bytes": gib(136), "requested_bytes": gib(137)}]}], "error": None}
+    v = _verify(data)
+    (sampling_rank,), (prefill_rank,) = v.scenarios[0].ranks, v.scenarios[1].ranks
+    assert (sampling_rank.torch_allocated_start_bytes, sampling_rank.torch_peak_allocated_bytes,
+            sampling_rank.torch_reserved_start_bytes, sampling_rank.torch_peak_reserved_bytes) == (
+        gib(128), gib(128) + 300 * MiB, None, gib(137) + 20 * MiB)
+    assert prefill_rank == VerifyRank(rank=0, true_peak_bytes=gib(136), slack_bytes=gib(1))
+    # the report keeps them and reads them back; a rank without them has no such keys (absent, not null)
+    report = replace(report_from_json(real_json("run2")), verify=v)
+    text = dumps(report)
+    again = report_from_json(json.loads(text))
+    assert again.verify == v
+    ranks_json = [s["ranks"][0] for s in json.loads(text)["verify"]["scenarios"]]
+    assert ranks_json[0]["torch_peak_reserved_bytes"] == gib(137) + 20 * MiB
+    assert "torch_reserved_start_bytes" not in ranks_json[0] and not set(VERIFY_TORCH_KEYS) & set(ranks_json[1])
+    # the failed scenario says how much of its peak was the allocator's cache; the one that held says nothing
+    (line,) = summary.verify_allocator_lines(report)
+    assert line == ("sampling, rank 0: at its peak torch had allocated +300.00 MiB and reserved — over the "
+                    "scenario's start; the allocator's cache (reserved, not allocated) held 8.73 GiB")

@@ -125,11 +125,18 @@ def test_verify_runs_every_scenario_that_applies_each_judged_on_its_own(repeated
     # sampling: the same requests with top-k, top-p, min-p and the most logprobs
     assert sampling["sampling"] == "temperature 1.0, top_k 50, top_p 0.9, min_p 0.05, logprobs 20"
     assert sampling["tokens"] == batch["tokens"]
+    non_torch = set()
     for s in by_name.values():
         (r,) = s["ranks"]
         assert r["rank"] == 0 and r["slack_bytes"] == rank["requested_bytes"] - r["true_peak_bytes"]
+        # the allocator's figures: on the CPU both are RSS growth (HostProbe), so allocated is reserved,
+        # and the true peak is the reserved peak plus the same non-torch bytes (the RSS at baseline) in each
+        assert r["torch_peak_allocated_bytes"] == r["torch_peak_reserved_bytes"] >= r["torch_reserved_start_bytes"]
+        assert r["torch_allocated_start_bytes"] == r["torch_reserved_start_bytes"]
+        non_torch.add(r["true_peak_bytes"] - r["torch_peak_reserved_bytes"])
         assert s["slack_bytes"] == r["slack_bytes"] and s["seconds"] > 0
         assert s["ok"] == (s["slack_bytes"] >= -TOLERANCE) and (s["error"] is None) == s["ok"]
+    assert len(non_torch) == 1 and non_torch.pop() > 0
     # the top level is the worst scenario's, and the verdict fails exactly when one did, naming it
     worst = min(by_name.values(), key=lambda s: (s["ok"], s["slack_bytes"]))
     v = report["verify"]

@@ -25,7 +25,7 @@ from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, exception_line, interrupted
 from kvaudit.engines.vllm import adapter, transport
 from kvaudit.ledger import budget_term, kv_budget, kv_figure, requested_bytes, step_transient
-from kvaudit.schema import BudgetTerm, Phase, PhaseStatus
+from kvaudit.schema import VERIFY_TORCH_KEYS, BudgetTerm, Phase, PhaseStatus
 
 
 class AuditMixin:
@@ -242,9 +242,13 @@ class AuditMixin:
         peak_reserved = probe.peak_reserved_bytes()
         peak = peak_reserved + self._kva_non_torch_now()
         start = getattr(self, "_kva_verify_start", None)
-        if start is not None:  # a line in vLLM's log: how much of the peak is allocated, how much cached
+        torch_figures: dict[str, int] = {}
+        if start is not None:  # how much of the peak was allocated, how much the allocator's cache
+            peak_allocated = probe.read(pools=False).peak_allocated_bytes
+            torch_figures = dict(zip(VERIFY_TORCH_KEYS, (start.allocated_bytes, peak_allocated, start.reserved_bytes,
+                                                         peak_reserved), strict=True))
             print(f"kvaudit verify {getattr(self, '_kva_verify_scenario', None)} rank {self.rank}: torch allocated "
-                  f"{start.allocated_bytes} -> peak {probe.read(pools=False).peak_allocated_bytes}, reserved "
+                  f"{start.allocated_bytes} -> peak {torch_figures['torch_peak_allocated_bytes']}, reserved "
                   f"{start.reserved_bytes} -> peak {peak_reserved}, true peak {peak}", file=sys.stderr, flush=True)
         peaks = getattr(self, "_kva_verify_peaks", {})
         scenario = getattr(self, "_kva_verify_scenario", None)
@@ -253,7 +257,7 @@ class AuditMixin:
             self._kva_verify_peaks = peaks
         self._kva_seq.fact(verify_true_peak_bytes=peak, **({"verify_scenario_peaks": dict(peaks)} if peaks else {}))
         self._kva_verify.__exit__(None, None, None)
-        return {"rank": self.rank, "true_peak_bytes": peak, "requested_bytes": self._kva_requested}
+        return {"rank": self.rank, "true_peak_bytes": peak, "requested_bytes": self._kva_requested, **torch_figures}
 
     def _kva_vllm_requested(self) -> int | None:
         value = getattr(self, "requested_memory", None) or getattr(self, "requested_cpu_memory", None)

@@ -40,6 +40,7 @@ from kvaudit.errors import UsageError
 from kvaudit.repeat import combine
 from kvaudit.schema import (
     PHASE_ORDER,
+    VERIFY_TORCH_KEYS,
     Engine,
     Environment,
     Failure,
@@ -401,8 +402,9 @@ def _verify_scenarios(data: dict[str, Any], log_text: str) -> Verify:
             cause = first_logged_error(log_text)
             error += f" (vLLM's log: {cause})" if cause else ""
         ooms += int(bool(error and "memory" in error.lower()))
-        ranks = [(r.get("rank"), r.get("true_peak_bytes"), r.get("requested_bytes"))
-                 for r in entry.get("ranks") or [] if isinstance(r, dict) and isinstance(r.get("rank"), int)]
+        given = [r for r in entry.get("ranks") or [] if isinstance(r, dict) and isinstance(r.get("rank"), int)]
+        ranks = [(r.get("rank"), r.get("true_peak_bytes"), r.get("requested_bytes")) for r in given]
+        allocator = {r["rank"]: {k: r[k] for k in VERIFY_TORCH_KEYS if type(r.get(k)) is int} for r in given}
         seconds = entry.get("seconds")
         scenarios.append(scenario_summary(
             Scenario(entry["name"]), [(rank, peak, req if isinstance(peak, int) and isinstance(req, int) else None)
@@ -410,7 +412,7 @@ def _verify_scenarios(data: dict[str, Any], log_text: str) -> Verify:
             **{k: entry.get(k) if isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) else None
                for k in ("requests", "tokens", "prompt_tokens", "decode_tokens", "step_tokens", "draft_tokens")},
             sampling=entry.get("sampling") if isinstance(entry.get("sampling"), str) else None,
-            seconds=float(seconds) if isinstance(seconds, (int, float)) else None))
+            seconds=float(seconds) if isinstance(seconds, (int, float)) else None, allocator=allocator))
     error = data.get("error") if isinstance(data.get("error"), str) else None
     return verify_of_scenarios(scenarios, oom_count=ooms, error=error)
 
