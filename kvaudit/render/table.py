@@ -6,6 +6,7 @@ import errno
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from kvaudit.printable import printable
@@ -41,6 +42,10 @@ def _table(frame: Frame, index_name: str) -> Table:
     return table
 
 
+_WIDEST = 10_000
+"""The widest a table is measured: wider than any report's table (cells are capped, MAX_RENDERED_CHARS)."""
+
+
 class _Console(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:
         # report strings are data: their escape sequences are shown, never run (rich passes ESC),
@@ -61,7 +66,16 @@ class _TablePage(Page):
         self.con.print(text, style="bold")
 
     def table(self, frame: Frame, label: str) -> None:
-        self.con.print(_table(frame, label))
+        # a table wider than the console is printed whole, at its own width (a terminal wraps the
+        # lines; a file keeps them): cut to the console, its cells lost their figures ("32,…", "FAI…")
+        table = _table(frame, label)
+        natural = Measurement.get(self.con, self.con.options.update(max_width=_WIDEST), table).maximum
+        width = self.con.width
+        self.con.width = max(width, natural)  # print(width=…) cannot widen past the console's own
+        try:
+            self.con.print(table, crop=False)
+        finally:
+            self.con.width = width
 
     def footnote(self, text: str) -> None:
         self.con.print(text)

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from factories import (
@@ -455,3 +456,19 @@ def test_a_run_that_ended_before_any_record_says_so_not_what_a_log_lacks(real_re
     died = dataclasses.replace(crashed, source=Source.LOG)
     assert "the boot ended (crash) before any rank stated its owners" in " ".join(
         render_report(died, Format.TABLE).split())
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_table_wider_than_the_console_keeps_every_figure(width):
+    # rich cuts a no-wrap cell to the console's width: on 80 columns (any pipe) the verify table of the
+    # vLLM 0.33 MTP report read "32,…" and "FAI…". A table is printed at its own width instead.
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    rep = load_report(results / "h200-load-deepseek-v3-2layer-mtp-vllm0.33.0.json")
+    out = io.StringIO()
+    reporter(Format.TABLE, width=width, color=False).report(rep, out)
+    text = out.getvalue()
+    assert "…" not in text
+    assert "sampling        │       16 │ 32,600 │ 524,288 │          32 │         137.932 │ -949.68 MiB │  FAILED" in text
+    # prose still wraps at the console's width: the verdict's line is cut into lines of at most that
+    verdict = [line for line in text.splitlines() if line.startswith("FAIL: verify failed")]
+    assert verdict and len(verdict[0]) <= width
