@@ -2,6 +2,8 @@
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
 #   bash tests/gpu/session.sh selftest|vllm1|vllm2|real1|real2|bench|trace|trace-selftest|contract
 #   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-edits BASE [EDIT …]|plan-solve [BASE]|bench-sweep
+#   bash tests/gpu/session.sh bench-real MODEL small|default   (issue 31: kvaudit run / plain LLM at real dimensions,
+#     MODEL a folder of tests/gpu/models, graphs 1–64 or vLLM's own list; queue the four runs with queue.sh)
 #   bash tests/gpu/session.sh load1|load2|load-repeat|user-path   (issue 28: verify scenarios, --repeat, the user's path)
 #   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
 #     a: its contract tests, the embedded model's matrix row and the 8B model; b: the 16B MLA+MoE and the MTP model)
@@ -71,6 +73,16 @@ elif [ "$stage" = bench-sweep ]; then
   timeout ${STAGE_TIMEOUT:-560} python3 tests/benchmarks/bench_run.py --model tests/gpu/models/llama-3.2-1b \
     --dummy-weights --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
     --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders ${BENCH_ORDERS:-ks} --json "$res/h200-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
+elif [ "$stage" = bench-real ]; then
+  model=${2:?model} sizes=${3:?small|default}
+  [ "$sizes" = small ] && list=1,2,4,8,16,24,32,48,64 || list=default
+  mtp=(); [ "$model" = deepseek-v3-2layer-mtp ] && mtp=(--mtp 1)
+  ver=$(python3 -c 'import vllm; print(vllm.__version__)')
+  timeout ${STAGE_TIMEOUT:-1500} python3 tests/benchmarks/bench_run.py --model "tests/gpu/models/$model" --dummy-weights \
+    "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
+    --cudagraph-sizes "$list" --orders ${BENCH_ORDERS:-pkkp} \
+    --json "$res/h200-bench-run-$model-$sizes-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes.txt"
+  stage=bench-real-$model-$sizes
 elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load-repeat ] || [ "$stage" = user-path ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
   # --repeat 3 --cold and --repeat 3 on the 8B (load-repeat), the plain vLLM user path (user-path)
