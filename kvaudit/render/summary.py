@@ -137,7 +137,8 @@ def _vllm_suggestion(report: Report) -> str | None:
     safe = safe_kv_bytes(cap)
     if safe is not None and safe != vllm:
         more = vllm - safe
-        text += f": {fmt_bytes(abs(more))} {'more' if more > 0 else 'less'} than kvaudit's safe bytes"
+        theirs = "the flags' bytes above" if report.source is Source.LOG else "kvaudit's safe bytes"
+        text += f": {fmt_bytes(abs(more))} {'more' if more > 0 else 'less'} than {theirs}"
     return text
 
 
@@ -146,11 +147,17 @@ LOWERED_FLAGS_LABEL = "vllm serve flags, KV lowered by verify's overrun, not pro
 """Where --verify failed, the flags hold back the worst overrun it measured; another process's
 allocator history differs (H200, vLLM 0.33, V3 dims + MTP: a plain vLLM with such flags still
 peaked 1.83 GiB over), so they are no promise: the label says so."""
-FLAG_LABELS = (SAFE_FLAGS_LABEL, LOWERED_FLAGS_LABEL)
+LOG_FLAGS_LABEL = "vllm serve flags from the log's own KV figure, not audited (kvaudit run measures it)"
+"""A log gives vLLM's own sizing: one profile pass, before the warmups and the capture that follow it
+(the H200's vLLM 0.33 log of V3 dims + MTP: flags 0.78 GiB above vLLM's own suggestion, for a config
+whose --verify overran by 2.00 GiB). Its flags reproduce that figure; they were never called safe."""
+FLAG_LABELS = (SAFE_FLAGS_LABEL, LOWERED_FLAGS_LABEL, LOG_FLAGS_LABEL)
 
 
 def flags_label(report: Report) -> str:
-    """The label of the flags to paste: safe, unless --verify failed."""
+    """The label of the flags to paste: safe, unless --verify failed or they come from a log."""
+    if report.source is Source.LOG:
+        return LOG_FLAGS_LABEL
     return LOWERED_FLAGS_LABEL if report.verify is not None and not report.verify.ok else SAFE_FLAGS_LABEL
 
 

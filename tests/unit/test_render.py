@@ -472,3 +472,21 @@ def test_a_table_wider_than_the_console_keeps_every_figure(width):
     # prose still wraps at the console's width: the verdict's line is cut into lines of at most that
     verdict = [line for line in text.splitlines() if line.startswith("FAIL: verify failed")]
     assert verdict and len(verdict[0]) <= width
+
+
+def test_flags_from_a_log_are_not_called_safe():
+    # a log gives vLLM's own one-pass sizing: on the H200's vLLM 0.33 log of V3 dims + MTP the flags came out
+    # 784 MiB above vLLM's own suggestion, for a config whose --verify overran by 2.00 GiB
+    from kvaudit.render import summary
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "gpu-0.33-v2-h200-deepseek-v3-mtp.log"
+    rep = load_report(log)
+    assert rep.source is Source.LOG and rep.capacity.safe_serve_flags
+    text = render_report(rep, Format.TABLE)
+    assert summary.SAFE_FLAGS_LABEL not in text and "kvaudit's safe bytes" not in text
+    assert summary.LOG_FLAGS_LABEL + ": --kv-cache-memory-bytes=87209310945" in text
+    assert "784.47 MiB less than the flags' bytes above" in " ".join(text.split())
+    import html
+    assert html.escape(summary.LOG_FLAGS_LABEL) in render_report(rep, Format.HTML)
+    # a run's own report keeps its label
+    run = load_report(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-mla-epyc-run.json")
+    assert summary.flags_label(run) == summary.SAFE_FLAGS_LABEL
