@@ -56,11 +56,15 @@ def test_the_quick_start_comes_first_and_the_evidence_lives_in_docs():
     assert len(README.splitlines()) < 280  # it was 412 lines with every proof in it; the benchmark table stays
 
 
-def test_the_set_up_says_where_torch_cpu_comes_from_before_the_local_wheel_folder():
+def test_the_set_up_runs_as_written_here_and_says_where_torch_cpu_comes_from_elsewhere():
+    # as written it must work on the machines this project runs on (PyPI reachable, torch 2.13.0+cpu in pip's
+    # local wheel folder): a command naming PyTorch's CPU index cost a newcomer here ~20 min of pip retries
     setup = README.split("## Quick start")[1].split("```")[1]
-    assert 'pip install -e ".[cpu,test]" --extra-index-url https://download.pytorch.org/whl/cpu' in setup
-    after = README.split("## Quick start")[1].split("```")[2]
-    assert after.index("local wheel folder") > 0  # the alternative is said after the command that works anywhere
+    commands = [line for line in setup.splitlines() if line and not line.startswith("#")]
+    assert 'pip install -e ".[cpu,test]"' in commands
+    assert not any("--extra-index-url" in line for line in commands)
+    comments = " ".join(line for line in setup.splitlines() if line.startswith("#"))
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in comments and "find-links" in comments
 
 
 def test_the_test_command_names_the_venv_it_needs_in_the_same_block():
