@@ -404,3 +404,12 @@ def test_a_hugging_face_id_goes_to_vllm_as_it_is():
     config, _ = build(model="deepseek-ai/DeepSeek-V3", dummy_weights=True)
     assert config.model == "deepseek-ai/DeepSeek-V3" and config.model != embedded_model_path()
     assert isinstance(config, AuditConfig)
+
+
+def test_the_readme_s_example_serve_config_names_the_tiny_model_with_dummy_weights():
+    # the README's "In and out" runs `kvaudit run --config configs/examples/serve-tiny.yaml`: a newcomer had
+    # to write a config.yaml by trial and error before
+    path = Path(__file__).resolve().parents[2] / "configs" / "examples" / "serve-tiny.yaml"
+    d = read_deployment(config_file=path)
+    assert d.model == "kvaudit/data/tiny-deepseek" and d.model_from_file
+    assert d.file_values == {"load_format": "dummy", "max_model_len": 4096, "max_num_seqs": 8}
