@@ -387,11 +387,13 @@ class VerifyRank:
     """Extension: torch's highest allocated bytes during the scenario."""
     torch_reserved_start_bytes: int | None = field(default=None, metadata=OMIT_NONE)
     """Extension: the caching allocator's reserved bytes when the scenario began (what earlier loads
-    left cached is in it: nothing empties the cache between scenarios, as nothing does in a server)."""
+    left cached is in it: kvaudit does not empty the cache between scenarios, as a server does not; the
+    allocator itself frees cached segments only when a device allocation fails)."""
     torch_peak_reserved_bytes: int | None = field(default=None, metadata=OMIT_NONE)
     """Extension: the highest reserved bytes during the scenario; the true peak is this plus the
-    rank's non-torch memory. Reserved − allocated at the peaks is the allocator's cache: segments
-    held, not in use (fragmentation)."""
+    rank's non-torch memory. Reserved peak − allocated peak is the least the allocator's cache held
+    (segments held, not in use: fragmentation); the two peaks may fall at different moments. On the
+    CPU both are RSS growth (equal)."""
 
 
 VERIFY_TORCH_KEYS = ("torch_allocated_start_bytes", "torch_peak_allocated_bytes", "torch_reserved_start_bytes",

@@ -372,7 +372,7 @@ def _capacity(node: _JsonObject) -> Capacity:
 def _verify_ranks(node: _JsonObject) -> tuple[VerifyRank, ...]:
     return tuple(VerifyRank(rank=r.int("rank"), true_peak_bytes=r.int("true_peak_bytes"),
                             slack_bytes=r.int("slack_bytes"),
-                            **{k: r.int(k, required=False) for k in VERIFY_TORCH_KEYS})
+                            **{k: r.int(k, required=False, least=0) for k in VERIFY_TORCH_KEYS})
                  for r in node.children("ranks", required=False))
 
 

@@ -103,19 +103,24 @@ def verify_allocator_lines(report: Report) -> list[str]:
     """Under `--verify`'s table, for each scenario that failed and whose worst rank gave its allocator
     figures: how much of its peak torch allocated and how much the allocator held cached (reserved,
     not allocated: fragmentation, or what an earlier scenario left), so a reader sees whether the
-    load itself or the allocator's cache went over."""
+    load itself or the allocator's cache went over. The two peaks may fall at different moments, so
+    their difference is the least the cache held at the reserved peak; where they are equal (the CPU
+    probe reads RSS for both) the line says nothing and is left out."""
     v = report.verify
     lines = []
     for s in (v.scenarios or ()) if v is not None else ():
         worst = min((r for r in s.ranks if r.slack_bytes is not None), key=lambda r: r.slack_bytes or 0, default=None)
-        if s.ok or worst is None or worst.torch_peak_allocated_bytes is None or worst.torch_peak_reserved_bytes is None:
+        if s.ok or worst is None:
             continue
-        grown_allocated = minus(worst.torch_peak_allocated_bytes, worst.torch_allocated_start_bytes)
-        grown_reserved = minus(worst.torch_peak_reserved_bytes, worst.torch_reserved_start_bytes)
-        cached = worst.torch_peak_reserved_bytes - worst.torch_peak_allocated_bytes
+        peak_allocated, peak_reserved = worst.torch_peak_allocated_bytes, worst.torch_peak_reserved_bytes
+        if peak_allocated is None or peak_reserved is None or peak_reserved <= peak_allocated:
+            continue
+        grown_allocated = minus(peak_allocated, worst.torch_allocated_start_bytes)
+        grown_reserved = minus(peak_reserved, worst.torch_reserved_start_bytes)
+        cached = peak_reserved - peak_allocated
         lines.append(f"{s.name.value}, rank {worst.rank}: at its peak torch had allocated "
                      f"{fmt_bytes(grown_allocated, signed=True)} and reserved {fmt_bytes(grown_reserved, signed=True)} "
-                     f"over the scenario's start; the allocator's cache (reserved, not allocated) held "
+                     f"over the scenario's start; the allocator's cache (reserved, not allocated) held at least "
                      f"{fmt_bytes(cached)}")
     return lines
 

@@ -43,7 +43,8 @@ def _table(frame: Frame, index_name: str) -> Table:
 
 
 _WIDEST = 10_000
-"""The widest a table is measured: wider than any report's table (cells are capped, MAX_RENDERED_CHARS)."""
+"""The widest a table is measured and printed: wider than the table of any report of up to a few hundred
+ranks (a wider one, beyond what a terminal or a file reader shows, is cut there as before)."""
 
 
 class _Console(Console):

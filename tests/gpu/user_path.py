@@ -38,12 +38,14 @@ from pathlib import Path
 from typing import Any
 
 
-def prompt_ids(request: int, length: int, vocab_size: int) -> list[int]:
-    """The same ids as kvaudit's batch scenario (engines/vllm/verify.py prompt_ids with the batch's
-    stride, 7927): a different sequence per request, ids 0 and 1 left out. Written out here: this
-    process runs no kvaudit."""
+def prompt_ids(request: int, length: int, vocab_size: int, load: int = 0) -> list[int]:
+    """The first load's ids are kvaudit's batch scenario's (engines/vllm/verify.py prompt_ids with the
+    batch's stride, 7927): a different sequence per request, ids 0 and 1 left out; each later load of the
+    same engine steps by 2 more, so its prompts differ in their first two tokens from every earlier
+    load's and vLLM's prefix cache serves none of them. Written out here: this process runs no kvaudit."""
     span = max(vocab_size - 2, 1)
-    return [2 + ((j + 1) * 7927 + request * 1_000_003) % span for j in range(length)]
+    stride = 7927 + 2 * load
+    return [2 + ((j + 1) * stride + request * 1_000_003) % span for j in range(length)]
 
 
 class NvmlPeak:
@@ -133,10 +135,10 @@ def main(argv: list[str]) -> int:
         out["before_bytes"] = [0]  # a process's own RSS: nothing of another's is in it
     out["requested_bytes"] = [math.ceil(t * gmu) for t in out["device_total_bytes"]]
     runs = []
-    for step in load["loads"]:
+    for number, step in enumerate(load["loads"]):
         params = SamplingParams(max_tokens=int(step["decode_tokens"]), ignore_eos=True, detokenize=False,
                                 **step.get("sampling", {}))
-        prompts = [{"prompt_token_ids": prompt_ids(i, n, int(load["vocab_size"]))}
+        prompts = [{"prompt_token_ids": prompt_ids(i, n, int(load["vocab_size"]), number)}
                    for i, n in enumerate(step["requests"])]
         runs.append((prompts, params))
 

@@ -2,7 +2,8 @@
 each importing only the core; the core importing neither. Every module under kvaudit/ is placed
 by its path, so a new core module is covered without being listed; imports inside functions count.
 No module reaches itself through the imports of others, two modules or more (a cycle hides behind a
-lazy import just as well)."""
+lazy import just as well); edges between a package and its own submodules are exempt (a package's
+__init__ importing its submodules, which import names from it, is how packages work)."""
 
 from __future__ import annotations
 

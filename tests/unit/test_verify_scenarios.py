@@ -263,6 +263,7 @@ def test_a_scenario_keeps_each_rank_s_allocator_figures_and_a_failure_shows_them
 
     from factories import real_json
 
+    from kvaudit.errors import BadInputError
     from kvaudit.render import summary
     from kvaudit.schema import VERIFY_TORCH_KEYS, VerifyRank, dumps
     assert VERIFY_TORCH_KEYS == tuple(f.name for f in fields(VerifyRank))[3:]
@@ -293,4 +294,15 @@ def test_a_scenario_keeps_each_rank_s_allocator_figures_and_a_failure_shows_them
     # the failed scenario says how much of its peak was the allocator's cache; the one that held says nothing
     (line,) = summary.verify_allocator_lines(report)
     assert line == ("sampling, rank 0: at its peak torch had allocated +300.00 MiB and reserved — over the "
-                    "scenario's start; the allocator's cache (reserved, not allocated) held 8.73 GiB")
+                    "scenario's start; the allocator's cache (reserved, not allocated) held at least 8.73 GiB")
+    # where the two peaks are equal (the CPU probe reads RSS for both) there is nothing to say
+    equal = {**figures, "torch_peak_reserved_bytes": figures["torch_peak_allocated_bytes"]}
+    data["scenarios"][0]["ranks"][0].update(equal)
+    assert summary.verify_allocator_lines(replace(report, verify=_verify(data))) == []
+    # a negative byte count is no figure: left out of a RESULT.json, refused in a report
+    data["scenarios"][0]["ranks"][0]["torch_peak_allocated_bytes"] = -5
+    assert _verify(data).scenarios[0].ranks[0].torch_peak_allocated_bytes is None
+    bad = json.loads(text)
+    bad["verify"]["scenarios"][0]["ranks"][0]["torch_peak_allocated_bytes"] = -5
+    with pytest.raises(BadInputError, match=r"verify\.scenarios\[0\]\.ranks\[0\]\.torch_peak_allocated_bytes"):
+        report_from_json(bad)

@@ -404,7 +404,8 @@ def _verify_scenarios(data: dict[str, Any], log_text: str) -> Verify:
         ooms += int(bool(error and "memory" in error.lower()))
         given = [r for r in entry.get("ranks") or [] if isinstance(r, dict) and isinstance(r.get("rank"), int)]
         ranks = [(r.get("rank"), r.get("true_peak_bytes"), r.get("requested_bytes")) for r in given]
-        allocator = {r["rank"]: {k: r[k] for k in VERIFY_TORCH_KEYS if type(r.get(k)) is int} for r in given}
+        allocator = {r["rank"]: {k: r[k] for k in VERIFY_TORCH_KEYS if type(r.get(k)) is int and r[k] >= 0}
+                     for r in given}
         seconds = entry.get("seconds")
         scenarios.append(scenario_summary(
             Scenario(entry["name"]), [(rank, peak, req if isinstance(peak, int) and isinstance(req, int) else None)
