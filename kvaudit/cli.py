@@ -266,6 +266,7 @@ def run(ctx: typer.Context,
               *(("--owners", path) for path in owners or ()), ("the model's", model_config(model))]
     _check_write_config(write_config)
     check_paths([("-o", output), ("--log", log), ("--write-config", write_config)], inputs)
+    check_seconds("--timeout", timeout)
     engine_args = engine_arg_names()
     before = ctx.meta.get("kvaudit.before_dashdash", [])
     check_run_options([a for a in ctx.args[:len(before)] if a in before],
@@ -316,6 +317,14 @@ def _check_write_config(path: Optional[Path]) -> None:
     if path is not None:
         from kvaudit.write_config import check_target
         check_target(path)
+
+
+def check_seconds(flag: str, seconds: float) -> None:
+    """A time limit is a number of seconds above 0 (0, a negative or nan would end every boot at once, or
+    never): exit 2 naming the flag, before anything starts."""
+    import math
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{flag} takes a finite number of seconds above 0, got {seconds}")
 
 
 def _echo_deployment(deployment, model: Optional[str], planned: bool = False) -> None:
@@ -394,6 +403,7 @@ def selftest(device: Annotated[str, typer.Option("--device", help="cuda (the pro
     from kvaudit.render.progress import Progress
     from kvaudit.report import exit_code
     check_paths([("-o", output)], [("--owners", path) for path in owners or ()])
+    check_seconds("--timeout", timeout)
     check_format(fmt)
     opts = SelftestOptions(device=device, tensor_parallel_size=tp, gpu_memory_utilization=gmu, verify=verify,
                            repeat=repeat, inject_warmup_failure=inject_warmup_failure, sizing=sizing,

@@ -406,6 +406,8 @@ def build_run(*, model: str | None, dummy_weights: bool, preset: Path | None, pa
     else:
         config = load_preset(preset, engine_args) if preset is not None else AuditConfig()
     config = config.replace(model=model, **flags)
+    if mtp is not None and mtp < 0:
+        raise UsageError(f"--mtp takes how many tokens MTP drafts a step, 0 or more (0: none), got {mtp}")
     if mtp is not None:
         config = config.replace(speculative_method="mtp", num_speculative_tokens=mtp) if mtp > 0 \
             else dataclasses.replace(config, speculative_method=None, num_speculative_tokens=None)

@@ -254,3 +254,9 @@ def test_selftest_checks_its_output_before_starting(tmp_path):
     result = within(30, lambda: run_cli("selftest", "--device", "cpu", "-o", str(tmp_path / "nodir" / "r.json")))
     assert result is not None and result.code == 2
     assert "does not exist" in result.stderr and len(result.stderr_lines) == 1
+
+
+def test_selftest_refuses_a_time_limit_that_is_no_limit_before_starting():
+    result = within(30, lambda: run_cli("selftest", "--device", "cpu", "--timeout", "0"))
+    assert result is not None and result.code == 2
+    assert result.stderr_lines == ["kvaudit: error: --timeout takes a finite number of seconds above 0, got 0.0"]

@@ -58,6 +58,11 @@ def test_a_bad_choice_is_a_usage_error_that_names_the_fix(text, words):
     (["--verify", "spec"], "--verify spec needs speculative decoding"),
     (["--repeat", "0"], "--repeat': Input should be greater than or equal to 1"),
     (["--repeat", "2", "--", "--nnodes", "2", "--node-rank", "0"], "--repeat boots one node again and again"),
+    # a newcomer's tries: each started a boot that ended in "timeout" (exit 3), ran with no limit, or ran no MTP
+    (["--timeout", "0"], "--timeout takes a finite number of seconds above 0, got 0.0"),
+    (["--timeout", "-1"], "--timeout takes a finite number of seconds above 0, got -1.0"),
+    (["--timeout", "nan"], "--timeout takes a finite number of seconds above 0, got nan"),
+    (["--mtp", "-1"], "--mtp takes how many tokens MTP drafts a step, 0 or more (0: none), got -1"),
 ])
 def test_the_cli_refuses_before_any_boot(args, words):
     result = run_cli("run", *args)
