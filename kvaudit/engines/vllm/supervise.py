@@ -135,6 +135,8 @@ def preflight(config: AuditConfig) -> None:
             if (config.passthrough_size(name) or 1) > 1]
         raise UsageError(" × ".join(sizes) + f" needs {local} {devices[1]}" + (" on each node" if multi else "")
                          + f"; this machine has {devices[0]}: " + ("lower --tp" if len(sizes) == 1 else "lower them"))
+    if devices is not None and devices[1] == CPU_CORES and config.gpu_memory_utilization is not None:
+        _check_node_memory(config.gpu_memory_utilization)
     if any(config.extra_args.get(k) is not None for k in ("hf_overrides", "hf_config_path")):
         hf: dict[str, Any] = {}  # vLLM reads another config.json, or edits it: its heads and limits are vLLM's to check
     elif isinstance(model, str) and not Path(model).expanduser().exists():
@@ -174,7 +176,31 @@ def _device_count() -> tuple[int, str] | None:
     if Path("/dev/nvidiactl").exists():
         return None
     # vLLM's CPU backend: one OpenMP core group per TP worker (boot.bind_cpu_threads)
-    return len(os.sched_getaffinity(0)), "CPU cores on the CPU backend"
+    return len(os.sched_getaffinity(0)), CPU_CORES
+
+
+CPU_CORES = "CPU cores on the CPU backend"
+
+
+def _check_node_memory(gmu: float) -> None:
+    """vLLM's CPU worker refuses to start where ceil(the NUMA node's total × GMU) is above what the node
+    has available (vllm/v1/worker/cpu_worker.py, init_device), after the engine has started (a newcomer's
+    `--gmu 0.95` failed 28 s in, exit 3): refused here, from the node's meminfo, exit 2 with the most GMU
+    that passes that check now (kvaudit's own CPU default, when --gmu is left out, takes less)."""
+    import math
+
+    from kvaudit.engines.probes.host import node_meminfo
+    from kvaudit.units import fmt_gib
+    try:
+        total, available = node_meminfo(0)
+    except (OSError, KeyError, ValueError):  # no meminfo to read: vLLM's own check decides
+        return
+    requested = math.ceil(total * gmu)
+    if total > 0 and requested > available:
+        most = math.floor(available / total * 100) / 100
+        raise UsageError(f"--gmu {gmu} asks {fmt_gib(requested)} of NUMA node 0's {fmt_gib(total)}, and "
+                         f"{fmt_gib(available)} is available now: vLLM's CPU worker refuses that at start; pass "
+                         f"--gmu {most} or less, or leave --gmu out for kvaudit's CPU default")
 
 
 def _hub_model_config(model: str, revision: Any) -> dict[str, Any]:
