@@ -6,6 +6,7 @@ the commands that boot something.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -319,6 +320,9 @@ def _check_write_config(path: Optional[Path]) -> None:
         check_target(path)
 
 
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+"""A disk full, over quota or read-only when output is written (`> /dev/full`)."""
+
 def check_seconds(flag: str, seconds: float) -> None:
     """A time limit is a number of seconds above 0 (0, a negative or nan would end every boot at once, or
     never): exit 2 naming the flag, before anything starts."""
@@ -440,6 +444,10 @@ def main() -> None:
             _stdout_closed()
         raise
     except Exception as exc:  # a bug: still one line, the traceback on request
+        if isinstance(exc, OSError) and exc.errno in _FULL:  # the machine's, not a bug: no traceback to ask for
+            typer.echo(f"kvaudit: error: could not write: {exc.strerror or exc} (free space or a writable place, "
+                       f"then run it again)", err=True)
+            sys.exit(int(ExitCode.INCOMPLETE))
         if os.environ.get("KVAUDIT_DEBUG"):
             raise
         typer.echo(f"kvaudit: internal error: {type(exc).__name__}: {one_line(str(exc))} (KVAUDIT_DEBUG=1 shows "

@@ -109,11 +109,20 @@ def test_both_scans_read_a_frame_alike(tail: str, frame: bool) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "\n\n\n", " \t\r\n", "\ufeff\n"])
-def test_an_empty_input_is_said_to_be_empty(text: str) -> None:
-    with pytest.raises(BadInputError, match=r"^x\.log: is empty$"):
+def test_an_empty_input_is_said_to_hold_no_text(text: str) -> None:
+    with pytest.raises(BadInputError, match=r"^x\.log: holds no text \(it is empty, or only whitespace or NUL bytes\)$"):
         report_from_log_text(text, "x.log")
-    with pytest.raises(BadInputError, match=r"^<stdin>: is empty: no text came on standard input$"):
+    with pytest.raises(BadInputError, match=r"^<stdin>: no text came on standard input$"):
         report_from_log_text(text, "<stdin>")
+
+
+def test_a_file_of_nul_bytes_holds_no_text(tmp_path) -> None:
+    # a newcomer's 100 MB of NUL bytes was called "empty"; NUL bytes are dropped on reading
+    from kvaudit.engines.inputs import load_report
+    path = tmp_path / "nul.log"
+    path.write_bytes(b"\0" * 100_000)
+    with pytest.raises(BadInputError, match=r"nul\.log: holds no text \(it is empty, or only whitespace or NUL bytes\)$"):
+        load_report(path)
 
 
 @pytest.mark.parametrize("text", ["\x00\x01\x02" * 100, "hello world\n", "{not json",

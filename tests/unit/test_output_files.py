@@ -260,3 +260,16 @@ def test_selftest_refuses_a_time_limit_that_is_no_limit_before_starting():
     result = within(30, lambda: run_cli("selftest", "--device", "cpu", "--timeout", "0"))
     assert result is not None and result.code == 2
     assert result.stderr_lines == ["kvaudit: error: --timeout takes a finite number of seconds above 0, got 0.0"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_a_full_disk_is_one_line_naming_it_not_an_internal_error():
+    import subprocess
+    import sys
+    report = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-mla-epyc-run.json"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "kvaudit", "show", str(report), "-f", "json"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 3
+    assert done.stderr.splitlines() == ["kvaudit: error: could not write: No space left on device (free space or "
+                                        "a writable place, then run it again)"]

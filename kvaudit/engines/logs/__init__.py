@@ -62,8 +62,10 @@ def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
                                 f"logs; `kvaudit show`, `kvaudit diff` and `kvaudit plan` read reports")
         scan = parse_file(text, where, index, exhaustive=exhaustive)
         if not scan.is_vllm and not text.lstrip("\ufeff").strip():
-            stdin = ": no text came on standard input" if where == "<stdin>" else ""
-            raise BadInputError(f"{where}: is empty{stdin}")
+            if where == "<stdin>":
+                raise BadInputError(f"{where}: no text came on standard input")
+            # NUL bytes are dropped on reading (input_text), so a file of them reads as empty too
+            raise BadInputError(f"{where}: holds no text (it is empty, or only whitespace or NUL bytes)")
         if not scan.is_vllm:
             if reports_too:
                 raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
