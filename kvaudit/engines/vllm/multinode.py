@@ -57,6 +57,38 @@ def refusal(config: AuditConfig, platform: Any) -> str | None:
     return None
 
 
+RESOLVE_S = 3.0
+"""How long preflight waits for --master-addr to resolve before it leaves the question to vLLM."""
+
+
+def master_addr_refusal(config: AuditConfig, resolve: Callable[[str], Any] | None = None) -> str | None:
+    """A --master-addr of a boot over several nodes that names no host, in one line (exit 2), else None:
+    node K waited in silence for node 0 at a placeholder (`--master-addr HEAD_IP`, as a README line has
+    it) until the 1800 s timeout. Asked of the system's resolver for at most RESOLVE_S seconds; an
+    address it cannot answer for in time (a slow DNS) is not refused."""
+    import socket
+    address = config.extra_args.get("master_addr")
+    if config.extra_args.get("nnodes") in (None, 1) or not isinstance(address, str) or not address:
+        return None
+    resolve = resolve or (lambda host: socket.getaddrinfo(host, None))
+    outcome: dict[str, BaseException | None] = {}
+
+    def ask() -> None:
+        try:
+            resolve(address)
+            outcome["error"] = None
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome["error"] = exc
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    thread.join(RESOLVE_S)
+    error = outcome.get("error")
+    if isinstance(error, socket.gaierror):
+        return (f"--master-addr {address} names no host this machine can resolve ({error.strerror or error}): pass "
+                f"node 0's IP address or host name")
+    return None
+
+
 def carry_env_to_ray() -> None:
     """vLLM's Ray executor copies only some variables to its workers (vllm/ray/ray_env.py): add
     kvaudit's (the journal folder, --sweep, --trace), which a worker on another node reads too."""

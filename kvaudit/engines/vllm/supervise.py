@@ -34,7 +34,7 @@ from kvaudit.engines.journal import JOURNAL_ENV, JournalTailer, read_journals
 from kvaudit.engines.process import Finished, ProgressFn, StopSignals, run_supervised, workdir
 from kvaudit.engines.trace import trace_env
 from kvaudit.engines.vllm import nodes, resolved
-from kvaudit.engines.vllm.multinode import local_world_size, node_rank
+from kvaudit.engines.vllm.multinode import local_world_size, master_addr_refusal, node_rank
 from kvaudit.engines.vllm.stages import StageTailer
 from kvaudit.errors import UsageError
 from kvaudit.repeat import combine
@@ -135,6 +135,9 @@ def preflight(config: AuditConfig) -> None:
             if (config.passthrough_size(name) or 1) > 1]
         raise UsageError(" × ".join(sizes) + f" needs {local} {devices[1]}" + (" on each node" if multi else "")
                          + f"; this machine has {devices[0]}: " + ("lower --tp" if len(sizes) == 1 else "lower them"))
+    refused = master_addr_refusal(config)
+    if refused:
+        raise UsageError(refused)
     if devices is not None and devices[1] == CPU_CORES and config.gpu_memory_utilization is not None:
         _check_node_memory(config.gpu_memory_utilization)
     if any(config.extra_args.get(k) is not None for k in ("hf_overrides", "hf_config_path")):
