@@ -76,8 +76,9 @@ def plan_lines(plan: Plan, *, markdown: bool = False) -> list[str]:
         lines.append(f"rank {rank.rank}:")
         for f in rank.figures:
             lines.append(f"{bullet}{f.owner.value}: {figure_text(f)}")
+        # the owners' error alone: the binding rank's line below adds the rounding to whole blocks
         kv = ("unknown" if rank.kv_available_bytes is None
-              else f"{fmt_gib3(rank.kv_available_bytes)} GiB ± {fmt_bytes(rank.kv_error_bytes)}")
+              else f"{fmt_gib3(rank.kv_available_bytes)} GiB ± {fmt_bytes(rank.kv_error_bytes)} from the owners")
         lines.append(f"{bullet}kv_available: {kv}")
     cap = plan.report.capacity
     if plan.kv_error_bytes is not None:
