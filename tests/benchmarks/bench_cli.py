@@ -3,7 +3,7 @@
     python tests/benchmarks/bench_cli.py [--verb diff|show] [--repeat 7] [--a REPORT] [--b REPORT] [--json PATH]
 
 Each repetition starts two fresh interpreters, alternately: `python -m kvaudit diff A B` (stdout to
-/dev/null; by default the two example H200 reports in configs/examples) and
+/dev/null; by default the two example CPU reports, configs/examples/cpu-batch512.json and cpu-batch2048.json) and
 `python -c 'import pandas, rich, typer'`, the floor any command built on them pays. One untimed run
 of each comes first (bytecode caches, page cache), then the timed ones. Prints the medians and
 their ratio against the goal (diff <= 1.5x the imports) and exits 0 either way; `--json` writes
