@@ -2,7 +2,7 @@
 (tests/fixtures/logs/public/79-… to 86-…, each with its thread in its header; what a careful reader
 takes from each is in test_logs_public.EXPECTED). Here, each general rule they needed, on its own:
 flags in a person's sentence, the NVIDIA driver's out-of-memory, Model Runner V2's capture lines in an
-excerpt, and vLLM's negative --kv-cache-memory suggestion.
+excerpt, and vLLM's negative --kv-cache-memory suggestion, lines retyped with a clock time first.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from kvaudit.engines.failures import cause_of
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.facts import FactKind, facts_from_message
+from kvaudit.engines.logs.lines import parse_line
 from kvaudit.schema import FailureKind, Owner
 from kvaudit.units import gib_to_bytes
 
@@ -123,3 +124,26 @@ def test_a_negative_kv_cache_memory_suggestion_says_the_rank_is_over_its_budget(
     assert any("-1.08 GiB, below zero" in w and "no KV cache fits the budget" in w for w in report.warnings)
     positive = usage.replace("-1160530022", "1160530022").replace("(-1.08 GiB)", "(1.08 GiB)")
     assert not any("below zero" in w for w in report_from_log_text(tagged("EngineCore", positive), "x").warnings)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Lines retyped as `HH:MM:SS  (proc) LEVEL [file] message`, and the drafter's load
+
+
+def test_a_retyped_line_is_a_record_and_a_clock_time_starts_a_line_of_its_own() -> None:
+    """GIVEN (spark-vllm-docker#336) vLLM lines retyped with a clock time first and the process name
+    without its pid, a dmesg line between them
+    THEN each is a line of its own (the INFO record does not swallow the driver's line, which would
+    make its OOM a handled one), and the drafter's load puts the OOM in phase load."""
+    text = ("18:03:00  (Worker_TP0) INFO [gpu_model_runner.py:5332] Loading drafter model...\n"
+            "18:03:03  kernel: NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]\n"
+            "18:03:38  (EngineCore) ERROR [core.py:1349] EngineCore\n")
+    report = report_from_log_text(text, "x")
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+    assert report.failure.phase is not None and report.failure.phase.value == "load"
+    assert report.failure.message.startswith("18:03:03  kernel: NVRM:") and "Loading drafter" not in report.failure.message
+
+
+def test_a_retyped_record_reads_its_level_and_message() -> None:
+    line = parse_line("12:00:01.5 (EngineCore) WARNING [gpu_worker.py:9] Available KV cache memory: 2.0 GiB", 0)
+    assert (line.level, line.src, line.msg) == ("WARNING", "gpu_worker.py", "Available KV cache memory: 2.0 GiB")
