@@ -223,7 +223,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         tp=None, verdict="unknown", failure=None,
         warns=("tensor_parallel_size: ≥ 4, size not stated", "pipeline_parallel_size: ≥ 2, size not stated",
                "assume tensor_parallel_size 4, the least the worker names allow")),
-    # round four: vLLM 0.27–0.29 (2026-08 and 09); the search corpus holds no 0.30–0.33 paste
+    # round four: vLLM 0.26–0.29 (2026-08 and 09); the search corpus holds no 0.30–0.33 paste
     # The OOM at capture is told in the person's summary; the serve command gives the utilization and
     # the length (no -tp: TP 1); `took 0.46 G` is cut mid-unit: no graph figure is read from it.
     "79-v1-0.29-57475-described-capture-oom.log": dict(
@@ -270,6 +270,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "86-v1-0.27-club3090-1087-mtp-config.log": dict(
         version="0.27.1", model="~/.cache/huggingface/qwen3.8-27b-fp8", tp=2, max_model_len=262144, rank_count=0,
         verdict="unknown", failure=None),
+    # The driver's out-of-memory while the MTP drafter loads (load_model): an OOM at load; `tp=2` is
+    # the person's words. The retyped lines were read as one (the OOM quoted with the lines around it).
+    "87-v1-0.26-spark-336-drafter-driver-oom.log": dict(
+        verdict="fail", failure=("oom", "load"), tp=None, rank_count=0,
+        message_starts="18:03:03  kernel: NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
