@@ -92,6 +92,9 @@ CAUSES: tuple[Cause, ...] = (
     # "Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which …").
     # torch prints "has a total capacity of" in this message only.
     Cause("has a total capacity of", FailureKind.OOM, None, 0),
+    # The NVIDIA kernel driver refusing an allocation (`NVRM: … Out of memory [NV_ERR_NO_MEMORY]`,
+    # from dmesg): on a unified-memory GB10 (DGX Spark) the device's out-of-memory shows only there.
+    Cause("NV_ERR_NO_MEMORY", FailureKind.OOM, None, 0),
     # gpu_worker.py determine_available_memory: free memory grew while profiling.
     Cause("Error in memory profiling", FailureKind.CRASH, Phase.PROFILE, 1),
     # v1/worker/workspace.py: a warmup after capture_model's lock_workspace() needed more workspace.

@@ -151,18 +151,42 @@ def test_disabled_profiler_applies_no_estimate() -> None:
     assert r.graph_pool_estimate_bytes == round(0.01 * 85_029_615_043)  # (0.91 − 0.90) × 79.19 GiB
 
 
+USAGE = ("Free memory on device (79.0/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
+         "Actual usage is 10.0 GiB for consumed memory (weights + non-torch), 1.5 GiB for peak activation, and "
+         "0.75 GiB for CUDAGraph memory. Current kv cache memory in use is 55.0 GiB.")
+
+
 def test_no_estimate_lines_means_vllm_estimated_zero() -> None:
-    """GIVEN a 0.32 "Actual usage" line but neither the advisory nor the pool line (vLLM prints
-    both exactly when the estimate is > 0)
+    """GIVEN a 0.32 capture and right after it the "Actual usage" line, without the pool line
+    between them or the advisory (vLLM prints both exactly when the estimate is > 0)
     THEN the estimate was 0, activation = peak, and the unbudgeted capture is a warning."""
-    usage = ("Free memory on device (79.0/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
-             "Actual usage is 10.0 GiB for consumed memory (weights + non-torch), 1.5 GiB for peak activation, and "
-             "0.75 GiB for CUDAGraph memory. Current kv cache memory in use is 55.0 GiB.")
-    report = report_from_log_text(log(usage), "x")
+    report = report_from_log_text(log("Graph capturing finished in 2 secs, took 0.75 GiB", USAGE), "x")
     r = report.ranks[0]
     assert r.graph_pool_estimate_bytes == 0 and r.graph_pool_actual_bytes == 805_306_368
     assert r.owners[Owner.ACTIVATION_PEAK] == 1_610_612_736 and r.owners[Owner.GRAPH_POOL] == 805_306_368
     assert any("reserved no CUDA graph memory" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("before", [(), ("Initializing a V1 LLM engine (v0.33.0) with config: model='m'",)])
+def test_an_excerpt_that_starts_at_actual_usage_says_nothing_of_the_estimate(before: tuple[str, ...]) -> None:
+    """GIVEN an "Actual usage" line with neither the rank's capture before it nor its "Available KV
+    cache memory" (club-3090#1087 pastes TP0's line first, its pool line cut off above it)
+    THEN the estimate is unknown, and so is the activation (the peak includes the estimate): no
+    estimate 0 is inferred and no unbudgeted capture is claimed."""
+    report = report_from_log_text(log(*before, USAGE), "x")
+    r = report.ranks[0]
+    assert r.graph_pool_estimate_bytes is None and r.graph_pool_actual_bytes == 805_306_368
+    assert r.owners[Owner.ACTIVATION_PEAK] is None
+    assert not any("reserved no CUDA graph memory" in w for w in report.warnings)
+
+
+def test_available_kv_without_the_advisory_after_it_means_vllm_estimated_zero() -> None:
+    """GIVEN "Available KV cache memory" (the advisory follows it when the estimate is > 0) and the
+    "Actual usage" line, no capture line
+    THEN the estimate was 0."""
+    report = report_from_log_text(log("Available KV cache memory: 55.0 GiB", USAGE), "x")
+    assert report.ranks[0].graph_pool_estimate_bytes == 0
+    assert report.ranks[0].owners[Owner.ACTIVATION_PEAK] == 1_610_612_736
 
 
 def test_actual_usage_old_and_npu_wordings() -> None:

@@ -223,6 +223,58 @@ EXPECTED: dict[str, dict[str, Any]] = {
         tp=None, verdict="unknown", failure=None,
         warns=("tensor_parallel_size: ≥ 4, size not stated", "pipeline_parallel_size: ≥ 2, size not stated",
                "assume tensor_parallel_size 4, the least the worker names allow")),
+    # round four: vLLM 0.26–0.29 (2026-08 and 09); the search corpus holds no 0.30–0.33 paste
+    # The OOM at capture is told in the person's summary; the serve command gives the utilization and
+    # the length (no -tp: TP 1); `took 0.46 G` is cut mid-unit: no graph figure is read from it.
+    "79-v1-0.29-57475-described-capture-oom.log": dict(
+        ranks={0: {"available": G("2.97")}}, gmu=0.98, max_model_len=124000, tokens=150745, tp=1,
+        verdict="fail", failure=("oom", "capture")),
+    # TP=2 and the utilization ("makes 0.80 effectively 0.758") are in the person's words only, as is
+    # the second boot's `--gpu-memory-utilization 0.85 fixes it`: none of them is this boot's flag
+    # or a vLLM line (it was read as a command: utilization 0.85 and TP 1, both wrong).
+    "80-v1-0.29-spark-396-quoted-kv-short.log": dict(
+        ranks={0: {"available": G("22.5")}}, max_model_len=196608, needed=G("23.25"), feasible=190272, gmu=None,
+        tp=None, verdict="fail", failure=("does_not_fit", "kv")),
+    # The flags the person ran with (`With --max-model-len 32768 … --gpu-memory-utilization 0.72`),
+    # one GB10; the KV fits (12.57x), then the driver's out-of-memory in the warm-up after the KV
+    # allocation (the second autotune phase): an OOM at capture.
+    "81-v1-0.29-spark-388-bare-kv-then-driver-oom.log": dict(
+        ranks={0: {"available": G("8.22")}}, tokens=412004, max_model_len=32768, gmu=0.72, tp=1, verdict="fail",
+        failure=("oom", "capture")),
+    "82-v1-glm-sparks-94-grep-n.log": dict(
+        ranks={0: {"available": G("21.54")}}, tokens=1942028, max_model_len=1000000, tp=None, verdict="ok",
+        failure=None, warns=TP_AT_LEAST_2),
+    # TP0's capture, then at once its "Actual usage" line: no pool line between them, so vLLM
+    # estimated 0 (the V2 runner of #49224); the one capture is the real one (it precedes the
+    # usage line), activation = the peak 0.73.
+    "83-v1-backport-41-mrv2-tp-actual-usage.log": dict(
+        ranks={0: {P: G("0.50"), A: G("0.73"), K: G("11.51"), "estimate": 0, "actual": G("0.50"),
+                   "total": G("39.67"), "requested": G("34.52"), "free": G("39.01"), "suggested": 11658865890}},
+        gmu=0.87, runner="V2", tp=None, verdict="unknown", failure=None,
+        warns=("tensor_parallel_size: ≥ 7, size not stated", "reserved no CUDA graph memory before sizing")),
+    # The new wording's peak 3.12 includes the 2.44 estimate; the negative suggestion says the
+    # rank is over its requested budget without any KV cache.
+    "84-v1-50576-negative-kv-suggestion.log": dict(
+        ranks={0: {P: G("2.51"), A: G("0.68"), K: G("1.58"), "estimate": G("2.44"), "actual": G("2.51"),
+                   "total": G("47.4"), "requested": G("45.03"), "free": G("46.93"), "suggested": -1160530022}},
+        gmu=0.95, runner="V1", tp=None, verdict="unknown", failure=None,
+        warns=("tensor_parallel_size: ≥ 3, size not stated", "suggestion to fit the requested memory is -1.08 GiB")),
+    # TP0's pool line is cut off above the excerpt: its estimate, and so its activation, unknown
+    # (it was taken as 0, with a false "not budgeted" warning); TP1's are stated.
+    "85-v1-0.27-club3090-1087-actual-usage-tp2.log": dict(
+        ranks={0: {A: None, K: G("12.26"), "estimate": None, "actual": G("0.09"), "total": G("31.4"),
+                   "requested": G("28.88"), "free": G("30.27"), "suggested": 12917635953},
+               1: {P: G("0.13"), A: G("1.46"), K: G("12.24"), "estimate": G("0.13"), "actual": G("0.09"),
+                   "free": G("30.5"), "suggested": 12889979761}},
+        gmu=0.92, tp=2, verdict="unknown", failure=None),
+    "86-v1-0.27-club3090-1087-mtp-config.log": dict(
+        version="0.27.1", model="~/.cache/huggingface/qwen3.8-27b-fp8", tp=2, max_model_len=262144, rank_count=0,
+        verdict="unknown", failure=None),
+    # The driver's out-of-memory while the MTP drafter loads (load_model): an OOM at load; `tp=2` is
+    # the person's words. The retyped lines were read as one (the OOM quoted with the lines around it).
+    "87-v1-0.26-spark-336-drafter-driver-oom.log": dict(
+        verdict="fail", failure=("oom", "load"), tp=None, rank_count=0,
+        message_starts="18:03:03  kernel: NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
@@ -296,10 +348,25 @@ def test_the_corpus_has_at_least_sixty_excerpts_each_with_its_source() -> None:
         assert head.startswith("# source: https://github.com/") and "saved as pasted" in head.splitlines()[1]
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+PARTLY_RIGHT = {
+    "81-v1-0.29-spark-388-bare-kv-then-driver-oom.log":
+        "the person says in words that the OOM came in the warm-up after the KV allocation; the log lines end at "
+        "the KV size, so kvaudit places the OOM in phase kv (the allocation itself may fail there too)",
+}
+"""Excerpts kvaudit reads partly right, and why no general rule reads them fully (the README's
+score counts them): each is a strict xfail, so a fix that reads one right must move it out."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=PARTLY_RIGHT[n]))
+                                  if n in PARTLY_RIGHT else n for n in sorted(EXPECTED)])
 def test_each_excerpt_gives_what_a_reader_takes_from_it(name: str) -> None:
     report = load_report(PUBLIC / name)
     assert observed(report, EXPECTED[name]) == EXPECTED[name]
+
+
+def test_the_known_partial_readings_are_the_ones_the_score_counts() -> None:
+    assert {name for name in EXPECTED if score(name) != "fully right"} == set(PARTLY_RIGHT)
+    assert all(score(name) == "partly right" for name in PARTLY_RIGHT)
 
 
 def test_the_readme_states_the_corpus_score() -> None:
@@ -317,7 +384,9 @@ def test_each_excerpt_reads_as_sentences_whatever_the_log_leaves_out(name: str) 
     reporter(Format.TABLE, width=400).report(report, out)
     text = out.getvalue()
     assert "None" not in text and "— —" not in text
-    assert "rank None" not in report.verdict_reason and " — " not in report.verdict_reason
+    # kvaudit's own words, not the failure it quotes (a person's sentence may hold a dash: #81)
+    own = report.verdict_reason.replace(report.failure.message, "") if report.failure else report.verdict_reason
+    assert "rank None" not in own and " — " not in own
 
 
 def test_every_does_not_fit_excerpt_names_the_length_and_what_it_needs_or_exceeds() -> None:

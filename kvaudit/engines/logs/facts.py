@@ -681,15 +681,55 @@ COMMAND_FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tenso
 _COMMAND = re.compile(r"(?:^|(?<=[\s\"'`(]))(" + "|".join(re.escape(f) for f in COMMAND_FLAGS)
                       + r")(?:=|[ \t]+)(\d{1,9}(?:\.\d{1,6})?)(?![\w.])")
 _COMMAND_CONTEXT = re.compile(r"vllm|python|api_server", re.IGNORECASE)
+# A shell word: a quoted string (a JSON value keeps its spaces) or a run of non-blanks.
+_WORD = re.compile(r"""'[^'\n]{0,2000}'|"[^"\n]{0,2000}"|`[^`\n]{0,2000}`|\S{1,2000}""")
+_FLAG_WORD = re.compile(r"-{1,2}[A-Za-z][\w.\-]{0,80}(?:=\S{0,2000})?")
+_QUOTES = "\"'`,"
+
+
+def _flag_spans(msg: str) -> list[tuple[int, int]]:
+    """Where a line without `vllm` in it holds a command: its runs of flags, each flag with at most
+    one value after it. A run counts when it is the whole line (a continuation line, `  --max-model-len
+    124000 \\`, or a YAML list item `- --tp=2`) or holds two flags or more (`With --max-model-len 32768
+    --gpu-memory-utilization 0.72:`); one flag with words after it is a person's sentence about some
+    other run (`--gpu-memory-utilization 0.85 fixes it: …`), not this boot's command."""
+    spans: list[tuple[int, int]] = []
+    start = end = flags = 0
+    value_next = whole = False
+    first = True
+    for m in _WORD.finditer(msg[:100_000]):
+        word = m.group(0)
+        if _FLAG_WORD.fullmatch(word.strip(_QUOTES)):
+            if not flags:
+                start, whole = m.start(), first
+            flags, end, value_next = flags + 1, m.end(), "=" not in word
+        elif flags and value_next and word != "\\":
+            end, value_next = m.end(), False
+        elif word == "\\" or (first and word in ("-", "*", ">")):
+            pass  # a continuation backslash; a list bullet or a quote mark before the first flag
+        else:
+            if flags >= 2:
+                spans.append((start, end))
+            flags, whole = 0, False
+        if word not in ("-", "*", ">"):
+            first = False
+    if flags and (flags >= 2 or whole):
+        spans.append((start, end))
+    return spans
 
 
 def _command(msg: str) -> Iterable[Fact]:
-    if not (_COMMAND_CONTEXT.search(msg) or msg.lstrip().startswith("-")):
+    if _COMMAND_CONTEXT.search(msg):
+        spans = [(0, len(msg))]
+    elif msg.lstrip().startswith("-") or " -" in msg:
+        spans = _flag_spans(msg)
+    else:
         return
-    for m in _COMMAND.finditer(msg[:100_000]):
-        key, text = COMMAND_FLAGS[m.group(1)], m.group(2)
-        value: float | int = float(text) if key == "gpu_memory_utilization" else int(float(text))
-        yield Fact(FactKind.COMMAND_ARG, (key, value))
+    for start, end in spans:
+        for m in _COMMAND.finditer(msg[start:min(end, 100_000)]):
+            key, text = COMMAND_FLAGS[m.group(1)], m.group(2)
+            value: float | int = float(text) if key == "gpu_memory_utilization" else int(float(text))
+            yield Fact(FactKind.COMMAND_ARG, (key, value))
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.LOAD, ("Starting to load model", "Loading model from scratch", "Initializing model took",
-                  "Loading weights took", "Loading safetensors checkpoint shards")),
+                  "Loading weights took", "Loading safetensors checkpoint shards",
+                  "Loading drafter model")),  # gpu_model_runner.py load_model loads the drafter last
     (Phase.PROFILE, ("Model loading took",)),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",

@@ -36,9 +36,12 @@ _UNTAGGED_HEAD = re.compile(
     r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
     r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
 
-# A pasted excerpt often keeps only `[file.py:N] message`, or the level and file without a time.
+# A pasted excerpt often keeps only `[file.py:N] message`, or the level and file without a time;
+# retyped ones put a clock time first and keep the process name without its pid
+# (`18:03:00  (Worker_TP0) INFO [gpu_model_runner.py:5332] …`, spark-vllm-docker#336).
 _BARE_HEAD = re.compile(
-    r"\s{0,8}(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?"
+    r"\s{0,8}(?:\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?(?:\([A-Za-z][\w.\-]{0,80}\)\s+)?"
+    r"(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?"
     r"\[([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
 
 TAG_SEARCH_CHARS = 400

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from kvaudit.engines.logs.facts import FactKind, GraphEstimate
-from kvaudit.engines.logs.ranks import RankFacts
+from kvaudit.engines.logs.ranks import Located, RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.record import StatedRank
 from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
@@ -41,13 +41,61 @@ class _Graphs:
 _ESTIMATE_ORDER = ("mrv2", "pool", "estimated")
 
 
+_SIZED = (FactKind.KV_AVAILABLE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED)
+"""What gpu_worker.py determine_available_memory prints once the profiling capture is over."""
+_CAPTURED = (FactKind.GRAPH_ACTUAL, FactKind.PEAK_WITH_GRAPHS)
+"""What compile_or_warm_up_model prints once the real capture is over ("CUDA graph pool memory",
+the "Actual usage" line)."""
+
+
+def _at(fact: Located) -> tuple[int, int]:
+    """Where a fact was printed, in the order of the boot's lines (a rank's come from one file)."""
+    return fact.file, fact.pos
+
+
+def _v2_captures(r: RankFacts) -> tuple[tuple[float, int] | None, tuple[float, int] | None]:
+    """(profiling capture, real capture) of a Model Runner V2 rank. V2 prints "Graph capturing
+    finished" for the profiling capture (capture_model(profile_only=True), before the KV cache is
+    sized) and again for the real one (gpu/model_runner.py). Where the rank's lines show when the
+    KV cache was sized, a capture before it is the profiling one and a capture after it the real
+    one; else a capture right before the lines printed after the real capture is the real one (an
+    excerpt that starts there); else, as the order goes, the first is the profiling one."""
+    captures = r.facts.get(FactKind.GRAPH_CAPTURE, [])
+    if not captures:
+        return None, None
+    sized = [_at(f) for k in _SIZED for f in r.facts.get(k, ())]
+    captured = [_at(f) for k in _CAPTURED for f in r.facts.get(k, ())]
+    if sized:
+        before = [c.value for c in captures if _at(c) < min(sized)]
+        after = [c.value for c in captures if _at(c) > min(sized)]
+        return (before[0] if before else None), (after[-1] if after else None)
+    if captured:
+        until = [c for c in captures if _at(c) < max(captured)]
+        if until:
+            earlier = [c.value for c in until[:-1]]
+            return (earlier[0] if earlier else None), until[-1].value
+    values = [c.value for c in captures]
+    return values[0], (values[-1] if len(values) >= 2 else None)
+
+
+def _shows_where_estimate_lines_go(r: RankFacts) -> bool:
+    """Whether the rank's lines cover a place where vLLM prints an estimate line when the estimate
+    is > 0: the advisory right after "Available KV cache memory" (determine_available_memory), the
+    pool line between the real capture and "Actual usage" (compile_or_warm_up_model). An excerpt
+    that starts at the "Actual usage" line shows neither, and says nothing of the estimate."""
+    if r.has(FactKind.KV_AVAILABLE):
+        return True
+    usage = r.facts.get(FactKind.PEAK_WITH_GRAPHS, [])
+    captures = r.facts.get(FactKind.GRAPH_CAPTURE, [])
+    return any(_at(c) < _at(u) for c in captures for u in usage[-1:])
+
+
 def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disabled: bool) -> _Graphs:
     captures = r.all(FactKind.GRAPH_CAPTURE)
     # V2 prints "Graph capturing finished" for the profiling capture and again for the real one
     # (gpu/model_runner.py capture_model); V1 prints it once, for the real capture.
     if runner == "V2":
-        profile_capture = captures[0] if captures else None
-        real_capture = captures[-1] if len(captures) >= 2 else None
+        profile_capture, real_capture = _v2_captures(r)
     else:
         profile_capture, real_capture = None, (captures[-1] if captures else None)
     estimates: list[GraphEstimate] = r.all(FactKind.GRAPH_ESTIMATE)
@@ -62,7 +110,7 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
     inferred_zero = False
     if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS)
             and not r.has(FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.GRAPH_ESTIMATE)
-            and not estimates_disabled):
+            and not estimates_disabled and _shows_where_estimate_lines_go(r)):
         # gpu_worker.py prints the advisory and "CUDA graph pool memory" exactly when the estimate
         # is > 0, both before "Actual usage": a rank that printed the latter and neither of the
         # former estimated 0 (MRv2 before it estimated graphs, docs/vllm-startup.md §3.2, or no graphs).
@@ -120,6 +168,13 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
     if graphs.retained is not None:
         notes.append(f"rank {rank}: graph profiling retained {fmt_gib(graphs.retained)} (fork line); graph_pool "
                      f"counts the full {fmt_gib(graphs.estimate)} captured, nothing is subtracted")
+    if (suggested := r.last(FactKind.KV_SUGGESTION)) is not None and suggested < 0:
+        # gpu_worker.py compile_or_warm_up_model: kv_cache_memory_bytes_to_requested_limit = requested
+        # − (total_consumed + peak_activation_memory + CUDA graph memory) − a 150 MiB buffer; below
+        # zero, the rank's use without its KV cache is already over the budget.
+        notes.append(f"rank {rank}: vLLM's --kv-cache-memory suggestion to fit the requested memory is "
+                     f"{fmt_gib(suggested)}, below zero: without its KV cache (and vLLM's 150 MiB buffer) the rank "
+                     f"already uses more than it requested, so no KV cache fits the budget")
     if graphs.inferred_zero and graphs.actual:
         notes.append(f"rank {rank}: vLLM reserved no CUDA graph memory before sizing the KV cache (estimate 0), but "
                      f"capture took {fmt_gib(graphs.actual)}: those bytes were not budgeted")

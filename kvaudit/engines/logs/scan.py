@@ -21,9 +21,10 @@ each hit in place:
 - A few long needles, one `str.find` pass each (long needles are the fast ones), at most
   MAX_NEEDLE_LINES lines each: `Traceback (most recent call last)`, the sign of a boot that died
   whatever its exception; in an excerpt (up to EXCERPT_CHARS) also `failed to start`,
-  `unexpectedly`, Ray's `x across cluster]`, `num_gpu_blocks is: ` and the NPU worker's `, total
-  memory: `. And `", line `, the traceback frames, one regex (in an excerpt everywhere, in a whole
-  log after each traceback header): kept only where the frame names a startup call (its phase)
+  `unexpectedly`, Ray's `x across cluster]`, `num_gpu_blocks is: `, the NPU worker's `, total
+  memory: ` and the NVIDIA driver's `NV_ERR_NO_MEMORY` (a pasted dmesg line). And `", line `,
+  the traceback frames, one regex (in an excerpt everywhere, in a whole log after each traceback
+  header): kept only where the frame names a startup call (its phase)
   or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
 - Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`), looked for in the first
   COMMAND_WINDOW characters only: a command comes before the log it started.
@@ -58,7 +59,8 @@ _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
 V0's `Error executing method 'determine_num_available_blocks'`."""
 _LONG_NEEDLES = ("Traceback (most recent call last)",)
-_EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ")
+_EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
+                    "NV_ERR_NO_MEMORY")
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N

@@ -52,6 +52,7 @@ _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
 _HEAD_MARK = re.compile(
     _LEVELS
     + r"|\d{4}-\d\d-\d\d[T ]\d\d:|\d\d-\d\d \d\d:\d\d"          # an ISO or vLLM timestamp
+    + r"|\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s"                       # a clock time (a retyped or dmesg line)
     + r"|\[[^\]\s]{1,200}\.py:\d{1,7}\]"                      # [file.py:N]
     + r"|\[rank\d{1,6}\]:"                                    # torch.distributed's prefix
     + r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
