@@ -84,7 +84,7 @@ def test_the_example_output_names_its_machine_and_is_the_recorded_one():
 
 def test_in_and_out_names_the_three_ways_and_the_picture():
     section = README.split("## In and out")[1].split("\n## ")[0]
-    for way in ("--config config.yaml", "-- vllm serve ", "-f html", "-f prom", "--write-config"):
+    for way in ("--config configs/examples/serve-tiny.yaml", "-- vllm serve ", "-f html", "-f prom", "--write-config"):
         assert way in section
     assert "docs/html-report.png" in section and (REPO / "docs" / "html-report.png").is_file()
 
@@ -103,7 +103,9 @@ def test_the_in_and_out_commands_run_as_pasted(cli, tmp_path, monkeypatch, real_
     monkeypatch.setattr(engine, "run_audit", run_audit)
     monkeypatch.setattr(engine, "preflight", lambda config: None)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "config.yaml").write_text("# prod\nmodel: org/m\nmax-model-len: 4K\nport: 8000\n", encoding="utf-8")
+    example = tmp_path / "configs" / "examples" / "serve-tiny.yaml"  # the committed one, as the README names it
+    example.parent.mkdir(parents=True)
+    example.write_text((REPO / "configs" / "examples" / "serve-tiny.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     block = README.split("## In and out")[1].split("```bash\n")[1].split("```")[0]
     lines = block.strip().splitlines()
     assert len(lines) == 5 and all(line.startswith("kvaudit ") for line in lines)
@@ -116,9 +118,10 @@ def test_the_in_and_out_commands_run_as_pasted(cli, tmp_path, monkeypatch, real_
         if "--write-config" in argv:
             text = (tmp_path / "safe.yaml").read_text(encoding="utf-8")
             assert text.startswith("# Written by kvaudit ") and " from r.json (" in text.splitlines()[0]
-            assert yaml.safe_load(text)["model"] == "org/m" and "kv-cache-memory-bytes" in yaml.safe_load(text)
-    assert [(c.model, c.max_model_len, c.tensor_parallel_size) for c in booted] == [
-        ("org/m", 4096, 1), ("Qwen/Qwen3-8B", 32768, 2)]
+            written = yaml.safe_load(text)
+            assert written["model"] == "kvaudit/data/tiny-deepseek" and "kv-cache-memory-bytes" in written
+    assert [(c.model, c.max_model_len, c.tensor_parallel_size, c.load_format) for c in booted] == [
+        ("kvaudit/data/tiny-deepseek", 4096, 1, "dummy"), ("Qwen/Qwen3-8B", 32768, 2, None)]
     assert "<svg" in (tmp_path / "r.html").read_text(encoding="utf-8")
     from prometheus_client.parser import text_string_to_metric_families
     names = {f.name for f in text_string_to_metric_families((tmp_path / "kvaudit.prom").read_text(encoding="utf-8"))}
