@@ -16,6 +16,7 @@ the block. Pure Python: no torch, no vllm.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ from kvaudit.schema import (
     Report,
     Source,
     SweepPoint,
+    Verdict,
 )
 from kvaudit.units import fmt_bytes, fmt_tokens
 
@@ -293,8 +295,26 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
         notes.append("on CUDA kvaudit sizes KV in whole blocks whose tensors' allocator segments fit: add up to "
                      "2 MiB per KV tensor to the stated error")
     boots = [_with_every_edit(boot, asked) for boot in boots]
+    predicted = _refused_at_start(dataclasses.replace(predicted, planned_from=measured.source))
     return Plan(report=predicted, measured=measured, edits=changed, ranks=tuple(plan_ranks), kv_error_bytes=error,
                 kv_error_tokens=tokens, boots_needed=tuple(dict.fromkeys(boots)), notes=tuple(dict.fromkeys(notes)))
+
+
+def _refused_at_start(predicted: Report) -> Report:
+    """A planned budget above what the device (the NUMA node on CPU) had free at the measured boot's
+    start is refused by vLLM before it loads anything (its startup memory check: gpu_worker's "Free
+    memory on device … is less than desired GPU memory utilization", cpu_worker's "Available memory
+    on node … is less than desired CPU memory utilization"): the plan's verdict says so and names the
+    most GMU that fits, instead of OK (a README line planned --gmu 0.9 on a node with 0.79 free)."""
+    headroom = predicted.capacity.physical_headroom_bytes
+    if headroom is None or headroom >= 0:
+        return predicted
+    fits = [r.free_at_start_bytes / r.device_total_bytes for r in predicted.ranks
+            if r.free_at_start_bytes is not None and r.device_total_bytes]
+    most = f"; --gmu {math.floor(min(fits) * 100) / 100} or less fits" if fits else ""
+    reason = (f"the planned budget is {fmt_bytes(-headroom)} above what the device had free at the measured boot's "
+              f"start: vLLM refuses to start with it{most}")
+    return dataclasses.replace(predicted, verdict=Verdict.FAIL, verdict_reason=reason)
 
 
 _RUN_OPTIONS = {"gpu_memory_utilization": "--gmu", "cudagraph_capture_sizes": "--cudagraph-sizes"}

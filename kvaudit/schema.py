@@ -587,9 +587,19 @@ class Report:
     rank; absent where the ranks do not say where they ran."""
     repeat: Repeat | None = field(default=None, metadata=OMIT_NONE)
     """Extension (`kvaudit run --repeat N`): the spread over N boots; absent for one boot."""
+    planned_from: Source | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit plan`): the source of the report the plan was made from (`run` or `log`);
+    absent in every other report."""
 
     def binding(self) -> RankReport | None:
         return next((r for r in self.ranks if r.rank == self.capacity.binding_rank), None)
+
+
+def from_log(report: Report) -> bool:
+    """Whether the report's KV figure is a log's (vLLM's own one-pass sizing, not audited): a report
+    read from a log, or a plan made from one. Its flags are then not called safe, and no deployment
+    config is written from it."""
+    return report.source is Source.LOG or report.planned_from is Source.LOG
 
 
 @dataclass(frozen=True)

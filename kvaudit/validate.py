@@ -489,7 +489,8 @@ def report_from_json(data: Any, where: str = "report") -> Report:
             kind=failure.enum("kind", FailureKind), message=failure.str("message") or ""),
         verdict_reason=node.str("verdict_reason", required=False) or "",
         warnings=node.strings("warnings"), kvaudit_version=node.str("kvaudit_version", required=False),
-        nodes=_nodes(node), repeat=_repeat(node.child("repeat", required=False, nullable=True)))
+        nodes=_nodes(node), repeat=_repeat(node.child("repeat", required=False, nullable=True)),
+        planned_from=node.enum("planned_from", Source, required=False, nullable=True))
     _check_rank_references(report, where)
     return report
 

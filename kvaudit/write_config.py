@@ -29,7 +29,7 @@ from typing import Any
 from kvaudit.config import EMBEDDED_DEFAULTS, MODELLED_KEYS, AuditConfig, embedded_model_path
 from kvaudit.errors import UsageError
 from kvaudit.printable import one_line
-from kvaudit.schema import Report, Verdict
+from kvaudit.schema import Report, Verdict, from_log
 from kvaudit.serve_config import YAML_SUFFIXES, Deployment
 
 SAFE_KEYS = ("kv_cache_memory_bytes", "gpu_memory_utilization", "max_model_len")
@@ -67,6 +67,9 @@ def safe_values(report: Report) -> dict[str, Any]:
 def config_refusal(report: Report, exit_code: int) -> str | None:
     """Why no config is written for this report, or None: only a report that fits (exit 0) with
     safe flags is written to a deployment's config."""
+    if from_log(report):
+        return ("its KV figure is a vLLM log's (vLLM's own one-pass sizing, not audited): boot the config with "
+                "`kvaudit run --write-config`")
     if report.failure is not None:
         return f"the boot failed ({report.failure.kind.value}): {report.verdict_reason}"
     if report.verdict is not Verdict.OK or exit_code != 0:

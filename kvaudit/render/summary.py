@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from kvaudit.capacity import safe_kv_bytes
-from kvaudit.schema import Capacity, DiffReport, Report, Source
+from kvaudit.schema import Capacity, DiffReport, Report, Source, from_log
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
 SITES_SHOWN = 3
@@ -142,7 +142,7 @@ def _vllm_suggestion(report: Report) -> str | None:
     safe = safe_kv_bytes(cap)
     if safe is not None and safe != vllm:
         more = vllm - safe
-        theirs = "the flags' bytes above" if report.source is Source.LOG else "kvaudit's safe bytes"
+        theirs = "the flags' bytes above" if from_log(report) else "kvaudit's safe bytes"
         text += f": {fmt_bytes(abs(more))} {'more' if more > 0 else 'less'} than {theirs}"
     return text
 
@@ -160,8 +160,9 @@ FLAG_LABELS = (SAFE_FLAGS_LABEL, LOWERED_FLAGS_LABEL, LOG_FLAGS_LABEL)
 
 
 def flags_label(report: Report) -> str:
-    """The label of the flags to paste: safe, unless --verify failed or they come from a log."""
-    if report.source is Source.LOG:
+    """The label of the flags to paste: safe, unless --verify failed or they come from a log (or a plan
+    made from one: schema.from_log)."""
+    if from_log(report):
         return LOG_FLAGS_LABEL
     return LOWERED_FLAGS_LABEL if report.verify is not None and not report.verify.ok else SAFE_FLAGS_LABEL
 

@@ -588,3 +588,41 @@ def test_every_format_draws_a_plan_through_the_one_dispatch(run1, fmt):
         assert "Planned vs measured" in text
     else:
         assert 'source="plan"' in text
+
+
+# -- what a plan may promise ------------------------------------------------------------------
+
+def test_a_plan_made_from_a_log_does_not_call_its_flags_safe_nor_writes_a_config():
+    # the H200's vLLM 0.33 log of V3 dims + MTP: its KV figure is vLLM's one-pass sizing, which overran
+    # --verify by 2.00 GiB; a plan of it called the same bytes "safe" and wrote them into a deployment config
+    from kvaudit.render import summary
+    from kvaudit.schema import dumps, from_log
+    from kvaudit.validate import report_from_json
+    from kvaudit.write_config import config_refusal
+    log = load_report(Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "gpu-0.33-v2-h200-deepseek-v3-mtp.log")
+    plan = plan_report(log, Edits(max_model_len=16384))
+    assert plan.report.source is Source.PLAN and plan.report.planned_from is Source.LOG and from_log(plan.report)
+    assert plan.report.capacity.safe_serve_flags and summary.flags_label(plan.report) == summary.LOG_FLAGS_LABEL
+    assert config_refusal(plan.report, 0) == ("its KV figure is a vLLM log's (vLLM's own one-pass sizing, not "
+                                              "audited): boot the config with `kvaudit run --write-config`")
+    # the saved plan keeps where it came from, so `kvaudit show plan.json` labels it alike
+    again = report_from_json(json.loads(dumps(plan.report)))
+    assert again.planned_from is Source.LOG and summary.flags_label(again) == summary.LOG_FLAGS_LABEL
+
+
+def test_a_plan_of_a_run_says_so_and_keeps_its_safe_flags(run1):
+    from kvaudit.render import summary
+    plan = plan_report(run1, Edits(gpu_memory_utilization=0.2))
+    assert plan.report.planned_from is Source.RUN and summary.flags_label(plan.report) == summary.SAFE_FLAGS_LABEL
+
+
+def test_a_budget_above_what_was_free_at_start_is_a_refused_boot_not_ok():
+    # the EPYC's run (node 23.54 GiB, 19.92 GiB free at start): --gmu 0.9 asks 21.19 GiB, which vLLM's CPU
+    # worker refuses before loading anything; the plan said OK and wrote it into a config
+    run = load_report(RESULTS / "cpu-mla-epyc-run.json")
+    plan = plan_report(run, Edits(gpu_memory_utilization=0.9))
+    assert plan.report.verdict is Verdict.FAIL and plan.report.capacity.physical_headroom_bytes < 0
+    assert plan.report.verdict_reason.startswith("the planned budget is 1.26 GiB above what the device had free at "
+                                                 "the measured boot's start: vLLM refuses to start with it")
+    assert plan.report.verdict_reason.endswith("; --gmu 0.84 or less fits")
+    assert plan_report(run, Edits(gpu_memory_utilization=0.84)).report.verdict is Verdict.OK

@@ -126,4 +126,4 @@ def test_the_in_and_out_commands_run_as_pasted(cli, tmp_path, monkeypatch, real_
     from prometheus_client.parser import text_string_to_metric_families
     names = {f.name for f in text_string_to_metric_families((tmp_path / "kvaudit.prom").read_text(encoding="utf-8"))}
     assert "kvaudit_owner_bytes" in names
-    assert yaml.safe_load((tmp_path / "safe.yaml").read_text(encoding="utf-8"))["gpu-memory-utilization"] == 0.9
+    assert yaml.safe_load((tmp_path / "safe.yaml").read_text(encoding="utf-8"))["gpu-memory-utilization"] == 0.2
