@@ -179,11 +179,11 @@ def cpu_default_gmu(total_bytes: int, available_bytes: int, tp: int, wanted_byte
     return max(min(wanted, fits), 0.01)
 
 
-def cpu_gmu_note(gmu: float, total_bytes: int, available_bytes: int, tp: int, wanted_bytes: int) -> str:
+def cpu_gmu_note(gmu: float, total_bytes: int, available_bytes: int, tp: int, wanted_bytes: int, node: int = 0) -> str:
     """The report's note that says where a CPU default GMU came from: it differs by machine."""
     from kvaudit.units import fmt_gib
     return (f"note: gpu_memory_utilization {gmu} is kvaudit's CPU default here: about {fmt_gib(wanted_bytes)} per "
-            f"rank of NUMA node 0's {fmt_gib(total_bytes)}, at most {CPU_NODE_SHARE:.0%} of its "
+            f"rank of NUMA node {node}'s {fmt_gib(total_bytes)}, at most {CPU_NODE_SHARE:.0%} of its "
             f"{fmt_gib(available_bytes)} available / tp {tp}, in steps of 0.01; pass --gmu to set it")
 
 

@@ -5,6 +5,7 @@ baseline (concurrent workers on the same node would otherwise land in this rank'
 from __future__ import annotations
 
 import gc
+import os
 import re
 from pathlib import Path
 
@@ -22,7 +23,52 @@ def _status() -> dict[str, int]:
 def node_meminfo(node: int = 0) -> tuple[int, int]:
     """(total, available) of a NUMA node, the way vLLM's CPU worker reads them
     (vllm/utils/cpu_resource_utils.py get_memory_node_info): MemTotal, and
-    MemFree + Active(file) + Inactive(file) + SReclaimable; /proc/meminfo when there is no node file."""
+    MemFree + Active(file) + Inactive(file) + SReclaimable; /proc/meminfo when there is no node file;
+    both clamped by a container's memory limit (cgroup_clamp), as vLLM 0.32 does."""
+    total, available = _node_meminfo(node)
+    return cgroup_clamp(total, available)
+
+
+def cgroup_clamp(total: int, available: int, root: Path = Path("/sys/fs/cgroup")) -> tuple[int, int]:
+    """vLLM 0.32's clamp of a node's figures by the cgroup memory limit (get_cgroup_memory_limit and
+    get_cgroup_memory_usage): v2 `memory.max` / `memory.current`, else v1 `memory/memory.limit_in_bytes`
+    (2^62 and above: no limit) / `memory.usage_in_bytes`; below the node's total, the limit is the total
+    and limit − usage caps what is available. Without it, a pod's --gmu was read against the host."""
+    limit = _read_int(root / "memory.max")
+    usage = _read_int(root / "memory.current") if limit is not None else None
+    if limit is None:
+        limit = _read_int(root / "memory" / "memory.limit_in_bytes")
+        if limit is not None and limit >= 1 << 62:
+            limit = None
+        usage = _read_int(root / "memory" / "memory.usage_in_bytes") if limit is not None else None
+    if limit is not None and limit < total:
+        return limit, max(0, min(available, limit - (usage or 0)))
+    return total, available
+
+
+def _read_int(path: Path) -> int | None:
+    """A file holding one integer (vLLM's _read_int_file): None when absent, unreadable or not one
+    (cgroup v2 writes `max` for no limit)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def current_node() -> int:
+    """The NUMA node of this process's first allowed CPU, the node vLLM's CPU worker sizes from
+    (cpu_worker.py: the worker's first CPU's numa_node); 0 where the system does not say."""
+    try:
+        first = min(os.sched_getaffinity(0))
+        for entry in Path(f"/sys/devices/system/cpu/cpu{first}").iterdir():
+            if entry.name.startswith("node") and entry.name[4:].isdigit():
+                return int(entry.name[4:])
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 0
+
+
+def _node_meminfo(node: int) -> tuple[int, int]:
     path = Path(f"/sys/devices/system/node/node{node}/meminfo")
     fields: dict[str, int] = {}
     if path.exists():

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines.journal import Journal
-from kvaudit.engines.probes.host import node_meminfo
+from kvaudit.engines.probes.host import current_node, node_meminfo
 from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
 from kvaudit.engines.trace import TRACE_ENV
 from kvaudit.engines.vllm import multinode, resolved
@@ -48,11 +48,12 @@ def cpu_defaults(config: AuditConfig) -> tuple[AuditConfig, str | None]:
     changes: dict[str, Any] = {}
     note = None
     if config.gpu_memory_utilization is None:
-        total, available = node_meminfo(0)
+        node = current_node()  # the node vLLM's CPU worker sizes from
+        total, available = node_meminfo(node)
         tp = config.tensor_parallel_size or 1
         gmu = cpu_default_gmu(total, available, tp, CPU_RUN_REQUEST_BYTES)
         changes["gpu_memory_utilization"] = gmu
-        note = cpu_gmu_note(gmu, total, available, tp, CPU_RUN_REQUEST_BYTES)
+        note = cpu_gmu_note(gmu, total, available, tp, CPU_RUN_REQUEST_BYTES, node)
     if config.enforce_eager is None:
         changes["enforce_eager"] = True
     return config.replace(**changes), note

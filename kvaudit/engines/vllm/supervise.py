@@ -139,7 +139,7 @@ def preflight(config: AuditConfig) -> None:
     if refused:
         raise UsageError(refused)
     if devices is not None and devices[1] == CPU_CORES and config.gpu_memory_utilization is not None:
-        _check_node_memory(config.gpu_memory_utilization)
+        _check_node_memory(config.gpu_memory_utilization, local)
     if any(config.extra_args.get(k) is not None for k in ("hf_overrides", "hf_config_path")):
         hf: dict[str, Any] = {}  # vLLM reads another config.json, or edits it: its heads and limits are vLLM's to check
     elif isinstance(model, str) and not Path(model).expanduser().exists():
@@ -185,23 +185,26 @@ def _device_count() -> tuple[int, str] | None:
 CPU_CORES = "CPU cores on the CPU backend"
 
 
-def _check_node_memory(gmu: float) -> None:
-    """vLLM's CPU worker refuses to start where ceil(the NUMA node's total × GMU) is above what the node
-    has available (vllm/v1/worker/cpu_worker.py, init_device), after the engine has started (a newcomer's
-    `--gmu 0.95` failed 28 s in, exit 3): refused here, from the node's meminfo, exit 2 with the most GMU
-    that passes that check now (kvaudit's own CPU default, when --gmu is left out, takes less)."""
+def _check_node_memory(gmu: float, ranks: int = 1) -> None:
+    """vLLM's CPU worker refuses to start where ceil(its NUMA node's total × GMU) is above what the node
+    has available (vllm/v1/worker/cpu_worker.py init_device; both figures clamped by a container's memory
+    limit: probes.host.node_meminfo), after the engine has started (a newcomer's `--gmu 0.95` failed 28 s
+    in, exit 3): refused here, exit 2, from the node of this process's first CPU, the check being
+    vLLM's own. The GMU it names shares what is available among this node's `ranks` (each worker
+    reserves its own share), at least 0.01."""
     import math
 
-    from kvaudit.engines.probes.host import node_meminfo
+    from kvaudit.engines.probes.host import current_node, node_meminfo
     from kvaudit.units import fmt_gib
+    node = current_node()
     try:
-        total, available = node_meminfo(0)
+        total, available = node_meminfo(node)
     except (OSError, KeyError, ValueError):  # no meminfo to read: vLLM's own check decides
         return
     requested = math.ceil(total * gmu)
     if total > 0 and requested > available:
-        most = math.floor(available / total * 100) / 100
-        raise UsageError(f"--gmu {gmu} asks {fmt_gib(requested)} of NUMA node 0's {fmt_gib(total)}, and "
+        most = max(math.floor(available / total / max(ranks, 1) * 100) / 100, 0.01)
+        raise UsageError(f"--gmu {gmu} asks {fmt_gib(requested)} of NUMA node {node}'s {fmt_gib(total)}, and "
                          f"{fmt_gib(available)} is available now: vLLM's CPU worker refuses that at start; pass "
                          f"--gmu {most} or less, or leave --gmu out for kvaudit's CPU default")
 
