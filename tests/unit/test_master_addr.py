@@ -1,11 +1,8 @@
-"""`kvaudit run … -- --nnodes N --node-rank K --master-addr HOST`: a HOST the resolver says does not
-exist is refused before any boot (a node waited in silence at a placeholder until the timeout); the
-resolver is stood in, so the answer is the same on every machine."""
+"""`kvaudit run … -- --nnodes N --node-rank K --master-addr ADDR`: an ADDR that is neither an IP address
+nor a host name is refused before any boot (a node waited in silence at the README's `HEAD_IP` placeholder
+until the timeout). Decided from the text alone, so the answer is the same on every machine and network."""
 
 from __future__ import annotations
-
-import socket
-import time
 
 import pytest
 
@@ -17,29 +14,19 @@ def config(**extra) -> AuditConfig:
     return AuditConfig(tensor_parallel_size=2, extra_args={"nnodes": 2, "node_rank": 1, **extra})
 
 
-def no_such_host(host):
-    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+@pytest.mark.parametrize("address", ["HEAD_IP", "head node", "-head", "a..b", "x" * 64 + ".example", "", "http://h"])
+def test_what_names_no_host_is_refused_naming_the_fix(address):
+    assert multinode.master_addr_refusal(config(master_addr=address)) == (
+        f"--master-addr {address} is neither an IP address nor a host name (a host name holds letters, digits, "
+        f"hyphens and dots only): pass node 0's IP address or host name")
 
 
-def test_a_placeholder_is_refused_naming_the_fix():
-    assert multinode.master_addr_refusal(config(master_addr="HEAD_IP"), no_such_host) == (
-        "--master-addr HEAD_IP names no host this machine can resolve (Name or service not known): pass node 0's "
-        "IP address or host name")
+@pytest.mark.parametrize("address", ["10.0.0.1", "::1", "[::1]", "2001:db8::5", "fe80::1%eth0", "head-0",
+                                     "vllm-head.default.svc.cluster.local", "node7.", "localhost"])
+def test_an_address_or_a_host_name_passes_resolvable_now_or_not(address):
+    assert multinode.master_addr_refusal(config(master_addr=address)) is None
 
 
-@pytest.mark.parametrize("extra", [{"master_addr": "10.0.0.1"}, {}, {"master_addr": "HEAD_IP", "nnodes": 1}])
-def test_an_address_that_resolves_none_given_or_one_node_passes(extra):
-    assert multinode.master_addr_refusal(config(**extra), lambda host: [("inet", host)]) is None
-    if extra.get("nnodes") == 1 or not extra:  # the resolver is not even asked
-        assert multinode.master_addr_refusal(config(**extra), no_such_host) is None
-
-
-def test_a_resolver_that_does_not_answer_in_time_leaves_it_to_vllm(monkeypatch):
-    monkeypatch.setattr(multinode, "RESOLVE_S", 0.2)
-    start = time.monotonic()
-    assert multinode.master_addr_refusal(config(master_addr="slow.example"), lambda host: time.sleep(5)) is None
-    assert time.monotonic() - start < 2
-
-
-def test_the_real_resolver_knows_a_literal_address():
-    assert multinode.master_addr_refusal(config(master_addr="127.0.0.1")) is None
+@pytest.mark.parametrize("extra", [{}, {"master_addr": "HEAD_IP", "nnodes": 1}])
+def test_one_node_or_no_address_is_not_judged(extra):
+    assert multinode.master_addr_refusal(config(**extra)) is None

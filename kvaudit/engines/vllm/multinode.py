@@ -16,6 +16,7 @@ stops its workers; when node 0 is gone (its store stops answering), it stops the
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -57,37 +58,31 @@ def refusal(config: AuditConfig, platform: Any) -> str | None:
     return None
 
 
-RESOLVE_S = 3.0
-"""How long preflight waits for --master-addr to resolve before it leaves the question to vLLM."""
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+"""One label of a host name (RFC 1123): letters, digits and hyphens, 1–63, no hyphen at either end."""
 
 
-def master_addr_refusal(config: AuditConfig, resolve: Callable[[str], Any] | None = None) -> str | None:
-    """A --master-addr of a boot over several nodes that names no host, in one line (exit 2), else None:
-    node K waited in silence for node 0 at a placeholder (`--master-addr HEAD_IP`, as a README line has
-    it) until the 1800 s timeout. Asked of the system's resolver for at most RESOLVE_S seconds; an
-    address it cannot answer for in time (a slow DNS) is not refused."""
-    import socket
+def master_addr_refusal(config: AuditConfig) -> str | None:
+    """A --master-addr of a boot over several nodes that is neither an IP address nor a host name, in
+    one line (exit 2), else None: node K waited in silence for node 0 at a placeholder (`--master-addr
+    HEAD_IP`: `_` is in no host name) until the 1800 s timeout. Decided from the text alone, no resolver
+    asked: a well-formed name that does not resolve yet (a service published once node 0 is up) is
+    vLLM's to wait for."""
+    import ipaddress
     address = config.extra_args.get("master_addr")
-    if config.extra_args.get("nnodes") in (None, 1) or not isinstance(address, str) or not address:
+    if config.extra_args.get("nnodes") in (None, 1) or not isinstance(address, str):
         return None
-    resolve = resolve or (lambda host: socket.getaddrinfo(host, None))
-    outcome: dict[str, BaseException | None] = {}
-
-    def ask() -> None:
-        try:
-            resolve(address)
-            outcome["error"] = None
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            outcome["error"] = exc
-    thread = threading.Thread(target=ask, daemon=True)
-    thread.start()
-    thread.join(RESOLVE_S)
-    error = outcome.get("error")
-    if isinstance(error, socket.gaierror):
-        return (f"--master-addr {address} names no host this machine can resolve ({error.strerror or error}): pass "
-                f"node 0's IP address or host name")
-    return None
-
+    bare = address[1:-1] if address.startswith("[") and address.endswith("]") else address
+    try:
+        ipaddress.ip_address(bare.split("%", 1)[0])  # an IPv6 literal may carry a zone (fe80::1%eth0)
+        return None
+    except ValueError:
+        pass
+    name = bare[:-1] if bare.endswith(".") else bare
+    if name and len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split(".")):
+        return None
+    return (f"--master-addr {address} is neither an IP address nor a host name (a host name holds letters, digits, "
+            f"hyphens and dots only): pass node 0's IP address or host name")
 
 def carry_env_to_ray() -> None:
     """vLLM's Ray executor copies only some variables to its workers (vllm/ray/ray_env.py): add
