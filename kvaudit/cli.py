@@ -444,12 +444,13 @@ def main() -> None:
             _stdout_closed()
         raise
     except Exception as exc:  # a bug: still one line, the traceback on request
-        if isinstance(exc, OSError) and exc.errno in _FULL:  # the machine's, not a bug: no traceback to ask for
-            typer.echo(f"kvaudit: error: could not write: {exc.strerror or exc} (free space or a writable place, "
-                       f"then run it again)", err=True)
-            sys.exit(int(ExitCode.INCOMPLETE))
         if os.environ.get("KVAUDIT_DEBUG"):
             raise
+        if isinstance(exc, OSError) and exc.errno in _FULL:  # the machine's, not a bug: named with its file
+            where = f" {exc.filename}" if exc.filename else ""
+            typer.echo(f"kvaudit: error: could not write{where}: {exc.strerror or exc} (free space or a writable "
+                       f"place, then run it again)", err=True)
+            sys.exit(int(ExitCode.INCOMPLETE))
         typer.echo(f"kvaudit: internal error: {type(exc).__name__}: {one_line(str(exc))} (KVAUDIT_DEBUG=1 shows "
                    f"the traceback)",
                    err=True)
