@@ -90,6 +90,11 @@ class AuditConfig:
             raise UsageError(dcp_rule)
         if self.num_speculative_tokens is not None and self.speculative_method is None:
             raise UsageError("num_speculative_tokens needs a speculative method: pass --mtp N")
+        drafts = self.num_speculative_tokens
+        if isinstance(drafts, bool) or (isinstance(drafts, int) and drafts < 1):
+            # vLLM's SpeculativeConfig takes num_speculative_tokens > 0, and says so after its 10 s import
+            raise UsageError(f"num_speculative_tokens must be a positive integer, got {drafts!r} (no speculation: "
+                             f"--mtp 0, or leave speculative_config out)")
         for key in self.extra_args:
             if key.replace("-", "_").lstrip("_") in REFUSED_ARGS:
                 raise UsageError(f"refusing --{key.replace('_', '-')}: it fixes the KV size and bypasses the "

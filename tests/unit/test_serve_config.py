@@ -6,6 +6,7 @@ holds it against vLLM's real parser."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -413,3 +414,14 @@ def test_the_readme_s_example_serve_config_names_the_tiny_model_with_dummy_weigh
     d = read_deployment(config_file=path)
     assert d.model == "kvaudit/data/tiny-deepseek" and d.model_from_file
     assert d.file_values == {"load_format": "dummy", "max_model_len": 4096, "max_num_seqs": 8}
+
+
+@pytest.mark.parametrize("tokens", [-1, 0, True])
+def test_a_speculative_config_with_no_positive_token_count_is_refused_before_the_boot(tmp_path, tokens):
+    # vLLM's SpeculativeConfig takes num_speculative_tokens > 0 and said so after its import; --mtp -1 was refused,
+    # the same count from a config file went to the boot
+    from kvaudit.errors import UsageError
+    path = tmp_path / "c.yaml"
+    path.write_text(f"model: m\nspeculative-config: {{method: mtp, num_speculative_tokens: {json.dumps(tokens)}}}\n")
+    with pytest.raises(UsageError, match=r"num_speculative_tokens must be a positive integer"):
+        build(preset=path)
