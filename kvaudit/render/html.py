@@ -344,6 +344,7 @@ def plan_source(plan: Plan) -> str:
 def plan_table(plan: Plan) -> str:
     """Per rank and owner: measured, planned, the change, how it was obtained and its error; then
     the KV figure."""
+    from kvaudit.render.plan import KV_AVAILABLE_RULE
     measured = {r.rank: r for r in plan.measured.ranks}
     rows = []
     for rank in plan.ranks:
@@ -360,7 +361,7 @@ def plan_table(plan: Plan) -> str:
                               else rank.kv_available_bytes - before, signed=True),
                      "scaled" if rank.kv_available_bytes is not None else "unknown",
                      "" if rank.kv_error_bytes is None else f"± {fmt_bytes(rank.kv_error_bytes)}",
-                     "requested − the measured sizing charge, moved by each edited owner"))
+                     KV_AVAILABLE_RULE))
     return rows_table(("rank", "owner", "measured (GiB)", "planned (GiB)", "change", "how", "error", "rule"),
                       rows, ("num", "word", "num", "num", "num", "word", "num", "text"))
 

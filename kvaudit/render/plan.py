@@ -14,6 +14,10 @@ from kvaudit.render import Format, printable_stream, reporter
 from kvaudit.render.markdown_text import text as markdown_text
 from kvaudit.units import fmt_bytes, fmt_gib3, fmt_tokens
 
+KV_AVAILABLE_RULE = ("requested − the measured sizing charge, moved by each edited owner (error: the owners' alone, "
+                     "before whole blocks)")
+"""How a plan's per-rank kv_available is obtained, in the CSV's and the HTML page's rule column."""
+
 
 def render_plan(plan: Plan, fmt: Format, out: TextIO, *, width: int | None = None) -> None:
     """A plan in `fmt`, through the one format dispatch (render.reporter: every format's
@@ -34,7 +38,7 @@ def write_plan_csv(plan: Plan, out: TextIO) -> None:
         writer.writerow([rank.rank, "kv_available", kv,
                          How.SCALED.value if rank.kv_available_bytes is not None else How.UNKNOWN.value,
                          "" if rank.kv_error_bytes is None else rank.kv_error_bytes, False,
-                         "requested − the measured sizing charge, moved by each edited owner", "", ""])
+                         KV_AVAILABLE_RULE, "", ""])
 
 
 def write_plan_lines(plan: Plan, out: TextIO, *, markdown: bool) -> None:
