@@ -323,6 +323,7 @@ def _check_write_config(path: Optional[Path]) -> None:
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 """A disk full, over quota or read-only when output is written (`> /dev/full`)."""
 
+
 def check_seconds(flag: str, seconds: float) -> None:
     """A time limit is a number of seconds above 0 (0, a negative or nan would end every boot at once, or
     never): exit 2 naming the flag, before anything starts."""

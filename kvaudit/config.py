@@ -179,9 +179,16 @@ def cpu_default_gmu(total_bytes: int, available_bytes: int, tp: int, wanted_byte
     """The GMU kvaudit picks on CPU when none is given: `wanted_bytes` per rank, capped so every
     rank together takes at most CPU_NODE_SHARE of what the node has available now (vLLM's CPU
     default 0.92 is refused there, and 0.98 of the node would starve the machine)."""
-    fits = math.floor(CPU_NODE_SHARE * available_bytes / total_bytes / tp * 100) / 100
+    fits = node_gmu_share(CPU_NODE_SHARE * available_bytes, total_bytes, tp)
     wanted = math.ceil(wanted_bytes / total_bytes * 100) / 100
     return max(min(wanted, fits), 0.01)
+
+
+def node_gmu_share(available_bytes: float, total_bytes: int, ranks: int) -> float:
+    """The GMU, in steps of 0.01 rounded down, that gives each of `ranks` an equal share of
+    `available_bytes` of a node of `total_bytes` (kvaudit's CPU default, and the most GMU a refused
+    `--gmu` names)."""
+    return math.floor(available_bytes / total_bytes / max(ranks, 1) * 100) / 100
 
 
 def cpu_gmu_note(gmu: float, total_bytes: int, available_bytes: int, tp: int, wanted_bytes: int, node: int = 0) -> str:

@@ -309,9 +309,8 @@ def _refused_at_start(predicted: Report) -> Report:
     headroom = predicted.capacity.physical_headroom_bytes
     if headroom is None or headroom >= 0:
         return predicted
-    fits = [r.free_at_start_bytes / r.device_total_bytes for r in predicted.ranks
-            if r.free_at_start_bytes is not None and r.device_total_bytes]
-    most = f"; --gmu {math.floor(min(fits) * 100) / 100} or less fits" if fits else ""
+    ceiling = gmu_ceiling(predicted.ranks)  # vLLM's own bound, to 4 decimals; said in steps of 0.01
+    most = f"; --gmu {math.floor(ceiling * 100) / 100} or less fits" if ceiling is not None else ""
     reason = (f"the planned budget is {fmt_bytes(-headroom)} above what the device had free at the measured boot's "
               f"start: vLLM refuses to start with it{most}")
     return dataclasses.replace(predicted, verdict=Verdict.FAIL, verdict_reason=reason)

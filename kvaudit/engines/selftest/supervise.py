@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kvaudit.assemble import BootRecord, report_of, verify_summary
 from kvaudit.capacity import KvGeometry
-from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_gmu, cpu_gmu_note
+from kvaudit.config import CPU_SELFTEST_REQUEST_BYTES, AuditConfig, cpu_default_gmu, cpu_gmu_note, node_gmu_share
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import Candidate, Evidence, decide_failure, rank_error_failure
 from kvaudit.engines.isolation import installed_only_env
@@ -98,7 +98,7 @@ def check_options(opts: SelftestOptions) -> None:
         total, available = node_meminfo(0)
         asked = math.ceil(total * gmu) * opts.tensor_parallel_size
         if asked > available:
-            most = math.floor(available / opts.tensor_parallel_size / total * 100) / 100
+            most = node_gmu_share(available, total, opts.tensor_parallel_size)
             raise UsageError(f"--gmu {gmu} asks {fmt_gib(asked)} of the host for {opts.tensor_parallel_size} rank(s), "
                              f"and {fmt_gib(available)} is available: pass --gmu {most} or less (or leave it out)")
 

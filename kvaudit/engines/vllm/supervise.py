@@ -19,7 +19,7 @@ from typing import Any
 
 from kvaudit.assemble import BootRecord, Stated, report_of, scenario_summary, verify_of_scenarios, verify_summary
 from kvaudit.capacity import KvGeometry
-from kvaudit.config import AuditConfig, config_from_json
+from kvaudit.config import AuditConfig, config_from_json, node_gmu_share
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import (
     Candidate,
@@ -203,7 +203,7 @@ def _check_node_memory(gmu: float, ranks: int = 1) -> None:
         return
     requested = math.ceil(total * gmu)
     if total > 0 and requested > available:
-        most = max(math.floor(available / total / max(ranks, 1) * 100) / 100, 0.01)
+        most = max(node_gmu_share(available, total, ranks), 0.01)
         raise UsageError(f"--gmu {gmu} asks {fmt_gib(requested)} of NUMA node {node}'s {fmt_gib(total)}, and "
                          f"{fmt_gib(available)} is available now: vLLM's CPU worker refuses that at start; pass "
                          f"--gmu {most} or less, or leave --gmu out for kvaudit's CPU default")
