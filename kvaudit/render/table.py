@@ -74,7 +74,7 @@ class _TablePage(Page):
         width = self.con.width
         self.con.width = max(width, natural)  # print(width=…) cannot widen past the console's own
         try:
-            self.con.print(table, crop=False)
+            self.con.print(table)
         finally:
             self.con.width = width
 
