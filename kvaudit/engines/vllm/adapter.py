@@ -67,7 +67,13 @@ def allocator_split_scope(worker: Any) -> Any:
 
 
 def uses_v2_runner(worker: Any) -> bool:
-    return bool(getattr(worker, "use_v2_model_runner", False))
+    """Whether the worker runs Model Runner V2: its own flag where vLLM has one (0.29 to 0.33 pick a
+    runner per model), else the runner's class (0.34 removed V1's runner and the flag with it:
+    every GPU worker runs vllm.v1.worker.gpu.model_runner; 0.22 to 0.28 have V1 only)."""
+    flag = getattr(worker, "use_v2_model_runner", None)
+    if flag is not None:
+        return bool(flag)
+    return type(getattr(worker, "model_runner", None)).__module__.startswith(_R2.rsplit(".", 1)[0] + ".")
 
 
 def model_runner_name(worker: Any) -> str:
@@ -745,14 +751,6 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
         Hook(_W, "Worker.get_kv_cache_spec"),
         Hook(_W, "kernel_warmup", takes=("worker",)),
         Hook("vllm.config", "CUDAGraphMode"),
-        Hook(_R, "GPUModelRunner.profile_run"),
-        Hook(_R, "GPUModelRunner.profile_cudagraph_memory"),
-        Hook(_R, "GPUModelRunner.capture_model"),
-        Hook(_R, "GPUModelRunner.initialize_kv_cache", takes=("kv_cache_config",)),
-        Hook(_R, "GPUModelRunner._init_minimal_kv_cache_for_profiling"),
-        Hook(_R, "GPUModelRunner._cleanup_profiling_kv_cache"),
-        Hook(_R, "GPUModelRunner._dummy_run", takes=("num_tokens", "skip_eplb", "cudagraph_runtime_mode")),
-        Hook(_R, "GPUModelRunner._dummy_sampler_run", takes=("hidden_states",)),
         Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper._all_instances"),
         Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.clear_all_graphs"),
         Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.graph_pool"),
@@ -762,6 +760,16 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
         Hook("vllm.compilation.counter", "compilation_counter"),
         Hook("vllm.compilation.counter", "CompilationCounter.num_cudagraph_captured"),
         Hook("vllm.compilation.counter", "CompilationCounter.num_gpu_runner_capture_triggers"),
+    ),
+    "gpu-v1": (  # required where this vLLM has the V1 runner (vllm/v1/worker/gpu_model_runner.py, 0.22 to 0.33)
+        Hook(_R, "GPUModelRunner.profile_run"),
+        Hook(_R, "GPUModelRunner.profile_cudagraph_memory"),
+        Hook(_R, "GPUModelRunner.capture_model"),
+        Hook(_R, "GPUModelRunner.initialize_kv_cache", takes=("kv_cache_config",)),
+        Hook(_R, "GPUModelRunner._init_minimal_kv_cache_for_profiling"),
+        Hook(_R, "GPUModelRunner._cleanup_profiling_kv_cache"),
+        Hook(_R, "GPUModelRunner._dummy_run", takes=("num_tokens", "skip_eplb", "cudagraph_runtime_mode")),
+        Hook(_R, "GPUModelRunner._dummy_sampler_run", takes=("hidden_states",)),
     ),
     "gpu-v2": (  # required where this vLLM has Model Runner V2 (vllm/v1/worker/gpu/model_runner.py)
         Hook(_R2, "GPUModelRunner.profile_run"),
@@ -782,8 +790,10 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
     ),
 }
 """Every vLLM name the audit worker and this adapter need, by backend (and for a run across nodes).
-A hook's `calls` may be made by the method itself or by a method of the same class it calls
-(0.33: Worker.compile_or_warm_up_model delegates to _compile_or_warm_up_model)."""
+A GPU vLLM needs the hooks of each model runner it has (gpu-v1, gpu-v2), and at least one runner:
+0.22 to 0.28 have V1 only, 0.29 to 0.33 both, 0.34 MRv2 only (V1's runner was removed). A hook's
+`calls` may be made by the method itself or by a method of the same class it calls (0.33:
+Worker.compile_or_warm_up_model delegates to _compile_or_warm_up_model)."""
 
 _B, _P, _U = "vllm.v1.core.kv_cache_config_builder", "vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils"
 
@@ -852,7 +862,8 @@ def branches(index: Any) -> dict[str, bool]:
     - v2_long_prefill: MRv2's _dummy_run takes a context length, so the long-prefill probe runs
       before KV (long_prefill_shape)."""
     cg = "vllm.v1.worker.gpu.cudagraph_utils"
-    profile_run = index.member(_R, "GPUModelRunner", "profile_run") or {}
+    profile_run = (index.member(_R, "GPUModelRunner", "profile_run")  # V1, or MRv2 where V1 is gone (0.34)
+                   or index.member(_R2, "GPUModelRunner", "profile_run") or {})
     return {
         "profile_run_randomize_inputs": "randomize_inputs" in profile_run.get("params", ()),
         "cpu_should_warm_up_model": index.member("vllm.v1.worker.cpu_worker", "CPUWorker",
@@ -908,10 +919,17 @@ def missing_hooks(index: Any, backend: str, multinode: bool = False) -> list[str
     `multinode`: the run spans nodes, so the multi-node hooks count too."""
     hooks = list(HOOKS["any"]) + list(HOOKS[backend]) + (list(HOOKS["multinode"]) if multinode else [])
     groups: list[tuple[tuple[Hook, ...], ...]] = []
-    if backend == "gpu" and index.has_module(_R2):
-        hooks += HOOKS["gpu-v2"]
-        groups.append(ANY_OF["gpu-v2"])
-    out = [gap for hook in hooks for gap in _hook_gaps(index, hook)]
+    runners: list[str] = []
+    if backend == "gpu":
+        if index.has_module(_R):
+            hooks += HOOKS["gpu-v1"]
+            runners.append(_R)
+        if index.has_module(_R2):
+            hooks += HOOKS["gpu-v2"]
+            groups.append(ANY_OF["gpu-v2"])
+            runners.append(_R2)
+    out = [] if runners or backend != "gpu" else [f"{_R}.GPUModelRunner or {_R2}.GPUModelRunner"]
+    out += [gap for hook in hooks for gap in _hook_gaps(index, hook)]
     for sets in groups:
         gaps = [[gap for hook in hooks_ for gap in _hook_gaps(index, hook)] for hooks_ in sets]
         if all(gaps):

@@ -26,7 +26,7 @@ from kvaudit.engines.probes.nvml import OTHERS_ENV, nvml_used_by_device
 from kvaudit.engines.trace import TRACE_ENV
 from kvaudit.engines.vllm import multinode, resolved
 from kvaudit.engines.vllm.adapter import dcp_refusal, support, uses_mla
-from kvaudit.engines.vllm.engine_args import engine_kwargs
+from kvaudit.engines.vllm.engine_args import engine_kwargs, extensible_off_note
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
@@ -180,6 +180,9 @@ def main(argv: list[str]) -> int:
         except ValueError as exc:
             result.set(error={"type": "UsageError", "message": str(exc)}, stage="boot")
             return 2
+    kwargs = engine_kwargs(config, WORKERS[backend])
+    note = extensible_off_note(kwargs, config, getattr(vllm, "__version__", "unknown"))
+    notes += [note] if note else []
     versions = {"vllm": getattr(vllm, "__version__", None), "torch": torch.__version__,
                 "cuda": getattr(torch.version, "cuda", None), "backend": backend}
     result.set(config=config.to_json(), versions=versions, env=memory_env(), notes=notes, stage="boot")
@@ -200,7 +203,7 @@ def main(argv: list[str]) -> int:
             return 1
     boot_journal.write({"type": "boot", "config": config.to_json(), **versions, "stage": "vLLM: creating the engine"})
     try:
-        llm = LLM(**engine_kwargs(config, WORKERS[backend]))
+        llm = LLM(**kwargs)
     except BaseException as exc:
         if refused_config(exc, Path(spec["journal_dir"])):
             result.set(error={"type": "UsageError", "message": f"vLLM refused the configuration: {reason(exc)}"},

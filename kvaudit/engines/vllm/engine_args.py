@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvaudit.config import AuditConfig
+from kvaudit.config import EXTENSIBLE_KV_ARG, AuditConfig
 from kvaudit.vllm_source import engine_arg_names, vllm_version_text
 
-__all__ = ["engine_arg_names", "engine_kwargs", "vllm_version_text"]
+__all__ = ["engine_arg_names", "engine_kwargs", "extensible_off_note", "vllm_version_text"]
 
 
-def engine_kwargs(config: AuditConfig, worker_cls: str) -> dict[str, Any]:
-    """LLM(...) keyword arguments, vLLM's names; None means vLLM's default and is left out."""
+def engine_kwargs(config: AuditConfig, worker_cls: str, accepted: frozenset[str] | None = None) -> dict[str, Any]:
+    """LLM(...) keyword arguments, vLLM's names; None means vLLM's default and is left out.
+    `accepted`: the names the installed vLLM takes (engine_arg_names, read when not given); where
+    they include the extensible KV cache, it is turned off (config.EXTENSIBLE_KV_ARG)."""
     kwargs: dict[str, Any] = {
         "model": config.model, "worker_cls": worker_cls, "skip_tokenizer_init": True,
         "tensor_parallel_size": config.tensor_parallel_size,
@@ -29,4 +31,17 @@ def engine_kwargs(config: AuditConfig, worker_cls: str) -> dict[str, Any]:
         kwargs["speculative_config"] = {"method": config.speculative_method,
                                         "num_speculative_tokens": config.num_speculative_tokens or 1}
     kwargs.update(config.extra_args)
+    names = engine_arg_names() if accepted is None else accepted
+    if names is not None and EXTENSIBLE_KV_ARG in names:
+        kwargs[EXTENSIBLE_KV_ARG] = False  # config.validated refuses it turned on
     return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def extensible_off_note(kwargs: dict[str, Any], config: AuditConfig, version: str) -> str | None:
+    """The report's note where the audit turned vLLM's extensible KV cache off itself (the user
+    asked nothing of it): vLLM's default differs from what was audited, and how serve follows."""
+    if kwargs.get(EXTENSIBLE_KV_ARG) is not False or config.extra_args.get(EXTENSIBLE_KV_ARG) is not None:
+        return None
+    return (f"vLLM {version} sizes the KV cache itself after warmup and graph capture by default (its extensible "
+            f"KV cache); kvaudit audits with it off, in its own order, and the safe flags' --kv-cache-memory-bytes "
+            f"keeps it off in vllm serve")
