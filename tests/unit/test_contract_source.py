@@ -393,3 +393,39 @@ def test_the_report_says_the_audit_turned_the_extensible_kv_cache_off():
     assert extensible_off_note({}, config, "0.33.0") is None  # a vLLM without it
     asked_off = AuditConfig(model="m", extra_args={"enable_extensible_kv_cache": False})
     assert extensible_off_note({"enable_extensible_kv_cache": False}, asked_off, "0.34.0") is None
+
+
+def test_the_budgeted_gmu_is_vllms_resolved_one_where_vllm_resolves_it():
+    """0.34: gpu_memory_utilization stays None when not given; vLLM budgets with the resolved value
+    (0.92 with the extensible KV cache off, as the audit runs). Before: the field is the value."""
+    from types import SimpleNamespace
+    assert adapter.requested_gmu(SimpleNamespace(gpu_memory_utilization=None,
+                                                 resolved_gpu_memory_utilization=0.92)) == 0.92
+    assert adapter.requested_gmu(SimpleNamespace(gpu_memory_utilization=0.98,
+                                                 resolved_gpu_memory_utilization=0.98)) == 0.98
+    assert adapter.requested_gmu(SimpleNamespace(gpu_memory_utilization=0.9)) == 0.9  # 0.33 and before
+
+
+def test_the_sampler_warmup_is_measured_for_the_runners_vllm_runs_it_for(monkeypatch):
+    """V1 always; MRv2 only where V1's runner is gone (0.34 dropped the `not use_v2_model_runner`
+    gate with it), and not for a pooling model there."""
+    from types import SimpleNamespace
+    v1 = SimpleNamespace(use_v2_model_runner=False, model_runner=_V1Runner())
+    v2 = SimpleNamespace(model_runner=_V2Runner())
+    pooling = _V2Runner()
+    pooling.is_pooling_model = True
+    monkeypatch.setattr(adapter.importlib.util, "find_spec", lambda name: object())  # 0.29–0.33: V1 is there
+    assert adapter.sampler_warmed_after_capture(v1) is True
+    assert adapter.sampler_warmed_after_capture(v2) is False
+    monkeypatch.setattr(adapter.importlib.util, "find_spec", lambda name: None)  # 0.34: MRv2 only
+    assert adapter.sampler_warmed_after_capture(v2) is True
+    assert adapter.sampler_warmed_after_capture(SimpleNamespace(model_runner=pooling)) is False
+
+
+def test_an_extensible_kv_cache_left_on_is_seen_on_the_worker():
+    from types import SimpleNamespace
+    assert adapter.extensible_kv_cache_on(SimpleNamespace(cache_config=SimpleNamespace(
+        enable_extensible_kv_cache=True))) is True
+    assert adapter.extensible_kv_cache_on(SimpleNamespace(cache_config=SimpleNamespace(
+        enable_extensible_kv_cache=False))) is False
+    assert adapter.extensible_kv_cache_on(SimpleNamespace(cache_config=SimpleNamespace())) is False  # ≤ 0.33

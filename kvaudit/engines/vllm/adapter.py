@@ -17,6 +17,7 @@ without a new branch; `branches` says which way each goes on a given vLLM.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -78,6 +79,31 @@ def uses_v2_runner(worker: Any) -> bool:
 
 def model_runner_name(worker: Any) -> str:
     return "V2" if uses_v2_runner(worker) else "V1"
+
+
+def requested_gmu(cache_config: Any) -> float:
+    """The GPU memory utilization vLLM budgets with: 0.34 leaves gpu_memory_utilization None when
+    not given and resolves it in CacheConfig.resolved_gpu_memory_utilization (0.92, or 1.0 with the
+    extensible KV cache, which the audit turns off); before, the field holds the value itself."""
+    resolved = getattr(cache_config, "resolved_gpu_memory_utilization", None)
+    return float(resolved if resolved is not None else cache_config.gpu_memory_utilization)
+
+
+def extensible_kv_cache_on(worker: Any) -> bool:
+    """Whether vLLM would size the KV cache itself after warmup (0.34's extensible KV cache): the
+    audit passes it off (engine_args), so on here means vLLM's source could not be read for its
+    arguments; AuditMixin.init_device then stops the boot rather than audit the wrong order."""
+    return bool(getattr(worker.cache_config, "enable_extensible_kv_cache", False))
+
+
+def sampler_warmed_after_capture(worker: Any) -> bool:
+    """Whether vLLM's compile_or_warm_up_model runs its sampler warmup (a max_num_seqs dummy step
+    and the sampler) after capture for this worker's runner: V1's always (0.22 to 0.33); MRv2's
+    where V1's runner is gone (0.34: the `not use_v2_model_runner` gate went with it), except a
+    pooling model's, which 0.34 skips."""
+    if not uses_v2_runner(worker):
+        return True
+    return importlib.util.find_spec(_R) is None and not getattr(worker.model_runner, "is_pooling_model", False)
 
 
 def graphs_enabled(worker: Any) -> bool:
@@ -505,17 +531,19 @@ def agree_any(failed: bool) -> bool:
 
 
 def sampler_warmup(worker: Any) -> None:
-    """vLLM V1's post-capture sampler warmup (gpu_worker.compile_or_warm_up_model): a dummy run
-    at min(max_num_seqs, max_num_batched_tokens) tokens with attention and no graphs, then the
-    sampler. Run once under the minimal KV cache before sizing, it makes the attention backend
-    and sampler create their lazy persistent buffers where kvaudit can measure them."""
+    """vLLM's post-capture sampler warmup (gpu_worker.compile_or_warm_up_model; V1's, and MRv2's
+    from 0.34: sampler_warmed_after_capture): a dummy run at min(max_num_seqs,
+    max_num_batched_tokens) tokens with attention (V1: no graphs), then the sampler. Run once under
+    the minimal KV cache before sizing, it makes the attention backend and sampler create their
+    lazy persistent buffers where kvaudit can measure them."""
     from vllm.config import CUDAGraphMode, set_current_vllm_config
     runner = worker.model_runner
     sched = worker.scheduler_config
     tokens = min(sched.max_num_seqs, sched.max_num_batched_tokens)
+    # V1 runs it without graphs; MRv2's _dummy_run has no such argument (vLLM 0.34 passes none)
+    mode = {} if uses_v2_runner(worker) else {"cudagraph_runtime_mode": CUDAGraphMode.NONE}
     with set_current_vllm_config(worker.vllm_config):
-        hidden, last_hidden = runner._dummy_run(num_tokens=tokens, skip_eplb=True,
-                                                cudagraph_runtime_mode=CUDAGraphMode.NONE)
+        hidden, last_hidden = runner._dummy_run(num_tokens=tokens, skip_eplb=True, **mode)
         if getattr(runner, "is_pooling_model", False):
             runner._dummy_pooler_run(hidden)
         else:

@@ -79,6 +79,10 @@ class AuditMixin:
     def init_device(self) -> None:
         start = time.perf_counter()
         try:
+            if adapter.extensible_kv_cache_on(self):
+                raise RuntimeError("vLLM's extensible KV cache is on (it sizes the KV cache itself after warmup), "
+                                   "so kvaudit cannot audit its own order: pass --no-enable-extensible-kv-cache "
+                                   "after --")
             super().init_device()
         except STOPPED as exc:  # the boot is being stopped (sequence.STOPPED)
             self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "interrupted",
@@ -97,7 +101,7 @@ class AuditMixin:
         probe = self._kva_make_probe()
         facts = probe.facts()
         self._kva_total = facts.total_bytes
-        self._kva_gmu = float(self.cache_config.gpu_memory_utilization)
+        self._kva_gmu = adapter.requested_gmu(self.cache_config)
         self._kva_requested = requested_bytes(self._kva_total, self._kva_gmu)
         self._kva_journal.write({
             "type": "rank", "rank": self.rank, **adapter.parallel_ranks(self), "backend": self._kva_backend,

@@ -47,8 +47,9 @@ class AuditWorker(AuditMixin, Worker):
 
     def _kva_persistent_warmup(self, handle: PhaseHandle) -> None:
         """vLLM's kernel_warmup, once, under a minimal KV cache of the real spec; with it the
-        runner's own warmup step that needs KV (V1: the sampler warmup; MRv2: warmup_kernels'
-        prefill and decode steps), so what they keep is measured before sizing."""
+        runner's own warmup steps that need KV (MRv2: warmup_kernels' prefill and decode steps;
+        the sampler warmup where vLLM runs it after capture: V1, and MRv2 from 0.34), so what they
+        keep is measured before sizing."""
         if not adapter.has_minimal_kv_cache(self):
             mark_deferred(self, handle, "kernel_warmup",
                           "this vLLM has no minimal KV cache for this runner; vLLM runs it after KV")
@@ -75,7 +76,7 @@ class AuditWorker(AuditMixin, Worker):
                 steps.append("kernel_warmup")
                 if adapter.v2_scheduler_warmup(self):
                     steps.append("warmup_kernels")
-                elif not adapter.uses_v2_runner(self):
+                if adapter.sampler_warmed_after_capture(self):
                     try:
                         adapter.sampler_warmup(self)
                         steps.append("sampler")
@@ -200,9 +201,18 @@ class AuditWorker(AuditMixin, Worker):
                 adapter.patched(runner, "profile_cudagraph_memory", graphs) as original_graphs, \
                 adapter.startup_plan_off(self, {}):
             vllm_available = int(Worker.determine_available_memory(self))
-        if Phase.GRAPHS not in seq.done:
+        if Phase.GRAPHS not in seq.done:  # vLLM made no graph estimate
             with seq.phase(Phase.GRAPHS) as handle:
-                handle.note("no CUDA graphs (enforce_eager or cudagraph_mode NONE)")
+                if adapter.graphs_enabled(self):
+                    # 0.34 skips its estimate with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0, and still
+                    # captures after KV: the pool is measured all the same
+                    measured = self._kva_measure_graphs()
+                    box.update(vllm=0, measured=measured)
+                    handle.facts.update(vllm_graph_estimate_bytes=0, **measured.facts())
+                    handle.note(f"vLLM made no graph estimate (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0) but "
+                                f"captures graphs; kvaudit measured {measured.estimate_bytes} bytes")
+                else:
+                    handle.note("no CUDA graphs (enforce_eager or cudagraph_mode NONE)")
                 box["prefill_probe"] = self._kva_long_prefill(handle)
         probe_out = box.get("prefill_probe") or {}
         if probe_out:
