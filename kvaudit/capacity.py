@@ -293,6 +293,11 @@ def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[
             length = geometry.max_len(kv)  # the reduced cache must still hold one request
     if kv <= 0 or not length:
         return ()
+    ceiling = gmu_ceiling(ranks)
+    if gmu is not None and ceiling is not None and gmu > ceiling:
+        # With the KV bytes given, the GMU only has to pass vLLM's start-up check (requested ≤ free);
+        # a boot whose own GMU was above it sized an extensible KV cache (0.34), which has no such check.
+        gmu = ceiling
     flags = [f"--kv-cache-memory-bytes={kv}"]
     if gmu is not None:
         flags.append(f"--gpu-memory-utilization={gmu}")

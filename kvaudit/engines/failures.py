@@ -95,6 +95,9 @@ CAUSES: tuple[Cause, ...] = (
     # The NVIDIA kernel driver refusing an allocation (`NVRM: … Out of memory [NV_ERR_NO_MEMORY]`,
     # from dmesg): on a unified-memory GB10 (DGX Spark) the device's out-of-memory shows only there.
     Cause("NV_ERR_NO_MEMORY", FailureKind.OOM, None, 0),
+    # vLLM 0.34's extensible KV cache mapping pages through the driver (utils/vmm_driver.py _check:
+    # "GPU driver error %d: %s"; 2 is CUDA's and HIP's out-of-memory).
+    Cause("GPU driver error 2: out of memory", FailureKind.OOM, None, 0),
     # gpu_worker.py determine_available_memory: free memory grew while profiling.
     Cause("Error in memory profiling", FailureKind.CRASH, Phase.PROFILE, 1),
     # v1/worker/workspace.py: a warmup after capture_model's lock_workspace() needed more workspace.

@@ -14,8 +14,9 @@ A release that pins a torch other than the image's 2.11.0 (0.27 on; 0.33.0 pins 
 torch as well, with what it needs that the image holds at another version (TORCH_FAMILY: triton, NCCL,
 and the torchvision vLLM pins, since the image's torchvision is built for 2.11 and fails to load beside
 another torch). A pin the registry does not have is replaced by the newest release it has, with a note
-(0.33.0: torch pins nvidia-nccl-cu13 2.30.7, PyPI reachable from here has 2.32.6; the image's NCCL lacks
-ncclCommResume, which torch 2.14 calls).
+(0.34.0 pins flashinfer-python 0.7.3, which it lacks: 0.7.4 travels; 0.33.0: torch pins nvidia-nccl-cu13
+2.30.7, PyPI reachable from here has 2.32.6; the image's NCCL lacks ncclCommResume, which torch 2.14
+calls).
 
 Every wheel is cut into parts of at most CALL_BYTES and the parts are packed into
 .gpuwheels/RELEASE/c0 … cN (git-ignored), one device call each; the last one holds install.sh, which
@@ -144,7 +145,7 @@ def resolve(vllm_wheel: Path, dest: Path, skip: set[str] = frozenset()) -> tuple
         if proven and req.specifier.contains(proven, prereleases=True):
             wheel = download(f"{req.name}=={proven}", dest)
         else:
-            wheel = download(f"{req.name}{req.specifier}", dest)
+            wheel = download_or_newest(req, dest, notes, parent)  # 0.34.0 pins flashinfer-python 0.7.3: absent
             notes.append(f"{wheel.name}: no boot proved it yet ({parent} asks {req.specifier or 'any'})")
         wheels.append(wheel)
         queue += [(sub, name) for sub in requirements(wheel)]

@@ -88,6 +88,15 @@ class FactKind(StrEnum):
     """(flag, value) from a pasted command line: `--tensor-parallel-size 8`, `-tp=8`."""
     KV_BLOCKS_TOTAL = "kv_blocks_total"
     """v1/metrics/loggers.py `num_gpu_blocks is: N`: the engine's blocks, summed over DP engines."""
+    KV_MEASURED = "kv_measured"
+    """(blocks, bytes): the KV cache a rank measured room for after warmup and graph capture (0.34's
+    extensible KV cache, `Memory after warmup: … N KV cache blocks (S GiB) fit …`)."""
+    KV_EXTENDED = "kv_extended"
+    """(blocks, bytes): the extensible KV cache a rank committed in the end (`Extended KV cache to
+    N blocks (X GiB).`): the cache it serves with, the minimum over ranks."""
+    KV_KEPT_TRANSIENT = "kv_kept_transient"
+    """Bytes the extensible KV cache's sizing kept free for transient activations (`Memory after
+    warmup`: the larger of the warmup's allocated peak and torch's reservation growth)."""
 
 
 RANK_KINDS = frozenset({
@@ -97,6 +106,7 @@ RANK_KINDS = frozenset({
     FactKind.PEAK_WITH_GRAPHS, FactKind.PEAK, FactKind.NON_TORCH, FactKind.GRAPH_USAGE, FactKind.DEVICE_TOTAL,
     FactKind.FREE_AT_START, FactKind.REQUESTED, FactKind.PROFILE_SECONDS, FactKind.TORCH_PEAK_INCREASE,
     FactKind.NON_KV_TOTAL, FactKind.B12X_TRANSIENT, FactKind.NON_KV_RSS, FactKind.KV_SUGGESTION, FactKind.KV_BLOCKS,
+    FactKind.KV_MEASURED, FactKind.KV_EXTENDED, FactKind.KV_KEPT_TRANSIENT,
 })
 """Facts that belong to the rank whose process printed them; the rest describe the boot."""
 
@@ -218,14 +228,48 @@ def concurrency(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.MAX_CONCURRENCY, (_int(m.group(1)), float(m.group(2))))
 
 
-# kv_cache_utils.py _auto_fit_max_model_len.
-_AUTOFIT = re.compile(rf"Auto-fit max_model_len: reduced from ({INT}) to ({INT})")
+# kv_cache_utils.py _auto_fit_max_model_len (0.33: kv_cache_planning.py); 0.34 kept the wording only
+# for the extensible KV cache's tentative fit (`…; the final length is set after CUDA graph capture
+# and warmup`) and otherwise says "--max-model-len auto reduced max_model_len from A to B (…)".
+_AUTOFIT = re.compile(rf"(?:Auto-fit max_model_len: reduced|--max-model-len auto reduced max_model_len) from "
+                      rf"({INT}) to ({INT})")
 
 
 def _autofit(msg: str) -> Iterable[Fact]:
     if m := _AUTOFIT.search(msg):
         yield Fact(FactKind.AUTOFIT, (int(m.group(1)), int(m.group(2))))
-        yield Fact(FactKind.NOTE, f"max_model_len was auto-fit: reduced from {m.group(1)} to {m.group(2)}")
+        tentative = " (tentatively: the length is set again after graph capture and warmup)" \
+            if "final length is set after" in msg else ""
+        yield Fact(FactKind.NOTE, f"max_model_len was auto-fit: reduced from {m.group(1)} to {m.group(2)}{tentative}")
+
+
+# vLLM 0.34's extensible KV cache (v1/worker/extensible_kv_cache.py): the cache's address range is
+# reserved at "Available KV cache memory" (then a capacity, not the cache) and sized after warmup
+# and graph capture. measure_kv_cache_blocks, per rank: "Memory after warmup: %s GiB free, %s GiB
+# committed to the KV cache, %s GiB kept for transient activations (%s GiB allocated at peak, %s GiB
+# of torch reservation growth); %d KV cache blocks (%s GiB) fit within the requested %s GiB. …";
+# extend_kv_cache, per rank, with the engine's minimum over ranks: "Extended KV cache to %d blocks
+# (%.2f GiB)." (physical bytes).
+_MEASURED = re.compile(rf"Memory after warmup: ({NUM}) GiB free, ({NUM}) GiB committed to the KV cache, ({NUM}) GiB "
+                       rf"kept for transient activations \([^)]{{0,200}}\); ({CINT}) KV cache blocks \(({NUM}) GiB\) "
+                       rf"fit within the requested ({NUM}) GiB")
+_EXTENDED = re.compile(rf"Extended KV cache to ({CINT}) blocks \(({NUM}) GiB\)")
+# extensible_kv_cache.py measure_kv_cache_blocks, once: an explicit GMU in (0.7, 1) that withholds ≥ 1 GiB.
+_CAPPED = re.compile(rf"gpu_memory_utilization=({NUM}) caps this instance at ({NUM}) GiB, keeping ({NUM}) GiB of "
+                     rf"free device memory out of the KV cache")
+
+
+def _extensible(msg: str) -> Iterable[Fact]:
+    if m := _MEASURED.search(msg):
+        yield Fact(FactKind.KV_MEASURED, (_int(m.group(4)), _gib(m.group(5))))
+        yield Fact(FactKind.KV_KEPT_TRANSIENT, _gib(m.group(3)))
+        yield Fact(FactKind.REQUESTED, _gib(m.group(6)))
+    if m := _EXTENDED.search(msg):
+        yield Fact(FactKind.KV_EXTENDED, (_int(m.group(1)), _gib(m.group(2))))
+    if m := _CAPPED.search(msg):
+        yield Fact(FactKind.NOTE, f"gpu_memory_utilization {m.group(1)} capped the extensible KV cache at "
+                                  f"{m.group(2)} GiB and kept {m.group(3)} GiB of free memory out of it "
+                                  f"(vLLM's warning)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -820,7 +864,10 @@ RULES: tuple[Rule, ...] = (
          r"Available KV cache memory: -?[0-9.]+ GiB|as specified by kv_cache_memory_bytes", _available),
     Rule("kv_size", "KV cache size: ", r"KV cache size: [0-9,]+ tokens", _kv_size),
     Rule("concurrency", "Maximum concurrency for", r"Maximum concurrency for [0-9,]+ tokens", concurrency),
-    Rule("autofit", "Auto-fit max_model_len", r"Auto-fit max_model_len: reduced", _autofit),
+    Rule("autofit", ("Auto-fit max_model_len", "auto reduced max_model_len"),
+         r"Auto-fit max_model_len: reduced|--max-model-len auto reduced", _autofit),
+    Rule("extensible", ("Memory after warmup", "Extended KV cache to", "caps this instance"),
+         r"Memory after warmup: |Extended KV cache to [0-9]+ blocks|caps this instance at", _extensible),
     Rule("graphs", ("Graph capturing finished", "CUDA graph pool memory", "CUDA graph memory: "),
          r"Graph capturing finished in [0-9]+ secs?, took|CUDA graph pool memory: -?[0-9.]+ GiB \(actual"
          r"|Estimated (MRV2 )?CUDA graph memory: -?[0-9.]+ GiB", _graphs),

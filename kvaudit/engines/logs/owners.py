@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import Located, RankFacts
@@ -146,14 +147,25 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
     requested = r.last(FactKind.REQUESTED)
     if requested is None and total is not None and gmu is not None:
         requested = request_memory(total, gmu)
-    graphs = _graphs(r, total, runner, estimates_disabled)
-    activation, why = _activation(r, graphs, estimates_disabled)
+    # vLLM 0.34's extensible KV cache: sized after warmup and capture, with no graph estimate before
+    sized_after = _sized_after_warmup(r)
+    no_estimate = estimates_disabled or sized_after is not None
+    graphs = _graphs(r, total, runner, no_estimate)
+    activation, why = _activation(r, graphs, no_estimate)
     if why:
         notes.append(f"rank {rank}: {why}")
     kv_available = _first_known(r.last(FactKind.KV_FIXED), r.last(FactKind.KV_AVAILABLE), r.last(FactKind.KV_IN_USE))
     allocated = failure is None or failure.phase not in BEFORE_ALLOCATION
     kv_cache = (_first_known(r.last(FactKind.KV_IN_USE), r.last(FactKind.KV_FIXED), r.last(FactKind.KV_AVAILABLE))
                 if allocated else None)
+    kv_blocks = r.last(FactKind.KV_BLOCKS)
+    if sized_after is not None:
+        if not any(n.startswith(SIZED_AFTER_WARMUP) for n in notes):
+            notes.append(_sized_after_note(sized_after, kv_available, r.has(FactKind.KV_EXTENDED)))
+        kv_blocks, kv_available = sized_after
+        kv_cache = kv_available if allocated else None
+        # what the sizing kept free for the warmup's transients (vLLM's "Actual usage" peak is the profile's)
+        activation = _first_known(r.last(FactKind.KV_KEPT_TRANSIENT), activation)
     readings = {Owner.WEIGHTS: r.first(FactKind.WEIGHTS), Owner.ACTIVATION_PEAK: activation,
                 Owner.NON_TORCH: r.last(FactKind.NON_TORCH), Owner.KV_CACHE: kv_cache}
     for owner in NEVER_NEGATIVE:  # a garbled or doctored figure: no memory is below zero
@@ -187,13 +199,43 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         rank=rank, tp_rank=tp_rank, dcp_rank=dcp_rank,
         device_total_bytes=total, requested_bytes=requested, others_bytes=None, owners=readings,
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
-        kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=r.last(FactKind.KV_BLOCKS),
+        kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=kv_blocks,
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
         vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=r.last(FactKind.KV_SUGGESTION)))
 
 
-def _first_known(*values: int | None) -> int | None:
+T = TypeVar("T")
+
+
+def _sized_after_warmup(r: RankFacts) -> tuple[int, int] | None:
+    """(blocks, bytes) of an extensible KV cache: the blocks it was extended to (the ranks'
+    minimum), at the bytes per block its own measurement states (the extended GiB are the physical
+    bytes, rounded up to the driver's granule per segment); the measurement alone where the log
+    ends before the cache was extended; None for a KV cache sized before warmup."""
+    measured, extended = r.last(FactKind.KV_MEASURED), r.last(FactKind.KV_EXTENDED)
+    if extended is None:
+        return measured
+    if measured is None or measured[0] <= 0:
+        return extended
+    return extended[0], round(extended[0] * measured[1] / measured[0])
+
+
+def _first_known(*values: T | None) -> T | None:
     return next((v for v in values if v is not None), None)
+
+
+SIZED_AFTER_WARMUP = "vLLM sized the KV cache after warmup and graph capture"
+
+
+def _sized_after_note(sized: tuple[int, int], reserved: int | None, extended: bool) -> str:
+    """Once per log: what an extensible KV cache's lines mean (the ranks' figures are in the table)."""
+    blocks, size = sized
+    what = (f"it extended the cache to {blocks:,} blocks ({fmt_gib(size)}), the KV figure here" if extended else
+            f"it measured room for {blocks:,} blocks ({fmt_gib(size)}), the KV figure here (the log ends before "
+            f"the cache was extended to the ranks' minimum)")
+    reserved_text = (f"; 'Available KV cache memory' {fmt_gib(reserved)} was the address range it reserved, not the "
+                     f"cache" if reserved is not None else "")
+    return f"{SIZED_AFTER_WARMUP} (vLLM 0.34's extensible KV cache): {what}{reserved_text}"
 
 
 def _phases(rank: int, r: RankFacts, graphs: _Graphs, failure: Failure | None) -> tuple[PhaseRecord, ...]:
@@ -224,6 +266,12 @@ def _phases(rank: int, r: RankFacts, graphs: _Graphs, failure: Failure | None) -
         details[Phase.GRAPHS].append(f"profiling capture took {fmt_gib(graphs.profile_capture[1])}")
     if graphs.retained is not None:
         details[Phase.GRAPHS].append(f"retained {fmt_gib(graphs.retained)}")
+    if (m := r.last(FactKind.KV_MEASURED)) is not None:
+        details[Phase.KV].append(f"measured after warmup: {m[0]:,} blocks ({fmt_gib(m[1])})")
+    if (k := r.last(FactKind.KV_KEPT_TRANSIENT)) is not None:
+        details[Phase.KV].append(f"kept free for transients {fmt_gib(k)}")
+    if (e := r.last(FactKind.KV_EXTENDED)) is not None:
+        details[Phase.KV].append(f"extended to {e[0]:,} blocks ({fmt_gib(e[1])})")
     for kind, label in ((FactKind.KV_FIXED, "fixed"), (FactKind.KV_AVAILABLE, "available"),
                         (FactKind.KV_IN_USE, "in use"),
                         (FactKind.KV_SUGGESTION, "vLLM's --kv-cache-memory suggestion")):
