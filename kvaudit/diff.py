@@ -63,6 +63,8 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
         ("engine.version", a.engine.version, b.engine.version),
         ("engine.model_runner", a.engine.model_runner, b.engine.model_runner),
         ("engine.attention_backend", a.engine.attention_backend, b.engine.attention_backend),
+        # who sized the KV cache, and when: vLLM 0.34 sizes it after warmup by default
+        ("engine.kv_cache_sizing", a.engine.kv_cache_sizing, b.engine.kv_cache_sizing),
     ]
     for key in ("device_name", "driver", "cuda", "torch", "vllm"):
         pairs.append((key, getattr(a.environment, key), getattr(b.environment, key)))

@@ -108,6 +108,18 @@ class Source(StrEnum):
     """Predicted by `kvaudit plan` from a measured report; nothing was booted."""
 
 
+class KvSizing(StrEnum):
+    """Who sized the KV cache, and when (report extension `engine.kv_cache_sizing`)."""
+
+    KVAUDIT = "kvaudit"
+    """`kvaudit run`: kvaudit's fixed order (persistent warmup, replay, graph pool measured, then KV)."""
+    PROFILE = "profile"
+    """vLLM from its profile pass, before warmup and graph capture (every release before 0.34, and
+    0.34 with its extensible KV cache off)."""
+    AFTER_WARMUP = "after_warmup"
+    """vLLM 0.34's extensible KV cache: from the memory measured after warmup and graph capture."""
+
+
 class Verdict(StrEnum):
     OK = "ok"
     FAIL = "fail"
@@ -552,6 +564,8 @@ class Engine:
     version: str | None = None
     model_runner: str | None = None
     attention_backend: str | None = None
+    kv_cache_sizing: KvSizing | None = field(default=None, metadata=OMIT_NONE)
+    """Who sized the KV cache, and when (an extension; omitted where a log does not show it)."""
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from kvaudit.schema import (
     Failure,
     FailureKind,
     KnobDifference,
+    KvSizing,
     KvTerm,
     Lever,
     NodeSummary,
@@ -472,7 +473,8 @@ def report_from_json(data: Any, where: str = "report") -> Report:
     report = Report(
         schema=schema, source=node.enum("source", Source),
         engine=Engine(name=eng.str("name"), version=eng.str("version"), model_runner=eng.str("model_runner"),
-                      attention_backend=eng.str("attention_backend")),
+                      attention_backend=eng.str("attention_backend"),
+                      kv_cache_sizing=eng.enum("kv_cache_sizing", KvSizing, required=False, nullable=True)),
         environment=Environment(device_name=env.str("device_name"), driver=env.str("driver"), cuda=env.str("cuda"),
                                 torch=env.str("torch"), vllm=env.str("vllm"),
                                 env=dict(env_vars.data) if env_vars else {}),

@@ -206,3 +206,30 @@ def test_a_kv_page_the_driver_cannot_map_is_an_out_of_memory() -> None:
     report = report_from_log_text(log, "v034-oom.log")
     assert report.verdict is Verdict.FAIL
     assert report.failure is not None and report.failure.kind is FailureKind.OOM
+
+
+def test_the_report_says_who_sized_the_kv_cache_and_a_diff_with_an_earlier_release_names_the_change(
+        tmp_path) -> None:
+    """engine.kv_cache_sizing (a report extension): after_warmup where the ranks state the extensible
+    cache's sizing, profile for a release before 0.34, unknown for a 0.34 excerpt that shows neither;
+    it survives the JSON round trip, and `kvaudit diff` lists it among the environment's changes."""
+    from test_logs_v033 import v033_boot
+
+    from kvaudit.diff import diff_reports
+    from kvaudit.report import parse_report_text
+    from kvaudit.schema import KvSizing, dumps
+    after = report_from_log_text(v034_boot(), "v034.log")
+    before = report_from_log_text(v033_boot(), "v033.log")
+    assert after.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP
+    assert before.engine.kv_cache_sizing is KvSizing.PROFILE
+    cut = "".join(x for x in v034_boot().splitlines(keepends=True)
+                  if "Memory after warmup" not in x and "Extended KV cache" not in x)
+    assert report_from_log_text(cut, "v034-cut.log").engine.kv_cache_sizing is None
+    path = tmp_path / "after.json"
+    path.write_text(dumps(after), encoding="utf-8")
+    assert '"kv_cache_sizing": "after_warmup"' in path.read_text(encoding="utf-8")
+    assert parse_report_text(path.read_text(encoding="utf-8"), str(path)).engine.kv_cache_sizing \
+        is KvSizing.AFTER_WARMUP
+    diff = diff_reports(before, after)
+    assert [(e.key, e.a, e.b) for e in diff.environment_differences
+            if e.key == "engine.kv_cache_sizing"] == [("engine.kv_cache_sizing", "profile", "after_warmup")]

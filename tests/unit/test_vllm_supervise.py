@@ -28,7 +28,7 @@ from kvaudit.engines.vllm.supervise import RunOutcome, rank_events, run_failure
 from kvaudit.errors import ExitCode, UsageError
 from kvaudit.render.summary import capacity_lines
 from kvaudit.report import exit_code
-from kvaudit.schema import Failure, FailureKind, Owner, Phase, PhaseStatus, Verdict
+from kvaudit.schema import Failure, FailureKind, KvSizing, Owner, Phase, PhaseStatus, Verdict
 
 DOES_NOT_FIT_LINE = next(line for line in (DATA / "run5.vllm.log").read_text(encoding="utf-8").splitlines()
                          if "To serve at least one request" in line)
@@ -71,6 +71,7 @@ def test_a_complete_boot_from_journals(tmp_path):
     assert rep.capacity.binding_rank == 0   # a tie: the lower rank
     assert rep.engine.name == "vllm" and rep.engine.model_runner == "V1"
     assert rep.engine.attention_backend == "FLASH_ATTN" and rep.environment.device_name == "NVIDIA H200"
+    assert rep.engine.kv_cache_sizing is KvSizing.KVAUDIT  # kvaudit's own order sized it
 
 
 def test_collective_rpc_records_are_preferred_over_the_journal(tmp_path):

@@ -5,6 +5,7 @@ failure, and what the logs state outright (the KV size line, vLLM's own check); 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kvaudit.config import AuditConfig
@@ -24,7 +25,7 @@ from kvaudit.engines.logs.ranks import (
     untagged,
 )
 from kvaudit.record import BootRecord, Stated
-from kvaudit.schema import Engine, Environment, Failure, FailureKind, Source
+from kvaudit.schema import Engine, Environment, Failure, FailureKind, KvSizing, Source
 
 
 def _runner(boot: Boot) -> str | None:
@@ -142,12 +143,31 @@ class LogBoot:
             fits = True if derived.tokens >= config.max_model_len else (False if derived.stated_block_size else None)
         return BootRecord(
             source=Source.LOG, config=config, ranks=ranks,
-            engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend),
+            engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend,
+                          kv_cache_sizing=_kv_sizing(boot, version)),
             environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=tuple(warnings),
             stated=Stated(kv_tokens=tokens if derived is None else derived.tokens, max_feasible_model_len=feasible,
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
                           kv_tokens_note=derived.note if derived is not None else None),
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
+
+
+_ESTIMATE_LINES = (FactKind.GRAPH_ESTIMATE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED)
+"""Lines vLLM prints only where it sizes the KV cache from its profile (a graph estimate)."""
+
+
+def _kv_sizing(boot: Boot, version: str | None) -> KvSizing | None:
+    """After warmup where a rank states what it measured or extended the cache to (0.34's extensible
+    KV cache); from the profile where the release predates it (0.33 and earlier) or a rank states a
+    graph estimate; else unknown (an excerpt of 0.34 that shows neither)."""
+    ranks = boot.ranks.values()
+    if any(r.has(FactKind.KV_MEASURED, FactKind.KV_EXTENDED) for r in ranks):
+        return KvSizing.AFTER_WARMUP
+    release = re.match(r"v?(\d+)\.(\d+)", version or "")
+    if (release is not None and (int(release.group(1)), int(release.group(2))) < (0, 34)) \
+            or any(r.has(*_ESTIMATE_LINES) for r in ranks):
+        return KvSizing.PROFILE
+    return None
 
 
 def _ray_notes(boot: Boot) -> list[str]:

@@ -45,6 +45,7 @@ from kvaudit.schema import (
     Environment,
     Failure,
     FailureKind,
+    KvSizing,
     Phase,
     Report,
     Scenario,
@@ -493,7 +494,8 @@ class RunOutcome:
                         for f in folded),
             engine=Engine(name="vllm", version=versions.get("vllm"), model_runner=facts.get("model_runner"),
                           attention_backend=next((x.facts.get("attention_backend") for x in folded
-                                                  if x.facts.get("attention_backend")), None)),
+                                                  if x.facts.get("attention_backend")), None),
+                          kv_cache_sizing=KvSizing.KVAUDIT),
             environment=Environment(device_name=facts.get("device_name"), driver=facts.get("driver"),
                                     cuda=versions.get("cuda") or facts.get("cuda"), torch=versions.get("torch"),
                                     vllm=versions.get("vllm"), env=result.get("env") or {}),
