@@ -18,7 +18,7 @@ import json
 import pytest
 from conftest import HERE, requires_vllm
 from test_verify_gpu import boot, result_name
-from user_path_load import run_user_path, user_load, within_budget
+from user_path_load import run_user_path, safe_flags, user_load, within_budget
 
 pytestmark = [pytest.mark.gpu, requires_vllm]
 
@@ -40,3 +40,32 @@ def test_plain_vllm_with_the_safe_flags_holds_and_is_tight(results_dir, model):
     step = load["loads"][0]
     assert result["generated_tokens"] == len(step["requests"]) * step["decode_tokens"]
     assert within_budget(result) == [], result
+
+
+def test_vllms_own_sizing_under_the_same_load_and_kvaudit_reads_its_log(results_dir):
+    """vLLM 0.34 sizes the KV cache itself after warmup and capture by default (its extensible KV
+    cache): the 8B model's load through a plain boot with no KV flag and no GMU, so vLLM sizes it.
+    Recorded (h200-vllm-own-llama-3.1-8b-vllm<release>.json): its blocks and its peak, beside
+    kvaudit's safe budget. Checked: kvaudit reads that boot's own log as vLLM ran it, the blocks the
+    cache was extended to (the engine's num_gpu_blocks) and sized after warmup."""
+    import vllm.engine.arg_utils as arg_utils
+
+    from kvaudit.engines.logs import report_from_log_text
+    from kvaudit.schema import KvSizing
+    if "enable_extensible_kv_cache" not in arg_utils.EngineArgs.__dataclass_fields__:
+        pytest.skip("this vLLM has no extensible KV cache (0.34 on)")
+    model = "llama-3.1-8b"
+    path = results_dir / f"{result_name(model)}.json"
+    report = json.loads(path.read_text()) if path.exists() else boot(results_dir, model, model, "--verify")[1]
+    vocab = json.loads((HERE / "models" / model / "config.json").read_text())["vocab_size"]
+    load = user_load(report, vocab_size=int(vocab))
+    for key in ("kv_cache_memory_bytes", "gpu_memory_utilization", "enable_extensible_kv_cache"):
+        load["engine"].pop(key, None)  # vLLM's own defaults decide
+    name = result_name(model).replace("h200-load-", "h200-vllm-own-")
+    result = run_user_path(load, results_dir, name, timeout=900)
+    result["kvaudit_safe_kv_cache_memory_bytes"] = int(safe_flags(report)["kv_cache_memory_bytes"])
+    (results_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
+    assert result.get("extensible_kv_cache") is True, result
+    read = report_from_log_text((results_dir / f"{name}.log").read_text(errors="replace"), f"{name}.log")
+    assert read.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP
+    assert [r.kv_blocks for r in read.ranks] == [result["num_gpu_blocks"]] * len(read.ranks)

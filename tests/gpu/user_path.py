@@ -22,7 +22,9 @@ Its own peak:
   its KV cache against (CPUWorker.determine_available_memory: requested − the process's RSS).
 
 OUT.json: {"backend", "device_total_bytes", "requested_bytes" (ceil(total × GMU), per device),
-"before_bytes", "peak_bytes" (per device or worker), "seconds", "generated_tokens", "error"}.
+"before_bytes", "peak_bytes" (per device or worker), "seconds", "generated_tokens", "error",
+"gpu_memory_utilization" (as vLLM resolved it), "num_gpu_blocks" (vLLM's KV cache),
+"extensible_kv_cache" (vLLM 0.34 sized it after warmup; null before 0.34)}.
 It imports vLLM, psutil and (on CUDA) pynvml, never kvaudit.
 """
 
@@ -127,7 +129,12 @@ def main(argv: list[str]) -> int:
     from vllm import LLM, SamplingParams
     engine = dict(load["engine"])
     llm = LLM(**engine)
-    gmu = float(engine.get("gpu_memory_utilization", 0.9))
+    cache = llm.llm_engine.vllm_config.cache_config
+    # the GMU vLLM budgets with (0.34 resolves an unset one: 1.0 with its extensible KV cache, else 0.92)
+    gmu = float(getattr(cache, "resolved_gpu_memory_utilization", None) or cache.gpu_memory_utilization)
+    out["gpu_memory_utilization"] = gmu
+    out["num_gpu_blocks"] = cache.num_gpu_blocks
+    out["extensible_kv_cache"] = getattr(cache, "enable_extensible_kv_cache", None)
     if not cuda:
         from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
         total = int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).total_memory)

