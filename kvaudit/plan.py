@@ -22,7 +22,7 @@ from typing import Any
 
 from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
-from kvaudit.config import AuditConfig, parse_capture_sizes
+from kvaudit.config import EXTENSIBLE_KV_ARG, AuditConfig, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
 from kvaudit.plan_schema import (
@@ -215,6 +215,9 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     if _platform_sets_batched_tokens(measured) and edits.max_model_len is not None:
         edits = dataclasses.replace(edits, max_num_batched_tokens=max(edits.max_model_len,
                                                                       DEFAULT_MAX_NUM_BATCHED_TOKENS))
+    sized_by_vllm = old.extra_args.get(EXTENSIBLE_KV_ARG) not in (None, False)
+    if sized_by_vllm:  # a log of vLLM 0.34 asked to size the cache itself: the plan's flags pin its bytes
+        old = dataclasses.replace(old, extra_args={k: v for k, v in old.extra_args.items() if k != EXTENSIBLE_KV_ARG})
     config = old.replace(**edits.changes()).validated()
     # vLLM's SchedulerConfig.verify_max_model_len refuses this at startup: no plan can boot it.
     if config.max_num_batched_tokens and config.max_num_seqs and config.max_num_batched_tokens < config.max_num_seqs:
@@ -224,6 +227,9 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
                     if getattr(old, k) != v)
     notes: list[str] = []
     boots: list[str] = []
+    if sized_by_vllm:
+        notes.append("the measured boot asked vLLM to size the KV cache after warmup (--enable-extensible-kv-cache); "
+                     "the plan's flags pin the KV bytes, which turns that off in vllm serve")
 
     if config.gpu_memory_utilization != old.gpu_memory_utilization and on_cpu(measured):
         notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "

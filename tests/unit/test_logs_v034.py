@@ -233,3 +233,16 @@ def test_the_report_says_who_sized_the_kv_cache_and_a_diff_with_an_earlier_relea
     diff = diff_reports(before, after)
     assert [(e.key, e.a, e.b) for e in diff.environment_differences
             if e.key == "engine.kv_cache_sizing"] == [("engine.kv_cache_sizing", "profile", "after_warmup")]
+
+
+def test_a_plan_of_a_log_that_asked_vllm_to_size_the_cache_itself_pins_the_bytes_instead() -> None:
+    """`--enable-extensible-kv-cache` among the boot's own arguments: `kvaudit run` refuses it, a plan
+    from such a log drops it (its flags pin the KV bytes, which turns it off in vllm serve) and says so."""
+    from kvaudit.plan import plan_report
+    from kvaudit.plan_schema import Edits
+    log = v034_boot().replace("'max_model_len': 32768}", "'max_model_len': 32768, 'enable_extensible_kv_cache': True}")
+    measured = report_from_log_text(log, "v034-asked.log")
+    assert measured.config.extra_args == {"enable_extensible_kv_cache": True}
+    plan = plan_report(measured, Edits(gpu_memory_utilization=0.9))
+    assert "enable_extensible_kv_cache" not in plan.report.config.extra_args
+    assert any("turns that off in vllm serve" in n for n in plan.notes)
