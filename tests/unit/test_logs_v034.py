@@ -246,3 +246,17 @@ def test_a_plan_of_a_log_that_asked_vllm_to_size_the_cache_itself_pins_the_bytes
     plan = plan_report(measured, Edits(gpu_memory_utilization=0.9))
     assert "enable_extensible_kv_cache" not in plan.report.config.extra_args
     assert any("turns that off in vllm serve" in n for n in plan.notes)
+
+
+def test_an_oom_in_model_runner_v2s_profiling_capture_is_in_the_graphs_phase() -> None:
+    """V1's "Profiling CUDA graph memory" / "Estimated CUDA graph memory" lines, the graphs phase's
+    milestones, are gone in 0.34: MRv2's estimate is a capture, whose bar after the profile and
+    before KV places a failure there (was: profile)."""
+    from kvaudit.schema import Phase
+    log = (line("Worker_TP0", "model_runner.py", 441, "Model loading took 15.0 GiB memory and 6.188402 seconds")
+           + "Capturing CUDA graphs (PIECEWISE):  40%|████      | 4/10 [00:01<00:01,  3.91it/s]\n"
+           + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+             "139.81 GiB of which 1.05 GiB is free.\n")
+    report = report_from_log_text(log, "v034-graphs-oom.log")
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase) == (FailureKind.OOM, Phase.GRAPHS)

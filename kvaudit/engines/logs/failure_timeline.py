@@ -23,7 +23,7 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
                   "Loading weights took", "Loading safetensors checkpoint shards",
                   "Loading drafter model")),  # gpu_model_runner.py load_model loads the drafter last
     (Phase.PROFILE, ("Model loading took",)),
-    (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),
+    (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "# GPU blocks: ",
                 "# CUDA blocks: ", "available_kv_cache_memory")),
@@ -35,12 +35,19 @@ _CAPTURE_MARKS = ("Capturing CUDA graphs", "Capturing cudagraphs", "Capturing th
 JIT kernel warmup" is printed at config time)."""
 
 
+_PROFILING_CAPTURE = ("Capturing CUDA graphs", "Graph capturing finished")
+"""Model Runner V2's graph estimate is a capture (0.29 on; its only sign in 0.34, where V1's
+estimate lines are gone): one of these after the profile and before KV is sizing's graphs phase."""
+
+
 def _timeline_phase(text: str, pos: int) -> Phase | None:
     """The furthest phase a milestone printed before `pos` shows (None: no milestone)."""
     for name, marks in reversed(_MILESTONES):
         if any(text.find(m, 0, pos) >= 0 for m in marks):
             if name is Phase.KV and any(text.find(m, 0, pos) >= 0 for m in _CAPTURE_MARKS):
                 return Phase.CAPTURE
+            if name is Phase.PROFILE and any(text.find(m, 0, pos) >= 0 for m in _PROFILING_CAPTURE):
+                return Phase.GRAPHS
             return name
     return None
 
