@@ -14,7 +14,7 @@ page the driver cannot map is "GPU driver error 2: out of memory".
 from __future__ import annotations
 
 from kvaudit.engines.logs import report_from_log_text
-from kvaudit.schema import FailureKind, Owner, Verdict
+from kvaudit.schema import FailureKind, KvSizing, Owner, Verdict
 from kvaudit.units import fmt_gib
 
 GiB = 1 << 30
@@ -126,10 +126,11 @@ def v034_boot(extended: bool = True, gmu_line: bool = False) -> str:
     return "".join(out)
 
 
-def kv_from_lines(proc: str) -> int:
-    """The extended blocks at the bytes per block the rank's measurement line states."""
-    blocks = measured_blocks(proc)
-    return round(FINAL * G(format_gib(blocks * BLOCK)) / blocks)
+def per_block() -> float:
+    """The bytes per block the ranks' measurement lines give, from the most precise one (the most
+    blocks: S GiB is to two decimals): both ranks' blocks are the same size (extensible.bytes_per_block)."""
+    blocks = max(measured_blocks(p) for p in RANKS)
+    return G(format_gib(blocks * BLOCK)) / blocks
 
 
 def test_an_extensible_boot_reads_the_cache_vllm_extended_to_not_the_range_it_reserved() -> None:
@@ -138,29 +139,55 @@ def test_an_extensible_boot_reads_the_cache_vllm_extended_to_not_the_range_it_re
     assert report.verdict is Verdict.OK
     assert measured_blocks("Worker_TP1") < measured_blocks("Worker_TP0")  # rank 1 binds: the minimum is its
     assert report.capacity.kv_tokens == FINAL * 16
+    kv = round(FINAL * per_block())
+    assert abs(kv - FINAL * BLOCK) <= 6 * MiB            # two decimals of GiB, not the 2.6 GiB larger range
     for rank, proc in zip(report.ranks, RANKS):
-        kv = rank.owners[Owner.KV_CACHE]
-        assert kv == rank.kv_available_bytes == rank.vllm_kv_available_bytes == kv_from_lines(proc)
-        assert abs(kv - FINAL * BLOCK) <= 6 * MiB        # two decimals of GiB, not the 2.6 GiB larger range
+        # every rank was extended to the same blocks: the same bytes, not two roundings of them
+        assert rank.owners[Owner.KV_CACHE] == rank.kv_available_bytes == rank.vllm_kv_available_bytes == kv
         assert rank.kv_blocks == FINAL
         # the sizing kept the warmup's transients free: the larger of its peak and torch's growth
         assert rank.owners[Owner.ACTIVATION_PEAK] == G(format_gib(max(PEAK[proc], GROWTH)))
         # no graph estimate by design (the pool was measured after capture): none is inferred
         assert rank.graph_pool_estimate_bytes is None and rank.graph_pool_actual_bytes == G("0.7")
+        # vLLM's --kv-cache-memory suggestion is computed at GMU 1.0 against the total in this mode: left out
+        assert rank.vllm_suggested_kv_cache_memory_bytes is None
+    assert report.capacity.binding_rank == 0  # a tie: the lower rank
     notes = [n for n in report.warnings if "extensible KV cache" in n]
-    assert notes == [f"vLLM sized the KV cache after warmup and graph capture (vLLM 0.34's extensible KV cache): it "
-                     f"extended the cache to {FINAL:,} blocks ({fmt_gib(kv_from_lines('Worker_TP0'))}), the KV figure here; "
-                     f"'Available KV cache memory' {format_gib(TENTATIVE)} GiB was the address range it reserved, "
-                     f"not the cache"]
+    assert notes == [f"vLLM sized the KV cache after warmup and graph capture (vLLM 0.34's extensible KV cache): "
+                     f"rank 0 was extended to {FINAL:,} blocks ({fmt_gib(kv)}), its KV figure here; 'Available KV "
+                     f"cache memory' {format_gib(TENTATIVE)} GiB was the address range it reserved, not the cache; "
+                     f"vLLM's --kv-cache-memory suggestion (computed at GMU 1.0 against the device's total) is left "
+                     f"out"]
     assert not any("not budgeted" in n for n in report.warnings)
 
 
 def test_an_extensible_log_cut_before_the_extension_reads_each_ranks_measurement() -> None:
     report = report_from_log_text(v034_boot(extended=False), "v034-cut.log")
     for rank, proc in zip(report.ranks, RANKS):
-        assert rank.owners[Owner.KV_CACHE] == G(format_gib(measured_blocks(proc) * BLOCK))
+        assert rank.owners[Owner.KV_CACHE] == round(measured_blocks(proc) * per_block())
         assert rank.kv_blocks == measured_blocks(proc)
     assert any("the log ends before the cache was extended" in n for n in report.warnings)
+
+
+def test_an_extensible_boot_that_died_before_sizing_has_no_kv_figure() -> None:
+    """A KV page the driver cannot map while the sizing warmup runs: the log has the reserved range
+    and the "Actual usage" line (GMU 1.0, the whole device), no sizing line. The reserved range is no
+    cache: no KV figure, no flags, no inferred graph estimate (was: 128.55 GiB KV and flags that do
+    not fit)."""
+    log = v034_boot(extended=False)
+    log = "".join(x for x in log.splitlines(keepends=True) if "Memory after warmup" not in x) \
+        + "RuntimeError: GPU driver error 2: out of memory\n"
+    report = report_from_log_text(log, "v034-died.log")
+    assert report.verdict is Verdict.FAIL and report.failure.kind is FailureKind.OOM
+    assert report.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP
+    for rank in report.ranks:
+        assert rank.owners[Owner.KV_CACHE] is None and rank.kv_available_bytes is None
+        assert rank.graph_pool_estimate_bytes is None
+    assert report.capacity.safe_serve_flags == ()
+    assert not any("not budgeted" in n for n in report.warnings)
+    assert (f"vLLM sized the KV cache after warmup and graph capture (vLLM 0.34's extensible KV cache), and the log "
+            f"ends before it did (rank 0): 'Available KV cache memory' {format_gib(TENTATIVE)} GiB was the address "
+            f"range it reserved, not the cache; no KV figure") in report.warnings
 
 
 def test_the_flags_from_an_extensible_log_pass_vllms_start_up_check() -> None:
@@ -170,7 +197,7 @@ def test_the_flags_from_an_extensible_log_pass_vllms_start_up_check() -> None:
     flags = dict(f.split("=", 1) for f in report.capacity.safe_serve_flags)
     ceiling = int(G(format_gib(FREE)) / G(format_gib(TOTAL)) * 10_000) / 10_000
     assert float(flags["--gpu-memory-utilization"]) == ceiling < 1.0
-    assert int(flags["--kv-cache-memory-bytes"]) <= min(kv_from_lines(p) for p in RANKS)
+    assert int(flags["--kv-cache-memory-bytes"]) <= report.capacity.kv_available_bytes
 
 
 def test_vllms_warning_that_a_gmu_caps_the_extensible_cache_is_a_note() -> None:
@@ -217,14 +244,15 @@ def test_the_report_says_who_sized_the_kv_cache_and_a_diff_with_an_earlier_relea
 
     from kvaudit.diff import diff_reports
     from kvaudit.report import parse_report_text
-    from kvaudit.schema import KvSizing, dumps
+    from kvaudit.schema import dumps
     after = report_from_log_text(v034_boot(), "v034.log")
     before = report_from_log_text(v033_boot(), "v033.log")
     assert after.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP
     assert before.engine.kv_cache_sizing is KvSizing.PROFILE
-    cut = "".join(x for x in v034_boot().splitlines(keepends=True)
-                  if "Memory after warmup" not in x and "Extended KV cache" not in x)
-    assert report_from_log_text(cut, "v034-cut.log").engine.kv_cache_sizing is None
+    # a 0.34 excerpt that shows neither the sizing lines nor the reservation's signs: unknown
+    excerpt = "".join(x for x in v034_boot().splitlines(keepends=True)
+                      if "Available KV cache memory" in x or "Model loading took" in x or "LLM engine" in x)
+    assert report_from_log_text(excerpt, "v034-excerpt.log").engine.kv_cache_sizing is None
     path = tmp_path / "after.json"
     path.write_text(dumps(after), encoding="utf-8")
     assert '"kv_cache_sizing": "after_warmup"' in path.read_text(encoding="utf-8")

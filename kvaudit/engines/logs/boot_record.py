@@ -5,10 +5,10 @@ failure, and what the logs state outright (the KV size line, vLLM's own check); 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from kvaudit.config import AuditConfig
+from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.failure_timeline import log_failure
 from kvaudit.engines.logs.logged_config import build_config
@@ -117,12 +117,15 @@ class LogBoot:
         runner = _runner(boot)
         disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"
         rank_notes: list[str] = []
+        version = engine_first(boot.engine, FactKind.VERSION)
+        after_warmup = extensible.sized_after_warmup(boot.ranks, version, disabled, config.gpu_memory_utilization)
+        per_block = extensible.bytes_per_block(boot.ranks)
         ranks = tuple(stated_rank(rank, boot.ranks[rank], gmu=config.gpu_memory_utilization, runner=runner,
                                   estimates_disabled=disabled, failure=failure, notes=rank_notes,
                                   tp_size=config.tensor_parallel_size,
-                                  dcp_size=config.decode_context_parallel_size)
+                                  dcp_size=config.decode_context_parallel_size, after_warmup=after_warmup,
+                                  kv_bytes_per_block=per_block.get(rank))
                       for rank in sorted(boot.ranks))
-        version = engine_first(boot.engine, FactKind.VERSION)
         backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
         first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None
         warnings = list(dict.fromkeys([n for s in self.scans for n in s.notes]
@@ -144,7 +147,7 @@ class LogBoot:
         return BootRecord(
             source=Source.LOG, config=config, ranks=ranks,
             engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend,
-                          kv_cache_sizing=_kv_sizing(boot, version)),
+                          kv_cache_sizing=_kv_sizing(boot, version, disabled, after_warmup)),
             environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=tuple(warnings),
             stated=Stated(kv_tokens=tokens if derived is None else derived.tokens, max_feasible_model_len=feasible,
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
@@ -152,20 +155,16 @@ class LogBoot:
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
 
 
-_ESTIMATE_LINES = (FactKind.GRAPH_ESTIMATE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED)
-"""Lines vLLM prints only where it sizes the KV cache from its profile (a graph estimate)."""
-
-
-def _kv_sizing(boot: Boot, version: str | None) -> KvSizing | None:
-    """After warmup where a rank states what it measured or extended the cache to (0.34's extensible
-    KV cache); from the profile where the release predates it (0.33 and earlier) or a rank states a
-    graph estimate; else unknown (an excerpt of 0.34 that shows neither)."""
-    ranks = boot.ranks.values()
-    if any(r.has(FactKind.KV_MEASURED, FactKind.KV_EXTENDED) for r in ranks):
+def _kv_sizing(boot: Boot, version: str | None, estimates_disabled: bool, after_warmup: bool) -> KvSizing | None:
+    """After warmup where the log shows vLLM 0.34's extensible KV cache (extensible.sized_after_warmup);
+    from the profile where the release predates it, a rank states a graph estimate, or the estimate
+    is off (0.34 says so only without the extensible cache); else unknown (a 0.34 excerpt, or an
+    eager boot, that shows neither)."""
+    if after_warmup:
         return KvSizing.AFTER_WARMUP
-    release = re.match(r"v?(\d+)\.(\d+)", version or "")
-    if (release is not None and (int(release.group(1)), int(release.group(2))) < (0, 34)) \
-            or any(r.has(*_ESTIMATE_LINES) for r in ranks):
+    release = extensible.release_of(version)
+    if (release is not None and release < extensible.FIRST_RELEASE) or estimates_disabled \
+            or any(r.has(*extensible.ESTIMATE_LINES) for r in boot.ranks.values()):
         return KvSizing.PROFILE
     return None
 

@@ -1,8 +1,9 @@
 """One rank's readings in its logs: the owners a log can show and what it says of each phase.
 
 Owners a log can show (docs/vllm-startup.md §5.7): weights, graph_pool, kv_cache,
-activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}),
-non_torch (old wording only). `persistent` and `torch_other` are never logged; the ledger
+activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}; vLLM
+0.34's extensible KV cache: what its sizing kept free for transients, kvaudit/engines/logs/
+extensible.py), non_torch (old wording only). `persistent` and `torch_other` are never logged; the ledger
 (`kvaudit.ledger.owners_from_readings`) makes graph_pool and kv_unallocated of what is stated,
 and a null stays null.
 """
@@ -13,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TypeVar
 
+from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import Located, RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
@@ -142,14 +144,17 @@ def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tupl
 
 def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | None, estimates_disabled: bool,
                 failure: Failure | None, notes: list[str], tp_size: int | None = None,
-                dcp_size: int | None = None) -> StatedRank:
+                dcp_size: int | None = None, after_warmup: bool = False,
+                kv_bytes_per_block: float | None = None) -> StatedRank:
+    """One rank's owners as its lines state them. `after_warmup`: vLLM 0.34's extensible KV cache
+    sized the boot's cache (extensible.sized_after_warmup); `kv_bytes_per_block`: the rank's, from
+    its measurement (extensible.bytes_per_block)."""
     total = r.last(FactKind.DEVICE_TOTAL)
     requested = r.last(FactKind.REQUESTED)
     if requested is None and total is not None and gmu is not None:
         requested = request_memory(total, gmu)
     # vLLM 0.34's extensible KV cache: sized after warmup and capture, with no graph estimate before
-    sized_after = _sized_after_warmup(r)
-    no_estimate = estimates_disabled or sized_after is not None
+    no_estimate = estimates_disabled or after_warmup
     graphs = _graphs(r, total, runner, no_estimate)
     activation, why = _activation(r, graphs, no_estimate)
     if why:
@@ -159,13 +164,17 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
     kv_cache = (_first_known(r.last(FactKind.KV_IN_USE), r.last(FactKind.KV_FIXED), r.last(FactKind.KV_AVAILABLE))
                 if allocated else None)
     kv_blocks = r.last(FactKind.KV_BLOCKS)
-    if sized_after is not None:
-        if not any(n.startswith(SIZED_AFTER_WARMUP) for n in notes):
-            notes.append(_sized_after_note(sized_after, kv_available, r.has(FactKind.KV_EXTENDED)))
-        kv_blocks, kv_available = sized_after
+    suggested = r.last(FactKind.KV_SUGGESTION)
+    if after_warmup:
+        sized = extensible.sized_cache(r, kv_bytes_per_block)
+        if not any(n.startswith(extensible.NOTE_HEAD) for n in notes):
+            notes.append(extensible.note(rank, sized, r.has(FactKind.KV_EXTENDED), r.first(FactKind.KV_AVAILABLE)))
+        # the reserved range is no KV figure: unknown until the log states the sized cache
+        kv_blocks, kv_available = sized if sized is not None else (None, None)
         kv_cache = kv_available if allocated else None
         # what the sizing kept free for the warmup's transients (vLLM's "Actual usage" peak is the profile's)
         activation = _first_known(r.last(FactKind.KV_KEPT_TRANSIENT), activation)
+        suggested = None  # computed at GMU 1.0 against the device's total in this mode (extensible.note)
     readings = {Owner.WEIGHTS: r.first(FactKind.WEIGHTS), Owner.ACTIVATION_PEAK: activation,
                 Owner.NON_TORCH: r.last(FactKind.NON_TORCH), Owner.KV_CACHE: kv_cache}
     for owner in NEVER_NEGATIVE:  # a garbled or doctored figure: no memory is below zero
@@ -180,7 +189,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
     if graphs.retained is not None:
         notes.append(f"rank {rank}: graph profiling retained {fmt_gib(graphs.retained)} (fork line); graph_pool "
                      f"counts the full {fmt_gib(graphs.estimate)} captured, nothing is subtracted")
-    if (suggested := r.last(FactKind.KV_SUGGESTION)) is not None and suggested < 0:
+    if suggested is not None and suggested < 0:
         # gpu_worker.py compile_or_warm_up_model: kv_cache_memory_bytes_to_requested_limit = requested
         # − (total_consumed + peak_activation_memory + CUDA graph memory) − a 150 MiB buffer; below
         # zero, the rank's use without its KV cache is already over the budget.
@@ -201,41 +210,14 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=kv_blocks,
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
-        vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=r.last(FactKind.KV_SUGGESTION)))
+        vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=suggested))
 
 
 T = TypeVar("T")
 
 
-def _sized_after_warmup(r: RankFacts) -> tuple[int, int] | None:
-    """(blocks, bytes) of an extensible KV cache: the blocks it was extended to (the ranks'
-    minimum), at the bytes per block its own measurement states (the extended GiB are the physical
-    bytes, rounded up to the driver's granule per segment); the measurement alone where the log
-    ends before the cache was extended; None for a KV cache sized before warmup."""
-    measured, extended = r.last(FactKind.KV_MEASURED), r.last(FactKind.KV_EXTENDED)
-    if extended is None:
-        return measured
-    if measured is None or measured[0] <= 0:
-        return extended
-    return extended[0], round(extended[0] * measured[1] / measured[0])
-
-
 def _first_known(*values: T | None) -> T | None:
     return next((v for v in values if v is not None), None)
-
-
-SIZED_AFTER_WARMUP = "vLLM sized the KV cache after warmup and graph capture"
-
-
-def _sized_after_note(sized: tuple[int, int], reserved: int | None, extended: bool) -> str:
-    """Once per log: what an extensible KV cache's lines mean (the ranks' figures are in the table)."""
-    blocks, size = sized
-    what = (f"it extended the cache to {blocks:,} blocks ({fmt_gib(size)}), the KV figure here" if extended else
-            f"it measured room for {blocks:,} blocks ({fmt_gib(size)}), the KV figure here (the log ends before "
-            f"the cache was extended to the ranks' minimum)")
-    reserved_text = (f"; 'Available KV cache memory' {fmt_gib(reserved)} was the address range it reserved, not the "
-                     f"cache" if reserved is not None else "")
-    return f"{SIZED_AFTER_WARMUP} (vLLM 0.34's extensible KV cache): {what}{reserved_text}"
 
 
 def _phases(rank: int, r: RankFacts, graphs: _Graphs, failure: Failure | None) -> tuple[PhaseRecord, ...]:
