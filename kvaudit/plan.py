@@ -42,6 +42,7 @@ from kvaudit.schema import (
     NON_KV_OWNERS,
     FailureKind,
     KnobDifference,
+    KvSizing,
     Owner,
     RankReport,
     Report,
@@ -206,6 +207,7 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
                                 "nothing to plan from; kvaudit run measures it")
         raise BadInputError("the report has no ranks: nothing was measured to plan from")
     _check_edits(edits)
+    measured, pinned_note = _with_the_kv_bytes_pinned(measured)
     asked, old = edits, measured.config
     if _platform_sets_batched_tokens(measured) and edits.max_num_batched_tokens is not None:
         raise UsageError("the measured boot ran on vLLM's CPU_MLA backend (MLA without AMX tiles), where vLLM's CPU "
@@ -215,9 +217,6 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     if _platform_sets_batched_tokens(measured) and edits.max_model_len is not None:
         edits = dataclasses.replace(edits, max_num_batched_tokens=max(edits.max_model_len,
                                                                       DEFAULT_MAX_NUM_BATCHED_TOKENS))
-    sized_by_vllm = old.extra_args.get(EXTENSIBLE_KV_ARG) not in (None, False)
-    if sized_by_vllm:  # a log of vLLM 0.34 asked to size the cache itself: the plan's flags pin its bytes
-        old = dataclasses.replace(old, extra_args={k: v for k, v in old.extra_args.items() if k != EXTENSIBLE_KV_ARG})
     config = old.replace(**edits.changes()).validated()
     # vLLM's SchedulerConfig.verify_max_model_len refuses this at startup: no plan can boot it.
     if config.max_num_batched_tokens and config.max_num_seqs and config.max_num_batched_tokens < config.max_num_seqs:
@@ -227,9 +226,8 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
                     if getattr(old, k) != v)
     notes: list[str] = []
     boots: list[str] = []
-    if sized_by_vllm:
-        notes.append("the measured boot asked vLLM to size the KV cache after warmup (--enable-extensible-kv-cache); "
-                     "the plan's flags pin the KV bytes, which turns that off in vllm serve")
+    if pinned_note:
+        notes.append(pinned_note)
 
     if config.gpu_memory_utilization != old.gpu_memory_utilization and on_cpu(measured):
         notes.append("requested is the new GMU of the node total this boot measured: on the CPU backend the NUMA "
@@ -304,6 +302,33 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     predicted = _refused_at_start(dataclasses.replace(predicted, planned_from=measured.source))
     return Plan(report=predicted, measured=measured, edits=changed, ranks=tuple(plan_ranks), kv_error_bytes=error,
                 kv_error_tokens=tokens, boots_needed=tuple(dict.fromkeys(boots)), notes=tuple(dict.fromkeys(notes)))
+
+
+def _with_the_kv_bytes_pinned(measured: Report) -> tuple[Report, str | None]:
+    """A boot whose KV cache vLLM 0.34 sized after warmup (its extensible KV cache), as a boot with
+    the plan's flags runs: they pin the KV bytes, which turns the extensible cache off, and vLLM's
+    start-up check then needs the requested budget within the memory free at start (with the
+    extensible cache it is only a cap: GMU 1.0 by default). So each rank's budget becomes the most
+    of it that was free (the KV it then predicts is short by the ≥ 1 GiB margin that sizing kept),
+    the GMU the highest that passes on every rank (capacity.gmu_ceiling), and the boot's own ask
+    for the extensible cache is dropped. Any other report is returned as it is, with no note."""
+    asked = measured.config.extra_args.get(EXTENSIBLE_KV_ARG) not in (None, False)
+    if measured.engine.kv_cache_sizing is not KvSizing.AFTER_WARMUP and not asked:
+        return measured, None
+    ranks = tuple(dataclasses.replace(r, requested_bytes=min(r.requested_bytes, r.free_at_start_bytes))
+                  if r.requested_bytes is not None and r.free_at_start_bytes is not None else r
+                  for r in measured.ranks)
+    config = measured.config
+    ceiling = gmu_ceiling(ranks)
+    if ceiling is not None and config.gpu_memory_utilization is not None and config.gpu_memory_utilization > ceiling:
+        config = config.replace(gpu_memory_utilization=ceiling)
+    config = dataclasses.replace(config, extra_args={k: v for k, v in config.extra_args.items()
+                                                     if k != EXTENSIBLE_KV_ARG})
+    note = (f"vLLM sized the measured boot's KV cache after warmup (0.34's extensible KV cache), its budget only a "
+            f"cap; the plan's flags pin the KV bytes, which turns that off in vllm serve, where the budget must fit "
+            f"the memory free at start: planned from the measured boot at GMU {config.gpu_memory_utilization} and "
+            f"each rank's free memory")
+    return dataclasses.replace(measured, config=config, ranks=ranks), note
 
 
 def _refused_at_start(predicted: Report) -> Report:

@@ -288,3 +288,26 @@ def test_an_oom_in_model_runner_v2s_profiling_capture_is_in_the_graphs_phase() -
     report = report_from_log_text(log, "v034-graphs-oom.log")
     assert report.failure is not None
     assert (report.failure.kind, report.failure.phase) == (FailureKind.OOM, Phase.GRAPHS)
+
+
+def test_a_plan_of_an_extensible_log_is_held_to_the_start_up_check_its_pinned_bytes_bring() -> None:
+    """The measured budget (GMU 1.0) was only the extensible cache's cap, above the memory free at
+    start; the plan's flags pin the KV bytes, so vLLM checks the planned budget against free memory.
+    Planned from each rank's free memory at the highest GMU that passes: an edit that keeps the
+    GMU is no refusal at start (it was), and a lower GMU gives up what it takes from that budget
+    (the measured 1.0 × total, 0.6 GiB above free, had been taken off too)."""
+    from kvaudit.ledger import requested_bytes
+    from kvaudit.plan import plan_report
+    from kvaudit.plan_schema import Edits
+    measured = report_from_log_text(v034_boot(), "v034.log")
+    ceiling = int(G(format_gib(FREE)) / G(format_gib(TOTAL)) * 10_000) / 10_000
+    longer = plan_report(measured, Edits(max_model_len=65536))
+    assert longer.report.verdict is Verdict.OK
+    assert longer.report.config.gpu_memory_utilization == ceiling
+    assert longer.report.capacity.kv_available_bytes == measured.capacity.kv_available_bytes
+    assert any(n.startswith("vLLM sized the measured boot's KV cache after warmup") for n in longer.notes)
+    lower = plan_report(measured, Edits(gpu_memory_utilization=0.9))
+    rank = measured.binding()
+    expected = measured.capacity.kv_available_bytes + requested_bytes(rank.device_total_bytes, 0.9) \
+        - rank.free_at_start_bytes
+    assert abs(lower.report.capacity.kv_available_bytes - expected) < BLOCK  # whole blocks
