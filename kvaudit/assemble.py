@@ -41,6 +41,7 @@ from kvaudit.schema import (
     Capacity,
     Failure,
     FailureKind,
+    KvSizing,
     Owner,
     Phase,
     RankReport,
@@ -74,7 +75,8 @@ def assemble(record: BootRecord) -> Report:
                    known_kv_needed_bytes=record.stated.kv_needed_bytes,
                    graph_bytes_per_size=record.graph_bytes_per_size,
                    verify_overrun_bytes=(record.verify_overrun_bytes if record.verify_overrun_bytes is not None
-                                         else verify.overrun_bytes if verify is not None else 0))
+                                         else verify.overrun_bytes if verify is not None else 0),
+                   budget_was_a_cap=record.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP)
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)

@@ -93,12 +93,15 @@ def node_summaries(ranks: Sequence[RankReport]) -> tuple[NodeSummary, ...] | Non
 def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeometry | None, *,
              known_kv_tokens: int | None = None, known_max_feasible_model_len: int | None = None,
              known_max_model_len_fits: bool | None = None, known_kv_needed_bytes: int | None = None,
-             graph_bytes_per_size: int | None = None, verify_overrun_bytes: int = 0) -> Capacity:
+             graph_bytes_per_size: int | None = None, verify_overrun_bytes: int = 0,
+             budget_was_a_cap: bool = False) -> Capacity:
     """Capacity on the binding rank, the levers when it does not fit, and the flags that are safe.
 
     `known_*`: facts a log states outright (vLLM's KV size line means the check passed; its
     ValueError names the bytes one request needs); used where the geometry cannot say.
-    `verify_overrun_bytes`: how far a verify's true peak went above the budget (0 if it did not)."""
+    `verify_overrun_bytes`: how far a verify's true peak went above the budget (0 if it did not).
+    `budget_was_a_cap`: vLLM 0.34's extensible KV cache sized the cache, where the GMU is only a cap
+    and may exceed the memory free at start (safe_serve_flags)."""
     binding = binding_rank(ranks)
     kv_available = binding.kv_available_bytes if binding else None
     naive_per_rank = [r.naive_kv_available_bytes for r in ranks]
@@ -129,7 +132,8 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
         over_allocation_bytes=minus(naive, kv_available))
     levers = (compute_levers(cap, binding, ranks, config, geometry, graph_bytes_per_size)
               if binding is not None and (fits is False or over_committed(ranks)) else ())
-    flags = safe_serve_flags(cap, binding, ranks, config, geometry, verify_overrun_bytes=verify_overrun_bytes)
+    flags = safe_serve_flags(cap, binding, ranks, config, geometry, verify_overrun_bytes=verify_overrun_bytes,
+                             budget_was_a_cap=budget_was_a_cap)
     return replace(cap, levers=levers, safe_serve_flags=flags)
 
 
@@ -268,9 +272,11 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
 
 def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[RankReport],
                      config: AuditConfig, geometry: KvGeometry | None, *,
-                     verify_overrun_bytes: int = 0) -> tuple[str, ...]:
+                     verify_overrun_bytes: int = 0, budget_was_a_cap: bool = False) -> tuple[str, ...]:
     """`vllm serve` flags that reproduce the audited budget: whole blocks of the binding rank,
-    at a GMU and length that fit."""
+    at a GMU and length that fit. `budget_was_a_cap`: the boot's GMU was the extensible KV cache's
+    cap; the flags' pinned bytes turn that cache off, and vLLM's start-up check then needs the GMU
+    within the memory free at start, so it is lowered to the highest that passes (gmu_ceiling)."""
     if binding is None or cap.kv_available_bytes is None or binding.requested_bytes is None:
         return ()
     gmu, kv, length = config.gpu_memory_utilization, cap.kv_available_bytes, config.max_model_len
@@ -293,11 +299,9 @@ def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[
             length = geometry.max_len(kv)  # the reduced cache must still hold one request
     if kv <= 0 or not length:
         return ()
-    ceiling = gmu_ceiling(ranks)
+    ceiling = gmu_ceiling(ranks) if budget_was_a_cap else None
     if gmu is not None and ceiling is not None and gmu > ceiling:
-        # With the KV bytes given, the GMU only has to pass vLLM's start-up check (requested ≤ free);
-        # a boot whose own GMU was above it sized an extensible KV cache (0.34), which has no such check.
-        gmu = ceiling
+        gmu = ceiling  # with the KV bytes given, the GMU only has to pass vLLM's start-up check
     flags = [f"--kv-cache-memory-bytes={kv}"]
     if gmu is not None:
         flags.append(f"--gpu-memory-utilization={gmu}")

@@ -155,7 +155,8 @@ peaked 1.83 GiB over), so they are no promise: the label says so."""
 LOG_FLAGS_LABEL = "vllm serve flags from the log's own KV figure, not audited (kvaudit run measures it)"
 """A log gives vLLM's own sizing: one profile pass, before the warmups and the capture that follow it
 (the H200's vLLM 0.33 log of V3 dims + MTP: flags 0.78 GiB above vLLM's own suggestion, for a config
-whose --verify overran by 2.00 GiB). Its flags reproduce that figure; they were never called safe."""
+whose --verify overran by 2.00 GiB), or, with 0.34's extensible KV cache, vLLM's measurement after
+them, which no load checked. Its flags reproduce that figure; they were never called safe."""
 FLAG_LABELS = (SAFE_FLAGS_LABEL, LOWERED_FLAGS_LABEL, LOG_FLAGS_LABEL)
 
 

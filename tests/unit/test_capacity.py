@@ -117,6 +117,19 @@ def test_a_config_that_fits_has_no_levers_and_whole_block_serve_flags():
                                     "--max-model-len=131072")
 
 
+def test_the_flags_lower_a_gmu_above_free_memory_only_where_it_was_the_extensible_caches_cap():
+    """vLLM 0.34's extensible KV cache: the GMU is only a cap (1.0 by default, above what is free);
+    the flags pin the KV bytes, which turns that cache off, and vLLM's start-up check then needs the
+    GMU within the memory free at start: the highest that passes (free 78 of 80 GiB: 0.975). A boot
+    sized otherwise keeps its own GMU: vLLM checked it, and its free memory was read earlier."""
+    total = gib(80)
+    rank = cap_rank(0, gib(50.5), total=total, requested=total, free_at_start=gib(78))
+    capped = capacity([rank], config(gpu_memory_utilization=1.0), GEOMETRY, budget_was_a_cap=True)
+    assert "--gpu-memory-utilization=0.975" in capped.safe_serve_flags
+    kept = capacity([rank], config(gpu_memory_utilization=1.0), GEOMETRY)
+    assert "--gpu-memory-utilization=1.0" in kept.safe_serve_flags
+
+
 BIG = config(max_model_len=1_048_576, max_num_batched_tokens=8192, cudagraph_capture_sizes=(1, 2, 4, 8, 16),
              enforce_eager=False)
 

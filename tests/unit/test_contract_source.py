@@ -357,12 +357,17 @@ class _V1Runner:
     __module__ = "vllm.v1.worker.gpu_model_runner"
 
 
+class _EncoderOnlyRunner(_V2Runner):  # 0.34's MMEncoderModelRunner subclasses MRv2's runner
+    __module__ = "vllm.v1.worker.mm_encoder_model_runner"
+
+
 def test_the_runner_is_told_by_vllms_flag_where_there_is_one_else_by_its_class():
     from types import SimpleNamespace
     assert adapter.uses_v2_runner(SimpleNamespace(use_v2_model_runner=True, model_runner=_V1Runner())) is True
     assert adapter.uses_v2_runner(SimpleNamespace(use_v2_model_runner=False, model_runner=_V2Runner())) is False
-    # 0.34: no flag, MRv2 only; 0.22–0.28: no flag, V1 only
+    # 0.34: no flag, MRv2 only (and its subclasses elsewhere: the multimodal encoder-only runner)
     assert adapter.uses_v2_runner(SimpleNamespace(model_runner=_V2Runner())) is True
+    assert adapter.uses_v2_runner(SimpleNamespace(model_runner=_EncoderOnlyRunner())) is True
     assert adapter.uses_v2_runner(SimpleNamespace(model_runner=_V1Runner())) is False
     assert adapter.model_runner_name(SimpleNamespace(model_runner=_V2Runner())) == "V2"
 
@@ -387,9 +392,9 @@ def test_the_report_says_the_audit_turned_the_extensible_kv_cache_off():
     from kvaudit.engines.vllm.engine_args import extensible_off_note
     config = AuditConfig(model="m")
     assert extensible_off_note({"enable_extensible_kv_cache": False}, config, "0.34.0") == (
-        "vLLM 0.34.0 sizes the KV cache itself after warmup and graph capture by default (its extensible KV "
-        "cache); kvaudit audits with it off, in its own order, and the safe flags' --kv-cache-memory-bytes keeps "
-        "it off in vllm serve")
+        "vLLM 0.34.0 sizes the KV cache itself after warmup and graph capture by default where the driver can map "
+        "it (its extensible KV cache); kvaudit audits with it off, in its own order, and the safe flags' "
+        "--kv-cache-memory-bytes keeps it off in vllm serve")
     assert extensible_off_note({}, config, "0.33.0") is None  # a vLLM without it
     asked_off = AuditConfig(model="m", extra_args={"enable_extensible_kv_cache": False})
     assert extensible_off_note({"enable_extensible_kv_cache": False}, asked_off, "0.34.0") is None
@@ -404,22 +409,27 @@ def test_the_budgeted_gmu_is_vllms_resolved_one_where_vllm_resolves_it():
     assert adapter.requested_gmu(SimpleNamespace(gpu_memory_utilization=0.98,
                                                  resolved_gpu_memory_utilization=0.98)) == 0.98
     assert adapter.requested_gmu(SimpleNamespace(gpu_memory_utilization=0.9)) == 0.9  # 0.33 and before
+    with pytest.raises(RuntimeError, match="states no GPU memory utilization"):
+        adapter.requested_gmu(SimpleNamespace(gpu_memory_utilization=None))
 
 
 def test_the_sampler_warmup_is_measured_for_the_runners_vllm_runs_it_for(monkeypatch):
-    """V1 always; MRv2 only where V1's runner is gone (0.34 dropped the `not use_v2_model_runner`
-    gate with it), and not for a pooling model there."""
+    """On the last pipeline stage: V1 always; MRv2 only where V1's runner is gone (0.34 dropped the
+    `not use_v2_model_runner` gate with it), and not for a pooling model there."""
     from types import SimpleNamespace
     v1 = SimpleNamespace(use_v2_model_runner=False, model_runner=_V1Runner())
     v2 = SimpleNamespace(model_runner=_V2Runner())
     pooling = _V2Runner()
     pooling.is_pooling_model = True
+    monkeypatch.setattr(adapter, "_last_pipeline_stage", lambda: True)
     monkeypatch.setattr(adapter.importlib.util, "find_spec", lambda name: object())  # 0.29–0.33: V1 is there
     assert adapter.sampler_warmed_after_capture(v1) is True
     assert adapter.sampler_warmed_after_capture(v2) is False
     monkeypatch.setattr(adapter.importlib.util, "find_spec", lambda name: None)  # 0.34: MRv2 only
     assert adapter.sampler_warmed_after_capture(v2) is True
     assert adapter.sampler_warmed_after_capture(SimpleNamespace(model_runner=pooling)) is False
+    monkeypatch.setattr(adapter, "_last_pipeline_stage", lambda: False)  # vLLM warms the sampler on the last only
+    assert adapter.sampler_warmed_after_capture(v1) is False and adapter.sampler_warmed_after_capture(v2) is False
 
 
 def test_an_extensible_kv_cache_left_on_is_seen_on_the_worker():

@@ -68,13 +68,15 @@ def allocator_split_scope(worker: Any) -> Any:
 
 
 def uses_v2_runner(worker: Any) -> bool:
-    """Whether the worker runs Model Runner V2: its own flag where vLLM has one (0.29 to 0.33 pick a
-    runner per model), else the runner's class (0.34 removed V1's runner and the flag with it:
-    every GPU worker runs vllm.v1.worker.gpu.model_runner; 0.22 to 0.28 have V1 only)."""
+    """Whether the worker runs Model Runner V2: its own flag where vLLM has one (0.22 to 0.33 pick a
+    runner per model), else the runner's class (0.34 removed V1's runner and the flag with it: every
+    GPU worker runs MRv2's runner or a subclass of it, such as the multimodal encoder-only
+    MMEncoderModelRunner of vllm.v1.worker.mm_encoder_model_runner)."""
     flag = getattr(worker, "use_v2_model_runner", None)
     if flag is not None:
         return bool(flag)
-    return type(getattr(worker, "model_runner", None)).__module__.startswith(_R2.rsplit(".", 1)[0] + ".")
+    package = _R2.rsplit(".", 1)[0] + "."
+    return any(c.__module__.startswith(package) for c in type(getattr(worker, "model_runner", None)).__mro__)
 
 
 def model_runner_name(worker: Any) -> str:
@@ -84,9 +86,14 @@ def model_runner_name(worker: Any) -> str:
 def requested_gmu(cache_config: Any) -> float:
     """The GPU memory utilization vLLM budgets with: 0.34 leaves gpu_memory_utilization None when
     not given and resolves it in CacheConfig.resolved_gpu_memory_utilization (0.92, or 1.0 with the
-    extensible KV cache, which the audit turns off); before, the field holds the value itself."""
+    extensible KV cache, which the audit turns off); before, the field holds the value itself. A
+    vLLM that states neither is named in one line (RuntimeError), not a float(None)."""
     resolved = getattr(cache_config, "resolved_gpu_memory_utilization", None)
-    return float(resolved if resolved is not None else cache_config.gpu_memory_utilization)
+    value = resolved if resolved is not None else getattr(cache_config, "gpu_memory_utilization", None)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise RuntimeError("this vLLM's CacheConfig states no GPU memory utilization (gpu_memory_utilization nor "
+                           "resolved_gpu_memory_utilization): kvaudit cannot read the budget; pass --gmu")
+    return float(value)
 
 
 def extensible_kv_cache_on(worker: Any) -> bool:
@@ -96,11 +103,18 @@ def extensible_kv_cache_on(worker: Any) -> bool:
     return bool(getattr(worker.cache_config, "enable_extensible_kv_cache", False))
 
 
+def _last_pipeline_stage() -> bool:
+    from vllm.distributed.parallel_state import get_pp_group
+    return bool(get_pp_group().is_last_rank)
+
+
 def sampler_warmed_after_capture(worker: Any) -> bool:
     """Whether vLLM's compile_or_warm_up_model runs its sampler warmup (a max_num_seqs dummy step
-    and the sampler) after capture for this worker's runner: V1's always (0.22 to 0.33); MRv2's
-    where V1's runner is gone (0.34: the `not use_v2_model_runner` gate went with it), except a
-    pooling model's, which 0.34 skips."""
+    and the sampler) after capture on this worker: on the last pipeline stage only, for V1's runner
+    (0.22 to 0.33) and MRv2's where V1's runner is gone (0.34: the `not use_v2_model_runner` gate
+    went with it), except a pooling model's, which 0.34 skips."""
+    if not _last_pipeline_stage():
+        return False
     if not uses_v2_runner(worker):
         return True
     return importlib.util.find_spec(_R) is None and not getattr(worker.model_runner, "is_pooling_model", False)
@@ -779,6 +793,7 @@ HOOKS: dict[str, tuple[Hook, ...]] = {
         Hook(_W, "Worker.get_kv_cache_spec"),
         Hook(_W, "kernel_warmup", takes=("worker",)),
         Hook("vllm.config", "CUDAGraphMode"),
+        Hook("vllm.distributed.parallel_state", "get_pp_group"),  # sampler_warmed_after_capture
         Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper._all_instances"),
         Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.clear_all_graphs"),
         Hook("vllm.compilation.cuda_graph", "CUDAGraphWrapper.graph_pool"),

@@ -84,6 +84,7 @@ class AuditMixin:
                                    "so kvaudit cannot audit its own order: pass --no-enable-extensible-kv-cache "
                                    "after --")
             super().init_device()
+            gmu = adapter.requested_gmu(self.cache_config)
         except STOPPED as exc:  # the boot is being stopped (sequence.STOPPED)
             self._kva_journal.write({"type": "phase", "name": Phase.BASELINE.value, "status": "interrupted",
                                      "seconds": round(time.perf_counter() - start, 3), "detail": interrupted(exc)})
@@ -101,7 +102,7 @@ class AuditMixin:
         probe = self._kva_make_probe()
         facts = probe.facts()
         self._kva_total = facts.total_bytes
-        self._kva_gmu = adapter.requested_gmu(self.cache_config)
+        self._kva_gmu = gmu
         self._kva_requested = requested_bytes(self._kva_total, self._kva_gmu)
         self._kva_journal.write({
             "type": "rank", "rank": self.rank, **adapter.parallel_ranks(self), "backend": self._kva_backend,

@@ -180,7 +180,9 @@ def main(argv: list[str]) -> int:
         except ValueError as exc:
             result.set(error={"type": "UsageError", "message": str(exc)}, stage="boot")
             return 2
-    kwargs = engine_kwargs(config, WORKERS[backend])
+    from vllm.engine.arg_utils import EngineArgs  # its fields, as imported: the extensible KV cache is among them
+    fields = frozenset(getattr(EngineArgs, "__dataclass_fields__", {}))
+    kwargs = engine_kwargs(config, WORKERS[backend], accepted=fields)
     note = extensible_off_note(kwargs, config, getattr(vllm, "__version__", "unknown"))
     notes += [note] if note else []
     versions = {"vllm": getattr(vllm, "__version__", None), "torch": torch.__version__,

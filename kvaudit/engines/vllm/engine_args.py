@@ -42,6 +42,6 @@ def extensible_off_note(kwargs: dict[str, Any], config: AuditConfig, version: st
     asked nothing of it): vLLM's default differs from what was audited, and how serve follows."""
     if kwargs.get(EXTENSIBLE_KV_ARG) is not False or config.extra_args.get(EXTENSIBLE_KV_ARG) is not None:
         return None
-    return (f"vLLM {version} sizes the KV cache itself after warmup and graph capture by default (its extensible "
-            f"KV cache); kvaudit audits with it off, in its own order, and the safe flags' --kv-cache-memory-bytes "
-            f"keeps it off in vllm serve")
+    return (f"vLLM {version} sizes the KV cache itself after warmup and graph capture by default where the driver "
+            f"can map it (its extensible KV cache); kvaudit audits with it off, in its own order, and the safe flags' "
+            f"--kv-cache-memory-bytes keeps it off in vllm serve")

@@ -537,7 +537,7 @@ class RunOutcome:
             measured = f.get_int("graph_pool_measured_bytes")
             if f.get_int("vllm_graph_estimate_bytes") == 0 and measured:
                 warnings.append(f"rank {f.rank}: vLLM's own graph memory estimate is 0 (MRv2 before 0.29 makes "
-                                f"none, nor vLLM with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); kvaudit measured "
+                                f"none, nor 0.34 with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); kvaudit measured "
                                 f"the pool ({fmt_bytes(measured)}) and budgeted it: plain vLLM with this config would "
                                 f"over-allocate KV by at least that much")
                 break
