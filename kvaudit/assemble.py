@@ -53,6 +53,8 @@ from kvaudit.schema import (
     VerifyScenario,
 )
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
+from kvaudit.vllm_source import EXTENSIBLE_KV_RELEASE
+from kvaudit.vllm_source import release as vllm_release
 
 __all__ = ["BootRecord", "BootSource", "MeasuredRank", "RankRecord", "Stated", "StatedRank", "assemble",
            "rank_report", "report_of", "scenario_summary", "verify_of_scenarios", "verify_summary"]
@@ -66,6 +68,15 @@ def report_of(source: BootSource) -> Report:
 # Assembly
 
 
+def serves_sizing_after_warmup(record: BootRecord) -> bool:
+    """The boot's vLLM sizes the KV cache after warmup by default in vllm serve: 0.34 on, but for a
+    run on vLLM's CPU backend, which has no extensible KV cache (a CPU log does not say it is one:
+    there the lever's extra flag is one vLLM's CPU backend accepts and ignores)."""
+    release = vllm_release(record.engine.version)
+    on_cpu = (record.environment.device_name or "").startswith("CPU")
+    return release is not None and release >= EXTENSIBLE_KV_RELEASE and not on_cpu
+
+
 def assemble(record: BootRecord) -> Report:
     ranks = [rank_report(r) for r in record.ranks]
     verify = record.verify
@@ -76,7 +87,8 @@ def assemble(record: BootRecord) -> Report:
                    graph_bytes_per_size=record.graph_bytes_per_size,
                    verify_overrun_bytes=(record.verify_overrun_bytes if record.verify_overrun_bytes is not None
                                          else verify.overrun_bytes if verify is not None else 0),
-                   budget_was_a_cap=record.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP)
+                   budget_was_a_cap=record.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP,
+                   serve_sizes_after_warmup=serves_sizing_after_warmup(record))
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
     verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)

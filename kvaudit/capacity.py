@@ -94,14 +94,16 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
              known_kv_tokens: int | None = None, known_max_feasible_model_len: int | None = None,
              known_max_model_len_fits: bool | None = None, known_kv_needed_bytes: int | None = None,
              graph_bytes_per_size: int | None = None, verify_overrun_bytes: int = 0,
-             budget_was_a_cap: bool = False) -> Capacity:
+             budget_was_a_cap: bool = False, serve_sizes_after_warmup: bool = False) -> Capacity:
     """Capacity on the binding rank, the levers when it does not fit, and the flags that are safe.
 
     `known_*`: facts a log states outright (vLLM's KV size line means the check passed; its
     ValueError names the bytes one request needs); used where the geometry cannot say.
     `verify_overrun_bytes`: how far a verify's true peak went above the budget (0 if it did not).
     `budget_was_a_cap`: vLLM 0.34's extensible KV cache sized the cache, where the GMU is only a cap
-    and may exceed the memory free at start (safe_serve_flags)."""
+    and may exceed the memory free at start (safe_serve_flags). `serve_sizes_after_warmup`: the
+    release's vllm serve sizes the cache after warmup by default (0.34 on, GPU), so a GMU lever,
+    which is about sizing from the profile, has to say so (compute_levers)."""
     binding = binding_rank(ranks)
     kv_available = binding.kv_available_bytes if binding else None
     naive_per_rank = [r.naive_kv_available_bytes for r in ranks]
@@ -130,7 +132,8 @@ def capacity(ranks: Sequence[RankReport], config: AuditConfig, geometry: KvGeome
         block_size=geometry.block_size if geometry else None,
         tokens_per_block=geometry.tokens_per_block if geometry else None,
         over_allocation_bytes=minus(naive, kv_available))
-    levers = (compute_levers(cap, binding, ranks, config, geometry, graph_bytes_per_size)
+    levers = (compute_levers(cap, binding, ranks, config, geometry, graph_bytes_per_size,
+                             serve_sizes_after_warmup=serve_sizes_after_warmup)
               if binding is not None and (fits is False or over_committed(ranks)) else ())
     flags = safe_serve_flags(cap, binding, ranks, config, geometry, verify_overrun_bytes=verify_overrun_bytes,
                              budget_was_a_cap=budget_was_a_cap)
@@ -213,8 +216,11 @@ def _tokens_in(geometry: KvGeometry | None, freed: int | None) -> int | None:
 
 
 def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankReport], config: AuditConfig,
-                   geometry: KvGeometry | None, graph_bytes_per_size: int | None) -> tuple[Lever, ...]:
-    """What each knob frees on the binding rank, where that can be computed."""
+                   geometry: KvGeometry | None, graph_bytes_per_size: int | None, *,
+                   serve_sizes_after_warmup: bool = False) -> tuple[Lever, ...]:
+    """What each knob frees on the binding rank, where that can be computed. With
+    `serve_sizes_after_warmup` (vLLM 0.34 on) the GMU lever turns the extensible KV cache off too:
+    what it frees is sizing from the profile's, and with the extensible cache the GMU is a cap."""
     levers: list[Lever] = []
     device_total = binding.device_total_bytes
     shortfall = None
@@ -241,8 +247,11 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
             note = (f"raising GMU can recover at most {fmt_gib(cap.physical_headroom_bytes)} on this device"
                     + ("" if cap.gmu_needed is None or cap.gmu_needed <= ceiling
                        else f"; {cap.gmu_needed} would be needed, above the physical ceiling {ceiling}"))
-            levers.append(Lever("gpu_memory_utilization", f"--gpu-memory-utilization={target}", freed,
-                                _tokens_in(geometry, freed), note))
+            flag = f"--gpu-memory-utilization={target}"
+            if serve_sizes_after_warmup:
+                flag += " --no-enable-extensible-kv-cache"
+                note += "; vLLM 0.34 sizes the KV cache after warmup unless told not to"
+            levers.append(Lever("gpu_memory_utilization", flag, freed, _tokens_in(geometry, freed), note))
 
     graph = binding.owners.get(Owner.GRAPH_POOL)
     sizes = config.cudagraph_capture_sizes

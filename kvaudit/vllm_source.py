@@ -4,12 +4,14 @@ accepts, from EngineArgs' fields (vllm/engine/arg_utils.py) and LLM.__init__'s p
 (vllm/entrypoints/llm.py). `kvaudit run` passes vLLM engine arguments to LLM(**kwargs), which
 refuses a name it does not know only after importing vLLM (about 10 s); with these names a typo
 is refused at once, with a suggestion (config.check_engine_arg_names). The `vllm serve` option
-grammar is read the same way (serve_args.py)."""
+grammar is read the same way (serve_args.py). Also the one reading of a vLLM version string
+(`release`), for the support check and for logs."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 
@@ -51,3 +53,14 @@ def vllm_version_text() -> str:
         except importlib.metadata.PackageNotFoundError:
             continue
     return "the installed vLLM"
+
+
+def release(text: str | None) -> tuple[int, int, int] | None:
+    """(0, 26, 0) from '0.26.0', '0.26.0+cpu', 'v0.34.1rc1', '0.26.1.dev3+g1234'; None if unreadable."""
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+EXTENSIBLE_KV_RELEASE = (0, 34, 0)
+"""The first vLLM with the extensible KV cache (CacheConfig.enable_extensible_kv_cache): on by
+default on CUDA and ROCm, vLLM sizes the KV cache after warmup and graph capture."""

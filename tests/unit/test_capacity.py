@@ -193,6 +193,15 @@ def test_gmu_lever_and_safe_flags_when_the_needed_gmu_is_within_the_ceiling():
     assert GEOMETRY.needed_bytes(425_984) + 2 * MiB <= kv
 
 
+def test_the_gmu_lever_turns_the_extensible_kv_cache_off_where_serve_sizes_after_warmup():
+    """vLLM 0.34's serve sizes the KV cache after warmup by default, where the GMU is only a cap:
+    the lever's figure is sizing from the profile's, so its flag turns the extensible cache off."""
+    cap = capacity([cap_rank(0, gib(50.5))], config(max_model_len=425_984), GEOMETRY, serve_sizes_after_warmup=True)
+    lever = next(lv for lv in cap.levers if lv.name == "gpu_memory_utilization")
+    assert lever.flag == "--gpu-memory-utilization=0.8938 --no-enable-extensible-kv-cache"
+    assert lever.note.endswith("; vLLM 0.34 sizes the KV cache after warmup unless told not to")
+
+
 def test_cudagraph_lever_drops_only_as_many_sizes_as_the_shortfall_needs():
     # GIVEN a shortfall of 300 MiB: needed 52010 MiB (26005 blocks) + null block − 51712 MiB available
     cfg = dataclasses.replace(BIG, max_model_len=26005 * 16)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from factories import BOOT_REQUESTED, GEOMETRY, boot_phases, config, gib, plain_rank
 
@@ -139,3 +141,15 @@ def test_phases_of_a_stated_rank_are_kept_in_order():
     phases = (PhaseRecord(name=Phase.LOAD, seconds=1.0), PhaseRecord(name=Phase.KV, detail="fixed 1.00 GiB"))
     out = rank_report(StatedRank(plain_rank(0, kv_available=None, phases=phases)))
     assert out.phases == phases
+
+
+@pytest.mark.parametrize("version, device, after_warmup", [
+    ("0.34.0", "NVIDIA H200", True), ("0.34.1rc1", None, True),  # a GPU run, a log (no device name)
+    ("0.33.0", "NVIDIA H200", False), (None, "NVIDIA H200", False),  # before 0.34, or unknown: sized from the profile
+    ("0.34.0", "CPU (NUMA node 0)", False),  # vLLM's CPU backend has no extensible KV cache
+])
+def test_serve_sizes_after_warmup_from_vllm_0_34_on_a_gpu(version, device, after_warmup):
+    from kvaudit.assemble import serves_sizing_after_warmup
+    record = dataclasses.replace(_record([]), engine=Engine(name="vllm", version=version),
+                                 environment=Environment(device_name=device))
+    assert serves_sizing_after_warmup(record) is after_warmup

@@ -26,6 +26,8 @@ from kvaudit.engines.logs.ranks import (
 )
 from kvaudit.record import BootRecord, Stated
 from kvaudit.schema import Engine, Environment, Failure, FailureKind, KvSizing, Source
+from kvaudit.vllm_source import EXTENSIBLE_KV_RELEASE
+from kvaudit.vllm_source import release as vllm_release
 
 
 def _runner(boot: Boot) -> str | None:
@@ -162,8 +164,8 @@ def _kv_sizing(boot: Boot, version: str | None, estimates_disabled: bool, after_
     eager boot, that shows neither)."""
     if after_warmup:
         return KvSizing.AFTER_WARMUP
-    release = extensible.release_of(version)
-    if (release is not None and release < extensible.FIRST_RELEASE) or estimates_disabled \
+    release = vllm_release(version)
+    if (release is not None and release < EXTENSIBLE_KV_RELEASE) or estimates_disabled \
             or any(r.has(*extensible.ESTIMATE_LINES) for r in boot.ranks.values()):
         return KvSizing.PROFILE
     return None

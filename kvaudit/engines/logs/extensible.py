@@ -10,12 +10,13 @@ each rank states what it measured room for ("Memory after warmup: … N KV cache
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from kvaudit.engines.logs.facts import FactKind
 from kvaudit.engines.logs.ranks import RankFacts
 from kvaudit.units import fmt_gib
+from kvaudit.vllm_source import EXTENSIBLE_KV_RELEASE
+from kvaudit.vllm_source import release as vllm_release
 
 ESTIMATE_LINES = (FactKind.GRAPH_ESTIMATE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED)
 """Lines vLLM prints only where it sizes the KV cache from its profile (a graph estimate > 0)."""
@@ -24,14 +25,6 @@ HALF_HUNDREDTH_GIB = (1 << 30) / 200
 NOTE_HEAD = "vLLM sized the KV cache after warmup and graph capture (vLLM 0.34's extensible KV cache)"
 
 
-FIRST_RELEASE = (0, 34)
-"""The first vLLM release with the extensible KV cache."""
-
-
-def release_of(version: str | None) -> tuple[int, int] | None:
-    """(0, 34) from '0.34.0', 'v0.34.1rc1', '0.34.0.dev3+g12'; None where the log states none."""
-    m = re.match(r"v?(\d+)\.(\d+)", version or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def sized_after_warmup(ranks: Mapping[int, RankFacts], version: str | None, estimates_disabled: bool,
@@ -52,8 +45,9 @@ def _signs(r: RankFacts, version: str | None, estimates_disabled: bool, gmu: flo
     if gmu == 1.0 and r.has(FactKind.KV_IN_USE):
         return True
     available = r.facts.get(FactKind.KV_AVAILABLE, [])
-    release = release_of(version)
-    if not available or release is None or release < FIRST_RELEASE or estimates_disabled or r.has(*ESTIMATE_LINES):
+    release = vllm_release(version)
+    if (not available or release is None or release < EXTENSIBLE_KV_RELEASE or estimates_disabled
+            or r.has(*ESTIMATE_LINES)):
         return False
     captures = r.facts.get(FactKind.GRAPH_CAPTURE, [])
     first = min((f.file, f.pos) for f in available)

@@ -24,6 +24,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from kvaudit.vllm_source import release
+
 
 def version() -> str:
     import vllm
@@ -947,13 +949,6 @@ def uses_mla(model: str | None) -> bool:
         return False
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     return isinstance(text, dict) and text.get("kv_lora_rank") is not None
-
-
-def release(text: str | None) -> tuple[int, int, int] | None:
-    """(0, 26, 0) from '0.26.0', '0.26.0+cpu', '0.26.1.dev3+g1234'; None if unreadable."""
-    import re
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
 def missing_hooks(index: Any, backend: str, multinode: bool = False) -> list[str]:
