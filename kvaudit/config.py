@@ -33,6 +33,12 @@ refuses it turned on; its safe flags pin the KV bytes (--kv-cache-memory-bytes),
 off in vllm serve as well (vLLM's VllmConfig._resolve_extensible_kv_cache)."""
 
 
+def asks_extensible_kv(extra_args: Mapping[str, Any]) -> bool:
+    """Whether these engine arguments turn vLLM's extensible KV cache on (any spelling of the name)."""
+    return any(key.replace("-", "_").lstrip("_") == EXTENSIBLE_KV_ARG and value not in (False, None)
+               for key, value in extra_args.items())
+
+
 @dataclass(frozen=True)
 class AuditConfig:
     """What was (or is to be) booted. None means "vLLM's default" for a run, "unknown" for a log."""
@@ -102,15 +108,14 @@ class AuditConfig:
             # vLLM's SpeculativeConfig takes num_speculative_tokens > 0, and says so after its 10 s import
             raise UsageError(f"num_speculative_tokens must be a positive integer, got {drafts!r} (no speculation: "
                              f"--mtp 0, or leave speculative_config out)")
-        for key, value in self.extra_args.items():
-            name = key.replace("-", "_").lstrip("_")
-            if name in REFUSED_ARGS:
+        for key in self.extra_args:
+            if key.replace("-", "_").lstrip("_") in REFUSED_ARGS:
                 raise UsageError(f"refusing --{key.replace('_', '-')}: it fixes the KV size and bypasses the "
                                  f"audit; use --gmu, or paste the safe_serve_flags of the report into vllm serve")
-            if name == EXTENSIBLE_KV_ARG and value not in (False, None):
-                raise UsageError("refusing --enable-extensible-kv-cache: with it vLLM sizes the KV cache itself "
-                                 "after warmup, and kvaudit sizes it in its own order (it turns the extensible KV "
-                                 "cache off); the safe flags' --kv-cache-memory-bytes turns it off in vllm serve too")
+        if asks_extensible_kv(self.extra_args):
+            raise UsageError("refusing --enable-extensible-kv-cache: with it vLLM sizes the KV cache itself after "
+                             "warmup, and kvaudit sizes it in its own order (it turns the extensible KV cache off); "
+                             "the safe flags' --kv-cache-memory-bytes turns it off in vllm serve too")
         return self
 
     def passthrough_size(self, name: str) -> int | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
-from kvaudit.config import EXTENSIBLE_KV_ARG, AuditConfig, parse_capture_sizes
+from kvaudit.config import EXTENSIBLE_KV_ARG, AuditConfig, asks_extensible_kv, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
 from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
 from kvaudit.plan_schema import (
@@ -312,7 +312,7 @@ def _with_the_kv_bytes_pinned(measured: Report) -> tuple[Report, str | None]:
     of it that was free (the KV it then predicts is short by the ≥ 1 GiB margin that sizing kept),
     the GMU the highest that passes on every rank (capacity.gmu_ceiling), and the boot's own ask
     for the extensible cache is dropped. Any other report is returned as it is, with no note."""
-    asked = measured.config.extra_args.get(EXTENSIBLE_KV_ARG) not in (None, False)
+    asked = asks_extensible_kv(measured.config.extra_args)
     if measured.engine.kv_cache_sizing is not KvSizing.AFTER_WARMUP and not asked:
         return measured, None
     ranks = tuple(dataclasses.replace(r, requested_bytes=min(r.requested_bytes, r.free_at_start_bytes))

@@ -13,28 +13,14 @@ page the driver cannot map is "GPU driver error 2: out of memory".
 
 from __future__ import annotations
 
+from test_logs_v033 import G, format_gib, line  # vLLM's logger format and its format_gib
+
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.schema import FailureKind, KvSizing, Owner, Verdict
 from kvaudit.units import fmt_gib
 
 GiB = 1 << 30
 MiB = 1 << 20
-
-
-def format_gib(b: int) -> str:
-    """vllm/utils/mem_utils.py format_gib: f"{round(b / GiB_bytes, 2)}"."""
-    return f"{round(b / GiB, 2)}"
-
-
-def G(text: str) -> int:
-    return round(float(text) * GiB)
-
-
-def line(proc: str, file: str, lineno: int, msg: str, level: str = "INFO") -> str:
-    """vllm/logger.py's format: "(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s
-    [%(fileinfo)s:%(lineno)d] %(message)s"."""
-    pid = {"APIServer": 100, "EngineCore": 200, "Worker_TP0": 300, "Worker_TP1": 301}[proc]
-    return f"({proc} pid={pid}) {level} 12-05 12:00:00 [{file}:{lineno}] {msg}\n"
 
 
 # One TP=2 boot of Llama-3.1-8B on two H200s, no --gpu-memory-utilization (1.0 with the extensible

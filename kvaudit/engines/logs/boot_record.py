@@ -25,9 +25,7 @@ from kvaudit.engines.logs.ranks import (
     untagged,
 )
 from kvaudit.record import BootRecord, Stated
-from kvaudit.schema import Engine, Environment, Failure, FailureKind, KvSizing, Source
-from kvaudit.vllm_source import EXTENSIBLE_KV_RELEASE
-from kvaudit.vllm_source import release as vllm_release
+from kvaudit.schema import Engine, Environment, Failure, FailureKind, Source
 
 
 def _runner(boot: Boot) -> str | None:
@@ -149,26 +147,12 @@ class LogBoot:
         return BootRecord(
             source=Source.LOG, config=config, ranks=ranks,
             engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend,
-                          kv_cache_sizing=_kv_sizing(boot, version, disabled, after_warmup)),
+                          kv_cache_sizing=extensible.kv_sizing(boot.ranks, version, disabled, after_warmup)),
             environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=tuple(warnings),
             stated=Stated(kv_tokens=tokens if derived is None else derived.tokens, max_feasible_model_len=feasible,
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
                           kv_tokens_note=derived.note if derived is not None else None),
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
-
-
-def _kv_sizing(boot: Boot, version: str | None, estimates_disabled: bool, after_warmup: bool) -> KvSizing | None:
-    """After warmup where the log shows vLLM 0.34's extensible KV cache (extensible.sized_after_warmup);
-    from the profile where the release predates it, a rank states a graph estimate, or the estimate
-    is off (0.34 says so only without the extensible cache); else unknown (a 0.34 excerpt, or an
-    eager boot, that shows neither)."""
-    if after_warmup:
-        return KvSizing.AFTER_WARMUP
-    release = vllm_release(version)
-    if (release is not None and release < EXTENSIBLE_KV_RELEASE) or estimates_disabled \
-            or any(r.has(*extensible.ESTIMATE_LINES) for r in boot.ranks.values()):
-        return KvSizing.PROFILE
-    return None
 
 
 def _ray_notes(boot: Boot) -> list[str]:

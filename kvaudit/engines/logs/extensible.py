@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from kvaudit.engines.logs.facts import FactKind
 from kvaudit.engines.logs.ranks import RankFacts
+from kvaudit.schema import KvSizing
 from kvaudit.units import fmt_gib
 from kvaudit.vllm_source import EXTENSIBLE_KV_RELEASE
 from kvaudit.vllm_source import release as vllm_release
@@ -52,6 +53,21 @@ def _signs(r: RankFacts, version: str | None, estimates_disabled: bool, gmu: flo
     captures = r.facts.get(FactKind.GRAPH_CAPTURE, [])
     first = min((f.file, f.pos) for f in available)
     return bool(captures) and all((c.file, c.pos) > first for c in captures)
+
+
+def kv_sizing(ranks: Mapping[int, RankFacts], version: str | None, estimates_disabled: bool,
+              after_warmup: bool) -> KvSizing | None:
+    """Who sized the boot's KV cache (the report's engine.kv_cache_sizing): after warmup where the log
+    shows the extensible cache (`after_warmup`: sized_after_warmup); from the profile where the
+    release predates it, a rank states a graph estimate, or the estimate is off (0.34 says so only
+    without the extensible cache); else unknown (a 0.34 excerpt, or an eager boot, that shows neither)."""
+    if after_warmup:
+        return KvSizing.AFTER_WARMUP
+    release = vllm_release(version)
+    if (release is not None and release < EXTENSIBLE_KV_RELEASE) or estimates_disabled \
+            or any(r.has(*ESTIMATE_LINES) for r in ranks.values()):
+        return KvSizing.PROFILE
+    return None
 
 
 def bytes_per_block(ranks: Mapping[int, RankFacts]) -> dict[int, float]:
