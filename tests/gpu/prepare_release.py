@@ -57,10 +57,14 @@ MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_
 BOOT_IMPORTS = {canonicalize_name(n) for n in (
     "apache-tvm-ffi", "cachetools", "cbor2", "fastapi", "flashinfer-python", "gguf", "llguidance", "msgspec",
     "openai", "openai-harmony", "oss-harmony", "opentelemetry-api", "partial-json-parser", "pybase64",
-    "pydantic", "pyzmq", "xgrammar", "compressed-tensors")}
+    "pydantic", "pyzmq", "xgrammar", "compressed-tensors", "nvidia-cutlass-dsl")}
 # oss-harmony: 0.33.0's name for the package that provides `openai_harmony` (openai-harmony before).
 # compressed-tensors: 0.33.0 imports it while loading any model (seen on the H200, 2026-12-04:
 # "ModuleNotFoundError: No module named 'compressed_tensors'" in load); 0.26.0 did not.
+# nvidia-cutlass-dsl: 0.34.0's kernel warmup (kernel_config.enable_jit_warmup) compiles CuTe DSL kernels
+# before KV sizing: "No module named 'cutlass'" in the persistent phase without it (H200, 2026-12-05). Its
+# Python frontend (cutlass/__init__.py, cutlass.cute) is in nvidia-cutlass-dsl-libs-core, which libs-base
+# requires; the [cu13] extra vLLM asks for brings the CUDA 13 libraries.
 # gguf: vLLM 0.22.1 and 0.24.0 import it at start-up (vllm/transformers_utils/gguf_utils.py, seen on
 # the H200 on 2026-12-03); 0.26.0 imports it lazily.
 PROVEN = {canonicalize_name(n): v for n, v in (
@@ -72,7 +76,10 @@ PROVEN = {canonicalize_name(n): v for n, v in (
     ("starlette", "1.10.0"), ("typing-inspection", "0.4.5"), ("xgrammar", "0.2.7"),
     ("flashinfer-python", "0.6.14"))}
 LAZY = {canonicalize_name(n) for n in (
-    "flashinfer-cubin", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "fastapi-cli", "uvicorn")}
+    "flashinfer-cubin", "nvidia-cudnn-frontend", "fastapi-cli", "uvicorn",
+    "nvidia-cutlass-dsl-libs-cu12")}
+# nvidia-cutlass-dsl-libs-cu12: nvidia-cutlass-dsl requires it whatever the extra; the image is CUDA 13 and
+# the cu13 extra carries the libraries a boot there loads (92 MiB saved).
 IMAGE_TORCH = "2.11.0"
 TORCH_FAMILY = {canonicalize_name(n) for n in ("triton", "nvidia-nccl-cu13", "torchvision")}
 """What travels with a torch other than the image's: torch's own pins of these (triton, NCCL), and the
@@ -108,14 +115,17 @@ def download(spec: str, dest: Path) -> Path:
     return next(iter(new))
 
 
-def requirements(wheel: Path) -> list[Requirement]:
+def requirements(wheel: Path, extras: frozenset[str] = frozenset()) -> list[Requirement]:
+    """The wheel's requirements for the H200's Python 3.12 on Linux, with `extras` asked for
+    (vLLM asks for nvidia-cutlass-dsl[cu13])."""
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         msg = email.parser.Parser().parsestr(zf.read(meta).decode())
     out = []
     for raw in msg.get_all("Requires-Dist") or []:
         req = Requirement(raw)
-        if req.marker is None or req.marker.evaluate(MARKERS):
+        if req.marker is None or any(req.marker.evaluate({**MARKERS, "extra": extra})
+                                     for extra in ("", *sorted(extras))):
             out.append(req)
     return out
 
@@ -148,7 +158,7 @@ def resolve(vllm_wheel: Path, dest: Path, skip: set[str] = frozenset()) -> tuple
             wheel = download_or_newest(req, dest, notes, parent)  # 0.34.0 pins flashinfer-python 0.7.3: absent
             notes.append(f"{wheel.name}: no boot proved it yet ({parent} asks {req.specifier or 'any'})")
         wheels.append(wheel)
-        queue += [(sub, name) for sub in requirements(wheel)]
+        queue += [(sub, name) for sub in requirements(wheel, frozenset(req.extras))]
     return wheels, notes
 
 
@@ -225,7 +235,8 @@ def slim(wheel: Path, out: Path) -> None:
 INSTALL = """#!/usr/bin/env bash
 # On the device machine: join each wheel of vLLM {release} from its parts in /tmp/parts-{release} and
 # install them, with no index and no dependencies, into /tmp/site-{release} (then
-# PYTHONPATH=/tmp/site-{release}:$PWD). Every earlier call copied its parts there.
+# PYTHONPATH=/tmp/site-{release}:$PWD; tests/gpu/session.sh also puts nvidia_cutlass_dsl/dsl_packages
+# first, as that wheel's .pth file would in a site directory). Every earlier call copied its parts there.
 set -euo pipefail
 site=/tmp/site-{release}
 parts=/tmp/parts-{release}

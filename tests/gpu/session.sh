@@ -16,7 +16,11 @@
 # Everything lands in $OUT/results.tar.gz (reports, vLLM logs, pytest output) plus $OUT/summary.txt.
 set -uo pipefail
 stage=${1:?stage}
-export PYTHONPATH=${KVAUDIT_SITE:-/tmp/site}:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+site=${KVAUDIT_SITE:-/tmp/site}
+# nvidia-cutlass-dsl's .pth puts its dsl_packages on sys.path in a site directory; a --target install on
+# PYTHONPATH needs it written out (vLLM 0.34 imports `cutlass` in its kernel warmup)
+[ -d "$site/nvidia_cutlass_dsl/dsl_packages" ] && site=$site/nvidia_cutlass_dsl/dsl_packages:$site
+export PYTHONPATH=$site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 res=$OUT/results; mkdir -p "$res"
 export KVAUDIT_GPU_RESULTS=$res
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } > "$res/env-$stage.txt" 2>&1
