@@ -44,8 +44,10 @@ class _Graphs:
 _ESTIMATE_ORDER = ("mrv2", "pool", "estimated")
 
 
-_SIZED = (FactKind.KV_AVAILABLE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED)
-"""What gpu_worker.py determine_available_memory prints once the profiling capture is over."""
+_SIZED = (FactKind.KV_AVAILABLE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.KV_FIXED)
+"""What gpu_worker.py determine_available_memory prints once the profiling capture is over; or,
+where kv_cache_memory_bytes fixed the cache, instead of profiling (no profiling capture then: the
+one capture after it is the real one, seen in vLLM 0.34.0's log on the H200)."""
 _CAPTURED = (FactKind.GRAPH_ACTUAL, FactKind.PEAK_WITH_GRAPHS)
 """What compile_or_warm_up_model prints once the real capture is over ("CUDA graph pool memory",
 the "Actual usage" line)."""
