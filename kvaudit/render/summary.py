@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from kvaudit.capacity import safe_kv_bytes
-from kvaudit.schema import Capacity, DiffReport, Report, Source, from_log
+from kvaudit.schema import Capacity, DiffReport, KvSizing, Report, Source, from_log
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
 SITES_SHOWN = 3
@@ -39,6 +39,15 @@ def headline(report: Report) -> str:
     return " · ".join(p for p in parts if p)
 
 
+def _headroom(report: Report) -> str:
+    """Free at start − requested. Below 0 a boot is refused at start, except where vLLM 0.34's
+    extensible KV cache sized the cache: its GMU (1.0 by default) is only a cap there."""
+    text = fmt_gib(report.capacity.physical_headroom_bytes)
+    if (report.capacity.physical_headroom_bytes or 0) < 0 and report.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP:
+        text += " (the GMU was only a cap: vLLM sized its extensible KV cache on the memory free after warmup)"
+    return text
+
+
 def capacity_lines(report: Report) -> list[tuple[str, str]]:
     cap = report.capacity
     lines = [
@@ -51,7 +60,7 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
         ("one request at max_model_len", _one_request(cap)),
         ("max feasible model len", fmt_tokens(cap.max_feasible_model_len)),
         ("GMU needed", "—" if cap.gmu_needed is None else str(cap.gmu_needed)),
-        ("physical headroom", fmt_gib(cap.physical_headroom_bytes)),
+        ("physical headroom", _headroom(report)),
     ]
     if report.verify is not None:
         v = report.verify

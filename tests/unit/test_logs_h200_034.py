@@ -17,6 +17,7 @@ import pytest
 
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.input_text import read_text
+from kvaudit.render.summary import capacity_lines
 from kvaudit.schema import KvSizing, Owner, Report, Verdict
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
@@ -84,3 +85,11 @@ def test_with_the_kv_bytes_pinned_the_one_capture_is_the_real_one(kv_bytes: Repo
     assert r.owners[Owner.GRAPH_POOL] == gib(0.10)
     assert kv_bytes.capacity.safe_serve_flags == ()  # vLLM skipped profiling: no budget to audit
     assert any("fixed by kv_cache_memory_bytes" in w for w in kv_bytes.warnings)
+
+
+def test_the_negative_headroom_of_an_extensible_boot_says_the_gmu_was_a_cap(extensible: Report) -> None:
+    # free at start 139.1 GiB − GMU 1.0 × 139.8 GiB: below 0, yet vLLM started, since the extensible
+    # cache is sized on the memory free after warmup ("Memory after warmup: 123.82 GiB free")
+    assert extensible.capacity.physical_headroom_bytes < 0
+    headroom = dict(capacity_lines(extensible))["physical headroom"]
+    assert headroom.startswith("-0.70 GiB (the GMU was only a cap: vLLM sized its extensible KV cache")
