@@ -11,20 +11,13 @@ Expected bytes are vLLM's printed GiB × 2**30, rounded; each test quotes its li
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from test_logs_h200_033 import FIXTURES, gib  # the fixtures' folder; vLLM's printed GiB → bytes
 
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.input_text import read_text
 from kvaudit.render.summary import capacity_lines
 from kvaudit.schema import KvSizing, Owner, Report, Verdict
-
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
-
-
-def gib(printed: float) -> int:
-    return round(printed * (1 << 30))
 
 
 def read(name: str) -> Report:
