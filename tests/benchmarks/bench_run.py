@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -95,11 +96,12 @@ def main() -> int:
             if args.dummy_weights:
                 cmd += ["--dummy-weights"]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / f"{kind}{i}.log", "w"))
+        with open(tmp / f"{kind}{i}.log", "w") as log:
+            proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
         wall = time.perf_counter() - start
         if proc.returncode not in (0, 1):  # 1: kvaudit booted and reported a finding
             print(f"{kind} run {i} exited {proc.returncode}; see {tmp / f'{kind}{i}.log'}", file=sys.stderr)
-            return 2
+            return 2  # the folder stays for that log
         label = {"p": "plain LLM()", "k": "kvaudit run", "s": "run --sweep"}[kind]
         phases = _phase_seconds(tmp / f"{kind}{i}.json") if kind != "p" else {}
         if timed:
@@ -120,6 +122,7 @@ def main() -> int:
               f"{len(walls['k'])} runs, order {args.orders})")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+    shutil.rmtree(tmp, ignore_errors=True)  # every run succeeded: its reports and logs are in the figures
     return 0
 
 
