@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -124,7 +125,6 @@ class AuditWorker(AuditMixin, Worker):
         context and over the chunk's (adapter.long_prefill_steps; combined_prefill_transient). An
         error is noted, not raised: the audit goes on without it. {} where this vLLM cannot run
         the step before KV."""
-        import time
         shape = adapter.long_prefill_shape(self)
         if shape is None:
             return {}
@@ -158,7 +158,8 @@ class AuditWorker(AuditMixin, Worker):
             out["transient_bytes"] = adapter.combined_prefill_transient(transients)
             handle.note("long-prefill probe, attention included: " + "; ".join(
                 f"{name} {q}-token step over {c} tokens of context {transients.get(name)} bytes"
-                for name, (q, c) in steps.items()) + f": transient {out['transient_bytes']} bytes")
+                for name, (q, c) in steps.items()) + f": transient {out['transient_bytes']} bytes "
+                f"({time.perf_counter() - start:.1f} s)")
         except Exception as exc:  # noqa: BLE001 - reported in the record and as a note
             out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
             handle.note(f"long-prefill probe failed ({out['error']}): the activation peak lacks attention")
@@ -182,14 +183,19 @@ class AuditWorker(AuditMixin, Worker):
             with seq.phase(Phase.GRAPHS) as handle:
                 probe = seq.probe
                 before = probe.read(pools=False)  # before vLLM's own profiling capture
+                started = time.perf_counter()
                 vllm_estimate = int(original_graphs(*args, **kwargs))
+                estimated = time.perf_counter()
                 measured = self._kva_measure_graphs((before.reserved_bytes, before.device_used_bytes)) \
                     if adapter.graphs_enabled(self) else None
+                vllm_seconds, measure_seconds = estimated - started, time.perf_counter() - estimated
                 box["prefill_probe"] = self._kva_long_prefill(handle)
                 box.update(vllm=vllm_estimate, measured=measured)
                 handle.facts.update(vllm_graph_estimate_bytes=vllm_estimate, **(measured.facts() if measured else {}))
-                handle.note(f"vLLM graph estimate {vllm_estimate} bytes"
-                            + (f"; kvaudit measured {measured.estimate_bytes} bytes (pool {measured.pool_bytes}, "
+                # each step's seconds, for the overhead work (the probe's are in its own note)
+                handle.note(f"vLLM graph estimate {vllm_estimate} bytes ({vllm_seconds:.1f} s)"
+                            + (f"; kvaudit measured {measured.estimate_bytes} bytes in {measure_seconds:.1f} s "
+                               f"(pool {measured.pool_bytes}, "
                                f"held by the capture {measured.session_torch_bytes}, "
                                f"driver {measured.live_non_torch_bytes}, graph profiling's resident driver residue "
                                f"{measured.profiling_residue_non_torch_bytes}, transient {measured.transient_bytes}, "
@@ -206,11 +212,13 @@ class AuditWorker(AuditMixin, Worker):
                 if adapter.graphs_enabled(self):
                     # 0.34 skips its estimate with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0, and still
                     # captures after KV: the pool is measured all the same
+                    started = time.perf_counter()
                     measured = self._kva_measure_graphs()
                     box.update(vllm=0, measured=measured)
                     handle.facts.update(vllm_graph_estimate_bytes=0, **measured.facts())
                     handle.note(f"vLLM made no graph estimate (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0) but "
-                                f"captures graphs; kvaudit measured {measured.estimate_bytes} bytes")
+                                f"captures graphs; kvaudit measured {measured.estimate_bytes} bytes in "
+                                f"{time.perf_counter() - started:.1f} s")
                 else:
                     handle.note("no CUDA graphs (enforce_eager or cudagraph_mode NONE)")
                 box["prefill_probe"] = self._kva_long_prefill(handle)
