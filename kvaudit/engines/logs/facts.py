@@ -762,7 +762,39 @@ def _flag_spans(msg: str) -> list[tuple[int, int]]:
     return spans
 
 
+# The offline API as people paste it: `llm = LLM(model=…, tensor_parallel_size=2, …)` (vLLM's
+# entrypoints/llm.py LLM.__init__ passes its keywords on to EngineArgs, the same knobs as the CLI's
+# flags). Its keywords are read on the line that opens the call, or on a line that holds one
+# keyword and nothing else (a call spread over lines, vllm#44376: `    max_model_len=30_000,`); a
+# keyword among other words is someone's sentence or another record's text. Python numerals may
+# group digits with `_`.
+KWARG_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size",
+              "max_model_len", "gpu_memory_utilization", "block_size")
+KWARG_NEEDLES = ("_parallel_size=", "max_model_len=", "gpu_memory_utilization=", "block_size=")
+"""What a line with one of KWARG_KEYS holds (the scan's needles for it)."""
+_NUMERAL = r"\d(?:_?\d){0,11}(?:\.\d{1,6})?"
+_KWARG = re.compile(r"(?<![\w.\-])(" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*(" + _NUMERAL + r")(?![\w.])")
+_KWARG_LINE = re.compile(r"[ \t]{0,40}(?:" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*" + _NUMERAL
+                         + r"[ \t]*,?[ \t]*\)?[ \t]*,?[ \t]*")
+_LLM_CALL = re.compile(r"(?<![\w.])LLM\(")
+
+
+def _kwargs(msg: str) -> Iterable[Fact]:
+    if call := _LLM_CALL.search(msg[:100_000]):
+        found = _KWARG.finditer(msg, call.end(), 100_000)
+    elif len(msg) <= 200 and _KWARG_LINE.fullmatch(msg):
+        found = _KWARG.finditer(msg)
+    else:
+        return
+    for m in found:
+        text = m.group(2).replace("_", "")
+        key = m.group(1)
+        yield Fact(FactKind.COMMAND_ARG, (key, float(text) if key == "gpu_memory_utilization" else int(float(text))))
+
+
 def _command(msg: str) -> Iterable[Fact]:
+    if any(needle in msg for needle in KWARG_NEEDLES):
+        yield from _kwargs(msg)
     if _COMMAND_CONTEXT.search(msg):
         spans = [(0, len(msg))]
     elif msg.lstrip().startswith("-") or " -" in msg:
@@ -903,8 +935,9 @@ RULES: tuple[Rule, ...] = (
     Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+(, in ("
          + "|".join(PHASE_OF_CALL) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
-    Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp"), r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]",
-         _command),
+    Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
+         r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]"
+         r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]", _command),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
          _config),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),

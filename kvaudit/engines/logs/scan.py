@@ -26,8 +26,9 @@ each hit in place:
   the traceback frames, one regex (in an excerpt everywhere, in a whole log after each traceback
   header): kept only where the frame names a startup call (its phase)
   or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
-- Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`), looked for in the first
-  COMMAND_WINDOW characters only: a command comes before the log it started.
+- Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`) and an offline `LLM(…)` call's
+  keywords (`tensor_parallel_size=2,`), looked for in the first COMMAND_WINDOW characters only: a
+  command comes before the log it started.
 
 Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
 match wins and the search stops there) and the second half of the two-line KV size form of older
@@ -42,7 +43,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.facts import PHASE_OF_CALL, backend
+from kvaudit.engines.logs.facts import KWARG_NEEDLES, PHASE_OF_CALL, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -78,7 +79,7 @@ MAX_FRAMES = 256
 """Frame lines kept per file: a traceback names a startup call a few times at most."""
 COMMAND_WINDOW = 1 << 18
 """How far into a file a pasted command line is looked for."""
-_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp")
+_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp") + KWARG_NEEDLES
 _CALLS = tuple(sorted(PHASE_OF_CALL, key=len, reverse=True))
 _FRAME_NAME = re.compile(r"[A-Za-z_<]")
 """What starts a faulthandler frame's function name (`line 207 in run_engine_core`, `in <module>`)."""

@@ -1,0 +1,81 @@
+"""Real pastes, round five (tests/fixtures/logs/public/88-… to 99-…, each with its thread in its
+header; what a careful reader takes from each is in test_logs_public.EXPECTED). Here, each general
+rule they needed, on its own: the keywords of a pasted offline `LLM(...)` call.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.facts import FactKind, facts_from_message
+from kvaudit.engines.logs.scan import scan, scan_exhaustive
+from kvaudit.units import gib_to_bytes
+
+
+def command_args(line: str) -> dict[str, float | int]:
+    return dict(f.value for f in facts_from_message(line) if f.kind is FactKind.COMMAND_ARG)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. An offline `LLM(...)` call's keywords are the boot's knobs, as a command line's flags are
+
+
+@pytest.mark.parametrize("line, args", [
+    # vllm#44376: a call spread over lines, one keyword a line, a Python numeral with `_`
+    ("    tensor_parallel_size=2,", {"tensor_parallel_size": 2}),
+    ("    max_model_len=30_000,", {"max_model_len": 30000}),
+    ("    gpu_memory_utilization=0.95,", {"gpu_memory_utilization": 0.95}),
+    ("    gpu_memory_utilization=0.85)", {"gpu_memory_utilization": 0.85}),  # the last keyword closes the call
+    # vllm#5515: the keywords on the line that opens the call
+    ('llm = LLM(model="/m/llama-3-70b-awq", tensor_parallel_size=8, gpu_memory_utilization=0.85)',
+     {"tensor_parallel_size": 8, "gpu_memory_utilization": 0.85}),
+    ("LLM(model='m', max_model_len=4096, block_size=32, pipeline_parallel_size=2)",
+     {"max_model_len": 4096, "block_size": 32, "pipeline_parallel_size": 2}),
+    # someone's sentence, an env var of another tool, and keywords outside any call: not this boot's knobs
+    ("I set tensor_parallel_size=2 and it still failed", {}),
+    ("TENSOR_PARALLEL_SIZE=1", {}),
+    ("    enable_expert_parallel=True,", {}),
+    ("model_config.max_model_len=4096, cache_config.block_size=16", {}),
+])
+def test_an_llm_calls_keywords_are_read_as_its_knobs(line: str, args: dict[str, float | int]) -> None:
+    assert command_args(line) == args
+
+
+CALL = """**My setup:**
+
+```
+llm = LLM(
+    model="DeepSeek-V4-Flash",
+    tensor_parallel_size=2,
+    max_model_len=30_000,
+    gpu_memory_utilization=0.95,
+)
+```
+(EngineCore pid=7) ERROR 06-03 14:24:40 [core.py:1165] ValueError: To serve at least one request with the model's \
+max seq len (30000), (6.66 GiB KV cache is needed, which is larger than the available KV cache memory (5.44 GiB). \
+Based on the available memory, the estimated maximum model length is 13528.
+"""
+
+
+def test_a_pasted_offline_call_gives_the_report_its_tp_length_and_utilization() -> None:
+    report = report_from_log_text(CALL, "call.log")
+    assert report.config.tensor_parallel_size == 2
+    assert report.config.gpu_memory_utilization == 0.95
+    assert report.config.max_model_len == 30000
+    assert report.capacity.kv_needed_bytes == gib_to_bytes("6.66")
+    # the scan finds the keyword lines, and finds the same lines as the line-by-line reference
+    assert scan(CALL).segments == scan_exhaustive(CALL).segments
+    found = [CALL[a:b] for a, b in scan(CALL).segments]
+    assert "    tensor_parallel_size=2," in found and "    gpu_memory_utilization=0.95," in found
+
+
+def test_a_vllm_record_that_prints_the_keyword_form_is_no_call() -> None:
+    """V0's engine config line prints `tensor_parallel_size=1`: its knobs come from the config
+    reading, and a keyword inside a record's message is never taken as a pasted call's."""
+    text = ("INFO 01-11 15:51:02 llm_engine.py:70] Initializing an LLM engine with config: model='m', "
+            "tensor_parallel_size=4, max_seq_len=4096\n"
+            "(Worker pid=3) INFO 01-11 15:51:03 [gpu_worker.py:1] gpu_memory_utilization=0.5,\n")
+    report = report_from_log_text(text, "v0.log")
+    assert report.config.tensor_parallel_size == 4
+    assert report.config.gpu_memory_utilization is None
