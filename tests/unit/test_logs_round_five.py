@@ -1,15 +1,18 @@
 """Real pastes, round five (tests/fixtures/logs/public/88-… to 99-…, each with its thread in its
 header; what a careful reader takes from each is in test_logs_public.EXPECTED). Here, each general
-rule they needed, on its own: the keywords of a pasted offline `LLM(...)` call.
+rule they needed, on its own: the keywords of a pasted offline `LLM(...)` call, and an ERROR
+record the paste cut off before its message.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from kvaudit.engines.failures import BARE
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.facts import FactKind, facts_from_message
 from kvaudit.engines.logs.scan import scan, scan_exhaustive
+from kvaudit.schema import FailureKind, Phase, Verdict
 from kvaudit.units import gib_to_bytes
 
 
@@ -79,3 +82,53 @@ def test_a_vllm_record_that_prints_the_keyword_form_is_no_call() -> None:
     report = report_from_log_text(text, "v0.log")
     assert report.config.tensor_parallel_size == 4
     assert report.config.gpu_memory_utilization is None
+
+
+# --------------------------------------------------------------------------------------------
+# 2. An ERROR record cut off before its message: the boot logged an error there
+
+
+def failures(msg: str) -> list[tuple[FailureKind, int]]:
+    return [(f.value.kind, f.value.priority) for f in facts_from_message(msg) if f.kind is FactKind.FAILURE]
+
+
+@pytest.mark.parametrize("msg, found", [
+    ("ERROR 07-13 00:04:10 [co", [(FailureKind.CRASH, BARE)]),  # club-3090#617, the tag already stripped
+    ("ERROR 07-13 00:04:10", [(FailureKind.CRASH, BARE)]),  # cut right after the time
+    ("2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py", [(FailureKind.CRASH, BARE)]),  # behind docker's time
+    ("ERROR 07-13 00:04:10 [core.py:1165]", []),  # the header whole: no cut (an empty message is no error)
+    ("the log shows ERROR 07-13 00:04:10 and then the server came up", []),  # someone's sentence
+    ("INFO 07-13 00:04:10 [co", []),  # a cut INFO record says nothing
+])
+def test_an_error_record_cut_before_its_message_is_a_failure_whose_cause_is_not_shown(
+        msg: str, found: list[tuple[FailureKind, int]]) -> None:
+    assert failures(msg) == found
+
+
+KV = "(EngineCore pid=43) INFO 07-13 00:04:10 [gpu_worker.py:508] Available KV cache memory: 3.93 GiB\n"
+CUT = "(EngineCore pid=43) ERROR 07-13 00:04:10 [co\n"
+
+
+def test_a_paste_that_ends_in_a_cut_error_record_failed_where_the_boot_was() -> None:
+    report = report_from_log_text(KV + CUT, "cut.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.phase is Phase.KV and report.verdict is Verdict.UNKNOWN
+    assert "cut off before its message" in report.failure.message
+    assert report_from_log_text(KV, "whole.log").failure is None
+    assert scan(KV + CUT).segments == scan_exhaustive(KV + CUT).segments
+
+
+def test_a_cut_error_record_gives_way_to_a_stated_cause_and_to_a_header_wrapped_by_the_terminal() -> None:
+    stated = KV + CUT + "ValueError: No available memory for the cache blocks. Try increasing\n"
+    assert report_from_log_text(stated, "stated.log").failure.kind is FailureKind.DOES_NOT_FIT
+    wrapped = KV + "(EngineCore pid=43) ERROR 07-13 00:04:10 [co\nre.py:1165] ValueError: No available memory " \
+                   "for the cache blocks. Try increasing\n"
+    assert report_from_log_text(wrapped, "wrapped.log").failure.kind is FailureKind.DOES_NOT_FIT
+
+
+def test_a_cut_error_record_after_startup_finished_is_a_note_not_the_boots_failure() -> None:
+    served = KV + ("(EngineCore pid=43) INFO 07-13 00:04:12 [core.py:273] init engine (profile, create kv cache, "
+                   "warmup model) took 2.93 seconds\n") + CUT
+    report = report_from_log_text(served, "served.log")
+    assert report.failure is None
+    assert any(w.startswith("after startup finished: ERROR 07-13 00:04:10 [co") for w in report.warnings)

@@ -660,6 +660,21 @@ def _failure(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
 
 
+# An ERROR record the paste cut off after its level and time, its `[file.py:N]` never closed
+# (club-3090#617: `(EngineCore pid=43) ERROR 07-13 00:04:10 [co` right after the KV sizing): the
+# boot logged an error there, and its words are not in the log. Read from users' logs only, as a
+# bare traceback header is (the lowest priority: any stated cause wins).
+CUT_ERROR_RECORD = re.compile(r"(?:^|\s)ERROR[ \t]+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
+                              r"(?:[ \t]+\[?[^\]\s]{0,200})?[ \t]*$")
+
+
+def _cut_error(msg: str) -> Iterable[Fact]:
+    if len(msg) <= 400 and CUT_ERROR_RECORD.search(msg):
+        yield Fact(FactKind.FAILURE, FailureFact(
+            FailureKind.CRASH, None, f"{msg.strip()} … (an ERROR record cut off before its message: the boot logged "
+                                     "an error here; its words are not in the log)", priority=BARE))
+
+
 # --------------------------------------------------------------------------------------------
 # Where a failing call was: the phase its method or its traceback frames name
 
@@ -932,6 +947,7 @@ RULES: tuple[Rule, ...] = (
     Rule("startup", ("on startup is less than", "on kv cache allocation is less"),
          r"on startup is less than|on kv cache allocation is less", _startup),
     Rule("failure", tuple(c.anchor for c in CAUSES), "|".join(_ere(c.anchor) for c in CAUSES), _failure),
+    Rule("cut_error", "ERROR", r"ERROR [0-9][0-9]-[0-9][0-9] [0-9:.,]+( \[?[^] ]*)?$", _cut_error),
     Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+(, in ("
          + "|".join(PHASE_OF_CALL) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
