@@ -1,7 +1,7 @@
 """Real pastes, round five (tests/fixtures/logs/public/88-… to 99-…, each with its thread in its
 header; what a careful reader takes from each is in test_logs_public.EXPECTED). Here, each general
-rule they needed, on its own: the keywords of a pasted offline `LLM(...)` call, and an ERROR
-record the paste cut off before its message.
+rule they needed, on its own: the keywords of a pasted offline `LLM(...)` call, an ERROR record the
+paste cut off before its message, and the KV check's ValueError cut after the size it needs.
 """
 
 from __future__ import annotations
@@ -132,3 +132,24 @@ def test_a_cut_error_record_after_startup_finished_is_a_note_not_the_boots_failu
     report = report_from_log_text(served, "served.log")
     assert report.failure is None
     assert any(w.startswith("after startup finished: ERROR 07-13 00:04:10 [co") for w in report.warnings)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. The KV check cut after the needed size still states the length and what it needs
+
+
+def kinds(msg: str) -> dict[FactKind, object]:
+    return {f.kind: f.value for f in facts_from_message(msg) if f.kind is not FactKind.FAILURE}
+
+
+def test_a_kv_check_cut_after_the_needed_size_states_the_length_and_the_need() -> None:
+    cut = ("ValueError: To serve at least one request with the model's max seq len (1048576), "
+           "23.32 GiB KV cache is needed, which is larger t")  # vllm#53961
+    assert kinds(cut) == {FactKind.CHECKED_MODEL_LEN: 1048576, FactKind.KV_NEEDED: gib_to_bytes("23.32")}
+    whole = cut + "han the available KV cache memory (5.44 GiB)."
+    assert kinds(whole)[FactKind.KV_AVAILABLE_AT_CHECK] == gib_to_bytes("5.44")
+    # a figure cut before its unit is not read at all
+    assert kinds(cut.replace("23.32 GiB KV cache is needed, which is larger t", "23.3")) == {}
+    report = report_from_log_text(cut + "\n", "cut-check.log")
+    assert report.config.max_model_len == 1048576 and report.capacity.kv_needed_bytes == gib_to_bytes("23.32")
+    assert report.verdict is Verdict.FAIL and report.verdict_reason.startswith("does not fit: max_model_len 1048576 needs")

@@ -589,9 +589,11 @@ def _cpu(msg: str) -> Iterable[Fact]:
 
 # kv_cache_utils.py _check_enough_kv_cache_memory (0.32): "To serve at least one request with the
 # model's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache
-# memory (Y GiB)"; 0.8.x said "models's" and GB; the fork drops the stray "(" before X.
-_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed,? "
-                       rf"which is larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB)")
+# memory (Y GiB)"; 0.8.x said "models's" and GB; the fork drops the stray "(" before X. A paste cut
+# after the needed size (vllm#53961: `… 23.32 GiB KV cache is needed, which is larger t`) still
+# states the length and what it needs; the available memory is then not known from this line.
+_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed"
+                       rf"(?:,? which is larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB))?")
 _ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({CINT})")
 # V0 (and V1 before 0.8) llm_engine / worker raise_if_cache_size_invalid: "The model's max seq len
 # (N) is larger than the maximum number of tokens that can be stored in KV cache (M)."
@@ -610,7 +612,8 @@ def _kv_check(msg: str) -> Iterable[Fact]:
     if "To serve at least one request" in msg and (m := _TO_SERVE.search(msg)):
         yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
         yield Fact(FactKind.KV_NEEDED, _gib(m.group(2)))
-        yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, _gib(m.group(3)))
+        if m.group(3) is not None:
+            yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, _gib(m.group(3)))
         if e := _ESTIMATED_LEN.search(msg):
             yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(e.group(1)))
     if "stored in KV cache" in msg and (m := _V0_TOO_LONG.search(msg)):
