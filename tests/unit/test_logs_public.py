@@ -314,6 +314,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "99-v1-xinference-4926-kv-short-then-host-traceback.log": dict(
         ranks={0: {"available": G("6.94")}}, max_model_len=262144, needed=G("36.0"), feasible=50512,
         verdict="fail", failure=("does_not_fit", "kv")),
+    # The ValueError is cut after the size it needs: no available memory, no estimate; TP 8 from -tp 8.
+    "100-v1-rocm-53961-mi300x-tp8-kv-short-cut.log": dict(
+        max_model_len=1048576, needed=G("23.32"), feasible=None, tp=8, verdict="fail", failure=("does_not_fit", "kv")),
+    # "per GPU" is the person's addition; the TP sizes in the report's list are runs tried, not this one.
+    "101-v1-xpu-llm-scaler-647-per-gpu-kv.log": dict(
+        ranks={0: {"available": G("10.68")}}, tokens=218154, max_model_len=200000, tp=None, verdict="ok",
+        failure=None),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
