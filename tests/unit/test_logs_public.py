@@ -321,6 +321,21 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "101-v1-xpu-llm-scaler-647-per-gpu-kv.log": dict(
         ranks={0: {"available": G("10.68")}}, tokens=218154, max_model_len=200000, tp=None, verdict="ok",
         failure=None),
+    # The KV fit by its numbers (210x), then a worker died in initialize_from_config (the KV
+    # allocation) with its exception cut off: a crash in kv, verdict open. _TP2 alone: TP ≥ 3.
+    "102-v1-ascend-5020-kv-size-then-worker-exception-tp.log": dict(
+        tokens=282240, max_model_len=4096, tp=None, verdict="unknown", failure=("crash", "kv"),
+        warns="tensor_parallel_size: ≥ 3, size not stated"),
+    # A negative KV budget: no request fits. The crash is in the person's words only, and the
+    # proposed error block (GB figures, `max_model_len=4096` in a sentence, a flag in a suggestion) is
+    # no log: the command gives the length and, with no -tp, TP 1.
+    "103-v0-ascend-9372-bare-negative-kv-and-proposal.log": dict(
+        ranks={0: {W: G("27.5376"), "available": -G("0.87")}}, max_model_len=4096, tp=1, gmu=None, verdict="fail",
+        failure=None),
+    "104-v1-49011-5090-nvfp4-kv-1m-then-flashinfer.log": dict(
+        tokens=1823372, max_model_len=1048576, rank_count=0, verdict="ok", failure=None),
+    "105-v1-ascend-5707-double-spaced-no-memory.log": dict(
+        feasible=0, rank_count=0, verdict="fail", failure=("does_not_fit", "kv")),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
