@@ -329,7 +329,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # A negative KV budget: no request fits. The crash is in the person's words only, and the
     # proposed error block (GB figures, `max_model_len=4096` in a sentence, a flag in a suggestion) is
     # no log: the command gives the length and, with no -tp, TP 1.
-    "103-v0-ascend-9372-bare-negative-kv-and-proposal.log": dict(
+    "103-v1-ascend-9372-bare-negative-kv-and-proposal.log": dict(
         ranks={0: {W: G("27.5376"), "available": -G("0.87")}}, max_model_len=4096, tp=1, gmu=None, verdict="fail",
         failure=None),
     "104-v1-49011-5090-nvfp4-kv-1m-then-flashinfer.log": dict(
