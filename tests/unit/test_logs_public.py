@@ -275,6 +275,67 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "87-v1-0.26-spark-336-drafter-driver-oom.log": dict(
         verdict="fail", failure=("oom", "load"), tp=None, rank_count=0,
         message_starts="18:03:03  kernel: NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]"),
+    # round five: later wordings, XPU, TP 4, offline calls, failures and cuts after the KV sizing
+    # The offline `LLM(...)` call states TP 2 and the utilization as keywords; the ValueError the rest.
+    "88-v1-dsv4-44376-llm-kwargs-then-kv-short.log": dict(
+        ranks={0: {"available": G("5.44")}}, max_model_len=30000, needed=G("6.66"), feasible=13528, tp=2, gmu=0.95,
+        verdict="fail", failure=("does_not_fit", "kv")),
+    # gpu_worker.py lines from the engine core: the worker runs inside it (TP 1). MAX_MODEL_LEN feeds
+    # a launch script (as #73's GPU_UTIL): no length read. The ERROR record right after the KV sizing
+    # is cut before its message: the boot failed there, cause not shown.
+    "89-v1-club3090-617-5090-kv-then-cut-error.log": dict(
+        ranks={0: {"available": G("3.93"), "estimate": G("0.08")}}, gmu=0.85, max_model_len=None, tp=1,
+        verdict="unknown", failure=("crash", "kv")),
+    "90-v1-club3090-487-tp2-mtp-kv-then-args.log": dict(
+        ranks={0: {"available": G("10.85")}}, tokens=612157, max_model_len=262144, tp=2, verdict="ok", failure=None),
+    # The person's template names vLLM 0.20.1rc1 in its own words, and the args are cut before any size.
+    "91-v1-0.20-club3090-46-dual4090-kv-under-1.1x.log": dict(
+        ranks={0: {"available": G("9.74")}}, tokens=67728, max_model_len=180000, tp=None, verdict="ok",
+        failure=None, warns=TP_AT_LEAST_2),
+    # _TP0 … _TP3 each print the estimate: TP 4 (layout.py's rule, as #59); no KV size.
+    "92-v1-club3090-44-tp4-graph-estimates.log": dict(
+        ranks={r: {"estimate": G("0.17")} for r in range(4)}, tp=4, verdict="unknown", failure=None),
+    "93-v1-club3090-104-tp2-advisory-0.88-kv.log": dict(
+        ranks={0: {"available": G("9.84")}}, gmu=0.88, tokens=619202, max_model_len=262144, tp=2, verdict="ok",
+        failure=None),
+    "94-v1-club3090-91-tp2-estimates-kv-cut.log": dict(
+        ranks={0: {"available": G("10.98"), "estimate": G("0.11")}, 1: {"estimate": G("0.11")}}, gmu=0.92, tp=2,
+        tokens=None, verdict="unknown", failure=None),
+    "95-v1-0.20-club3090-91-kv-size-then-engine-config.log": dict(
+        version="0.20.1", tokens=619479, max_model_len=262144, tp=2, rank_count=0, verdict="ok", failure=None),
+    # The fork's "[Memory Profiling Analysis]" block is no vLLM line: only the KV size is read.
+    "96-v1-xpu-llm-scaler-386-mtp-profiling-analysis.log": dict(
+        tokens=106240, max_model_len=16384, rank_count=0, verdict="ok", failure=None),
+    "97-v1-xpu-b60-616-no-memory-traceback.log": dict(
+        feasible=0, rank_count=0, verdict="fail", failure=("does_not_fit", "kv")),
+    # A negative KV budget (the non-KV memory exceeded the requested share), then the check's refusal.
+    "98-v1-0.26-xpu-b70-672-negative-kv-compose.log": dict(
+        ranks={0: {"available": -G("0.61")}}, feasible=0, tp=1, verdict="fail", failure=("does_not_fit", "kv")),
+    "99-v1-xinference-4926-kv-short-then-host-traceback.log": dict(
+        ranks={0: {"available": G("6.94")}}, max_model_len=262144, needed=G("36.0"), feasible=50512,
+        verdict="fail", failure=("does_not_fit", "kv")),
+    # The ValueError is cut after the size it needs: no available memory, no estimate; TP 8 from -tp 8.
+    "100-v1-rocm-53961-mi300x-tp8-kv-short-cut.log": dict(
+        max_model_len=1048576, needed=G("23.32"), feasible=None, tp=8, verdict="fail", failure=("does_not_fit", "kv")),
+    # "per GPU" is the person's addition; the TP sizes in the report's list are runs tried, not this one.
+    "101-v1-xpu-llm-scaler-647-per-gpu-kv.log": dict(
+        ranks={0: {"available": G("10.68")}}, tokens=218154, max_model_len=200000, tp=None, verdict="ok",
+        failure=None),
+    # The KV fit by its numbers (210x), then a worker died in initialize_from_config (the KV
+    # allocation) with its exception cut off: a crash in kv, verdict open. _TP2 alone: TP ≥ 3.
+    "102-v1-ascend-5020-kv-size-then-worker-exception-tp.log": dict(
+        tokens=282240, max_model_len=4096, tp=None, verdict="unknown", failure=("crash", "kv"),
+        warns="tensor_parallel_size: ≥ 3, size not stated"),
+    # A negative KV budget: no request fits. The crash is in the person's words only, and the
+    # proposed error block (GB figures, `max_model_len=4096` in a sentence, a flag in a suggestion) is
+    # no log: the command gives the length and, with no -tp, TP 1.
+    "103-v1-ascend-9372-bare-negative-kv-and-proposal.log": dict(
+        ranks={0: {W: G("27.5376"), "available": -G("0.87")}}, max_model_len=4096, tp=1, gmu=None, verdict="fail",
+        failure=None),
+    "104-v1-49011-5090-nvfp4-kv-1m-then-flashinfer.log": dict(
+        tokens=1823372, max_model_len=1048576, rank_count=0, verdict="ok", failure=None),
+    "105-v1-ascend-5707-double-spaced-no-memory.log": dict(
+        feasible=0, rank_count=0, verdict="fail", failure=("does_not_fit", "kv")),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

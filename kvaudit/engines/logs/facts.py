@@ -589,9 +589,11 @@ def _cpu(msg: str) -> Iterable[Fact]:
 
 # kv_cache_utils.py _check_enough_kv_cache_memory (0.32): "To serve at least one request with the
 # model's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache
-# memory (Y GiB)"; 0.8.x said "models's" and GB; the fork drops the stray "(" before X.
-_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed,? "
-                       rf"which is larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB)")
+# memory (Y GiB)"; 0.8.x said "models's" and GB; the fork drops the stray "(" before X. A paste cut
+# after the needed size (vllm#53961: `… 23.32 GiB KV cache is needed, which is larger t`) still
+# states the length and what it needs; the available memory is then not known from this line.
+_TO_SERVE = re.compile(rf"max seq len \(({CINT})\),? \(?({SNUM}) ?(?:GiB|GB) (?:of )?KV cache (?:is )?needed"
+                       rf"(?:,? which is larger than the available KV cache memory \(?({SNUM}) ?(?:GiB|GB))?")
 _ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({CINT})")
 # V0 (and V1 before 0.8) llm_engine / worker raise_if_cache_size_invalid: "The model's max seq len
 # (N) is larger than the maximum number of tokens that can be stored in KV cache (M)."
@@ -610,7 +612,8 @@ def _kv_check(msg: str) -> Iterable[Fact]:
     if "To serve at least one request" in msg and (m := _TO_SERVE.search(msg)):
         yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
         yield Fact(FactKind.KV_NEEDED, _gib(m.group(2)))
-        yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, _gib(m.group(3)))
+        if m.group(3) is not None:
+            yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, _gib(m.group(3)))
         if e := _ESTIMATED_LEN.search(msg):
             yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(e.group(1)))
     if "stored in KV cache" in msg and (m := _V0_TOO_LONG.search(msg)):
@@ -658,6 +661,21 @@ def _failure(msg: str) -> Iterable[Fact]:
     yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+
+
+# An ERROR record the paste cut off after its level and time, its `[file.py:N]` never closed
+# (club-3090#617: `(EngineCore pid=43) ERROR 07-13 00:04:10 [co` right after the KV sizing): the
+# boot logged an error there, and its words are not in the log. Read from users' logs only, as a
+# bare traceback header is (the lowest priority: any stated cause wins).
+CUT_ERROR_RECORD = re.compile(r"(?:^|\s)ERROR[ \t]+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
+                              r"(?:[ \t]+\[?[^\]\s]{0,200})?[ \t]*$")
+
+
+def _cut_error(msg: str) -> Iterable[Fact]:
+    if len(msg) <= 400 and CUT_ERROR_RECORD.search(msg):
+        yield Fact(FactKind.FAILURE, FailureFact(
+            FailureKind.CRASH, None, f"{msg.strip()} … (an ERROR record cut off before its message: the boot logged "
+                                     "an error here; its words are not in the log)", priority=BARE))
 
 
 # --------------------------------------------------------------------------------------------
@@ -762,7 +780,39 @@ def _flag_spans(msg: str) -> list[tuple[int, int]]:
     return spans
 
 
+# The offline API as people paste it: `llm = LLM(model=…, tensor_parallel_size=2, …)` (vLLM's
+# entrypoints/llm.py LLM.__init__ passes its keywords on to EngineArgs, the same knobs as the CLI's
+# flags). Its keywords are read on the line that opens the call, or on a line that holds one
+# keyword and nothing else (a call spread over lines, vllm#44376: `    max_model_len=30_000,`); a
+# keyword among other words is someone's sentence or another record's text. Python numerals may
+# group digits with `_`.
+KWARG_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size",
+              "max_model_len", "gpu_memory_utilization", "block_size")
+KWARG_NEEDLES = ("_parallel_size=", "max_model_len=", "gpu_memory_utilization=", "block_size=")
+"""What a line with one of KWARG_KEYS holds (the scan's needles for it)."""
+_NUMERAL = r"\d(?:_?\d){0,11}(?:\.\d{1,6})?"
+_KWARG = re.compile(r"(?<![\w.\-])(" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*(" + _NUMERAL + r")(?![\w.])")
+_KWARG_LINE = re.compile(r"[ \t]{0,40}(?:" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*" + _NUMERAL
+                         + r"[ \t]*,?[ \t]*\)?[ \t]*,?[ \t]*")
+_LLM_CALL = re.compile(r"(?<![\w.])LLM\(")
+
+
+def _kwargs(msg: str) -> Iterable[Fact]:
+    if call := _LLM_CALL.search(msg[:100_000]):
+        found = _KWARG.finditer(msg, call.end(), 100_000)
+    elif len(msg) <= 200 and _KWARG_LINE.fullmatch(msg):
+        found = _KWARG.finditer(msg)
+    else:
+        return
+    for m in found:
+        text = m.group(2).replace("_", "")
+        key = m.group(1)
+        yield Fact(FactKind.COMMAND_ARG, (key, float(text) if key == "gpu_memory_utilization" else int(float(text))))
+
+
 def _command(msg: str) -> Iterable[Fact]:
+    if any(needle in msg for needle in KWARG_NEEDLES):
+        yield from _kwargs(msg)
     if _COMMAND_CONTEXT.search(msg):
         spans = [(0, len(msg))]
     elif msg.lstrip().startswith("-") or " -" in msg:
@@ -900,11 +950,13 @@ RULES: tuple[Rule, ...] = (
     Rule("startup", ("on startup is less than", "on kv cache allocation is less"),
          r"on startup is less than|on kv cache allocation is less", _startup),
     Rule("failure", tuple(c.anchor for c in CAUSES), "|".join(_ere(c.anchor) for c in CAUSES), _failure),
+    Rule("cut_error", "ERROR", r"ERROR [0-9][0-9]-[0-9][0-9] [0-9:.,]+( \[?[^] ]*)?$", _cut_error),
     Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+(, in ("
          + "|".join(PHASE_OF_CALL) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
-    Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp"), r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]",
-         _command),
+    Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
+         r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]"
+         r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]", _command),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
          _config),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),

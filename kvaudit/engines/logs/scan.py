@@ -26,8 +26,12 @@ each hit in place:
   the traceback frames, one regex (in an excerpt everywhere, in a whole log after each traceback
   header): kept only where the frame names a startup call (its phase)
   or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
-- Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`), looked for in the first
-  COMMAND_WINDOW characters only: a command comes before the log it started.
+- In an excerpt, an ERROR record cut off before its message (`ERROR 07-13 00:04:10 [co` ending
+  a line: a paste that stops there), one regex with the literal `ERROR` in front, at most
+  MAX_NEEDLE_LINES lines.
+- Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`) and an offline `LLM(…)` call's
+  keywords (`tensor_parallel_size=2,`), looked for in the first COMMAND_WINDOW characters only: a
+  command comes before the log it started.
 
 Two lines are found by neighbourhood instead: the attention backend (printed once, so the first
 match wins and the search stops there) and the second half of the two-line KV size form of older
@@ -42,7 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.facts import PHASE_OF_CALL, backend
+from kvaudit.engines.logs.facts import KWARG_NEEDLES, PHASE_OF_CALL, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -59,6 +63,10 @@ _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
 V0's `Error executing method 'determine_num_available_blocks'`."""
 _LONG_NEEDLES = ("Traceback (most recent call last)",)
+_CUT_ERROR_RX = re.compile(r"ERROR[ \t]+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:[ \t]+\[?[^\]\s]{0,200})?"
+                           r"[ \t]*(?=[\r\n]|\Z)")
+"""facts.CUT_ERROR_RECORD as the scan finds it: an ERROR record's level and time at a line's end,
+its `[file.py:N]` not closed."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY")
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
@@ -78,7 +86,7 @@ MAX_FRAMES = 256
 """Frame lines kept per file: a traceback names a startup call a few times at most."""
 COMMAND_WINDOW = 1 << 18
 """How far into a file a pasted command line is looked for."""
-_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp")
+_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp") + KWARG_NEEDLES
 _CALLS = tuple(sorted(PHASE_OF_CALL, key=len, reverse=True))
 _FRAME_NAME = re.compile(r"[A-Za-z_<]")
 """What starts a faulthandler frame's function name (`line 207 in run_engine_core`, `in <module>`)."""
@@ -182,6 +190,13 @@ def scan(text: str) -> Candidates:
         lines = _needle_lines(text, needle, found)
         if needle == _TRACEBACK:
             headers = lines
+    if len(text) <= EXCERPT_CHARS:
+        cut = 0
+        for m in _CUT_ERROR_RX.finditer(text):
+            if cut >= MAX_NEEDLE_LINES:
+                break
+            found.setdefault(*bounds(text, m.start()))
+            cut += 1
     kept = [0]
     for start, stop in _frame_windows(text, headers):
         _frame_lines(text, found, start, stop, kept)
@@ -262,7 +277,7 @@ def _names_startup_call(text: str, k: int) -> bool:
 
 def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
-    found, extra, engine, frames = [], [], [], 0
+    found, extra, engine, frames, cut = [], [], [], 0, 0
     window = min(len(text), COMMAND_WINDOW)
     needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
     headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if _TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
@@ -280,6 +295,9 @@ def scan_exhaustive(text: str) -> Candidates:
         kept = [n for n in needles if needle_lines[n] < MAX_NEEDLE_LINES]
         for n in needles:
             needle_lines[n] += 1
+        if len(text) <= EXCERPT_CHARS and cut < MAX_NEEDLE_LINES and _CUT_ERROR_RX.search(seg):
+            cut += 1
+            kept.append("cut error record")
         if hit:
             found.append((m.start(), m.end()))
         elif frame or kept:
@@ -299,6 +317,7 @@ def segment_hits(seg: str) -> bool:
     return (_has_error(seg) or _V_RX.search(seg) is not None
             or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
             or any(needle in seg for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES + _PRELUDE)
+            or _CUT_ERROR_RX.search(seg) is not None
             or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
 
 
