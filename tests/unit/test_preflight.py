@@ -53,7 +53,10 @@ def test_pipeline_and_prefill_context_ranks_count_too(cli):
                                    f"{cores}: lower them"]
 
 
-def test_a_tp_that_does_not_divide_the_heads(cli, tmp_path):
+def test_a_tp_that_does_not_divide_the_heads(cli, tmp_path, monkeypatch):
+    # two devices, whatever this machine has: on one core the core count would be refused first
+    from kvaudit.engines.vllm import supervise
+    monkeypatch.setattr(supervise, "_device_count", lambda: (2, supervise.CPU_CORES))
     model = tmp_path / "three-heads"
     shutil.copytree(embedded_model_path(), model)
     config = json.loads((model / "config.json").read_text())

@@ -82,6 +82,32 @@ def test_the_example_output_names_its_machine_and_is_the_recorded_one():
     assert "AMX_MLA" in section  # the other kind of CPU is labelled, not shown as this one
 
 
+def test_the_example_output_is_what_kvaudit_shows_for_the_recorded_report(cli):
+    # The README's example is one machine's run (the EPYC, no AMX tiles: CPU_MLA); a `kvaudit run` on
+    # an Intel CPU with AMX runs AMX_MLA and prints other figures. So the example is checked against
+    # its recorded report, rendered by this code, which holds on any CPU: the text is kvaudit's, not
+    # edited by hand, and the warning is the one kvaudit gives for CPU_MLA.
+    section = README.split("## Example output")[1].split("## ")[0]
+    run = REPO / "tests" / "benchmarks" / "results" / "cpu-mla-epyc-run.json"
+    shown = cli("show", str(run), "--width", "100")
+    assert shown.code == 0, shown.stderr
+    assert section.split("```")[1].strip("\n") == shown.stdout.rstrip("\n")
+    report = json.loads(run.read_text(encoding="utf-8"))
+    assert report["engine"]["attention_backend"] == "CPU_MLA"
+    assert (report["config"]["enable_chunked_prefill"], report["config"]["max_num_batched_tokens"],
+            report["config"]["block_size"]) == (False, 4096, 16)
+
+
+def test_the_amx_example_the_readme_names_ran_amx_mla_with_nothing_forced():
+    # "With AMX tiles vLLM runs AMX_MLA with chunked prefill and nothing is forced (configs/examples/cpu-batch512.json)"
+    assert "With AMX tiles vLLM runs AMX_MLA with chunked prefill and nothing is forced " \
+        "(`configs/examples/cpu-batch512.json`)" in " ".join(README.split())
+    report = json.loads((REPO / "configs" / "examples" / "cpu-batch512.json").read_text(encoding="utf-8"))
+    assert report["engine"]["attention_backend"] == "AMX_MLA"
+    assert (report["config"]["max_num_batched_tokens"], report["config"]["block_size"]) == (512, 128)
+    assert not any("vLLM changed what kvaudit asked for" in w for w in report["warnings"])
+
+
 def test_in_and_out_names_the_three_ways_and_the_picture():
     section = README.split("## In and out")[1].split("\n## ")[0]
     for way in ("--config configs/examples/serve-tiny.yaml", "-- vllm serve ", "-f html", "-f prom", "--write-config"):

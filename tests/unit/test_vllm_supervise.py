@@ -327,6 +327,25 @@ def test_a_boot_that_died_before_llm_returned_takes_the_resolved_knobs_from_its_
     assert any("reference CPU_MLA backend" in w for w in rep.warnings)
 
 
+@pytest.mark.parametrize("amx_tiles, asked_backend, reason", [
+    (False, None, True),         # no AMX tiles: vLLM picks CPU_MLA itself
+    (True, "CPU_MLA", True),     # AMX tiles, but --attention-backend CPU_MLA: the same path (the platform's own rule)
+    (True, None, False),         # AMX tiles: AMX_MLA, not CPU_MLA; the generic reason only
+])
+def test_a_boot_that_died_before_kv_names_the_cpu_mla_reason_on_either_kind_of_cpu(tmp_path, amx_tiles,
+                                                                                   asked_backend, reason):
+    # vLLM's CpuPlatform.check_and_update_config takes the reference CPU_MLA path when the CPU has no
+    # AMX tiles or the user asked for CPU_MLA (attention_config.backend), whatever the CPU
+    asked = config(max_model_len=131072, max_num_batched_tokens=512)
+    knobs = {**CPU_MLA_RESOLVED, "attention_backend_asked": asked_backend}
+    journal = rank_journal(0, died_in=Phase.REPLAY) + [{"type": "fact", "resolved": knobs, "use_mla": True,
+                                                        "amx_tiles": amx_tiles, "backend": "cpu"}]
+    rep = run(tmp_path, {0: journal}, result={"config": asked.to_json()}, cfg=asked)
+    [warning] = [w for w in rep.warnings if w.startswith("vLLM changed what kvaudit asked for")]
+    assert ("an MLA model without AMX tiles runs the reference CPU_MLA backend" in warning) is reason
+    assert "vLLM's CPU platform" in warning
+
+
 def test_nothing_forced_is_no_warning_and_knobs_left_to_vllm_are_filled_in(tmp_path):
     asked = config(max_model_len=131072, max_num_batched_tokens=512, max_num_seqs=8)
     resolved = {**CPU_MLA_RESOLVED, "max_num_batched_tokens": 512, "enable_chunked_prefill": True, "block_size": 128,

@@ -93,3 +93,16 @@ def test_attention_backend_cpu_mla_forces_the_non_amx_path_on_a_cpu_with_amx():
 def test_the_prefill_probe_takes_the_largest_step_vllm_can_schedule(length, batched, chunked, shape):
     from kvaudit.engines.vllm.worker_cpu import prefill_shape
     assert prefill_shape(length, batched, chunked) == shape
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_the_rank_journals_the_switch_as_vllm_reads_it(monkeypatch, amx):
+    # AuditCPUWorker.init_device journals amx_tiles(); the supervisor names the CPU_MLA reason from it when a
+    # boot dies before KV (supervise.forced_changes), so it must follow vLLM's own test on either CPU
+    import torch
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import CpuArchEnum
+
+    from kvaudit.engines.vllm.worker_cpu import amx_tiles
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert amx_tiles() is (amx and current_platform.get_cpu_architecture() == CpuArchEnum.X86)

@@ -31,16 +31,42 @@ def platform():
 
 
 def mla_impl_name() -> str:
-    """vLLM's CPU selector prefers the AMX MLA backend where the CPU has AMX tiles (platforms/cpu.py)."""
+    """vLLM's CPU selector prefers the AMX MLA backend where the CPU has AMX tiles (platforms/cpu.py,
+    CpuPlatform.get_attn_backend_cls: x86 and torch.cpu._is_amx_tile_supported())."""
     import torch
-    return "AMXMLAImpl" if torch.cpu._is_amx_tile_supported() else "CPUMLAImpl"
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import CpuArchEnum
+    amx = current_platform.get_cpu_architecture() == CpuArchEnum.X86 and torch.cpu._is_amx_tile_supported()
+    return "AMXMLAImpl" if amx else "CPUMLAImpl"
 
 
-def test_the_cpu_platform_runs_attention_that_cannot_return_the_lse(platform):
+@pytest.fixture(params=[True, False], ids=["amx", "no-amx"])
+def amx(request, monkeypatch, platform) -> bool:
+    """Both answers of the switch vLLM's CPU selector decides MLA by (torch.cpu._is_amx_tile_supported,
+    read at each get_attn_backend_cls call, in this process), whatever this CPU has: the machines CI
+    runs on differ (Intel with AMX tiles, AMD without)."""
+    import torch
+    from vllm.platforms.interface import CpuArchEnum
+    if platform.get_cpu_architecture() != CpuArchEnum.X86:
+        pytest.skip("vLLM's CPU selector asks for AMX tiles on x86 only")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: request.param)
+    return request.param
+
+
+def test_the_cpu_platform_runs_attention_that_cannot_return_the_lse(platform, amx):
     assert decode_attention_impl(platform, mla=False).__name__ == "CPUAttentionBackendImpl"
-    assert decode_attention_impl(platform, mla=True).__name__ == mla_impl_name()
+    assert decode_attention_impl(platform, mla=True).__name__ == ("AMXMLAImpl" if amx else "CPUMLAImpl")
+    assert mla_impl_name() == ("AMXMLAImpl" if amx else "CPUMLAImpl")  # the CLI test's expectation follows it
     for mla in (False, True):
         assert decode_attention_impl(platform, mla=mla).can_return_lse_for_decode is False
+
+
+def test_dcp_with_an_mla_model_is_refused_naming_the_backend_this_cpu_runs(platform, amx):
+    impl = "AMXMLAImpl" if amx else "CPUMLAImpl"
+    assert dcp_refusal(2, platform, mla=True) == (
+        f"decode_context_parallel_size 2 needs attention that returns the softmax LSE during decode, and vLLM's cpu "
+        f"platform runs this model with {impl}, which does not (vLLM would refuse it only after loading the model): "
+        f"set --dcp 1")
 
 
 def test_dcp_above_1_is_refused_naming_the_implementation_and_the_fix(platform):
@@ -51,10 +77,11 @@ def test_dcp_above_1_is_refused_naming_the_implementation_and_the_fix(platform):
     assert dcp_refusal(1, platform, mla=False) is None
 
 
-def test_the_backend_the_user_names_goes_to_vllms_selector(platform):
-    # CPU_MLA is taken as asked, even where AMX tiles would make the selector prefer AMX_MLA
+def test_the_backend_the_user_names_goes_to_vllms_selector(platform, amx):
+    # CPU_MLA is taken as asked, even where AMX tiles make the selector prefer AMX_MLA
     assert decode_attention_impl(platform, mla=True, attention_backend="CPU_MLA").__name__ == "CPUMLAImpl"
-    assert decode_attention_impl(platform, mla=True, attention_backend="auto").__name__ == mla_impl_name()
+    assert decode_attention_impl(platform, mla=True, attention_backend="auto").__name__ == \
+        ("AMXMLAImpl" if amx else "CPUMLAImpl")
     # a backend the CPU platform cannot run is replaced by its own (vLLM logs "Cannot use … on CPU")
     assert decode_attention_impl(platform, mla=False, attention_backend="FLASH_ATTN").__name__ == \
         "CPUAttentionBackendImpl"

@@ -17,6 +17,7 @@ The Ray refusal below runs always (one vLLM import, no boot).
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -35,6 +36,15 @@ opt_in = pytest.mark.skipif(os.environ.get("KVAUDIT_MULTINODE") != "1",
                             reason="two-node boots run on demand: KVAUDIT_MULTINODE=1")
 
 BOOT_LIMIT_S = 540
+
+
+def node_gmu() -> str:
+    """GMU 0.1 (2.35 GiB a rank on the EPYC's 23.54 GiB node), or 2400 MiB of this machine's NUMA node
+    where that is more: 0.1 of a 9.59 GiB node is 0.96 GiB, about a CPU_MLA TP2 rank's non-KV (its
+    worker's baseline RSS ~0.6 GiB, the 4096-token attention of 2 heads 0.25 GiB, the heap)."""
+    from kvaudit.engines.probes.host import current_node, node_meminfo
+    total, _ = node_meminfo(current_node())
+    return str(max(0.1, math.ceil((2400 << 20) / total * 10_000) / 10_000))
 
 
 def free_port() -> int:
@@ -99,7 +109,7 @@ class Node:
         self.tmpdir = tmp_path / f"node{rank}"
         self.tmpdir.mkdir()
         self.report = tmp_path / "report.json"
-        args = [sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--gmu", "0.1", "--timeout", "480"]
+        args = [sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--gmu", node_gmu(), "--timeout", "480"]
         if rank == 0:
             args += ["-o", str(self.report), "-f", "json"]
         args += ["--", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",

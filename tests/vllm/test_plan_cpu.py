@@ -21,6 +21,7 @@ KVAUDIT_PLAN_TABLE=path writes the table (edit, predicted, booted, error) there 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,16 +33,30 @@ pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
 MiB = 1 << 20
-BASE = ("--gmu", "0.12")
-"""A fixed GMU: the CPU default depends on the node's free memory at the time of the boot."""
+
+
+def gmu_of_at_least(gmu: float, nbytes: int) -> str:
+    """`gmu`, or the GMU (4 decimals, rounded up) whose budget is nbytes of this machine's NUMA node
+    where that is more: a GMU is a fraction of the node, and a small node's fraction can be below
+    what the boot needs before KV."""
+    from kvaudit.engines.probes.host import current_node, node_meminfo
+    total, _ = node_meminfo(current_node())
+    return str(max(gmu, math.ceil(nbytes / total * 10_000) / 10_000))
+
+
+BASE_GMU, EDIT_GMU = gmu_of_at_least(0.12, 2880 * MiB), gmu_of_at_least(0.16, 3840 * MiB)
+"""0.12 and 0.16 (the recorded EPYC runs: 2.82 and 3.77 GiB of its 23.54 GiB node), at least 2.81 and
+3.75 GiB: the CPU default depends on the node's free memory at the time of the boot, and 0.12 of a
+9.59 GiB node (the AMX machine's) is 1.15 GiB, below the forced CPU_MLA boot's 1.34 GiB non-KV."""
+BASE = ("--gmu", BASE_GMU)
 FORCE = {"auto": (), "cpu_mla": ("--", "--attention-backend", "CPU_MLA")}
 CHUNKED_EDITS = {
-    "gmu+max_model_len": ("--gmu", "0.16", "--max-model-len", "16384"),
+    "gmu+max_model_len": ("--gmu", EDIT_GMU, "--max-model-len", "16384"),
     "max_num_batched_tokens": ("--max-num-batched-tokens", "256"),
 }
 """With chunked prefill (AMX_MLA): the edits of the original proof."""
 WHOLE_PROMPT_EDITS = {
-    "gmu+shorter_max_model_len": ("--gmu", "0.16", "--max-model-len", "2048"),
+    "gmu+shorter_max_model_len": ("--gmu", EDIT_GMU, "--max-model-len", "2048"),
 }
 """Without chunked prefill (CPU_MLA): a shorter length is an upper bound; a longer one needs a boot
 and a batched-tokens edit is refused (no boot needed to check either)."""
@@ -145,8 +160,9 @@ def test_the_backend_and_its_batching_are_what_vllm_resolved(measured, path):
             (False, 4096, 16)
         assert any("max_num_batched_tokens 512 → 4096" in w and "enable_chunked_prefill on → off" in w
                    for w in measured["warnings"])
-    else:
-        assert (config["enable_chunked_prefill"], config["max_num_batched_tokens"]) == (True, 512)
+    else:  # vLLM's CPU default block size where none is asked (check_and_update_config)
+        assert (config["enable_chunked_prefill"], config["max_num_batched_tokens"], config["block_size"]) == \
+            (True, 512, 128)
         assert not any("vLLM changed what kvaudit asked for" in w for w in measured["warnings"])
 
 
@@ -185,12 +201,12 @@ def test_the_tokens_edit_is_interpolated_from_the_sweep_or_refused_where_vllm_se
 
 
 def test_a_longer_max_model_len_without_chunked_prefill_names_the_boot_it_needs(base, measured):
-    code, predicted, _ = plan(base, "--gmu", "0.16", "--max-model-len", "16384")
+    code, predicted, _ = plan(base, "--gmu", EDIT_GMU, "--max-model-len", "16384")
     hows = {f["owner"]: f["how"] for f in predicted["plan"]["ranks"][0]["figures"]}
     if whole_prompt(measured):
         assert code == 3
         assert hows["activation_peak"] == hows["torch_other"] == "unknown"
-        assert predicted["plan"]["boots_needed"] == ["kvaudit run --gmu 0.16 --max-model-len 16384"]
+        assert predicted["plan"]["boots_needed"] == [f"kvaudit run --gmu {EDIT_GMU} --max-model-len 16384"]
     else:  # the GMU and length edit changes no owner with chunked prefill
         assert code == 0
         assert set(hows.values()) == {"measured"}

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -158,12 +159,51 @@ def test_a_max_model_len_that_does_not_fit_is_a_finding(tmp, long_fits):
     assert "lower --max-model-len" in report["verdict_reason"]
 
 
-def test_a_hung_boot_times_out_with_a_partial_report(tmp):
+HUNG_TIMEOUT_S = 90
+"""Long enough for rank 0 to journal on a slow machine (~20 s on the 2-core EPYC)."""
+
+
+def test_a_hung_boot_times_out_with_a_partial_report(tmp, tmp_path):
+    # GIVEN a boot whose vLLM processes are stopped (SIGSTOP) once rank 0 has journaled: a real hang,
+    # on any machine (a bare `--timeout 20` timed out only where a boot takes longer than 20 s: ~40 s on
+    # the 2-core EPYC, less on a machine with more cores, which would finish and exit 0)
+    from boot_processes import processes_under
+    tmpdir = tmp_path / "t"
+    tmpdir.mkdir()
+    out = tmp / "timeout.json"
     started = time.monotonic()
-    code, report, err = kvaudit(tmp, "timeout", "--timeout", "20")
-    assert code == 3, err
+    proc = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", "--timeout", str(HUNG_TIMEOUT_S), "-o",
+                             str(out), "-f", "json", "--log", str(tmp / "timeout.log")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, MARK: str(tmp), "TMPDIR": str(tmpdir)})
+    try:
+        while not any(p.stat().st_size for p in tmpdir.glob("kvaudit-run-*/journal/rank0.jsonl")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - started < HUNG_TIMEOUT_S - 10, "rank 0 never journaled"
+            time.sleep(0.2)
+        stopped = [pid for pid, _ in processes_under(tmpdir)]
+        assert stopped  # the boot process, vLLM's engine core and worker
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        # WHEN the timeout passes  THEN kvaudit stops the hung boot and writes what the rank got to
+        stdout, err = proc.communicate(timeout=HUNG_TIMEOUT_S + 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - started
+    assert proc.returncode == 3, err
+    report = json.loads(out.read_text())
+    assert json.loads(stdout) == report
     assert report["failure"]["kind"] == "timeout"
-    assert time.monotonic() - started < 120
+    assert report["failure"]["message"].startswith(f"no result after {HUNG_TIMEOUT_S} s")
+    # partial: rank 0 as far as it journaled before the hang, and the phase it hung in
+    assert [r["rank"] for r in report["ranks"]] == [0]
+    assert report["failure"]["rank"] == 0 and report["failure"]["phase"] in PHASES, report["failure"]
+    assert HUNG_TIMEOUT_S <= took < HUNG_TIMEOUT_S + 30, took
+    deadline = time.monotonic() + 10  # SIGKILL takes stopped processes down too
+    while processes_under(tmpdir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_under(tmpdir) == []
 
 
 def test_no_vllm_process_survives_any_run(tmp, tp1, tp2):

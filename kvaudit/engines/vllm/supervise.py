@@ -514,9 +514,13 @@ class RunOutcome:
     def forced_changes(self, asked: AuditConfig, folded: list[measured_ranks.RankEvents]) -> list[str]:
         facts = folded[0].facts if folded else {}
         backend = next((f.facts.get("attention_backend") for f in folded if f.facts.get("attention_backend")), None)
-        if backend is None and facts.get("use_mla") and facts.get("amx_tiles") is False:
-            backend = "CPU_MLA"  # a boot that died before KV: the platform's rule, as the rank saw it
-        return resolved.forced_changes(asked, self.resolved_knobs(folded), facts.get("backend"), backend)
+        knobs = self.resolved_knobs(folded)
+        if backend is None and facts.get("use_mla") and (facts.get("amx_tiles") is False
+                                                         or knobs.get("attention_backend_asked") == "CPU_MLA"):
+            # a boot that died before KV: the platform's rule, as the rank saw it (CpuPlatform.get_attn_backend_cls
+            # runs CPU_MLA without AMX tiles, and where --attention-backend CPU_MLA asked for it on a CPU with them)
+            backend = "CPU_MLA"
+        return resolved.forced_changes(asked, knobs, facts.get("backend"), backend)
 
     def _warnings(self, folded: list[measured_ranks.RankEvents], facts: dict[str, Any],
                   asked: AuditConfig) -> list[str]:
