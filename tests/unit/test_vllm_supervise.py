@@ -315,7 +315,7 @@ def test_the_report_states_what_vllm_ran_and_warns_about_each_change_it_forced(t
     [warning] = [w for w in rep.warnings if w.startswith("vLLM changed what kvaudit asked for")]
     assert "max_num_batched_tokens 512 → 131072, enable_chunked_prefill on → off, enable_prefix_caching on → off" \
         in warning
-    assert "an MLA model without AMX tiles runs the reference CPU_MLA backend" in warning
+    assert "runs the reference CPU_MLA backend where the CPU has no AMX tiles or --attention-backend asks for it" in warning
 
 
 def test_a_boot_that_died_before_llm_returned_takes_the_resolved_knobs_from_its_rank(tmp_path):
@@ -342,7 +342,7 @@ def test_a_boot_that_died_before_kv_names_the_cpu_mla_reason_on_either_kind_of_c
                                                         "amx_tiles": amx_tiles, "backend": "cpu"}]
     rep = run(tmp_path, {0: journal}, result={"config": asked.to_json()}, cfg=asked)
     [warning] = [w for w in rep.warnings if w.startswith("vLLM changed what kvaudit asked for")]
-    assert ("an MLA model without AMX tiles runs the reference CPU_MLA backend" in warning) is reason
+    assert ("runs the reference CPU_MLA backend where the CPU has no AMX tiles or --attention-backend asks for it" in warning) is reason
     assert "vLLM's CPU platform" in warning
 
 

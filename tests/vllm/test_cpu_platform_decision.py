@@ -73,7 +73,7 @@ def test_without_amx_tiles_vllm_runs_cpu_mla_whole_prompts_and_kvaudit_names_eac
     [line] = _forced(decision)
     assert "max_num_batched_tokens 512 → 4096, enable_chunked_prefill on → off, enable_prefix_caching on → off" \
         in line
-    assert "an MLA model without AMX tiles runs the reference CPU_MLA backend" in line
+    assert "runs the reference CPU_MLA backend where the CPU has no AMX tiles or --attention-backend asks for it" in line
 
 
 def test_attention_backend_cpu_mla_forces_the_non_amx_path_on_a_cpu_with_amx():

@@ -95,9 +95,10 @@ def forced_changes(asked: AuditConfig, resolved: Mapping[str, Any], backend: str
         return []
     why = ""
     if backend == "cpu" and attention_backend == "CPU_MLA":
-        why = (" (vLLM's CPU platform, CpuPlatform.check_and_update_config: an MLA model without AMX tiles runs the "
-               "reference CPU_MLA backend, which has no chunked prefill or prefix caching, so a whole prompt of up to "
-               "max_model_len tokens is one step, and its attention blocks are 16 tokens)")
+        why = (" (vLLM's CPU platform, CpuPlatform.check_and_update_config: an MLA model runs the reference CPU_MLA "
+               "backend where the CPU has no AMX tiles or --attention-backend asks for it, which has no chunked "
+               "prefill or prefix caching, so a whole prompt of up to max_model_len tokens is one step, and its "
+               "attention blocks are 16 tokens)")
     elif backend is not None:
         why = f" (vLLM's {backend.upper()} platform, check_and_update_config)"
     return [f"vLLM changed what kvaudit asked for: {', '.join(changed)}{why}; kvaudit profiled, sized and reports "
