@@ -118,16 +118,14 @@ def prefill_shape(max_model_len: int, max_num_batched_tokens: int, chunked_prefi
     return min(max_model_len, max_num_batched_tokens), max_model_len
 
 
-def batch_prefill_shape(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
-                        chunked_prefill: bool) -> tuple[int, int]:
-    """(requests, tokens) of the fullest step of whole prompts: without chunked prefill vLLM's
-    scheduler puts as many whole prompts of up to max_model_len tokens into one step as
-    max_num_batched_tokens holds (the CPU platform raises it to max(max_model_len, 2048), so at
-    max_model_len 1024 two prompts share a step), and what a step runs besides attention itself
-    (MLA's keys and values decompressed for every prefill token) grows with all of them; (1, …)
-    where one request fills the step, and with chunked prefill, where the largest single-request
-    step already holds max_num_batched_tokens tokens."""
-    if chunked_prefill or max_num_batched_tokens <= max_model_len:
+def batch_prefill_shape(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int) -> tuple[int, int]:
+    """(requests, tokens) of the fullest step of whole prompts: vLLM's scheduler puts as many
+    prompts of up to max_model_len tokens into one step as max_num_batched_tokens holds, with
+    chunked prefill or without (the CPU platform raises it to max(max_model_len, 2048) for CPU_MLA,
+    so at max_model_len 1024 two prompts share a step), and what a step runs besides attention
+    itself (MLA's keys and values decompressed for every prefill token) grows with all of them;
+    (1, …) where one request fills the step, which the single-request probe already is."""
+    if max_num_batched_tokens <= max_model_len:
         return 1, min(max_model_len, max_num_batched_tokens)
     requests = min(max_num_seqs, -(-max_num_batched_tokens // max_model_len))
     return requests, min(max_num_batched_tokens, requests * max_model_len)
@@ -151,8 +149,7 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     sched = runner.scheduler_config
     length = int(worker.model_config.max_model_len)
     query, context = prefill_shape(length, int(runner.max_num_tokens), bool(sched.enable_chunked_prefill))
-    requests, tokens = batch_prefill_shape(length, int(runner.max_num_tokens), int(sched.max_num_seqs),
-                                           bool(sched.enable_chunked_prefill))
+    requests, tokens = batch_prefill_shape(length, int(runner.max_num_tokens), int(sched.max_num_seqs))
     out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
     if requests > 1:
         out.update(batch_requests=requests, batch_tokens=tokens)
