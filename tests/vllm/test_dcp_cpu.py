@@ -30,14 +30,15 @@ def platform():
     return current_platform
 
 
+MLA_IMPL = {True: "AMXMLAImpl", False: "CPUMLAImpl"}
+"""The MLA implementation vLLM's CPU selector picks with and without AMX tiles (platforms/cpu.py,
+CpuPlatform.get_attn_backend_cls: x86 and torch.cpu._is_amx_tile_supported())."""
+
+
 def mla_impl_name() -> str:
-    """vLLM's CPU selector prefers the AMX MLA backend where the CPU has AMX tiles (platforms/cpu.py,
-    CpuPlatform.get_attn_backend_cls: x86 and torch.cpu._is_amx_tile_supported())."""
-    import torch
-    from vllm.platforms import current_platform
-    from vllm.platforms.interface import CpuArchEnum
-    amx = current_platform.get_cpu_architecture() == CpuArchEnum.X86 and torch.cpu._is_amx_tile_supported()
-    return "AMXMLAImpl" if amx else "CPUMLAImpl"
+    """What this CPU runs: the switch as the rank journals it (worker_cpu.amx_tiles)."""
+    from kvaudit.engines.vllm.worker_cpu import amx_tiles
+    return MLA_IMPL[bool(amx_tiles())]
 
 
 @pytest.fixture(params=[True, False], ids=["amx", "no-amx"])
@@ -55,14 +56,14 @@ def amx(request, monkeypatch, platform) -> bool:
 
 def test_the_cpu_platform_runs_attention_that_cannot_return_the_lse(platform, amx):
     assert decode_attention_impl(platform, mla=False).__name__ == "CPUAttentionBackendImpl"
-    assert decode_attention_impl(platform, mla=True).__name__ == ("AMXMLAImpl" if amx else "CPUMLAImpl")
-    assert mla_impl_name() == ("AMXMLAImpl" if amx else "CPUMLAImpl")  # the CLI test's expectation follows it
+    assert decode_attention_impl(platform, mla=True).__name__ == MLA_IMPL[amx]
+    assert mla_impl_name() == MLA_IMPL[amx]  # the CLI test's expectation follows it
     for mla in (False, True):
         assert decode_attention_impl(platform, mla=mla).can_return_lse_for_decode is False
 
 
 def test_dcp_with_an_mla_model_is_refused_naming_the_backend_this_cpu_runs(platform, amx):
-    impl = "AMXMLAImpl" if amx else "CPUMLAImpl"
+    impl = MLA_IMPL[amx]
     assert dcp_refusal(2, platform, mla=True) == (
         f"decode_context_parallel_size 2 needs attention that returns the softmax LSE during decode, and vLLM's cpu "
         f"platform runs this model with {impl}, which does not (vLLM would refuse it only after loading the model): "
@@ -81,7 +82,7 @@ def test_the_backend_the_user_names_goes_to_vllms_selector(platform, amx):
     # CPU_MLA is taken as asked, even where AMX tiles make the selector prefer AMX_MLA
     assert decode_attention_impl(platform, mla=True, attention_backend="CPU_MLA").__name__ == "CPUMLAImpl"
     assert decode_attention_impl(platform, mla=True, attention_backend="auto").__name__ == \
-        ("AMXMLAImpl" if amx else "CPUMLAImpl")
+        MLA_IMPL[amx]
     # a backend the CPU platform cannot run is replaced by its own (vLLM logs "Cannot use … on CPU")
     assert decode_attention_impl(platform, mla=False, attention_backend="FLASH_ATTN").__name__ == \
         "CPUAttentionBackendImpl"

@@ -17,7 +17,6 @@ The Ray refusal below runs always (one vLLM import, no boot).
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import socket
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from boot_processes import processes_under
+from node_budget import gmu_for
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -38,13 +38,10 @@ opt_in = pytest.mark.skipif(os.environ.get("KVAUDIT_MULTINODE") != "1",
 BOOT_LIMIT_S = 540
 
 
-def node_gmu() -> str:
-    """GMU 0.1 (2.35 GiB a rank on the EPYC's 23.54 GiB node), or 2400 MiB of this machine's NUMA node
-    where that is more: 0.1 of a 9.59 GiB node is 0.96 GiB, about a CPU_MLA TP2 rank's non-KV (its
-    worker's baseline RSS ~0.6 GiB, the 4096-token attention of 2 heads 0.25 GiB, the heap)."""
-    from kvaudit.engines.probes.host import current_node, node_meminfo
-    total, _ = node_meminfo(current_node())
-    return str(max(0.1, math.ceil((2400 << 20) / total * 10_000) / 10_000))
+NODE_GMU_BYTES = 2400 << 20
+"""GMU 0.1 (2.35 GiB a rank on the EPYC's 23.54 GiB node), or this many bytes of the node where that is
+more: 0.1 of a 9.59 GiB node is 0.96 GiB, about a CPU_MLA TP2 rank's non-KV (its worker's baseline RSS
+~0.6 GiB, the 4096-token attention of 2 heads 0.25 GiB, the heap)."""
 
 
 def free_port() -> int:
@@ -109,7 +106,8 @@ class Node:
         self.tmpdir = tmp_path / f"node{rank}"
         self.tmpdir.mkdir()
         self.report = tmp_path / "report.json"
-        args = [sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--gmu", node_gmu(), "--timeout", "480"]
+        args = [sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--gmu", gmu_for(NODE_GMU_BYTES, at_least=0.1),
+                "--timeout", "480"]
         if rank == 0:
             args += ["-o", str(self.report), "-f", "json"]
         args += ["--", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",

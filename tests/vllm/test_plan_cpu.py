@@ -21,13 +21,13 @@ KVAUDIT_PLAN_TABLE=path writes the table (edit, predicted, booted, error) there 
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from node_budget import gmu_for
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -35,16 +35,7 @@ pytestmark = pytest.mark.vllm
 MiB = 1 << 20
 
 
-def gmu_of_at_least(gmu: float, nbytes: int) -> str:
-    """`gmu`, or the GMU (4 decimals, rounded up) whose budget is nbytes of this machine's NUMA node
-    where that is more: a GMU is a fraction of the node, and a small node's fraction can be below
-    what the boot needs before KV."""
-    from kvaudit.engines.probes.host import current_node, node_meminfo
-    total, _ = node_meminfo(current_node())
-    return str(max(gmu, math.ceil(nbytes / total * 10_000) / 10_000))
-
-
-BASE_GMU, EDIT_GMU = gmu_of_at_least(0.12, 2880 * MiB), gmu_of_at_least(0.16, 3840 * MiB)
+BASE_GMU, EDIT_GMU = gmu_for(2880 * MiB, at_least=0.12), gmu_for(3840 * MiB, at_least=0.16)
 """0.12 and 0.16 (the recorded EPYC runs: 2.82 and 3.77 GiB of its 23.54 GiB node), at least 2.81 and
 3.75 GiB: the CPU default depends on the node's free memory at the time of the boot, and 0.12 of a
 9.59 GiB node (the AMX machine's) is 1.15 GiB, below the forced CPU_MLA boot's 1.34 GiB non-KV."""

@@ -13,7 +13,6 @@ SIGINT, SIGTERM, SIGHUP, SIGKILL of kvaudit) THEN the temp dir is as it was befo
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from boot_processes import processes_under
+from node_budget import gmu_for
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -118,15 +118,12 @@ def test_sigkill_of_kvaudit_takes_every_vllm_process_down(tmp_path):
     assert listing(tmpdir) == []
 
 
-def gmu_below_the_boot() -> str:
-    """A GMU whose budget is 256 MiB of this machine's NUMA node: below what a worker of the embedded
-    model holds before KV on any CPU (its baseline RSS alone is ~0.6 GiB, with AMX tiles too:
-    configs/examples/cpu-batch512.json), so the boot fails in the KV check once its workers are up.
-    A fixed GMU is a fraction of the node: 0.03 was 0.71 GiB on the EPYC's 23.54 GiB node, more than
-    an AMX_MLA boot's ~0.65 GiB non-KV (chunked prefill: no 4096-token attention), so it would have fit."""
-    from kvaudit.engines.probes.host import current_node, node_meminfo
-    total, _ = node_meminfo(current_node())
-    return str(math.ceil((256 << 20) / total * 10_000) / 10_000)
+BELOW_THE_BOOT = 256 << 20
+"""A budget below what a worker of the embedded model holds before KV on any CPU (its baseline RSS
+alone is ~0.6 GiB, with AMX tiles too: configs/examples/cpu-batch512.json), so the boot fails in the
+KV check once its workers are up. A fixed GMU is a fraction of the node: 0.03 was 0.71 GiB on the
+EPYC's 23.54 GiB node, more than an AMX_MLA boot's ~0.65 GiB non-KV (chunked prefill: no 4096-token
+attention), so it would have fit."""
 
 
 ENDS = ["success", "failure", "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"]
@@ -144,7 +141,7 @@ def test_nothing_of_a_tp2_boot_is_left_after_any_end(end):
         tmp_before = listing(tmpdir)
         # a budget below the boot's own non-KV memory fails in the KV check, after the workers
         # (and their shared memory) are up
-        args = ["--tp", "2"] + (["--gmu", gmu_below_the_boot()] if end == "failure" else [])
+        args = ["--tp", "2"] + (["--gmu", gmu_for(BELOW_THE_BOOT)] if end == "failure" else [])
         proc = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", *args, "-o", str(out), "-f", "json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=boot_env(tmpdir))
         mapped: set[str] = set()

@@ -667,8 +667,9 @@ def _failure(msg: str) -> Iterable[Fact]:
 # (club-3090#617: `(EngineCore pid=43) ERROR 07-13 00:04:10 [co` right after the KV sizing): the
 # boot logged an error there, and its words are not in the log. Read from users' logs only, as a
 # bare traceback header is (the lowest priority: any stated cause wins).
-CUT_ERROR_RECORD = re.compile(r"(?:^|\s)ERROR[ \t]+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
-                              r"(?:[ \t]+\[?[^\]\s]{0,200})?[ \t]*$")
+CUT_ERROR_HEAD = r"ERROR[ \t]+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:[ \t]+\[?[^\]\s]{0,200})?[ \t]*"
+"""An ERROR record's level, time and unclosed `[file.py:N` (scan.py looks for it at a line's end)."""
+CUT_ERROR_RECORD = re.compile(r"(?:^|\s)" + CUT_ERROR_HEAD + "$")
 
 
 def _cut_error(msg: str) -> Iterable[Fact]:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.facts import KWARG_NEEDLES, PHASE_OF_CALL, backend
+from kvaudit.engines.logs.facts import CUT_ERROR_HEAD, KWARG_NEEDLES, PHASE_OF_CALL, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -63,8 +63,7 @@ _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
 V0's `Error executing method 'determine_num_available_blocks'`."""
 _LONG_NEEDLES = ("Traceback (most recent call last)",)
-_CUT_ERROR_RX = re.compile(r"ERROR[ \t]+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:[ \t]+\[?[^\]\s]{0,200})?"
-                           r"[ \t]*(?=[\r\n]|\Z)")
+_CUT_ERROR_RX = re.compile(CUT_ERROR_HEAD + r"(?=[\r\n]|\Z)")
 """facts.CUT_ERROR_RECORD as the scan finds it: an ERROR record's level and time at a line's end,
 its `[file.py:N]` not closed."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
