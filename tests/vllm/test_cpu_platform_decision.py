@@ -95,6 +95,45 @@ def test_the_prefill_probe_takes_the_largest_step_vllm_can_schedule(length, batc
     assert prefill_shape(length, batched, chunked) == shape
 
 
+@pytest.mark.parametrize("length, batched, seqs, shape", [
+    (1024, 2048, 4, (2, 2048)),   # CPU_MLA at max_model_len 1024: two whole prompts share a step
+    (1500, 2048, 4, (2, 2048)),   # a prompt of 1500 and one of 548
+    (512, 2048, 4, (4, 2048)),
+    (512, 2048, 2, (2, 1024)),    # no more prompts in a step than max_num_seqs
+    (4096, 4096, 8, (1, 4096)),   # one prompt fills the step: the single-request probe is the step
+    (4096, 512, 8, (1, 512)),     # AMX_MLA's 512-token chunks: one request's chunk fills the step
+    (1024, 4096, 8, (4, 4096)),   # chunked prefill too: four whole 1024-token prompts fit a 4096-token step
+])
+def test_the_probe_also_runs_the_fullest_step_of_whole_prompts(length, batched, seqs, shape):
+    # The EPYC, max_model_len 1024, 4 sequences, malloc's mmap threshold fixed (so RSS repeats to 0.1 MiB):
+    # without this step, --verify's batch ran 38.7 MiB and sampling 44.3 MiB over; with it, +32.0 and +22.8
+    from kvaudit.engines.vllm.worker_cpu import batch_prefill_shape
+    assert batch_prefill_shape(length, batched, seqs) == shape
+
+
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_the_heap_the_probe_freed_is_given_back_before_the_replay_reading():
+    # 64 MiB of 64 KiB blocks (below glibc's mmap threshold: they live in the heap), freed under the
+    # highest of them, still live, stay resident until malloc_trim: the replay phase's end reading would
+    # charge them as torch_other beside the peak that already holds them (CPU flags 185-347 MiB cautious)
+    import ctypes
+
+    from kvaudit.engines.vllm.worker_cpu import trim_heap
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    blocks = [libc.malloc(64 << 10) for _ in range(1025)]
+    for b in blocks:
+        ctypes.memset(b, 1, 64 << 10)
+    guard = max(blocks)  # keeps the freed ones below the heap's top, which free() alone would give back
+    blocks.remove(guard)
+    for b in blocks:
+        libc.free(b)
+    released = trim_heap()
+    libc.free(guard)
+    assert released is not None and released >= 48 << 20, released
+
+
 @pytest.mark.parametrize("amx", [True, False])
 def test_the_rank_journals_the_switch_as_vllm_reads_it(monkeypatch, amx):
     # AuditCPUWorker.init_device journals amx_tiles(); the supervisor names the CPU_MLA reason from it when a

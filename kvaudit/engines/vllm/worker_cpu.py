@@ -74,6 +74,12 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
         with self._kva_seq.phase(Phase.REPLAY) as handle:
             adapter.profile_run(self)
             self._kva_seq.fact(prefill_probe=_prefill_probe(self, handle))
+            # The phase's end reading must not hold the heap the probe freed: glibc keeps it, the
+            # ledger would charge it once as torch_other and again inside the peak, and serving
+            # reuses it for the same transient (a CPU boot's flags were 185-347 MiB cautious).
+            released = trim_heap()
+            if released:
+                handle.note(f"CPU backend: the heap returned {released / 2**20:.1f} MiB freed by the passes")
         if os.environ.get(SWEEP_ENV) == "1":
             # Before the graphs phase reads RSS, so what the sweep's passes leave in the heap
             # (host memory is not returned at once) is charged at sizing: after the graphs phase
@@ -93,6 +99,25 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
             result = super().compile_or_warm_up_model()
             handle.note("CPU backend: no graph capture")
         return result
+
+
+def trim_heap() -> int | None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim(0), every arena) and
+    return how far RSS fell; None where the C library has no malloc_trim (musl, macOS)."""
+    import ctypes
+    import ctypes.util
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    before = _rss()
+    trim(0)
+    return max(before - _rss(), 0)
+
+
+def _rss() -> int:
+    import psutil
+    return int(psutil.Process().memory_info().rss)
 
 
 def amx_tiles() -> bool | None:
@@ -118,6 +143,19 @@ def prefill_shape(max_model_len: int, max_num_batched_tokens: int, chunked_prefi
     return min(max_model_len, max_num_batched_tokens), max_model_len
 
 
+def batch_prefill_shape(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int) -> tuple[int, int]:
+    """(requests, tokens) of the fullest step of whole prompts: vLLM's scheduler puts as many
+    prompts of up to max_model_len tokens into one step as max_num_batched_tokens holds, with
+    chunked prefill or without (the CPU platform raises it to max(max_model_len, 2048) for CPU_MLA,
+    so at max_model_len 1024 two prompts share a step), and what a step runs besides attention
+    itself (MLA's keys and values decompressed for every prefill token) grows with all of them;
+    (1, …) where one request fills the step, which the single-request probe already is."""
+    if max_num_batched_tokens <= max_model_len:
+        return 1, min(max_model_len, max_num_batched_tokens)
+    requests = min(max_num_seqs, -(-max_num_batched_tokens // max_model_len))
+    return requests, min(max_num_batched_tokens, requests * max_model_len)
+
+
 def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any]:
     """One request of the largest prefill step (prefill_shape), attention included, then its sampler
     (with the most logprobs a request may ask for: _sampler_logprobs) and one decode step over
@@ -136,7 +174,10 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     sched = runner.scheduler_config
     length = int(worker.model_config.max_model_len)
     query, context = prefill_shape(length, int(runner.max_num_tokens), bool(sched.enable_chunked_prefill))
+    requests, tokens = batch_prefill_shape(length, int(runner.max_num_tokens), int(sched.max_num_seqs))
     out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
+    if requests > 1:
+        out.update(batch_requests=requests, batch_tokens=tokens)
     start = time.perf_counter()
     try:
         with set_current_vllm_config(worker.vllm_config), _probe_kv_cache(runner), \
@@ -150,13 +191,21 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
             step = int(getattr(runner, "uniform_decode_query_len", 1))
             runner._dummy_run(step, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
                               uniform_decode=True, skip_eplb=True, profile_seq_lens=length)
+            # and the fullest step of whole prompts, where one step holds several (the runner splits
+            # the tokens evenly over max_num_seqs requests, each its own context)
+            if requests > 1:
+                with adapter.patched(sched, "max_num_seqs", requests):
+                    runner._dummy_run(tokens, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
+                                      skip_eplb=True)
     except Exception as exc:  # noqa: BLE001 - reported in the record and as a warning
         out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
         handle.note(f"prefill probe failed: {out['error']}")
     else:
         handle.note(f"CPU backend: the profile pass, then one {query}-token prefill with attention"
                     + (f" over {context} tokens of context" if context != query else "")
-                    + f", its sampler (logprobs {max_logprobs(worker)}) and a decode step")
+                    + f", its sampler (logprobs {max_logprobs(worker)}) and a decode step"
+                    + (f"; then a {tokens}-token step of {requests} whole prompts with attention" if requests > 1
+                       else ""))
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
 
