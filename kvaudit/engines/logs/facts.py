@@ -82,6 +82,9 @@ class FactKind(StrEnum):
     NOTE = "note"
     PHASE_HINT = "phase_hint"
     """A phase a failing call names: a traceback frame or `Error executing method 'load_model'`."""
+    GRAPH_CAPTURE_FRAME = "graph_capture_frame"
+    """A traceback frame in torch's CUDA graph capture (GRAPH_CAPTURE_CALLS): Phase.CAPTURE, unless the
+    log places the failure elsewhere (failure_timeline.log_failure)."""
     RAY_FOLDED = "ray_folded"
     """Ray's `[repeated Nx across cluster]`: N more workers printed a line of this shape."""
     COMMAND_ARG = "command_arg"
@@ -699,6 +702,14 @@ PHASE_OF_CALL: dict[str, Phase] = {
 _initialize_kv_caches calls determine_available_memory, then get_kv_cache_configs and
 initialize_from_config, then compile_or_warm_up_model; V0 ran determine_num_available_blocks, then
 initialize_cache, which also captured the graphs)."""
+GRAPH_CAPTURE_CALLS = ("capture_begin", "capture_end")
+"""torch/cuda/graphs.py CUDAGraph.capture_begin / capture_end, which `with torch.cuda.graph(…)` calls
+on entry and exit: a frame there is a CUDA graph capture. The frame does not say which capture:
+vLLM's real one after the KV cache (capture_model), or, from 0.21, the profiling one before sizing
+(profile_cudagraph_memory), so it is read as the capture only where nothing in the log places the
+failure before the KV cache (failure_timeline.log_failure)."""
+FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS)
+"""Every call a traceback frame is kept for."""
 _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-Za-z_]\w{0,80})")
 # A traceback frame (`File "…", line N, in name`) or faulthandler's (`File "…", line N in name`).
 _FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
@@ -711,6 +722,8 @@ def _call_phase(msg: str) -> Iterable[Fact]:
     if m := _FRAME.search(msg):
         if (phase := PHASE_OF_CALL.get(m.group(2))) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
+        elif m.group(2) in GRAPH_CAPTURE_CALLS:
+            yield Fact(FactKind.GRAPH_CAPTURE_FRAME, Phase.CAPTURE)
         if m.group(1) is None:  # faulthandler dumps the stack of a process that crashed in C code or hung
             yield Fact(FactKind.FAILURE, FailureFact(
                 FailureKind.CRASH, None, f"a faulthandler stack dump (the process crashed or hung): {m.group(0)}",
@@ -953,7 +966,7 @@ RULES: tuple[Rule, ...] = (
     Rule("failure", tuple(c.anchor for c in CAUSES), "|".join(_ere(c.anchor) for c in CAUSES), _failure),
     Rule("cut_error", "ERROR", r"ERROR [0-9][0-9]-[0-9][0-9] [0-9:.,]+( \[?[^] ]*)?$", _cut_error),
     Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+(, in ("
-         + "|".join(PHASE_OF_CALL) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
+         + "|".join(FRAME_CALLS) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
          r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]"

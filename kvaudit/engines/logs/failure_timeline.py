@@ -6,7 +6,8 @@ rank that printed it, and failures after startup finished, which are notes, not 
 The phase: the one the message fixes (the KV check is always kv), else the furthest the log shows
 the boot got before the failure: the milestones printed before it, the startup call a failing
 method or a traceback frame names (`Error executing method 'initialize_cache'`, `in
-capture_model`). A boot moves through the phases in order, and Ray prints workers' lines late and
+capture_model`; torch's `in capture_end`, where nothing places the failure before the KV cache).
+A boot moves through the phases in order, and Ray prints workers' lines late and
 out of order, so the furthest phase shown is where it died; None when the log shows none.
 """
 
@@ -84,6 +85,12 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     # The furthest phase shown anywhere before the boot finished: a traceback's frames and Ray's
     # late worker lines may come after the line that reports the failure.
     phase = value.phase or _furthest(_timeline_phase(scan.text, boot_done[root.file]), *hints)
+    # A frame in torch's graph capture (capture_end): the capture, where the log shows the boot no
+    # earlier than the KV cache (the profiling capture before sizing names profile_cudagraph_memory).
+    if value.phase is None and phase in (None, Phase.KV) and any(
+            f.file == root.file and f.pos <= boot_done[root.file]
+            for f in boot.engine.get(FactKind.GRAPH_CAPTURE_FRAME, [])):
+        phase = Phase.CAPTURE
     rank, tag = rank_of_proc(scan, root.pid, parallel_sizes(boot.scans, boot.engine))
     if root.pid is not None and root.pid in scan.ray_ranks:
         rank = None  # the order kvaudit numbered Ray's workers in is not vLLM's rank

@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.facts import CUT_ERROR_HEAD, KWARG_NEEDLES, PHASE_OF_CALL, backend
+from kvaudit.engines.logs.facts import CUT_ERROR_HEAD, FRAME_CALLS, KWARG_NEEDLES, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -86,7 +86,7 @@ MAX_FRAMES = 256
 COMMAND_WINDOW = 1 << 18
 """How far into a file a pasted command line is looked for."""
 _COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp") + KWARG_NEEDLES
-_CALLS = tuple(sorted(PHASE_OF_CALL, key=len, reverse=True))
+_CALLS = tuple(sorted(FRAME_CALLS, key=len, reverse=True))
 _FRAME_NAME = re.compile(r"[A-Za-z_<]")
 """What starts a faulthandler frame's function name (`line 207 in run_engine_core`, `in <module>`)."""
 _FRAME_RX = re.compile(r'", line \d{1,7}(?:, in (?:' + "|".join(map(re.escape, _CALLS)) + r')(?!\w)| in [A-Za-z_<])')
