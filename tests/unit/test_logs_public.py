@@ -336,6 +336,23 @@ EXPECTED: dict[str, dict[str, Any]] = {
         tokens=1823372, max_model_len=1048576, rank_count=0, verdict="ok", failure=None),
     "105-v1-ascend-5707-double-spaced-no-memory.log": dict(
         feasible=0, rank_count=0, verdict="fail", failure=("does_not_fit", "kv")),
+    # round six: a CPU-backend and a bare KV check, OOM in capture and in the sampler's warm-up, graph estimates
+    "106-v1-cpu-29233-kv-short-valueerror.log": dict(
+        ranks={0: {"available": G("4.00")}}, max_model_len=40960, needed=G("4.38"), feasible=37376, verdict="fail",
+        failure=("does_not_fit", "kv")),
+    "107-v1-lmcache-1372-bare-kv-short-message.log": dict(
+        ranks={0: {"available": G("3.58")}}, max_model_len=32768, needed=G("4.50"), feasible=26032, verdict="fail",
+        failure=("does_not_fit", "kv")),
+    # torch.cuda.graph's capture_end ran out of memory: the CUDA graph capture, after the KV cache.
+    "108-v1-19186-tp-capture-end-oom.log": dict(rank_count=0, verdict="fail", failure=("oom", "capture")),
+    # The sampler warm-up runs in profile_run and again after the capture: the excerpt shows neither.
+    "109-v1-0.8-17939-tp-sampler-warmup-oom.log": dict(rank_count=0, verdict="fail", failure=("oom", None)),
+    "110-v1-club3090-37-tp2-estimates-advisory-cut.log": dict(
+        ranks={0: {"estimate": G("0.54")}, 1: {"estimate": G("0.54")}}, gmu=0.95, tp=2, verdict="unknown",
+        failure=None),
+    # GPU 2 is a device index, not a rank; the other worker was still in load_model.
+    "111-v0-14092-worker-oom-then-load-model.log": dict(
+        rank_values={"total": [G("14.62")]}, verdict="fail", failure=("oom", "load")),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
