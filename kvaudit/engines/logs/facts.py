@@ -682,6 +682,31 @@ def _cut_error(msg: str) -> Iterable[Fact]:
                                      "an error here; its words are not in the log)", priority=BARE))
 
 
+# An ERROR record that is a traceback frame (`(Worker_TP1_EP1 pid=404) ERROR 11-25 08:05:06
+# [multiproc_executor.py:815]   File "…/kernel_warmup.py", line 37, in kernel_warmup`): vLLM logs
+# a worker's exception at ERROR, one record a line (multiproc_executor.py worker_busy_loop,
+# logger.exception). A paste that holds such frames and stops before the exception line (vllm#29360)
+# shows that the boot died, not why: a crash at the lowest priority, as a bare traceback header
+# (any stated cause, the traceback's own exception line included, wins). Read from users' logs
+# only, and on ERROR records only: the rule needs the record's level, which the catalogue's rules
+# do not see, so parse.py asks it with the level (error_frame_facts).
+ERROR_FRAME_HEAD = (r"ERROR[ \t]+(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ \t]+)?\[?[\w.\-]{1,200}:\d{1,7}\]"
+                    r"[ \t]{1,40}File \"")
+"""An ERROR record's level, time and `[file.py:N]`, then a traceback frame's `File "` (scan.py finds
+these records in an excerpt by it)."""
+_FRAME_RECORD = re.compile(r'File "[^"\r\n]{1,400}')
+ERROR_FRAME_TEXT = ("traceback frames logged at ERROR: the boot died; the exception line that says why is not in "
+                    "the log")
+ERROR_LEVELS = ("ERROR", "CRITICAL")
+
+
+def error_frame_facts(level: str | None, msg: str) -> Iterable[Fact]:
+    """A crash whose cause is not shown, where an ERROR record's message is a traceback frame
+    (`File "…", line N, in name`, or its path alone where the paste cut the line)."""
+    if level in ERROR_LEVELS and _FRAME_RECORD.match(msg):
+        yield Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, ERROR_FRAME_TEXT, priority=BARE))
+
+
 # --------------------------------------------------------------------------------------------
 # Where a failing call was: the phase its method or its traceback frames name
 
@@ -697,6 +722,11 @@ PHASE_OF_CALL: dict[str, Phase] = {
     "initialize_kv_cache": Phase.KV, "_init_cache_engine": Phase.KV,
     "compile_or_warm_up_model": Phase.CAPTURE, "capture_model": Phase.CAPTURE, "_warm_up_model": Phase.CAPTURE,
     "kernel_warmup": Phase.CAPTURE,
+    # vllm/model_executor/warmup/deep_gemm_warmup.py, which only kernel_warmup calls (after the KV
+    # cache, before the capture): deep_gemm_warmup and the per-kernel warm-ups under it.
+    "deep_gemm_warmup": Phase.CAPTURE, "deepgemm_fp8_gemm_nt_warmup": Phase.CAPTURE,
+    "_deepgemm_fp8_gemm_nt_warmup": Phase.CAPTURE, "deepgemm_grouped_fp8_gemm_nt_contiguous_warmup": Phase.CAPTURE,
+    "_deepgemm_grouped_fp8_gemm_nt_contiguous_warmup": Phase.CAPTURE,
 }
 """The startup call → the phase it runs (docs/vllm-startup.md §1; v1/engine/core.py
 _initialize_kv_caches calls determine_available_memory, then get_kv_cache_configs and

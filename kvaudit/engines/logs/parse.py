@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvaudit.engines.failures import handled
-from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind, concurrency, facts_from_message
+from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind, concurrency, error_frame_facts, facts_from_message
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
 from kvaudit.engines.logs.scan import (
@@ -190,8 +190,9 @@ def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
 def _typed(line: LogLine) -> tuple[Fact, ...]:
     """The line's facts; a command-line flag counts only on a line vLLM's logger did not print (a
     pasted `vllm serve …`), never inside a log record's message (the GMU advisory names flags too),
-    and a failure only where the line's level does not mark it handled (failures.handled)."""
-    facts = facts_from_message(line.msg)
+    and a failure only where the line's level does not mark it handled (failures.handled); an ERROR
+    record that is a traceback frame is a crash whose cause is not shown (facts.error_frame_facts)."""
+    facts = facts_from_message(line.msg) + list(error_frame_facts(line.level, line.msg))
     facts = [f for f in facts if f.kind is not FactKind.FAILURE or not handled(line.level, f.value.kind)]
     if line.is_vllm:
         return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)

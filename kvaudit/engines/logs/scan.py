@@ -28,7 +28,9 @@ each hit in place:
   or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
 - In an excerpt, an ERROR record cut off before its message (`ERROR 07-13 00:04:10 [co` ending
   a line: a paste that stops there), one regex with the literal `ERROR` in front, at most
-  MAX_NEEDLE_LINES lines.
+  MAX_NEEDLE_LINES lines; and an ERROR record that is a traceback frame (`ERROR 11-25 08:05:06
+  [multiproc_executor.py:815]   File "…`: a paste may stop inside the traceback, before its
+  exception line), the same way, at most MAX_NEEDLE_LINES lines.
 - Pasted command lines (`--tensor-parallel-size 8`, `-tp=8`) and an offline `LLM(…)` call's
   keywords (`tensor_parallel_size=2,`), looked for in the first COMMAND_WINDOW characters only: a
   command comes before the log it started.
@@ -46,7 +48,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvaudit.engines.logs.facts import CUT_ERROR_HEAD, FRAME_CALLS, KWARG_NEEDLES, backend
+from kvaudit.engines.logs.facts import CUT_ERROR_HEAD, ERROR_FRAME_HEAD, FRAME_CALLS, KWARG_NEEDLES, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -66,6 +68,8 @@ _LONG_NEEDLES = ("Traceback (most recent call last)",)
 _CUT_ERROR_RX = re.compile(CUT_ERROR_HEAD + r"(?=[\r\n]|\Z)")
 """facts.CUT_ERROR_RECORD as the scan finds it: an ERROR record's level and time at a line's end,
 its `[file.py:N]` not closed."""
+_ERROR_FRAME_RX = re.compile(ERROR_FRAME_HEAD)
+"""facts.ERROR_FRAME_HEAD: an ERROR record whose message is a traceback frame (facts.error_frame_facts)."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY")
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
@@ -196,6 +200,12 @@ def scan(text: str) -> Candidates:
                 break
             found.setdefault(*bounds(text, m.start()))
             cut += 1
+        frames = 0
+        for m in _ERROR_FRAME_RX.finditer(text):
+            if frames >= MAX_NEEDLE_LINES:
+                break
+            found.setdefault(*bounds(text, m.start()))
+            frames += 1
     kept = [0]
     for start, stop in _frame_windows(text, headers):
         _frame_lines(text, found, start, stop, kept)
@@ -276,7 +286,7 @@ def _names_startup_call(text: str, k: int) -> bool:
 
 def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
-    found, extra, engine, frames, cut = [], [], [], 0, 0
+    found, extra, engine, frames, cut, error_frames = [], [], [], 0, 0, 0
     window = min(len(text), COMMAND_WINDOW)
     needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
     headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if _TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
@@ -297,6 +307,9 @@ def scan_exhaustive(text: str) -> Candidates:
         if len(text) <= EXCERPT_CHARS and cut < MAX_NEEDLE_LINES and _CUT_ERROR_RX.search(seg):
             cut += 1
             kept.append("cut error record")
+        if len(text) <= EXCERPT_CHARS and error_frames < MAX_NEEDLE_LINES and _ERROR_FRAME_RX.search(seg):
+            error_frames += 1
+            kept.append("error frame record")
         if hit:
             found.append((m.start(), m.end()))
         elif frame or kept:
@@ -316,7 +329,7 @@ def segment_hits(seg: str) -> bool:
     return (_has_error(seg) or _V_RX.search(seg) is not None
             or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
             or any(needle in seg for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES + _PRELUDE)
-            or _CUT_ERROR_RX.search(seg) is not None
+            or _CUT_ERROR_RX.search(seg) is not None or _ERROR_FRAME_RX.search(seg) is not None
             or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
 
 
