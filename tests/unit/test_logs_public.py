@@ -353,6 +353,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # GPU 2 is a device index, not a rank; the other worker was still in load_model.
     "111-v0-14092-worker-oom-then-load-model.log": dict(
         rank_values={"total": [G("14.62")]}, verdict="fail", failure=("oom", "load")),
+    # round seven: a worker's ERROR traceback frames through kernel_warmup's DeepGEMM warm-up (after
+    # the KV cache), cut before the exception: a crash in capture whose cause is not shown.
+    "112-v1-29360-tp-ep-deep-gemm-warmup-cut.log": dict(
+        rank_count=0, tp=None, verdict="unknown", failure=("crash", "capture"), warns=TP_AT_LEAST_2),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
