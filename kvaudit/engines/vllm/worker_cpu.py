@@ -70,7 +70,6 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
     def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:
         import os
 
-        import psutil
         with self._kva_seq.phase(Phase.REPLAY) as handle:
             adapter.profile_run(self)
             self._kva_seq.fact(prefill_probe=_prefill_probe(self, handle))
@@ -88,7 +87,7 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
         with self._kva_seq.phase(Phase.GRAPHS) as handle:
             handle.note("CPU backend: no CUDA graphs")
         # vLLM's CPUWorker.determine_available_memory: requested − RSS (no activation term).
-        vllm_available = int(self.requested_cpu_memory - psutil.Process(os.getpid()).memory_info().rss)
+        vllm_available = int(self.requested_cpu_memory - _rss())
         return 0, vllm_available
 
     def _kva_sweep(self) -> None:
