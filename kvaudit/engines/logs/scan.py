@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import islice
 
 from kvaudit.engines.logs.facts import CUT_ERROR_HEAD, ERROR_FRAME_HEAD, FRAME_CALLS, KWARG_NEEDLES, backend
 from kvaudit.engines.logs.unwrap import bounds, line_end
@@ -194,18 +195,9 @@ def scan(text: str) -> Candidates:
         if needle == _TRACEBACK:
             headers = lines
     if len(text) <= EXCERPT_CHARS:
-        cut = 0
-        for m in _CUT_ERROR_RX.finditer(text):
-            if cut >= MAX_NEEDLE_LINES:
-                break
-            found.setdefault(*bounds(text, m.start()))
-            cut += 1
-        frames = 0
-        for m in _ERROR_FRAME_RX.finditer(text):
-            if frames >= MAX_NEEDLE_LINES:
-                break
-            found.setdefault(*bounds(text, m.start()))
-            frames += 1
+        for rx in (_CUT_ERROR_RX, _ERROR_FRAME_RX):  # each at most MAX_NEEDLE_LINES lines
+            for m in islice(rx.finditer(text), MAX_NEEDLE_LINES):
+                found.setdefault(*bounds(text, m.start()))
     kept = [0]
     for start, stop in _frame_windows(text, headers):
         _frame_lines(text, found, start, stop, kept)
