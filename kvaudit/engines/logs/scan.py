@@ -71,6 +71,8 @@ _CUT_ERROR_RX = re.compile(CUT_ERROR_HEAD + r"(?=[\r\n]|\Z)")
 its `[file.py:N]` not closed."""
 _ERROR_FRAME_RX = re.compile(ERROR_FRAME_HEAD)
 """facts.ERROR_FRAME_HEAD: an ERROR record whose message is a traceback frame (facts.error_frame_facts)."""
+_ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX)
+"""The ERROR records looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY")
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
@@ -195,7 +197,7 @@ def scan(text: str) -> Candidates:
         if needle == _TRACEBACK:
             headers = lines
     if len(text) <= EXCERPT_CHARS:
-        for rx in (_CUT_ERROR_RX, _ERROR_FRAME_RX):  # each at most MAX_NEEDLE_LINES lines
+        for rx in _ERROR_RECORDS:  # each at most MAX_NEEDLE_LINES lines
             for m in islice(rx.finditer(text), MAX_NEEDLE_LINES):
                 found.setdefault(*bounds(text, m.start()))
     kept = [0]
@@ -278,7 +280,8 @@ def _names_startup_call(text: str, k: int) -> bool:
 
 def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
-    found, extra, engine, frames, cut, error_frames = [], [], [], 0, 0, 0
+    found, extra, engine, frames = [], [], [], 0
+    records = dict.fromkeys(_ERROR_RECORDS, 0)  # excerpt-only ERROR records kept per pattern
     window = min(len(text), COMMAND_WINDOW)
     needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
     headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if _TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
@@ -296,12 +299,10 @@ def scan_exhaustive(text: str) -> Candidates:
         kept = [n for n in needles if needle_lines[n] < MAX_NEEDLE_LINES]
         for n in needles:
             needle_lines[n] += 1
-        if len(text) <= EXCERPT_CHARS and cut < MAX_NEEDLE_LINES and _CUT_ERROR_RX.search(seg):
-            cut += 1
-            kept.append("cut error record")
-        if len(text) <= EXCERPT_CHARS and error_frames < MAX_NEEDLE_LINES and _ERROR_FRAME_RX.search(seg):
-            error_frames += 1
-            kept.append("error frame record")
+        for rx in records if len(text) <= EXCERPT_CHARS else ():
+            if records[rx] < MAX_NEEDLE_LINES and rx.search(seg):
+                records[rx] += 1
+                kept.append(rx.pattern)
         if hit:
             found.append((m.start(), m.end()))
         elif frame or kept:
@@ -321,7 +322,7 @@ def segment_hits(seg: str) -> bool:
     return (_has_error(seg) or _V_RX.search(seg) is not None
             or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
             or any(needle in seg for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES + _PRELUDE)
-            or _CUT_ERROR_RX.search(seg) is not None or _ERROR_FRAME_RX.search(seg) is not None
+            or any(rx.search(seg) is not None for rx in _ERROR_RECORDS)
             or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
 
 

@@ -20,6 +20,11 @@ def _status() -> dict[str, int]:
     return {k: int(v) * _KB for k, v in _STATUS_FIELD.findall(text)}
 
 
+def rss_bytes() -> int:
+    """This process's resident set (VmRSS), the figure vLLM's CPU worker sizes KV against."""
+    return _status()["VmRSS"]
+
+
 def node_meminfo(node: int = 0) -> tuple[int, int]:
     """(total, available) of a NUMA node, the way vLLM's CPU worker reads them
     (vllm/utils/cpu_resource_utils.py get_memory_node_info): MemTotal, and

@@ -22,7 +22,7 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from kvaudit.engines.probes.host import HostProbe
+from kvaudit.engines.probes.host import HostProbe, rss_bytes
 from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.vllm import adapter, resolved
 from kvaudit.engines.vllm.audit import SWEEP_ENV, AuditMixin
@@ -87,7 +87,7 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
         with self._kva_seq.phase(Phase.GRAPHS) as handle:
             handle.note("CPU backend: no CUDA graphs")
         # vLLM's CPUWorker.determine_available_memory: requested − RSS (no activation term).
-        vllm_available = int(self.requested_cpu_memory - _rss())
+        vllm_available = int(self.requested_cpu_memory - rss_bytes())
         return 0, vllm_available
 
     def _kva_sweep(self) -> None:
@@ -109,14 +109,9 @@ def trim_heap() -> int | None:
         trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
-    before = _rss()
+    before = rss_bytes()
     trim(0)
-    return max(before - _rss(), 0)
-
-
-def _rss() -> int:
-    import psutil
-    return int(psutil.Process().memory_info().rss)
+    return max(before - rss_bytes(), 0)
 
 
 def amx_tiles() -> bool | None:
