@@ -87,14 +87,16 @@ elif [ "$stage" = bench-real ]; then
     --cudagraph-sizes "$list" --orders ${BENCH_ORDERS:-pkkp} \
     --json "$res/h200-bench-run-$model-$sizes-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes.txt"
   stage=bench-real-$model-$sizes
-elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load-repeat ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
+elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load-repeat ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
   # --repeat 3 --cold and --repeat 3 on the 8B (load-repeat), the plain vLLM user path (user-path)
   case $stage in
     load1) f=tests/gpu/test_verify_gpu.py; k="dense_8b_every or mla_moe_16b_every" ;;
     load2) f=tests/gpu/test_verify_gpu.py; k="mtp_every" ;;
     # the MTP model's fragmentation experiment: the same boot with the allocator's expandable segments
-    load2-expandable) f=tests/gpu/test_verify_gpu.py; k="mtp_every"; export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ;;
+    load2-expandable) f=tests/gpu/test_verify_gpu.py; k="mtp_every"; export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True KVAUDIT_RESULT_TAG=expandable ;;
+    # and with the allocator held to the budget in each scenario (audit.VERIFY_CAP_ENV): what it cannot give back
+    load2-capped) f=tests/gpu/test_verify_gpu.py; k="mtp_every"; export KVAUDIT_VERIFY_CAP=1 KVAUDIT_RESULT_TAG=capped ;;
     load-repeat) f=tests/gpu/test_verify_gpu.py; k="repeat" ;;
     user-path) f=tests/gpu/test_user_path_gpu.py; k="" ;;
     own-sizing) f=tests/gpu/test_user_path_gpu.py; k="own_sizing or llama" ;;  # 8B: kvaudit's flags, vLLM 0.34's own

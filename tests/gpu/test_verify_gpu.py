@@ -10,6 +10,8 @@ every scenario (docs/vllm-0.33-h200.md); `load-repeat` has not run (no device ti
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import HERE, kvaudit, requires_vllm
 
@@ -22,8 +24,11 @@ KNOBS = ("--dummy-weights", "--gmu", "0.98", "--max-model-len", "32768", "--max-
 
 
 def result_name(stem: str) -> str:
+    """h200-load-STEM[-vllmRELEASE][-TAG]: TAG (KVAUDIT_RESULT_TAG) names a stage's experiment."""
     import vllm
-    return f"h200-load-{stem}" if vllm.__version__ == "0.26.0" else f"h200-load-{stem}-vllm{vllm.__version__}"
+    name = f"h200-load-{stem}" if vllm.__version__ == "0.26.0" else f"h200-load-{stem}-vllm{vllm.__version__}"
+    tag = os.environ.get("KVAUDIT_RESULT_TAG")
+    return f"{name}-{tag}" if tag else name
 
 
 def boot(results_dir, model: str, stem: str, *extra: str, timeout: float = 560):

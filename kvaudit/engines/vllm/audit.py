@@ -51,6 +51,10 @@ class AuditMixin:
     def _kva_non_torch_now(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _kva_cap_allocator(self, cap_bytes: int | None) -> None:
+        """Hold the allocator's reserved memory to cap_bytes (None: no cap), where the backend has
+        a caching allocator to hold (CUDA); the host heap has none."""
+
     def _kva_kv_tensor_pages(self) -> list[int] | None:
         """Bytes per block of each KV tensor vLLM will allocate, where the allocator rounds
         tensors (CUDA); None where it does not (host RSS)."""
@@ -239,6 +243,10 @@ class AuditMixin:
         self._kva_verify_start = self._kva_seq.probe.read(pools=False)
         if scenario:
             handle.note(f"scenario {scenario}")
+        if os.environ.get(VERIFY_CAP_ENV) == "1":
+            cap = self._kva_requested - self._kva_non_torch_now()
+            self._kva_cap_allocator(cap)
+            handle.note(f"allocator capped at {cap} bytes (the budget less non-torch memory)")
 
     def kvaudit_verify_end(self, error: str | None = None) -> dict[str, Any]:
         """The scenario's true peak on this rank: peak reserved since it began + non-torch now."""
@@ -261,6 +269,7 @@ class AuditMixin:
             peaks[scenario] = peak
             self._kva_verify_peaks = peaks
         self._kva_seq.fact(verify_true_peak_bytes=peak, **({"verify_scenario_peaks": dict(peaks)} if peaks else {}))
+        self._kva_cap_allocator(None)
         self._kva_verify.__exit__(None, None, None)
         return {"rank": self.rank, "true_peak_bytes": peak, "requested_bytes": self._kva_requested, **torch_figures}
 
@@ -268,6 +277,11 @@ class AuditMixin:
         value = getattr(self, "requested_memory", None) or getattr(self, "requested_cpu_memory", None)
         return int(value) if value is not None else None
 
+
+VERIFY_CAP_ENV = "KVAUDIT_VERIFY_CAP"
+"""Set to 1 (an experiment, issue 28 item 4): each verify scenario runs with the allocator held to
+the budget, as on a device whose other memory is taken, so what it reserved beyond the budget is
+what it could not give back (an out-of-memory error) rather than cache it kept because it could."""
 
 SWEEP_ENV = "KVAUDIT_SWEEP"
 """Set to 1 by the supervisor for `kvaudit run --sweep`; the workers inherit it."""

@@ -46,6 +46,11 @@ class AuditWorker(AuditMixin, Worker):
         reading = self._kva_seq.probe.read(pools=False)
         return reading.device_used_bytes - reading.reserved_bytes - (self._kva_others or 0)
 
+    def _kva_cap_allocator(self, cap_bytes: int | None) -> None:
+        total = self._kva_total
+        fraction = 1.0 if cap_bytes is None else min(max(cap_bytes, 0) / total, 1.0)
+        torch.cuda.set_per_process_memory_fraction(fraction, self.device)
+
     def _kva_persistent_warmup(self, handle: PhaseHandle) -> None:
         """vLLM's kernel_warmup, once, under a minimal KV cache of the real spec; with it the
         runner's own warmup steps that need KV (MRv2: warmup_kernels' prefill and decode steps;
