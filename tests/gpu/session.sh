@@ -93,15 +93,16 @@ elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandab
   case $stage in
     load1) f=tests/gpu/test_verify_gpu.py; k="dense_8b_every or mla_moe_16b_every" ;;
     load2) f=tests/gpu/test_verify_gpu.py; k="mtp_every" ;;
-    # the MTP model's fragmentation experiment: the same boot with the allocator's expandable segments
-    load2-expandable) f=tests/gpu/test_verify_gpu.py; k="mtp_every"; export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True KVAUDIT_RESULT_TAG=expandable ;;
+    # the MTP model's fragmentation experiment: the same boot with the allocator's expandable segments,
+    # then the plain vLLM user path with the flags it printed, under the same allocator setting
+    load2-expandable) f="tests/gpu/test_verify_gpu.py tests/gpu/test_user_path_gpu.py"; k="mtp_every or (plain_vllm and mtp)"; export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True KVAUDIT_RESULT_TAG=expandable ;;
     # and with the allocator held to the budget in each scenario (audit.VERIFY_CAP_ENV): what it cannot give back
     load2-capped) f=tests/gpu/test_verify_gpu.py; k="mtp_every"; export KVAUDIT_VERIFY_CAP=1 KVAUDIT_RESULT_TAG=capped ;;
     load-repeat) f=tests/gpu/test_verify_gpu.py; k="repeat" ;;
     user-path) f=tests/gpu/test_user_path_gpu.py; k="" ;;
     own-sizing) f=tests/gpu/test_user_path_gpu.py; k="own_sizing or llama" ;;  # 8B: kvaudit's flags, vLLM 0.34's own
   esac
-  timeout ${STAGE_TIMEOUT:-580} python3 -m pytest -q -rA "$f" -k "$k" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
+  timeout ${STAGE_TIMEOUT:-580} python3 -m pytest -q -rA $f -k "$k" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 elif [ "$stage" = contract ]; then
   timeout 300 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/pytest-contract.txt"
 else
