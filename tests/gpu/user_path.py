@@ -21,6 +21,14 @@ Its own peak:
 - CPU: the high-water RSS (VmHWM) of each vLLM worker process, the memory vLLM's CPU worker sizes
   its KV cache against (CPUWorker.determine_available_memory: requested − the process's RSS).
 
+KVAUDIT_USER_PATH_CONTEND=1 (CUDA, device 0): once the boot is done, before the load, this process takes
+every free byte of the device beyond what is left of the requested budget (a blocker tensor), as another
+tenant would. The load then runs in its budget and no more: an allocator that kept cache above the
+budget has to give it back, and what it cannot is an out-of-memory error (`error`). The blocker and
+this process's own CUDA context (`contention_bytes`) are not the boot's: its peak leaves them out.
+(At start the blocker cannot be there: vLLM takes its start-up snapshot after its own CUDA context and
+then wants the whole budget free, `request_memory` in vllm/v1/worker/utils.py.)
+
 OUT.json: {"backend", "device_total_bytes", "requested_bytes" (ceil(total × GMU), per device),
 "before_bytes", "peak_bytes" (per device or worker), "seconds", "generated_tokens", "error",
 "gpu_memory_utilization" (as vLLM resolved it), "num_gpu_blocks" (vLLM's KV cache),
@@ -115,6 +123,17 @@ def vm_hwm(pid: int) -> int:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
+CONTEND_ENV = "KVAUDIT_USER_PATH_CONTEND"
+
+
+def contend(headroom: int) -> Any:
+    """Hold every free byte of device 0 beyond `headroom`, in the 2 MiB pages the driver maps."""
+    import torch
+    free, _ = torch.cuda.mem_get_info(0)
+    granule = 2 << 20
+    return torch.empty(max((free - headroom) // granule * granule, 0), dtype=torch.uint8, device="cuda:0")
+
+
 def main(argv: list[str]) -> int:
     load = json.loads(Path(argv[1]).read_text())
     out_path = Path(argv[2])
@@ -141,6 +160,13 @@ def main(argv: list[str]) -> int:
         out["device_total_bytes"] = [total]
         out["before_bytes"] = [0]  # a process's own RSS: nothing of another's is in it
     out["requested_bytes"] = [math.ceil(t * gmu) for t in out["device_total_bytes"]]
+    extra = [0] * len(out["device_total_bytes"])
+    blocker = None
+    if nvml is not None and os.environ.get(CONTEND_ENV) == "1":
+        used = nvml.used()
+        blocker = contend(out["requested_bytes"][0] - (used[0] - nvml.before[0]))
+        extra = [after - now for after, now in zip(nvml.used(), used)]
+        out["contention_bytes"] = extra
     runs = []
     for number, step in enumerate(load["loads"]):
         params = SamplingParams(max_tokens=int(step["decode_tokens"]), ignore_eos=True, detokenize=False,
@@ -162,8 +188,8 @@ def main(argv: list[str]) -> int:
                 own = r["used"] - r["reserved"] + r["peak_reserved"]
                 per_device[r["device"]] = max(per_device.get(r["device"], 0), own)
             out["worker_peak_bytes"] = ranks
-            out["peak_bytes"] = [max(p - b, per_device.get(i, 0) - b)
-                                 for i, (p, b) in enumerate(zip(nvml.peak, nvml.before))]
+            out["peak_bytes"] = [max(p - b, per_device.get(i, 0) - b) - x
+                                 for i, (p, b, x) in enumerate(zip(nvml.peak, nvml.before, extra))]
         else:
             outputs = generate()
             pids = cpu_workers()
@@ -173,6 +199,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # the finding, not a crash of this script
         out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     out["seconds"] = round(time.perf_counter() - start, 3)
+    del blocker
     out_path.write_text(json.dumps(out, indent=1))
     try:
         llm.llm_engine.engine_core.shutdown()
