@@ -151,6 +151,18 @@ def test_the_boot_process_leaves_the_private_cache_paths_out_of_the_report(monke
     assert "VLLM_CACHE_ROOT" not in env and env["VLLM_USE_V1"] == "1"
 
 
+def test_the_host_allocators_settings_are_reported(monkeypatch):
+    # they move a CPU boot's RSS by tens of MiB: two reports that differ in them are not comparable
+    from kvaudit.engines.vllm.boot import memory_env
+    for var, value in (("MALLOC_MMAP_THRESHOLD_", "131072"), ("GLIBC_TUNABLES", "glibc.malloc.arena_max=1"),
+                       ("LD_PRELOAD", "/usr/lib/libtcmalloc_minimal.so.4"), ("MALLOC_CONF", "background_thread:true"),
+                       ("TCMALLOC_RELEASE_RATE", "10")):
+        monkeypatch.setenv(var, value)
+        assert memory_env()[var] == value
+    monkeypatch.setenv("LDFLAGS", "-L/x")
+    assert "LDFLAGS" not in memory_env()
+
+
 def test_repeat_logs_go_one_per_boot(tmp_path):
     opts = supervise.RunOptions(log_path=tmp_path / "v.log", repeat=3)
     assert supervise._boot_log(opts, 2) == tmp_path / "v.boot2.log"

@@ -30,7 +30,10 @@ from kvaudit.engines.vllm.engine_args import engine_kwargs, extensible_off_note
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
-ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_")
+ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_",
+                # the host allocator: glibc's tunables (MALLOC_MMAP_THRESHOLD_ moved the CPU backend's
+                # verify by tens of MiB, docs/evidence.md), jemalloc's, tcmalloc's, and one preloaded
+                "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD")
 
 
 def memory_env() -> dict[str, str]:
