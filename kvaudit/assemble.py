@@ -16,6 +16,7 @@ from dataclasses import replace
 from kvaudit import __version__
 from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES,
+    allocator_env,
     capacity,
     node_summaries,
     over_committed,
@@ -91,6 +92,8 @@ def assemble(record: BootRecord) -> Report:
                    serve_sizes_after_warmup=serves_sizing_after_warmup(record))
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
+    if cap.safe_serve_flags:
+        cap = replace(cap, safe_serve_env=allocator_env(record.environment.env))
     verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)
     if record.stated.kv_tokens_note and cap.kv_tokens is not None and record.failure is None:
         reason += f" ({record.stated.kv_tokens_note})"

@@ -10,7 +10,8 @@ and docs/vllm-startup.md §2.3 give vLLM's block and token arithmetic this modul
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kvaudit.config import AuditConfig
@@ -166,6 +167,21 @@ def _grown_after_sizing(rank: RankReport, verify_overrun_bytes: int) -> int:
     grown = (available - kv_cache - unallocated
              if available is not None and kv_cache is not None and unallocated is not None else -(unallocated or 0))
     return max(grown, verify_overrun_bytes, 0)
+
+
+ALLOCATOR_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+                 "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD")
+"""Environment variables (names, or prefixes ending in `_`) that set how memory is allocated, torch's
+caching allocator or the host's (glibc's tunables, jemalloc's MALLOC_CONF, tcmalloc's, one
+preloaded): the same KV bytes fit or not with them, so the safe flags hold only where they are set."""
+
+
+def allocator_env(env: Mapping[str, str]) -> tuple[str, ...] | None:
+    """`NAME=value` (quoted for a shell) of each allocator setting in a boot's environment, by name;
+    None where there is none."""
+    found = tuple(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())
+                  if k in ALLOCATOR_ENV or any(p.endswith("_") and k.startswith(p) for p in ALLOCATOR_ENV))
+    return found or None
 
 
 OVERCOMMIT_TOLERANCE_BYTES = 16 << 20

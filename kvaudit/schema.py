@@ -386,6 +386,9 @@ class Capacity:
     over_allocation_bytes: int | None = None
     """Extension: naive − kvaudit's KV figure: what the single-profile order over-allocates."""
     levers: tuple[Lever, ...] = ()
+    safe_serve_env: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: `NAME=value` of each allocator setting the boot ran under (capacity.ALLOCATOR_ENV):
+    the safe flags were measured with them, so they go with the flags. Absent where it set none."""
 
 
 @dataclass(frozen=True)

@@ -363,6 +363,7 @@ def _capacity(node: _JsonObject) -> Capacity:
         physical_headroom_bytes=node.int("physical_headroom_bytes"),
         naive_kv_available_bytes=node.int("naive_kv_available_bytes"),
         safe_serve_flags=node.strings("safe_serve_flags"),
+        safe_serve_env=node.strings("safe_serve_env") if node.value("safe_serve_env", False) is not None else None,
         kv_bytes_per_block=node.int("kv_bytes_per_block", required=False, least=1),
         block_size=node.int("block_size", required=False, least=1),
         tokens_per_block=node.int("tokens_per_block", required=False, least=1),

@@ -214,6 +214,9 @@ def _written(deployment: Deployment | None, changes: Mapping[str, Any], report: 
         notes.append("vllm serve --config drops every false value (vLLM 0.32, FlexibleArgumentParser."
                      "load_config_file): pass " + " ".join("--no-" + k.replace("_", "-") for k in dropped)
                      + " on vllm serve's command line")
+    if report.capacity.safe_serve_env:
+        notes.append("the safe values were measured with " + " ".join(report.capacity.safe_serve_env)
+                     + " in the environment: set it where vllm serve runs (a config file cannot)")
     header = _header(report, report_name, verb, said, others, notes)
     if patched:
         assert deployment is not None and deployment.yaml_text is not None

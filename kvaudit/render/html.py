@@ -196,6 +196,10 @@ def report_banner(report: Report) -> str:
     """The verdict and why, then the flags to paste, at the top of the page."""
     flags = " ".join(report.capacity.safe_serve_flags)
     paste = (f'<p>{esc(summary.flags_label(report))}: <code class="paste">{esc(flags)}</code></p>' if flags else "")
+    env = " ".join(report.capacity.safe_serve_env or ()) if flags else ""
+    if env:
+        paste += f'<p>{esc(summary.ENV_LABEL)}: <code class="paste">{esc(env)}</code></p>'
+
     word = report.verdict.value.upper()
     return _banner(report.verdict, f"{word}:" if report.verdict_reason else word, report.verdict_reason) + paste
 

@@ -74,6 +74,8 @@ def capacity_lines(report: Report) -> list[tuple[str, str]]:
                       + (" (over by less than the tolerance)" if v.ok and v.overrun_bytes else "")))
     if cap.safe_serve_flags:
         lines.append((flags_label(report), " ".join(cap.safe_serve_flags)))
+        if cap.safe_serve_env:
+            lines.append((ENV_LABEL, " ".join(cap.safe_serve_env)))
     suggestion = _vllm_suggestion(report)
     if suggestion:
         lines.append(("vLLM's own suggestion", suggestion))
@@ -157,6 +159,8 @@ def _vllm_suggestion(report: Report) -> str | None:
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"
+ENV_LABEL = "measured under, set for vllm serve too"
+"""The label of the allocator settings the flags were measured under (capacity.safe_serve_env)."""
 LOWERED_FLAGS_LABEL = "vllm serve flags, KV lowered by verify's overrun, not proven safe"
 """Where --verify failed, the flags hold back the worst overrun it measured; another process's
 allocator history differs (H200, vLLM 0.33, V3 dims + MTP: a plain vLLM with such flags still

@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kvaudit.capacity import ALLOCATOR_ENV
 from kvaudit.config import CPU_RUN_REQUEST_BYTES, AuditConfig, config_from_json, cpu_default_gmu, cpu_gmu_note
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.probes.host import current_node, node_meminfo
@@ -30,10 +31,7 @@ from kvaudit.engines.vllm.engine_args import engine_kwargs, extensible_off_note
 
 WORKERS = {"cpu": "kvaudit.engines.vllm.worker_cpu.AuditCPUWorker",
            "gpu": "kvaudit.engines.vllm.worker_gpu.AuditWorker"}
-ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_",
-                # the host allocator: glibc's tunables (MALLOC_MMAP_THRESHOLD_ moved the CPU backend's
-                # verify by tens of MiB, docs/evidence.md), jemalloc's, tcmalloc's, and one preloaded
-                "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD")
+ENV_PREFIXES = ("VLLM_", "NCCL_", "PYTORCH_", "CUDA_", "TORCH_", "OMP_", "NVSHMEM_") + ALLOCATOR_ENV
 
 
 def memory_env() -> dict[str, str]:

@@ -1,0 +1,88 @@
+"""The allocator settings a boot ran under go with its safe flags (capacity.safe_serve_env): the same
+KV bytes fit or not with torch's expandable segments or glibc's mmap threshold, so a deployment that
+pastes the flags needs the settings too. Chosen by name from the boot's memory environment; shown
+under the flags in the table and the HTML page, named in a written config's header, and kept
+through a report's JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from factories import boot_rank, report
+
+from kvaudit.capacity import allocator_env
+from kvaudit.render.html import report_banner
+from kvaudit.render.summary import ENV_LABEL, capacity_lines
+from kvaudit.schema import Environment, Source, to_jsonable
+from kvaudit.validate import report_from_json as parse_report
+from kvaudit.write_config import run_config
+
+
+def environment(**env: str) -> Environment:
+    return Environment(device_name="NVIDIA H200", driver="570.1", cuda="12.8", torch="2.9.0", vllm="0.32.0",
+                       env={"VLLM_USE_V1": "1", "CUDA_VISIBLE_DEVICES": "0", **env})
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)),
+    ({"PYTORCH_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512"},
+     ("PYTORCH_ALLOC_CONF=expandable_segments:True,max_split_size_mb:512",)),
+    ({"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"},
+     ("MALLOC_MMAP_THRESHOLD_=131072", "MALLOC_TRIM_THRESHOLD_=0")),
+    ({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /opt/lib/libiomp5.so"},
+     ("LD_PRELOAD='/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /opt/lib/libiomp5.so'",)),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=1", "TCMALLOC_RELEASE_RATE": "10"},
+     ("GLIBC_TUNABLES=glibc.malloc.arena_max=1", "TCMALLOC_RELEASE_RATE=10")),
+    # not allocator settings: a name that merely starts like one, torch's other variables, vLLM's
+    ({"PYTORCH_CUDA_ALLOC_CONF_X": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "LD_PRELOADED": "x"}, None),
+    ({}, None),
+])
+def test_allocator_settings_are_chosen_by_name_and_quoted_for_a_shell(env, expected):
+    assert allocator_env({"VLLM_USE_V1": "1", **env}) == expected
+
+
+def test_a_report_carries_the_allocator_settings_with_its_flags_through_json():
+    rep = report([boot_rank()], environment=environment(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"))
+    assert rep.capacity.safe_serve_flags[0].startswith("--kv-cache-memory-bytes=")
+    assert rep.capacity.safe_serve_env == ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)
+    data = json.loads(json.dumps(to_jsonable(rep)))
+    assert data["capacity"]["safe_serve_env"] == ["PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    assert parse_report(data).capacity.safe_serve_env == rep.capacity.safe_serve_env
+
+
+def test_without_allocator_settings_the_report_has_no_such_key():
+    rep = report([boot_rank()], environment=environment())
+    assert rep.capacity.safe_serve_flags and rep.capacity.safe_serve_env is None
+    data = json.loads(json.dumps(to_jsonable(rep)))
+    assert "safe_serve_env" not in data["capacity"]
+    assert parse_report(data).capacity.safe_serve_env is None
+    assert ENV_LABEL not in dict(capacity_lines(rep))
+
+
+def test_the_settings_are_shown_under_the_flags_and_named_in_a_written_config():
+    rep = report([boot_rank()], environment=environment(MALLOC_MMAP_THRESHOLD_="131072"))
+    lines = dict(capacity_lines(rep))
+    assert lines[ENV_LABEL] == "MALLOC_MMAP_THRESHOLD_=131072"
+    labels = [label for label, _ in capacity_lines(rep)]
+    assert labels.index(ENV_LABEL) == labels.index("safe vllm serve flags") + 1
+    assert "MALLOC_MMAP_THRESHOLD_=131072</code>" in report_banner(rep)
+    written = run_config(asked=rep.config, deployment=None, report=rep, report_name="r.json")
+    header = [line for line in written.text.splitlines() if line.startswith("#")]
+    assert any("measured with MALLOC_MMAP_THRESHOLD_=131072 in the environment" in line for line in header), header
+
+
+def test_a_report_with_no_safe_flags_has_no_settings_to_go_with_them():
+    # the selftest serves no vLLM: it has no flags to paste
+    rep = report([boot_rank()], environment=environment(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"),
+                 source=Source.SELFTEST)
+    assert rep.capacity.safe_serve_flags == () and rep.capacity.safe_serve_env is None
+    assert "paste" not in report_banner(rep)
+
+
+def test_a_bad_value_in_a_report_is_refused_with_its_path():
+    data = json.loads(json.dumps(to_jsonable(report([boot_rank()], environment=environment()))))
+    data["capacity"]["safe_serve_env"] = [1]
+    from kvaudit.errors import BadInputError
+    with pytest.raises(BadInputError, match=r"capacity\.safe_serve_env: expected a list of strings"):
+        parse_report(data)
