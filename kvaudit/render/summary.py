@@ -159,8 +159,8 @@ def _vllm_suggestion(report: Report) -> str | None:
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"
-ENV_LABEL = "measured under, set for vllm serve too"
-"""The label of the allocator settings the flags were measured under (capacity.safe_serve_env)."""
+ENV_LABEL = "in vllm serve's env"
+"""The label of the allocator settings the flags were measured under and need (capacity.safe_serve_env)."""
 LOWERED_FLAGS_LABEL = "vllm serve flags, KV lowered by verify's overrun, not proven safe"
 """Where --verify failed, the flags hold back the worst overrun it measured; another process's
 allocator history differs (H200, vLLM 0.33, V3 dims + MTP: a plain vLLM with such flags still
