@@ -30,7 +30,9 @@ this process's own CUDA context (`contention_bytes`) are not the boot's: its pea
 then wants the whole budget free, `request_memory` in vllm/v1/worker/utils.py.)
 
 OUT.json: {"backend", "device_total_bytes", "requested_bytes" (ceil(total × GMU), per device),
-"before_bytes", "peak_bytes" (per device or worker), "seconds", "generated_tokens", "error",
+"before_bytes", "peak_bytes" (per device or worker; on CUDA the larger of "boot_peak_bytes", the workers'
+own figure when the boot was done, and "load_peak_bytes", the load's: NVML's, "nvml_load_peak_bytes", or
+the workers' own after a reset of torch's peak, the larger), "seconds", "generated_tokens", "error",
 "gpu_memory_utilization" (as vLLM resolved it), "num_gpu_blocks" (vLLM's KV cache),
 "extensible_kv_cache" (vLLM 0.34 sized it after warmup; null before 0.34)}.
 It imports vLLM, psutil and (on CUDA) pynvml, never kvaudit.
@@ -101,6 +103,24 @@ def worker_peak(_worker: object = None) -> dict[str, int]:
             "reserved": int(torch.cuda.memory_reserved()), "peak_reserved": int(torch.cuda.max_memory_reserved())}
 
 
+def worker_boot_peak(_worker: object = None) -> dict[str, int]:
+    """worker_peak at the end of the boot, then torch's peak statistics reset, so the next
+    worker_peak is the load's alone."""
+    import torch
+    figures = worker_peak()
+    torch.cuda.reset_peak_memory_stats()
+    return figures
+
+
+def own_peaks(ranks: list[dict[str, int]]) -> dict[int, int]:
+    """Per device, the most any worker on it had in use at its peak: device used now − torch
+    reserved now + torch's peak reserved (a peak that came when the device held as much else)."""
+    peaks: dict[int, int] = {}
+    for r in ranks:
+        peaks[r["device"]] = max(peaks.get(r["device"], 0), r["used"] - r["reserved"] + r["peak_reserved"])
+    return peaks
+
+
 def cpu_workers() -> list[int]:
     """The pids of this process's vLLM workers: the descendants whose title vLLM set to
     VLLM::Worker (WorkerProc, multiproc_executor.py), else the engine core (a worker in-process)."""
@@ -160,6 +180,7 @@ def main(argv: list[str]) -> int:
         out["device_total_bytes"] = [total]
         out["before_bytes"] = [0]  # a process's own RSS: nothing of another's is in it
     out["requested_bytes"] = [math.ceil(t * gmu) for t in out["device_total_bytes"]]
+    boot = own_peaks(llm.collective_rpc(worker_boot_peak)) if cuda else {}
     extra = [0] * len(out["device_total_bytes"])
     blocker = None
     if nvml is not None and os.environ.get(CONTEND_ENV) == "1":
@@ -183,13 +204,13 @@ def main(argv: list[str]) -> int:
             with nvml:
                 outputs = generate()
             ranks = llm.collective_rpc(worker_peak)
-            per_device = {}
-            for r in ranks:
-                own = r["used"] - r["reserved"] + r["peak_reserved"]
-                per_device[r["device"]] = max(per_device.get(r["device"], 0), own)
+            load = own_peaks(ranks)
             out["worker_peak_bytes"] = ranks
-            out["peak_bytes"] = [max(p - b, per_device.get(i, 0) - b) - x
-                                 for i, (p, b, x) in enumerate(zip(nvml.peak, nvml.before, extra))]
+            out["nvml_load_peak_bytes"] = [p - b - x for p, b, x in zip(nvml.peak, nvml.before, extra)]
+            out["load_peak_bytes"] = [max(n, load.get(i, 0) - b - x) for i, (n, b, x)
+                                      in enumerate(zip(out["nvml_load_peak_bytes"], nvml.before, extra))]
+            out["boot_peak_bytes"] = [boot.get(i, 0) - b for i, b in enumerate(nvml.before)]
+            out["peak_bytes"] = [max(p, q) for p, q in zip(out["load_peak_bytes"], out["boot_peak_bytes"])]
         else:
             outputs = generate()
             pids = cpu_workers()
