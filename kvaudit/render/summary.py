@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from kvaudit.capacity import safe_kv_bytes
+from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, safe_kv_bytes
 from kvaudit.schema import Capacity, DiffReport, KvSizing, Report, Source, from_log
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
@@ -119,13 +119,19 @@ def verify_allocator_lines(report: Report) -> list[str]:
     probe reads RSS for both) the line says nothing and is left out."""
     v = report.verify
     lines = []
+    failed = cache_only = 0
     for s in (v.scenarios or ()) if v is not None else ():
         worst = min((r for r in s.ranks if r.slack_bytes is not None), key=lambda r: r.slack_bytes or 0, default=None)
-        if s.ok or worst is None:
+        if s.ok:
+            continue
+        failed += 1
+        if worst is None:
             continue
         peak_allocated, peak_reserved = worst.torch_peak_allocated_bytes, worst.torch_peak_reserved_bytes
         if peak_allocated is None or peak_reserved is None or peak_reserved <= peak_allocated:
             continue
+        # what was live at the peak (allocated + non-torch) stayed in the budget: the overrun is cache
+        cache_only += (worst.slack_bytes or 0) + peak_reserved - peak_allocated >= -OVERCOMMIT_TOLERANCE_BYTES
         grown_allocated = minus(peak_allocated, worst.torch_allocated_start_bytes)
         grown_reserved = minus(peak_reserved, worst.torch_reserved_start_bytes)
         cached = peak_reserved - peak_allocated
@@ -133,7 +139,15 @@ def verify_allocator_lines(report: Report) -> list[str]:
                      f"{fmt_bytes(grown_allocated, signed=True)} and reserved {fmt_bytes(grown_reserved, signed=True)} "
                      f"over the scenario's start; the allocator's cache (reserved, not allocated) held at least "
                      f"{fmt_bytes(cached)}")
+    if failed and cache_only == failed:
+        lines.append(CACHE_ONLY_ADVICE)
     return lines
+
+
+CACHE_ONLY_ADVICE = ("every failed scenario's live memory (torch allocated + non-torch) stayed within the budget: "
+                     "the caching allocator's cache went over it (fragmentation). Its expandable segments "
+                     "fragment less: try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True kvaudit run … --verify`; "
+                     "where that verify holds, the safe flags carry the setting")
 
 
 REPEAT_LABEL = "spread over the boots (GiB)"

@@ -297,9 +297,20 @@ def test_a_scenario_keeps_each_rank_s_allocator_figures_and_a_failure_shows_them
     assert ranks_json[0]["torch_peak_reserved_bytes"] == gib(137) + 20 * MiB
     assert "torch_reserved_start_bytes" not in ranks_json[0] and not set(VERIFY_TORCH_KEYS) & set(ranks_json[1])
     # the failed scenario says how much of its peak was the allocator's cache; the one that held says nothing
-    (line,) = summary.verify_allocator_lines(report)
+    line, advice = summary.verify_allocator_lines(report)
     assert line == ("sampling, rank 0: at its peak torch had allocated +300.00 MiB and reserved — over the "
                     "scenario's start; the allocator's cache (reserved, not allocated) held at least 8.73 GiB")
+    # its live memory (allocated + non-torch: 138 GiB − 8.73 GiB of cache) was inside the budget of 137 GiB
+    assert advice == summary.CACHE_ONLY_ADVICE
+    # where the live memory itself went over (cache 100 MiB, overrun 1 GiB), the cache is no excuse: no advice
+    data["scenarios"][0]["ranks"][0].update(torch_peak_reserved_bytes=gib(128) + 400 * MiB)
+    (small,) = summary.verify_allocator_lines(replace(report, verify=_verify(data)))
+    assert small.endswith("held at least 100.00 MiB")
+    # nor where a failed scenario has no allocator figures to tell (it may be the one that went over)
+    both = json.loads(json.dumps(data))
+    both["scenarios"][0]["ranks"][0].update(figures)
+    both["scenarios"][1]["ranks"][0]["true_peak_bytes"] = gib(138)
+    assert summary.CACHE_ONLY_ADVICE not in summary.verify_allocator_lines(replace(report, verify=_verify(both)))
     # where the two peaks are equal (the CPU probe reads RSS for both) there is nothing to say
     equal = {**figures, "torch_peak_reserved_bytes": figures["torch_peak_allocated_bytes"]}
     data["scenarios"][0]["ranks"][0].update(equal)
