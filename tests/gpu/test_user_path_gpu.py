@@ -8,7 +8,9 @@ at most 1 % of the device unused.
 The kvaudit reports come from tests/gpu/test_verify_gpu.py's boots in $KVAUDIT_GPU_RESULTS when
 they are there (stage `load1`/`load2` before `user-path`), else this test boots kvaudit itself.
 Results: `h200-user-path-<model>[-vllm<release>].json` (and the load it ran, `.load.json`).
-Run on vLLM 0.33.0: 8B and V2-Lite pass, the MTP model peaked 1.83 GiB over (docs/vllm-0.33-h200.md).
+Run on vLLM 0.33.0: 8B and V2-Lite pass, the MTP model peaked 1.83 GiB over (docs/vllm-0.33-h200.md). On 0.34.0
+with the rest of the device taken during the load (stage `load2-contended`): the MTP model's load ran whole at the
+flags lowered by its verify's overrun; its recorded peak, 733 MB over, is its boot's (docs/vllm-0.34.md).
 """
 
 from __future__ import annotations

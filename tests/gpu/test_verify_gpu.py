@@ -5,7 +5,8 @@ release in the name where it is not 0.26.0); tests/gpu/test_user_path_gpu.py rea
 
 Stages: `bash tests/gpu/session.sh load1` (8B, V2-Lite), `load2` (V3 dims + MTP), `load-repeat`
 (the 8B model three times cold, then three times warm). Run on vLLM 0.33.0 (KVAUDIT_SITE, stages by -k): 8B and V2-Lite pass, the MTP model fails
-every scenario (docs/vllm-0.33-h200.md); `load-repeat` has not run (no device time left).
+every scenario (docs/vllm-0.33-h200.md), and on 0.34.0 prefill and batch by torch's cache, its live memory
+3.0 GiB under (docs/vllm-0.34.md); `load-repeat` has not run (no device time left).
 """
 
 from __future__ import annotations
