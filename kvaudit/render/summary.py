@@ -141,13 +141,29 @@ def verify_allocator_lines(report: Report) -> list[str]:
                      f"{fmt_bytes(cached)}")
     if failed and cache_only == failed:
         lines.append(CACHE_ONLY_ADVICE)
+    elif failed and _glibc_threshold_moves(report):
+        lines.append(HOST_HEAP_ADVICE)
     return lines
+
+
+def _glibc_threshold_moves(report: Report) -> bool:
+    """A run on vLLM's CPU backend whose glibc malloc kept its moving mmap threshold: none set, by
+    variable or tunable, and no other allocator preloaded."""
+    env = report.environment.env
+    return ((report.environment.device_name or "").startswith("CPU") and "MALLOC_MMAP_THRESHOLD_" not in env
+            and "mmap_threshold" not in env.get("GLIBC_TUNABLES", "") and "malloc" not in env.get("LD_PRELOAD", ""))
 
 
 CACHE_ONLY_ADVICE = ("every failed scenario's live memory (torch allocated + non-torch) stayed within the budget: "
                      "the caching allocator's cache went over it (fragmentation). Its expandable segments "
                      "fragment less: try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True kvaudit run … --verify`; "
                      "where that verify holds, the safe flags carry the setting")
+
+
+HOST_HEAP_ADVICE = ("glibc's malloc moves its mmap threshold with what the process frees, so a CPU boot's RSS moves "
+                    "by tens of MiB from load to load and boot to boot; held at its start value, two boots repeat to "
+                    "0.1 MiB: try `MALLOC_MMAP_THRESHOLD_=131072 kvaudit run … --verify`; where that verify holds, "
+                    "the safe flags carry the setting")
 
 
 REPEAT_LABEL = "spread over the boots (GiB)"

@@ -2,16 +2,19 @@
 KV bytes fit or not with torch's expandable segments or glibc's mmap threshold, so a deployment that
 pastes the flags needs the settings too. Chosen by name from the boot's memory environment; shown
 under the flags in the table and the HTML page, named in a written config's header, and kept
-through a report's JSON."""
+through a report's JSON. Under a failed verify, `show` names the allocator setting to try.
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from factories import boot_rank, report
 
 from kvaudit.capacity import allocator_env
+from kvaudit.render import summary
 from kvaudit.render.html import report_banner
 from kvaudit.render.summary import ENV_LABEL, capacity_lines
 from kvaudit.schema import Environment, Source, to_jsonable
@@ -86,3 +89,38 @@ def test_a_bad_value_in_a_report_is_refused_with_its_path():
     from kvaudit.errors import BadInputError
     with pytest.raises(BadInputError, match=r"capacity\.safe_serve_env: expected a list of strings"):
         parse_report(data)
+
+
+# --------------------------------------------------------------------------------------------
+# the way to try, under a failed verify's table
+
+
+def cpu_report_with_a_failed_verify(**env: str):
+    # a real CPU `--verify --repeat 2 --cold` report whose sampling scenario ran 46.3 MiB over (glibc's default)
+    data = json.loads((Path(__file__).parents[1] / "benchmarks" / "results"
+                       / "cpu-verify-repeated-2026-12-05-trim2.json").read_text())
+    data["environment"]["env"].update(env)
+    return parse_report(data)
+
+
+def test_a_cpu_verify_that_failed_under_glibcs_moving_threshold_names_the_setting_to_try():
+    rep = cpu_report_with_a_failed_verify()
+    assert rep.verify is not None and not rep.verify.ok and rep.environment.device_name.startswith("CPU")
+    assert summary.verify_allocator_lines(rep) == [summary.HOST_HEAP_ADVICE]   # RSS: no cache line to give
+
+
+@pytest.mark.parametrize("env", [{"MALLOC_MMAP_THRESHOLD_": "131072"},
+                                 {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"},
+                                 {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}])
+def test_no_advice_where_the_threshold_is_set_or_another_allocator_runs(env):
+    assert summary.verify_allocator_lines(cpu_report_with_a_failed_verify(**env)) == []
+
+
+def test_no_host_advice_for_a_gpu_report_or_a_verify_that_held():
+    gpu = cpu_report_with_a_failed_verify()
+    gpu = replace(gpu, environment=replace(gpu.environment, device_name="NVIDIA H200"))
+    assert summary.verify_allocator_lines(gpu) == []
+    held = cpu_report_with_a_failed_verify()
+    assert held.verify is not None
+    held = replace(held, verify=replace(held.verify, scenarios=tuple(replace(s, ok=True) for s in held.verify.scenarios)))
+    assert summary.verify_allocator_lines(held) == []
