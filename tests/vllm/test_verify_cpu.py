@@ -13,6 +13,12 @@ Three kvaudit boots and one plain vLLM boot:
   vllm/utils/cpu_triton_utils.py _expand_kernel_impl);
 - the user's path from `repeated`'s report.
 
+The audit and the user's path run with glibc's mmap threshold fixed (HOST_ALLOCATOR): with its default,
+which moves with what the process freed, a CPU boot's RSS moved by tens of MiB from boot to boot and the
+third scenario of a run could end a few tens of MiB over or under (docs/evidence.md); fixed, two boots
+repeat to 0.1 MiB. The report carries the setting with its safe flags (capacity.safe_serve_env), and the
+user's path takes it from there, as a deployment would.
+
 KVAUDIT_VERIFY_RESULTS=folder keeps the reports and the user path's result there
 (tests/benchmarks/results/cpu-verify-*.json came from such a run).
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,13 +44,15 @@ from user_path_load import TOLERANCE, run_user_path, safe_flags, user_load, with
 SIZES = ("--gmu", "0.12", "--max-model-len", "1024", "--max-num-seqs", "4")
 MARK = "KVAUDIT_TEST_VERIFY"
 VOCAB = 1024  # kvaudit/data/tiny-deepseek
+HOST_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "131072"}  # glibc's default threshold at start, held there
 
 
-def kvaudit(tmp: Path, name: str, *args: str, timeout: float = 900) -> tuple[int, dict | None, str]:
+def kvaudit(tmp: Path, name: str, *args: str, timeout: float = 900,
+            env: dict[str, str] | None = None) -> tuple[int, dict | None, str]:
     out = tmp / f"{name}.json"
     proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", *args, "-o", str(out), "-f", "json",
                            "--log", str(tmp / f"{name}.log")], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, MARK: str(tmp)})
+                          env={**os.environ, **(env or {}), MARK: str(tmp)})
     report = json.loads(out.read_text()) if out.exists() else None
     if proc.returncode in (0, 1, 3):
         assert json.loads(proc.stdout) == report  # stdout is data
@@ -83,7 +92,7 @@ def tmp(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def repeated(tmp):
-    return kvaudit(tmp, "repeated", "--verify", "--repeat", "2", "--cold", *SIZES)
+    return kvaudit(tmp, "repeated", "--verify", "--repeat", "2", "--cold", *SIZES, env=HOST_ALLOCATOR)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +108,8 @@ def user_path(tmp, repeated):
     load = user_load(report, vocab_size=VOCAB)
     # cold as the audit was: the first request with logprobs compiles its kernel in the worker
     env = {k: v for k, v in cold_cache_env(tmp / "user-caches").items() if not k.startswith("KVAUDIT")}
+    # the allocator settings the flags were measured under, from the report, as `NAME=value` for a shell
+    env.update(shlex.split(item)[0].split("=", 1) for item in report["capacity"].get("safe_serve_env") or ())
     result = run_user_path(load, tmp, "user-path", env={**env, MARK: str(tmp)})
     keep(tmp / "user-path.json", tmp / "user-path.load.json")
     return report, load, result
@@ -143,10 +154,14 @@ def test_verify_runs_every_scenario_that_applies_each_judged_on_its_own(repeated
     assert (v["slack_bytes"], v["true_peak_bytes"], v["prompt_tokens"]) == (worst["slack_bytes"],
                                                                             worst["true_peak_bytes"],
                                                                             worst["prompt_tokens"])
-    failed = [s["name"] for s in by_name.values() if not s["ok"]]
-    assert v["ok"] is (not failed) and (code == 1) is bool(failed) and code in (0, 1), err
-    for name in failed:
-        assert f"{name}: true peak above the requested budget" in report["verdict_reason"]
+    # with the host allocator's threshold held, every scenario holds on every boot (the verdict's naming of a
+    # failed one is tests/unit/test_verify_scenarios.py's)
+    assert [s["name"] for s in by_name.values() if not s["ok"]] == [] and v["ok"] is True, report["verdict_reason"]
+    assert code == 0 and report["verdict"] == "ok", err
+    assert [b["verdict"] for b in report["repeat"]["runs"]] == ["ok", "ok"]
+    # and the flags carry that setting, which the user's path below runs with
+    assert report["capacity"]["safe_serve_env"] == [f"{k}={v}" for k, v in HOST_ALLOCATOR.items()]
+    assert report["environment"]["env"]["MALLOC_MMAP_THRESHOLD_"] == "131072"
 
 
 def test_the_safe_flags_hold_back_the_worst_overrun(repeated):
