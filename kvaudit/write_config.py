@@ -216,7 +216,7 @@ def _written(deployment: Deployment | None, changes: Mapping[str, Any], report: 
                      + " on vllm serve's command line")
     if report.capacity.safe_serve_env:
         notes.append("the safe values were measured with " + " ".join(report.capacity.safe_serve_env)
-                     + " in the environment: set it where vllm serve runs (a config file cannot)")
+                     + " in the environment: set that where vllm serve runs too (a config file cannot)")
     header = _header(report, report_name, verb, said, others, notes)
     if patched:
         assert deployment is not None and deployment.yaml_text is not None

@@ -199,7 +199,6 @@ def report_banner(report: Report) -> str:
     env = " ".join(report.capacity.safe_serve_env or ()) if flags else ""
     if env:
         paste += f'<p>{esc(summary.ENV_LABEL)}: <code class="paste">{esc(env)}</code></p>'
-
     word = report.verdict.value.upper()
     return _banner(report.verdict, f"{word}:" if report.verdict_reason else word, report.verdict_reason) + paste
 

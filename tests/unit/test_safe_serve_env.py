@@ -2,7 +2,7 @@
 KV bytes fit or not with torch's expandable segments or glibc's mmap threshold, so a deployment that
 pastes the flags needs the settings too. Chosen by name from the boot's memory environment; shown
 under the flags in the table and the HTML page, named in a written config's header, and kept
-through a report's JSON. Under a failed verify, `show` names the allocator setting to try.
+through a report's JSON. Under a failed verify, `show` names the allocator setting to try."""
 
 from __future__ import annotations
 

@@ -243,7 +243,8 @@ class AuditMixin:
         self._kva_verify_start = self._kva_seq.probe.read(pools=False)
         if scenario:
             handle.note(f"scenario {scenario}")
-        if os.environ.get(VERIFY_CAP_ENV) == "1":
+        self._kva_verify_capped = os.environ.get(VERIFY_CAP_ENV) == "1"
+        if self._kva_verify_capped:
             cap = self._kva_requested - self._kva_non_torch_now()
             self._kva_cap_allocator(cap)
             handle.note(f"allocator capped at {cap} bytes (the budget less non-torch memory)")
@@ -269,7 +270,8 @@ class AuditMixin:
             peaks[scenario] = peak
             self._kva_verify_peaks = peaks
         self._kva_seq.fact(verify_true_peak_bytes=peak, **({"verify_scenario_peaks": dict(peaks)} if peaks else {}))
-        self._kva_cap_allocator(None)
+        if getattr(self, "_kva_verify_capped", False):
+            self._kva_cap_allocator(None)
         self._kva_verify.__exit__(None, None, None)
         return {"rank": self.rank, "true_peak_bytes": peak, "requested_bytes": self._kva_requested, **torch_figures}
 
