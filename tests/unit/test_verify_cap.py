@@ -1,7 +1,8 @@
 """The verify scenario's bracket on a rank (AuditMixin.kvaudit_verify_begin/end) with a fake probe:
 its true peak is the peak reserved + non-torch, its torch figures are recorded, and with
 KVAUDIT_VERIFY_CAP=1 the allocator is held to the budget less non-torch memory for the scenario
-and let go at its end (the GPU experiment of issue 28 item 4, stage `load2-capped`)."""
+and let go at its end (the GPU experiment of issue 28 item 4, stage `load2-capped`); the logged line
+counts the allocator's retries in the scenario (whether a cap bound)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from kvaudit.engines.journal import Journal
 from kvaudit.engines.sequence import RankSequencer
 from kvaudit.engines.vllm.audit import VERIFY_CAP_ENV, AuditMixin
 
+TRUE_PEAK = 110 * GiB + 500 * MiB   # the scenario's peak reserved + the rank's non-torch bytes
+
 
 class Probe:
-    def __init__(self):
-        self.reserved, self.allocated, self.peak = 100 * GiB, 90 * GiB, 100 * GiB
+    def __init__(self, retries: int | None = 3):
+        self.reserved, self.allocated, self.peak, self.retries = 100 * GiB, 90 * GiB, 100 * GiB, retries
 
     def sync(self):
         pass
@@ -36,11 +39,14 @@ class Probe:
     def peak_reserved_bytes(self):
         return self.peak
 
+    def alloc_retries(self):
+        return self.retries
+
 
 class Rank(AuditMixin):
-    def __init__(self):
+    def __init__(self, retries: int | None = 3):
         self.rank, self._kva_requested = 0, 120 * GiB
-        self._kva_seq = RankSequencer(Probe(), Journal(None))
+        self._kva_seq = RankSequencer(Probe(retries), Journal(None))
         self.caps: list[int | None] = []
 
     def _kva_non_torch_now(self):
@@ -52,15 +58,28 @@ class Rank(AuditMixin):
 
 def scenario(rank: Rank) -> dict:
     rank.kvaudit_verify_begin("batch")
-    rank._kva_seq.probe.peak = 110 * GiB   # what the scenario reserved at its highest
+    probe = rank._kva_seq.probe
+    probe.peak = 110 * GiB   # what the scenario reserved at its highest
+    if probe.retries is not None:
+        probe.retries += 2    # twice the allocator found no room, gave its cache back and tried again
     return rank.kvaudit_verify_end()
+
+
+@pytest.mark.parametrize("retries, ending", [(3, f"true peak {TRUE_PEAK}, allocator retries 2\n"),
+                                             (None, f"true peak {TRUE_PEAK}\n")])   # a probe with no such count
+def test_the_logged_line_counts_the_allocators_retries_in_the_scenario(capsys, monkeypatch, retries, ending):
+    monkeypatch.delenv(VERIFY_CAP_ENV, raising=False)
+    scenario(Rank(retries))
+    line = capsys.readouterr().err
+    assert line.startswith("kvaudit verify batch rank 0: torch allocated 96636764160 -> peak 97710505984")
+    assert line.endswith(ending)
 
 
 def test_a_scenarios_true_peak_is_its_peak_reserved_plus_non_torch_and_no_cap_by_default(monkeypatch):
     monkeypatch.delenv(VERIFY_CAP_ENV, raising=False)
     rank = Rank()
     result = scenario(rank)
-    assert result["true_peak_bytes"] == 110 * GiB + 500 * MiB and result["requested_bytes"] == 120 * GiB
+    assert result["true_peak_bytes"] == TRUE_PEAK and result["requested_bytes"] == 120 * GiB
     assert (result["torch_allocated_start_bytes"], result["torch_peak_allocated_bytes"],
             result["torch_reserved_start_bytes"], result["torch_peak_reserved_bytes"]) == \
         (90 * GiB, 91 * GiB, 100 * GiB, 110 * GiB)

@@ -53,5 +53,9 @@ class Probe(Protocol):
     def peak_reserved_bytes(self) -> int:
         """The reserved peak since the last reset."""
 
+    def alloc_retries(self) -> int | None:
+        """How often the allocator found no room, gave its cache back and tried again, since the
+        process started (torch's num_alloc_retries); None where the probe has no such count."""
+
     def facts(self) -> DeviceFacts:
         """The device's name and total, and the driver."""

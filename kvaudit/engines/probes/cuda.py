@@ -63,6 +63,9 @@ class CudaProbe:
     def peak_reserved_bytes(self) -> int:
         return int(self.torch.cuda.max_memory_reserved(self.device))
 
+    def alloc_retries(self) -> int | None:
+        return int(self.torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0))
+
     def facts(self) -> DeviceFacts:
         _, total = self.torch.cuda.mem_get_info(self.device)
         name = self.torch.cuda.get_device_name(self.device)

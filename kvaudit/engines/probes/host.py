@@ -136,5 +136,8 @@ class HostProbe:
         back as non-torch)."""
         return _status()["VmHWM"] - self.baseline_rss
 
+    def alloc_retries(self) -> int | None:
+        return None   # the host heap has no caching allocator to retry
+
     def facts(self) -> DeviceFacts:
         return DeviceFacts(device_name=f"CPU (NUMA node {self.node})", total_bytes=self.total_bytes)

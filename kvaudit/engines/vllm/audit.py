@@ -241,6 +241,7 @@ class AuditMixin:
         handle = self._kva_verify.__enter__()
         self._kva_verify_scenario = scenario
         self._kva_verify_start = self._kva_seq.probe.read(pools=False)
+        self._kva_verify_retries = self._kva_seq.probe.alloc_retries()
         if scenario:
             handle.note(f"scenario {scenario}")
         self._kva_verify_capped = os.environ.get(VERIFY_CAP_ENV) == "1"
@@ -261,9 +262,13 @@ class AuditMixin:
             peak_allocated = probe.read(pools=False).peak_allocated_bytes
             torch_figures = dict(zip(VERIFY_TORCH_KEYS, (start.allocated_bytes, peak_allocated, start.reserved_bytes,
                                                          peak_reserved), strict=True))
+            retries, before = probe.alloc_retries(), getattr(self, "_kva_verify_retries", None)
+            # a retry: the allocator found no room, gave its cache back and tried again (under a cap: the cap bound)
+            retried = f", allocator retries {retries - before}" if retries is not None and before is not None else ""
             print(f"kvaudit verify {getattr(self, '_kva_verify_scenario', None)} rank {self.rank}: torch allocated "
                   f"{start.allocated_bytes} -> peak {torch_figures['torch_peak_allocated_bytes']}, reserved "
-                  f"{start.reserved_bytes} -> peak {peak_reserved}, true peak {peak}", file=sys.stderr, flush=True)
+                  f"{start.reserved_bytes} -> peak {peak_reserved}, true peak {peak}{retried}", file=sys.stderr,
+                  flush=True)
         peaks = getattr(self, "_kva_verify_peaks", {})
         scenario = getattr(self, "_kva_verify_scenario", None)
         if scenario:
