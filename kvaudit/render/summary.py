@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, safe_kv_bytes
+from kvaudit.plan_schema import on_cpu
 from kvaudit.schema import Capacity, DiffReport, KvSizing, Report, Source, from_log
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
@@ -150,7 +151,7 @@ def _glibc_threshold_moves(report: Report) -> bool:
     """A run on vLLM's CPU backend whose glibc malloc kept its moving mmap threshold: none set, by
     variable or tunable, and no other allocator preloaded."""
     env = report.environment.env
-    return ((report.environment.device_name or "").startswith("CPU") and "MALLOC_MMAP_THRESHOLD_" not in env
+    return (on_cpu(report) and "MALLOC_MMAP_THRESHOLD_" not in env
             and "mmap_threshold" not in env.get("GLIBC_TUNABLES", "") and "malloc" not in env.get("LD_PRELOAD", ""))
 
 

@@ -90,16 +90,18 @@ elif [ "$stage" = bench-real ]; then
 elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load2-contended ] || [ "$stage" = load-repeat ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
   # --repeat 3 --cold and --repeat 3 on the 8B (load-repeat), the plain vLLM user path (user-path)
+  # the MTP model's verify boot, then the plain vLLM with the flags it printed (the report read from that boot)
+  mtp_then_user="tests/gpu/test_verify_gpu.py tests/gpu/test_user_path_gpu.py" mtp_then_user_k="mtp_every or (plain_vllm and mtp)"
   case $stage in
     load1) f=tests/gpu/test_verify_gpu.py; k="dense_8b_every or mla_moe_16b_every" ;;
     load2) f=tests/gpu/test_verify_gpu.py; k="mtp_every" ;;
     # the MTP model's fragmentation experiment: the same boot with the allocator's expandable segments,
     # then the plain vLLM user path with the flags it printed, under the same allocator setting
-    load2-expandable) f="tests/gpu/test_verify_gpu.py tests/gpu/test_user_path_gpu.py"; k="mtp_every or (plain_vllm and mtp)"; export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True KVAUDIT_RESULT_TAG=expandable ;;
+    load2-expandable) f=$mtp_then_user; k=$mtp_then_user_k; export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True KVAUDIT_RESULT_TAG=expandable ;;
     # and with the allocator held to the budget in each scenario (audit.VERIFY_CAP_ENV): what it cannot give back
     load2-capped) f=tests/gpu/test_verify_gpu.py; k="mtp_every"; export KVAUDIT_VERIFY_CAP=1 KVAUDIT_RESULT_TAG=capped ;;
     # the default allocator's verify boot, then the user path with the rest of the device taken during its load
-    load2-contended) f="tests/gpu/test_verify_gpu.py tests/gpu/test_user_path_gpu.py"; k="mtp_every or (plain_vllm and mtp)"; export KVAUDIT_USER_PATH_CONTEND=1 KVAUDIT_RESULT_TAG=contended ;;
+    load2-contended) f=$mtp_then_user; k=$mtp_then_user_k; export KVAUDIT_USER_PATH_CONTEND=1 KVAUDIT_RESULT_TAG=contended ;;
     load-repeat) f=tests/gpu/test_verify_gpu.py; k="repeat" ;;
     user-path) f=tests/gpu/test_user_path_gpu.py; k="" ;;
     own-sizing) f=tests/gpu/test_user_path_gpu.py; k="own_sizing or llama" ;;  # 8B: kvaudit's flags, vLLM 0.34's own
