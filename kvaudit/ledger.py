@@ -247,21 +247,57 @@ def _lower(before: int | None, after: int | None) -> int | None:
     return before if after is None or before is None else min(before, after)
 
 
-def step_transient(capture_transient_bytes: int | None, prefill_probe_transient_bytes: int | None) -> int | None:
-    """The larger of the transients measured beside the replay that activation_peak charges where
-    larger than the replay's: the graph capture's outside its pool, and the long-prefill probe's
-    (one max_num_batched_tokens chunk attending to a max_model_len context, with attention, which
-    vLLM's profile pass runs without). None where neither was measured."""
-    known = [t for t in (capture_transient_bytes, prefill_probe_transient_bytes) if t is not None]
-    return max(known) if known else None
+@dataclass(frozen=True)
+class StepTransients:
+    """What activation_peak weighs beside the replay's own transient: the graph capture's outside
+    its pool, kvaudit's long-prefill probe's (one max_num_batched_tokens chunk attending to a
+    max_model_len context, with attention, which vLLM's profile pass runs without; GPU, Model
+    Runner V2, vLLM 0.33 on), None where not measured; and whether torch's allocator ran with
+    expandable segments (`expandable_segments`)."""
+    capture_bytes: int | None = None
+    prefill_probe_bytes: int | None = None
+    expandable_segments: bool = False
+
+    @property
+    def largest(self) -> int | None:
+        known = [t for t in (self.capture_bytes, self.prefill_probe_bytes) if t is not None]
+        return max(known) if known else None
 
 
-def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) -> int | None:
+NO_STEP_TRANSIENTS = StepTransients()
+
+
+def expandable_segments(env: Mapping[str, str]) -> bool:
+    """Whether torch's device allocator maps its memory into expandable segments in a process with
+    this environment (`expandable_segments:True` among the comma-separated `key:value` options of
+    PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF or, on ROCm builds, PYTORCH_HIP_ALLOC_CONF)."""
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"):
+        for option in env.get(name, "").split(","):
+            key, _, value = option.partition(":")
+            if key.strip() == "expandable_segments" and value.strip().lower() == "true":
+                return True
+    return False
+
+
+def activation_peak(phases: Phases, transients: StepTransients = NO_STEP_TRANSIENTS) -> int | None:
     """P(replay) − A(persistent), or the reserved transient PR(replay) − R(persistent) when it is
     larger: the allocator rounds the transient's blocks up to its segments (2 MiB for small
     blocks, 20 MiB for 1–10 MiB ones), and the device must hold the segments, not the blocks.
-    The graph capture's own transient (outside its pool) is charged only where it is larger:
-    the capture runs after KV, inside the same activation budget.
+    The transients measured beside the replay (StepTransients) are charged where larger: the
+    capture runs after KV inside the same activation budget, and the probe's steps are the
+    longest prompt's.
+
+    With expandable segments, where the long-prefill probe measured, the replay's reserved
+    transient is left out (its allocated one stays). From 0.32 vLLM runs its profile pass under a
+    20 MiB split limit (Worker._scoped_allocator_max_split; the probe runs on 0.33 and later) and
+    serves without one; a freed block above the limit is never split there, so the pass's reserved
+    peak is the limit's. With expandable segments serving's reserved growth is its allocated growth
+    plus little, and the probe measures the longest steps' reserved growth outside the limit. On
+    vLLM 0.34, DeepSeek-V3 dimensions + MTP, H100, GMU 0.98: the pass reserved 9,160 MiB for
+    4,969 allocated, the probe measured 6,182, and the full batch grew reserved by 5,642. With the
+    default allocator the replay's reserved transient stays: serving fragments its cached blocks
+    (the same model on the H200: 9,680 MiB reserved for 5,348 allocated), which no single step
+    measures, so the figure is never lowered where the allocator can need more.
 
     The base is the lower of the readings before and after the replay: KV sits on what is left
     after it, so memory the replay released (host RSS that the heap returned to the system during
@@ -271,23 +307,26 @@ def activation_peak(phases: Phases, capture_transient_bytes: int | None = None) 
                       _lower(_allocated(phases, Phase.PERSISTENT), _allocated(phases, Phase.REPLAY)))
     reserved = minus(_reading(phases, Phase.REPLAY, "torch_peak_reserved_bytes"),
                      _lower(_reserved(phases, Phase.PERSISTENT), _reserved(phases, Phase.REPLAY)))
+    if transients.prefill_probe_bytes is not None and transients.expandable_segments:
+        reserved = None
     peak = allocated if allocated is None or reserved is None else max(allocated, reserved)
-    if peak is None or capture_transient_bytes is None:
+    extra = transients.largest
+    if peak is None or extra is None:
         return peak
-    return max(peak, capture_transient_bytes)
+    return max(peak, extra)
 
 
 def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
                         kv_cache_bytes: int | None, requested: int | None,
-                        capture_transient_bytes: int | None = None) -> dict[Owner, int]:
+                        transients: StepTransients = NO_STEP_TRANSIENTS) -> dict[Owner, int]:
     """Per non-KV owner: what it held at the end of the boot minus what KV sizing charged it:
     the bytes that arrived after the budget was fixed (KV structures, the real capture above
     its estimate, sampler buffers, deferred warmups). Only owners that grew are listed."""
     final = owners_from_phases(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                                kv_cache_bytes=kv_cache_bytes, requested=requested,
-                               capture_transient_bytes=capture_transient_bytes)
+                               transients=transients)
     sizing = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                              requested=requested, capture_transient_bytes=capture_transient_bytes)
+                              requested=requested, transients=transients)
     out = {}
     for owner in NON_KV_OWNERS:
         delta = minus(final[owner], sizing[owner])
@@ -299,14 +338,14 @@ def growth_after_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_
 def owners_from_phases(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
                        kv_cache_bytes: int | None, requested: int | None,
                        last: Phase | None = None,
-                       capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
+                       transients: StepTransients = NO_STEP_TRANSIENTS) -> dict[Owner, int | None]:
     """docs/design.md's owner formulas, with every process byte claimed once (see `Owner.TORCH_OTHER`)."""
     last = last or last_measured_phase(phases)
     weights = minus(_allocated(phases, Phase.LOAD), _allocated(phases, Phase.BASELINE))
     persistent_torch = minus(_allocated(phases, Phase.PERSISTENT), _allocated(phases, Phase.PROFILE))
     persistent_non_torch = minus(_outside_torch(phases, Phase.PERSISTENT), _outside_torch(phases, Phase.PROFILE))
     persistent = plus(persistent_torch, persistent_non_torch)
-    activation = activation_peak(phases, capture_transient_bytes)
+    activation = activation_peak(phases, transients)
 
     actual = graph_pool_actual(phases) if last is Phase.CAPTURE else None
     graphs_left = graphs_non_torch(phases) if last in (Phase.GRAPHS, Phase.KV, Phase.CAPTURE) else 0
@@ -345,18 +384,18 @@ def naive_kv_available(phases: Phases, *, requested: int | None, others_bytes: i
 
 
 def owners_at_sizing(phases: Phases, *, others_bytes: int | None, graph_pool_estimate_bytes: int | None,
-                     requested: int | None, capture_transient_bytes: int | None = None) -> dict[Owner, int | None]:
+                     requested: int | None, transients: StepTransients = NO_STEP_TRANSIENTS) -> dict[Owner, int | None]:
     """The owners as KV sizing charged them: from the phases before KV (kv, capture and verify
     come after the budget is fixed)."""
     before_kv: dict[Phase, PhaseRecord] = {phase: record for phase, record in phases.items()
                  if phase not in (Phase.KV, Phase.CAPTURE, Phase.VERIFY)}
     return owners_from_phases(before_kv, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                               kv_cache_bytes=None, requested=requested,
-                              capture_transient_bytes=capture_transient_bytes)
+                              transients=transients)
 
 
 def kv_budget(phases: Phases, *, requested: int, others_bytes: int | None,
-              graph_pool_estimate_bytes: int | None, capture_transient_bytes: int | None = None,
+              graph_pool_estimate_bytes: int | None, transients: StepTransients = NO_STEP_TRANSIENTS,
               kv_structures_bytes: int = 0, kv_tensor_block_bytes: Sequence[int] | None = None,
               fallback_bytes: int | None = None, returned_bytes: int | None = None,
               kv_cache_bytes: int | None = None) -> tuple[KvTerm, ...] | None:
@@ -375,7 +414,7 @@ def kv_budget(phases: Phases, *, requested: int, others_bytes: int | None,
     caller must say aloud); `kv_cache_bytes`, what vLLM allocated, adds `block_rounding`, so the
     terms then sum to the rank's `owners.kv_cache`."""
     sizing = owners_at_sizing(phases, others_bytes=others_bytes, graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                              requested=requested, capture_transient_bytes=capture_transient_bytes)
+                              requested=requested, transients=transients)
     terms = [KvTerm(BudgetTerm.REQUESTED, requested)]
     charged = [sizing[o] for o in NON_KV_OWNERS]
     if Phase.REPLAY in phases and all(c is not None for c in charged):
@@ -404,7 +443,7 @@ def budget_term(terms: Sequence[KvTerm] | None, term: BudgetTerm) -> int | None:
 
 def rank_ledger(phases: Phases, *, device_total_bytes: int | None, gpu_memory_utilization: float | None,
                 others_bytes: int | None, graph_pool_estimate_bytes: int | None,
-                kv_cache_bytes: int | None, capture_transient_bytes: int | None = None,
+                kv_cache_bytes: int | None, transients: StepTransients = NO_STEP_TRANSIENTS,
                 kv_structures_bytes: int = 0, kv_tensor_block_bytes: Sequence[int] | None = None,
                 returned_bytes: int | None = None) -> RankLedger:
     """Everything the report says of one rank that arithmetic can say; `returned_bytes`: the KV
@@ -413,7 +452,7 @@ def rank_ledger(phases: Phases, *, device_total_bytes: int | None, gpu_memory_ut
                  if device_total_bytes is not None and gpu_memory_utilization is not None else None)
     budget = (kv_budget(phases, requested=requested, others_bytes=others_bytes,
                         graph_pool_estimate_bytes=graph_pool_estimate_bytes,
-                        capture_transient_bytes=capture_transient_bytes, kv_structures_bytes=kv_structures_bytes,
+                        transients=transients, kv_structures_bytes=kv_structures_bytes,
                         kv_tensor_block_bytes=kv_tensor_block_bytes, returned_bytes=returned_bytes,
                         kv_cache_bytes=kv_cache_bytes)
               if requested is not None else None)
@@ -421,7 +460,7 @@ def rank_ledger(phases: Phases, *, device_total_bytes: int | None, gpu_memory_ut
         owners=owners_from_phases(phases, others_bytes=others_bytes,
                                   graph_pool_estimate_bytes=graph_pool_estimate_bytes,
                                   kv_cache_bytes=kv_cache_bytes, requested=requested,
-                                  capture_transient_bytes=capture_transient_bytes),
+                                  transients=transients),
         requested_bytes=requested,
         kv_available_bytes=kv_figure(budget) if budget is not None else returned_bytes,
         kv_budget=budget,

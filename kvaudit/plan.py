@@ -24,7 +24,7 @@ from kvaudit.assemble import BootRecord, StatedRank, assemble
 from kvaudit.capacity import KvGeometry, gmu_ceiling
 from kvaudit.config import EXTENSIBLE_KV_ARG, AuditConfig, asks_extensible_kv, parse_capture_sizes
 from kvaudit.errors import BadInputError, ExitCode, UsageError
-from kvaudit.ledger import kv_blocks_within, requested_bytes, step_transient
+from kvaudit.ledger import StepTransients, kv_blocks_within, requested_bytes
 from kvaudit.plan_schema import (
     Edits,
     Figure,
@@ -426,7 +426,7 @@ def _rank_figures(measured: Report, rank: RankReport, config: AuditConfig) -> di
         fig = scale_activation(rank.owners.get(Owner.ACTIVATION_PEAK), old.max_num_batched_tokens,
                                config.max_num_batched_tokens, rank.sweep)
         capture = None if config.enforce_eager else rank.graph_capture_transient_bytes
-        transient = step_transient(capture, rank.prefill_probe_transient_bytes)
+        transient = StepTransients(capture, rank.prefill_probe_transient_bytes).largest
         if fig.bytes is not None and transient and transient > fig.bytes:
             # activation_peak charges the capture's and the long-prefill probe's transients where they are
             # larger (ledger.activation_peak): neither depends on the profile pass's tokens

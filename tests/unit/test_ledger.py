@@ -415,18 +415,70 @@ def test_activation_peak_is_measured_from_what_the_replay_left_when_it_released_
 def test_the_long_prefill_probe_is_charged_where_its_transient_is_larger():
     """vLLM 0.33 MRv2's profile pass runs without attention; kvaudit's long-prefill probe (one
     max_num_batched_tokens chunk over a max_model_len context) is charged beside the replay."""
-    from kvaudit.ledger import step_transient
-    assert step_transient(None, None) is None
-    assert step_transient(gib(0.5), None) == gib(0.5)
-    assert step_transient(None, gib(3)) == gib(3)
-    assert step_transient(gib(0.5), gib(3)) == gib(3)
+    from kvaudit.ledger import StepTransients
+    assert StepTransients().largest is None
+    assert StepTransients(gib(0.5), None).largest == gib(0.5)
+    assert StepTransients(None, gib(3)).largest == gib(3)
+    assert StepTransients(gib(0.5), gib(3)).largest == gib(3)
     phases = boot_phases()
     kw = dict(device_total_bytes=BOOT_TOTAL, gpu_memory_utilization=BOOT_GMU, others_bytes=BOOT_OTHERS,
               graph_pool_estimate_bytes=BOOT_ESTIMATE, kv_cache_bytes=KV_CACHE)
     plain = rank_ledger(phases, **kw)
-    probed = rank_ledger(phases, capture_transient_bytes=step_transient(None, gib(3)), **kw)
+    probed = rank_ledger(phases, transients=StepTransients(None, gib(3)), **kw)
     assert plain.owners[Owner.ACTIVATION_PEAK] == ACTIVATION  # the replay's 2 GiB
     assert probed.owners[Owner.ACTIVATION_PEAK] == gib(3)
     assert probed.kv_available_bytes == plain.kv_available_bytes - gib(1)
     # smaller than the replay's transient: nothing changes
-    assert rank_ledger(phases, capture_transient_bytes=gib(1), **kw).owners == plain.owners
+    assert rank_ledger(phases, transients=StepTransients(gib(1)), **kw).owners == plain.owners
+
+
+def _split_limited_replay():
+    """The canonical boot with a replay whose reserved peak is 3 GiB above the persistent reading
+    for its 2 GiB allocated (vLLM's profile pass under its 20 MiB split limit)."""
+    phases = boot_phases()
+    persistent = phases[Phase.PERSISTENT]
+    phases[Phase.REPLAY] = dataclasses.replace(
+        phases[Phase.REPLAY], torch_peak_reserved_bytes=persistent.torch_reserved_bytes + gib(3))
+    return phases
+
+
+def test_with_expandable_segments_the_probe_stands_for_the_replays_reserved_transient():
+    """vLLM 0.34 (H100, DeepSeek-V3 dims + MTP, expandable segments): the profile pass reserved
+    9,160 MiB for 4,969 allocated, the probe measured 6,182 and the full batch grew reserved by
+    5,642. Under expandable segments a probed boot charges the replay's allocated transient and
+    the probe, never the pass's reserved peak."""
+    from kvaudit.ledger import StepTransients
+    phases = _split_limited_replay()
+    # the replay's own: 2 GiB allocated, 3 GiB reserved
+    assert activation_peak(phases) == gib(3)
+    probe = gib(2.5)
+    assert activation_peak(phases, StepTransients(None, probe, expandable_segments=True)) == probe
+    # a probe below the replay's allocated transient: the allocated one is charged
+    assert activation_peak(phases, StepTransients(None, gib(1), expandable_segments=True)) == ACTIVATION
+    # the capture's transient is charged where it is the largest, as before
+    assert activation_peak(phases, StepTransients(gib(3.5), probe, expandable_segments=True)) == gib(3.5)
+
+
+def test_the_default_allocator_and_an_unprobed_boot_keep_the_replays_reserved_transient():
+    """With the default allocator serving fragments its cached blocks beyond any single step (the
+    MTP model on the H200: 9,680 MiB reserved for 5,348 allocated), so nothing is lowered there;
+    without the probe nothing measured the steps' reserved growth outside the split limit."""
+    from kvaudit.ledger import StepTransients
+    phases = _split_limited_replay()
+    assert activation_peak(phases, StepTransients(None, gib(2.5))) == gib(3)
+    assert activation_peak(phases, StepTransients(gib(0.5), None, expandable_segments=True)) == gib(3)
+    assert activation_peak(phases, StepTransients(expandable_segments=True)) == gib(3)
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, False),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, True),
+    ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64, expandable_segments: True"}, True),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, False),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6"}, False),
+    ({"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"}, True),  # ROCm builds read this one
+    ({"MALLOC_ARENA_MAX": "2"}, False),
+])
+def test_expandable_segments_is_read_from_torchs_allocator_settings(env, expected):
+    from kvaudit.ledger import expandable_segments
+    assert expandable_segments(env) is expected

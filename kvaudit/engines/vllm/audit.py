@@ -24,7 +24,7 @@ from typing import Any
 from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, exception_line, interrupted
 from kvaudit.engines.vllm import adapter, transport
-from kvaudit.ledger import budget_term, kv_budget, kv_figure, requested_bytes, step_transient
+from kvaudit.ledger import StepTransients, budget_term, expandable_segments, kv_budget, kv_figure, requested_bytes
 from kvaudit.schema import VERIFY_TORCH_KEYS, BudgetTerm, Phase, PhaseStatus
 
 
@@ -153,8 +153,8 @@ class AuditMixin:
         # (GraphMeasurement.estimate_bytes). Where a phase could not be read vLLM's figure stands.
         budget = kv_budget(phase_records(self._kva_journal.events), requested=self._kva_requested,
                            others_bytes=self._kva_others_bytes(), graph_pool_estimate_bytes=estimate,
-                           capture_transient_bytes=step_transient(graphs.transient_bytes if graphs else None,
-                                                                  self._kva_probe_transient),
+                           transients=StepTransients(graphs.transient_bytes if graphs else None,
+                                                      self._kva_probe_transient, expandable_segments(os.environ)),
                            kv_structures_bytes=self._kva_kv_structures, kv_tensor_block_bytes=pages,
                            fallback_bytes=vllm_available if vllm_available is not None else 0)
         assert budget is not None  # a fallback was given
