@@ -23,7 +23,8 @@ from kvaudit.schema import Engine, Environment, Owner, Phase, PhaseRecord, Sourc
 
 def _record(ranks, **kwargs) -> BootRecord:
     return BootRecord(source=kwargs.pop("source", Source.RUN), config=config(), engine=Engine(name="vllm"),
-                      environment=Environment(), ranks=tuple(ranks), geometry=GEOMETRY, **kwargs)
+                      environment=kwargs.pop("environment", Environment()), ranks=tuple(ranks), geometry=GEOMETRY,
+                      **kwargs)
 
 
 def test_a_null_reading_stays_null_and_leaves_kv_unallocated_unknown():
@@ -153,3 +154,22 @@ def test_serve_sizes_after_warmup_from_vllm_0_34_on_a_gpu(version, device, after
     record = dataclasses.replace(_record([]), engine=Engine(name="vllm", version=version),
                                  environment=Environment(device_name=device))
     assert serves_sizing_after_warmup(record) is after_warmup
+
+
+def test_the_boots_allocator_setting_decides_whether_the_probe_stands_for_the_replays_reserve():
+    """The environment the boot ran under reaches the ledger: under expandable segments a probed
+    rank is charged the probe, not the profile pass's reserved transient (ledger.activation_peak)."""
+    phases = boot_phases()
+    persistent = phases[Phase.PERSISTENT]
+    # the profile pass under vLLM's split limit: 3 GiB reserved for its 2 GiB allocated
+    phases[Phase.REPLAY] = dataclasses.replace(
+        phases[Phase.REPLAY], torch_peak_reserved_bytes=persistent.torch_reserved_bytes + gib(3))
+    rank = MeasuredRank(0, tuple(phases.values()), device_total_bytes=gib(80), gpu_memory_utilization=0.875,
+                        others_bytes=0, graph_pool_estimate_bytes=gib(1), kv_cache_bytes=gib(50),
+                        prefill_probe_transient_bytes=gib(2.5))
+    default = assemble(_record([rank]))
+    expandable = assemble(_record([rank], environment=Environment(
+        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})))
+    assert default.ranks[0].owners[Owner.ACTIVATION_PEAK] == gib(3)
+    assert expandable.ranks[0].owners[Owner.ACTIVATION_PEAK] == gib(2.5)
+    assert expandable.ranks[0].kv_available_bytes == default.ranks[0].kv_available_bytes + gib(0.5)
