@@ -28,3 +28,18 @@ def printable(text: str) -> str:
 def one_line(text: str) -> str:
     """`text` as a single safe line: newlines escaped too (error messages, progress lines)."""
     return _UNSAFE_ONE_LINE.sub(_escape, text)
+
+
+_COLOUR = re.compile(r"(?:\x1b|\^\[|\u241b|\\x1b|\\u001b|\\033)\[[0-9;?]{0,32}[A-Za-z]")
+"""A terminal colour or cursor sequence (`ESC [ … m`) as vLLM's coloured logging writes it
+(VLLM_LOGGING_COLOR), and as it arrives pasted: the escape byte itself, a terminal's caret form
+`^[` (vllm#33155: `^[[0;36m(EngineCore_DP0 pid=70073)^[[0;0m INFO …`), the ␛ symbol, or the
+escape written out by a JSON log driver or a `repr` (`\\x1b`, `\\u001b`, `\\033`)."""
+_COLOUR_MARKS = ("\x1b", "^[", "\u241b", "\\x1b", "\\u001b", "\\033")
+
+
+def strip_colours(text: str) -> str:
+    """`text` without terminal colour sequences, in any of the forms _COLOUR names."""
+    if not any(mark in text for mark in _COLOUR_MARKS):
+        return text
+    return _COLOUR.sub("", text)

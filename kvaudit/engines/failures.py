@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Generic, TypeVar
 
+from kvaudit.printable import strip_colours
 from kvaudit.schema import Failure, FailureKind, Phase
 
 
@@ -163,7 +164,6 @@ MESSAGE_CHARS = 400
 LOG_MESSAGE_CHARS = 1600
 """The same for a user's log: a pasted error is rejoined whole (vLLM's longest KV ValueError is
 about 560 characters), and the verdict quotes all of it."""
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,80}(?:Error|Exception): ")
 _MAX_LEN = re.compile(r"estimated maximum model length is (\d+)")
 
@@ -172,7 +172,7 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     """The error as its first line shows it: from the exception class printed before the
     cause's anchor when there is one (a log prefix, a container prefix or a `Worker failed with
     error '…'` wrapper may precede it), else the whole message; one line, capped at `limit`."""
-    msg = _ANSI.sub("", msg)
+    msg = strip_colours(msg)
     at = msg.find(cause.start(msg))
     before = None
     for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):

@@ -14,6 +14,7 @@ import pytest
 from kvaudit.input_text import read_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
+PUBLIC = FIXTURES / "public"
 TP2_OK = FIXTURES / "gpu-0.32-v1-tp2-ok.log"
 
 
@@ -194,3 +195,19 @@ def test_two_boots_appended_into_one_file_are_refused_not_mixed(cli, tmp_path):
     again = tmp_path / "again.log"
     again.write_text((FIXTURES / "gpu-0.32-v1-tp2-ok.log").read_text(encoding="utf-8") * 2, encoding="utf-8")
     assert cli("ingest", str(again)).code == 0
+
+
+def test_two_served_lengths_in_one_paste_are_two_runs_not_one(cli, tmp_path):
+    # vllm#25350 pasted bare lines of a run that served 100,000 tokens, then the KV check of a run
+    # at 221,000: read as one boot it said "needs 10.12 GiB KV, 10.55 GiB available … free -0.43 GiB"
+    both = tmp_path / "two.log"
+    both.write_text("\n".join(
+        (PUBLIC / name).read_text(encoding="utf-8") for name in ("03-v1-25350-fp8-ok.log", "04-v1-25350-fp8-fails.log")),
+        encoding="utf-8")
+    result = cli("show", str(both))
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr_lines == [f"kvaudit: error: {both}: the logs of two engine runs in one file (served length "
+                                   f"100000, then 221000): split it and ingest each run on its own, or compare them "
+                                   f"with kvaudit diff"]
+    # each on its own is read as before
+    assert cli("show", str(PUBLIC / "03-v1-25350-fp8-ok.log")).code == 0

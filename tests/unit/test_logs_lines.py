@@ -24,11 +24,24 @@ MSG = "Available KV cache memory: 4.0 GiB"
     f"\x1b[0;36m(Worker_TP1 pid=42)\x1b[0;0m \x1b[32mINFO\x1b[0m \x1b[90m11-30 10:00:00\x1b[0m "
     f"\x1b[90m[gpu_worker.py:760]\x1b[0m {MSG}",
     f"(Worker_TP1 pid=42) INFO 11-30 10:00:00 [v1/worker/gpu_worker.py:760] {MSG}",
+    # the colour codes pasted as text: a terminal's caret form (vllm#33155), the ␛ symbol, a JSON
+    # log driver's or a repr's escape
+    f"^[[0;36m(Worker_TP1 pid=42)^[[0;0m INFO 11-30 10:00:00 [gpu_worker.py:760] {MSG}",
+    f"\u241b[0;36m(Worker_TP1 pid=42)\u241b[0;0m INFO 11-30 10:00:00 [gpu_worker.py:760] {MSG}",
+    f"\\u001b[0;36m(Worker_TP1 pid=42)\\u001b[0;0m \\x1b[32mINFO\\033[0m 11-30 10:00:00 [gpu_worker.py:760] {MSG}",
 ])
 def test_line_shapes(raw: str) -> None:
     line = parse_line(raw, 0)
     assert (line.pid, line.tag, line.level, line.msg) == (42, "Worker_TP1", "INFO", MSG)
     assert line.src is not None and line.src.endswith("gpu_worker.py")
+
+
+def test_colours_go_and_nothing_else_does() -> None:
+    from kvaudit.printable import strip_colours
+    assert strip_colours("^[[0;36m(EngineCore_DP0 pid=7)^[[0;0m ERROR x") == "(EngineCore_DP0 pid=7) ERROR x"
+    # a caret, a bracket or a backslash that starts no colour sequence stays
+    for text in ("x^[y", "a[0m", "C:\\x1bin\\[3]", "^[[", "tokens ^[[ 12"):
+        assert strip_colours(text) == text
 
 
 def test_untagged_and_foreign_lines() -> None:

@@ -357,6 +357,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # the KV cache), cut before the exception: a crash in capture whose cause is not shown.
     "112-v1-29360-tp-ep-deep-gemm-warmup-cut.log": dict(
         rank_count=0, tp=None, verdict="unknown", failure=("crash", "capture"), warns=TP_AT_LEAST_2),
+    # round eight: colour codes pasted in caret form (`^[[0;36m`), read as the escape byte is; and a
+    # negative KV budget whose exception line the excerpt lost: vLLM's KV check raises then, always.
+    "113-v1-33155-caret-colour-codes.log": dict(
+        ranks={0: {W: G("64.38")}}, runner="V1", backend="FLASH_ATTN", tp=1, verdict="unknown", failure=None),
+    "114-v1-23278-negative-kv-then-failed-to-start.log": dict(
+        ranks={0: {W: G("65.9651"), "available": -G("2.14")}}, feasible=0, tp=1, verdict="fail",
+        failure=("does_not_fit", "kv"), message_starts="No available memory for the cache blocks"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

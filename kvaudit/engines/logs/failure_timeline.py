@@ -13,10 +13,11 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 
 from __future__ import annotations
 
-from kvaudit.engines.failures import BARE, Candidate, Evidence, decide_failure
+from kvaudit.engines.failures import BARE, GENERIC, Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import FactKind, FailureFact
-from kvaudit.engines.logs.ranks import Boot, parallel_sizes, rank_of_proc, untagged
+from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
+from kvaudit.units import fmt_gib
 
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
@@ -78,7 +79,8 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority, (f.file, f.pos)) for f in during)
     assert chosen is not None  # `during` is not empty
     root = chosen.item
-    value: FailureFact = root.value
+    no_kv_memory = _no_kv_memory(boot, root)
+    value: FailureFact = no_kv_memory or root.value
     scan = by_file[root.file]
     hints = [f.value for f in boot.engine.get(FactKind.PHASE_HINT, []) if f.file == root.file
              and f.pos <= boot_done[root.file]]
@@ -101,6 +103,25 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     feasible = None
     if value.kind is FailureKind.DOES_NOT_FIT:
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
-        feasible = lens[0] if lens else None
+        feasible = lens[0] if lens else (0 if no_kv_memory else None)  # not one token fits
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
 
+
+
+def _no_kv_memory(boot: Boot, root: Located) -> FailureFact | None:
+    """The KV check's failure where the log shows only that the boot died (`EngineCore failed to
+    start`, a bare traceback) after a rank logged `Available KV cache memory` at or below zero: vLLM
+    raises "No available memory for the cache blocks" whenever that figure is not positive
+    (kv_cache_planning.py, kv_cache_utils.py before 0.33), so the excerpt lost only its exception
+    line (vllm#23278: −2.14 GiB, then `EngineCore failed to start.`). None otherwise."""
+    value: FailureFact = root.value
+    if value.kind is not FailureKind.CRASH or value.priority < GENERIC:
+        return None
+    below = [f.value for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_AVAILABLE, [])
+             if f.file == root.file and f.pos < root.pos and f.value <= 0]
+    if not below:
+        return None
+    return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
+                       f"No available memory for the cache blocks: the available KV cache memory was "
+                       f"{fmt_gib(min(below))} (the log has no exception line; vLLM raises this one "
+                       f"whenever the figure is not positive)", priority=0)

@@ -215,11 +215,16 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
 
 
 def _check_one_run(scan: FileScan, engine: dict[FactKind, list[Located]]) -> None:
-    """A BadInputError when one file prints two engine configs (or vLLM versions) that differ, as
-    two boots' logs appended into one file do. The same config printed twice (a restart) is one
+    """A BadInputError when one file prints two engine configs (or vLLM versions, or served
+    lengths) that differ, as two boots' logs appended into one file do. The same config printed twice (a restart) is one
     run: the last figures win."""
     configs = [knobs_from_engine_line(x.value) for x in engine.get(FactKind.ENGINE_CONFIG, ())]
     configs += [{"vllm version": x.value} for x in engine.get(FactKind.VERSION, ())]
+    # the length a boot serves (`Maximum concurrency for N tokens`) is the one its KV check tests:
+    # two lengths are two runs (vllm#25350: 100,000 served, then a run at 221,000 that failed). Not
+    # compared with the engine config's: auto-fit serves less than the config asked for.
+    configs += [{"served length": x.value[0]} for x in engine.get(FactKind.MAX_CONCURRENCY, ()) if x.value[0]]
+    configs += [{"served length": x.value} for x in engine.get(FactKind.CHECKED_MODEL_LEN, ())]
     first: dict[str, Any] = {}
     for config in configs:
         for key, value in config.items():
