@@ -27,7 +27,6 @@ from kvaudit.config import AuditConfig
 from kvaudit.ledger import (
     StepTransients,
     budget_term,
-    expandable_segments,
     growth_after_sizing,
     owners_from_readings,
     rank_ledger,
@@ -86,7 +85,7 @@ def serves_sizing_after_warmup(record: BootRecord) -> bool:
 
 
 def assemble(record: BootRecord) -> Report:
-    ranks = [rank_report(r, expandable=expandable_segments(record.environment.env)) for r in record.ranks]
+    ranks = [rank_report(r) for r in record.ranks]
     verify = record.verify
     cap = capacity(ranks, record.config, record.geometry, known_kv_tokens=record.stated.kv_tokens,
                    known_max_feasible_model_len=record.stated.max_feasible_model_len,
@@ -115,9 +114,8 @@ def assemble(record: BootRecord) -> Report:
                   nodes=node_summaries(ranks))
 
 
-def rank_report(record: RankRecord, *, expandable: bool = False) -> RankReport:
-    """One rank through the ledger: measured phases become owners; stated owners are balanced.
-    `expandable`: the boot's allocator ran with expandable segments (ledger.activation_peak)."""
+def rank_report(record: RankRecord) -> RankReport:
+    """One rank through the ledger: measured phases become owners; stated owners are balanced."""
     if isinstance(record, StatedRank):
         rank = record.report
         return replace(rank, owners=owners_from_readings(
@@ -129,7 +127,8 @@ def rank_report(record: RankRecord, *, expandable: bool = False) -> RankReport:
                       graph_pool_estimate_bytes=record.graph_pool_estimate_bytes,
                       kv_cache_bytes=record.kv_cache_bytes,
                       transients=StepTransients(record.graph_capture_transient_bytes,
-                                                 record.prefill_probe_transient_bytes, expandable),
+                                                 record.prefill_probe_transient_bytes,
+                                                 bool(record.allocator_expandable_segments)),
                       kv_structures_bytes=record.kv_structures_bytes,
                       kv_tensor_block_bytes=record.kv_tensor_block_bytes, returned_bytes=record.kv_available_bytes)
     rounding = budget_term(led.kv_budget, BudgetTerm.SEGMENT_ROUNDING)
@@ -336,13 +335,12 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
 
 
 def _growth_text(rank: RankReport) -> str:
-    # activation_peak is charged the same at sizing and at the end (the replay and the probe come
-    # before KV), so the allocator's mode (StepTransients.expandable_segments) moves no owner's growth
     grown = growth_after_sizing(phase_map(rank), others_bytes=rank.others_bytes,
                                 graph_pool_estimate_bytes=rank.graph_pool_estimate_bytes,
                                 kv_cache_bytes=rank.owners.get(Owner.KV_CACHE), requested=rank.requested_bytes,
                                 transients=StepTransients(rank.graph_capture_transient_bytes,
-                                                           rank.prefill_probe_transient_bytes))
+                                                           rank.prefill_probe_transient_bytes,
+                                                           bool(rank.allocator_expandable_segments)))
     parts = [f"{owner.value} +{fmt_bytes(delta)}" for owner, delta in grown.items() if delta > 0]
     unexplained = -(rank.owners.get(Owner.KV_UNALLOCATED) or 0) - sum(d for d in grown.values() if d > 0)
     if unexplained > OVERCOMMIT_TOLERANCE_BYTES:

@@ -267,16 +267,22 @@ class StepTransients:
 NO_STEP_TRANSIENTS = StepTransients()
 
 
+ALLOC_CONF_ENV = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+"""torch's allocator settings, in the order it reads them: the first that is set is the only one
+read (c10/core/AllocatorConfig.h: PYTORCH_ALLOC_CONF, then the older names)."""
+
+
 def expandable_segments(env: Mapping[str, str]) -> bool:
     """Whether torch's device allocator maps its memory into expandable segments in a process with
-    this environment (`expandable_segments:True` among the comma-separated `key:value` options of
-    PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF or, on ROCm builds, PYTORCH_HIP_ALLOC_CONF)."""
-    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"):
-        for option in env.get(name, "").split(","):
-            key, _, value = option.partition(":")
-            if key.strip() == "expandable_segments" and value.strip().lower() == "true":
-                return True
-    return False
+    this environment: `expandable_segments:True` among the comma-separated `key:value` options of
+    the first ALLOC_CONF_ENV variable that is set (a later option overrides an earlier one)."""
+    name = next((n for n in ALLOC_CONF_ENV if n in env), None)
+    found = False
+    for option in env.get(name, "").split(",") if name else ():
+        key, _, value = option.partition(":")
+        if key.strip() == "expandable_segments":
+            found = value.strip().lower() == "true"
+    return found
 
 
 def activation_peak(phases: Phases, transients: StepTransients = NO_STEP_TRANSIENTS) -> int | None:
@@ -287,17 +293,13 @@ def activation_peak(phases: Phases, transients: StepTransients = NO_STEP_TRANSIE
     capture runs after KV inside the same activation budget, and the probe's steps are the
     longest prompt's.
 
-    With expandable segments, where the long-prefill probe measured, the replay's reserved
-    transient is left out (its allocated one stays). From 0.32 vLLM runs its profile pass under a
-    20 MiB split limit (Worker._scoped_allocator_max_split; the probe runs on 0.33 and later) and
-    serves without one; a freed block above the limit is never split there, so the pass's reserved
-    peak is the limit's. With expandable segments serving's reserved growth is its allocated growth
-    plus little, and the probe measures the longest steps' reserved growth outside the limit. On
-    vLLM 0.34, DeepSeek-V3 dimensions + MTP, H100, GMU 0.98: the pass reserved 9,160 MiB for
-    4,969 allocated, the probe measured 6,182, and the full batch grew reserved by 5,642. With the
-    default allocator the replay's reserved transient stays: serving fragments its cached blocks
-    (the same model on the H200: 9,680 MiB reserved for 5,348 allocated), which no single step
-    measures, so the figure is never lowered where the allocator can need more.
+    With expandable segments (StepTransients.expandable_segments), where the long-prefill probe
+    measured, the replay's reserved transient is left out; its allocated one stays. From 0.32 vLLM
+    runs its profile pass under a 20 MiB split limit (Worker._scoped_allocator_max_split), which
+    serving does not have: the pass never splits a freed block above the limit, so it reserves
+    far more than serving does. The probe measures the longest steps' reserved growth outside the
+    limit. With the default allocator the replay's reserved transient stays: serving fragments its
+    cache beyond any single step. Figures, one boot each way: docs/vllm-0.34.md, fourth lease.
 
     The base is the lower of the readings before and after the replay: KV sits on what is left
     after it, so memory the replay released (host RSS that the heap returned to the system during

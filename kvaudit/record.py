@@ -45,6 +45,10 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
 def _strings(v: Any) -> tuple[str, ...]:
     return tuple(x for x in v if isinstance(x, str)) if isinstance(v, list) else ()
 
@@ -105,6 +109,8 @@ class MeasuredRank:
     vllm_suggested_kv_cache_memory_bytes: int | None = _fact(_int)
     graph_capture_transient_bytes: int | None = _fact(_int)
     prefill_probe_transient_bytes: int | None = _fact(_int)
+    allocator_expandable_segments: bool | None = _fact(_bool)
+    """The worker's allocator ran with expandable segments (see RankReport)."""
     sweep: tuple[SweepPoint, ...] | None = _fact(_sweep)
     kv_cache_spec_dtype: str | None = _fact(_str)
     node: RankNode | None = None

@@ -310,6 +310,11 @@ class RankReport:
     vLLM 0.33: one request of max_num_batched_tokens tokens attending to a max_model_len context,
     attention included, which vLLM's profile pass runs without); charged to activation_peak where it
     is larger than the replay's. Null where not run."""
+    allocator_expandable_segments: bool | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: torch's allocator ran with expandable segments in this rank's worker (GPU; its
+    environment as torch reads it, ledger.expandable_segments). Then, where the long-prefill probe
+    measured, activation_peak leaves the profile pass's reserved transient out (docs/design.md).
+    Absent where not recorded (older reports, logs, plans, the CPU backend)."""
     sites: tuple[Site, ...] | None = None
     """Extension (`--trace`): aggregated allocation sites per phase; null when not traced."""
     sweep: tuple[SweepPoint, ...] | None = field(default=None, metadata=OMIT_NONE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from factories import BOOT_REQUESTED, GEOMETRY, boot_phases, config, gib, plain_rank
+from factories import BOOT_REQUESTED, GEOMETRY, boot_phases, config, gib, plain_rank, split_limited_boot_phases
 
 from kvaudit.assemble import (
     BootRecord,
@@ -156,20 +156,19 @@ def test_serve_sizes_after_warmup_from_vllm_0_34_on_a_gpu(version, device, after
     assert serves_sizing_after_warmup(record) is after_warmup
 
 
-def test_the_boots_allocator_setting_decides_whether_the_probe_stands_for_the_replays_reserve():
-    """The environment the boot ran under reaches the ledger: under expandable segments a probed
-    rank is charged the probe, not the profile pass's reserved transient (ledger.activation_peak)."""
-    phases = boot_phases()
-    persistent = phases[Phase.PERSISTENT]
-    # the profile pass under vLLM's split limit: 3 GiB reserved for its 2 GiB allocated
-    phases[Phase.REPLAY] = dataclasses.replace(
-        phases[Phase.REPLAY], torch_peak_reserved_bytes=persistent.torch_reserved_bytes + gib(3))
+def test_the_workers_allocator_decides_whether_the_probe_stands_for_the_replays_reserve():
+    """The allocator the worker recorded reaches the ledger and the report: under expandable
+    segments a probed rank is charged the probe, not the profile pass's reserved transient
+    (ledger.activation_peak). The supervisor's environment decides nothing: a Ray worker has its own."""
+    phases = split_limited_boot_phases()  # the profile pass: 3 GiB reserved for its 2 GiB allocated
     rank = MeasuredRank(0, tuple(phases.values()), device_total_bytes=gib(80), gpu_memory_utilization=0.875,
                         others_bytes=0, graph_pool_estimate_bytes=gib(1), kv_cache_bytes=gib(50),
                         prefill_probe_transient_bytes=gib(2.5))
-    default = assemble(_record([rank]))
-    expandable = assemble(_record([rank], environment=Environment(
+    default = assemble(_record([rank], environment=Environment(
         env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})))
+    expandable = assemble(_record([dataclasses.replace(rank, allocator_expandable_segments=True)]))
     assert default.ranks[0].owners[Owner.ACTIVATION_PEAK] == gib(3)
+    assert default.ranks[0].allocator_expandable_segments is None
+    assert expandable.ranks[0].allocator_expandable_segments is True
     assert expandable.ranks[0].owners[Owner.ACTIVATION_PEAK] == gib(2.5)
     assert expandable.ranks[0].kv_available_bytes == default.ranks[0].kv_available_bytes + gib(0.5)

@@ -25,6 +25,7 @@ from factories import (
     plain_rank,
     real_json,
     report,
+    split_limited_boot_phases,
     write_json,
 )
 
@@ -432,23 +433,13 @@ def test_the_long_prefill_probe_is_charged_where_its_transient_is_larger():
     assert rank_ledger(phases, transients=StepTransients(gib(1)), **kw).owners == plain.owners
 
 
-def _split_limited_replay():
-    """The canonical boot with a replay whose reserved peak is 3 GiB above the persistent reading
-    for its 2 GiB allocated (vLLM's profile pass under its 20 MiB split limit)."""
-    phases = boot_phases()
-    persistent = phases[Phase.PERSISTENT]
-    phases[Phase.REPLAY] = dataclasses.replace(
-        phases[Phase.REPLAY], torch_peak_reserved_bytes=persistent.torch_reserved_bytes + gib(3))
-    return phases
-
-
 def test_with_expandable_segments_the_probe_stands_for_the_replays_reserved_transient():
     """vLLM 0.34 (H100, DeepSeek-V3 dims + MTP, expandable segments): the profile pass reserved
     9,160 MiB for 4,969 allocated, the probe measured 6,182 and the full batch grew reserved by
     5,642. Under expandable segments a probed boot charges the replay's allocated transient and
     the probe, never the pass's reserved peak."""
     from kvaudit.ledger import StepTransients
-    phases = _split_limited_replay()
+    phases = split_limited_boot_phases()
     # the replay's own: 2 GiB allocated, 3 GiB reserved
     assert activation_peak(phases) == gib(3)
     probe = gib(2.5)
@@ -464,7 +455,7 @@ def test_the_default_allocator_and_an_unprobed_boot_keep_the_replays_reserved_tr
     MTP model on the H200: 9,680 MiB reserved for 5,348 allocated), so nothing is lowered there;
     without the probe nothing measured the steps' reserved growth outside the split limit."""
     from kvaudit.ledger import StepTransients
-    phases = _split_limited_replay()
+    phases = split_limited_boot_phases()
     assert activation_peak(phases, StepTransients(None, gib(2.5))) == gib(3)
     assert activation_peak(phases, StepTransients(gib(0.5), None, expandable_segments=True)) == gib(3)
     assert activation_peak(phases, StepTransients(expandable_segments=True)) == gib(3)
@@ -477,6 +468,10 @@ def test_the_default_allocator_and_an_unprobed_boot_keep_the_replays_reserved_tr
     ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, False),
     ({"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6"}, False),
     ({"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"}, True),  # ROCm builds read this one
+    # torch reads the first that is set, PYTORCH_ALLOC_CONF before the older names, and the last option
+    ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:512", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
+    ({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, True),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,expandable_segments:False"}, False),
     ({"MALLOC_ARENA_MAX": "2"}, False),
 ])
 def test_expandable_segments_is_read_from_torchs_allocator_settings(env, expected):

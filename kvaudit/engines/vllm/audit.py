@@ -24,7 +24,7 @@ from typing import Any
 from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, exception_line, interrupted
 from kvaudit.engines.vllm import adapter, transport
-from kvaudit.ledger import StepTransients, budget_term, expandable_segments, kv_budget, kv_figure, requested_bytes
+from kvaudit.ledger import StepTransients, budget_term, kv_budget, kv_figure, requested_bytes
 from kvaudit.schema import VERIFY_TORCH_KEYS, BudgetTerm, Phase, PhaseStatus
 
 
@@ -75,6 +75,7 @@ class AuditMixin:
         """Bytes KV initialisation allocates besides the cache, measured under the minimal KV
         cache before sizing; kvaudit reserves them (they arrive with the real cache)."""
         self._kva_probe_transient: int | None = None
+        self._kva_expandable = False  # the allocator's expandable segments (worker_gpu: CUDA)
         """The long-prefill probe's transient (GPU, MRv2 from 0.33), charged beside the replay's."""
         self._kva_graphs: Any = None
         """kvaudit's graph measurement (ledger.GraphMeasurement), or None without graphs."""
@@ -154,7 +155,7 @@ class AuditMixin:
         budget = kv_budget(phase_records(self._kva_journal.events), requested=self._kva_requested,
                            others_bytes=self._kva_others_bytes(), graph_pool_estimate_bytes=estimate,
                            transients=StepTransients(graphs.transient_bytes if graphs else None,
-                                                      self._kva_probe_transient, expandable_segments(os.environ)),
+                                                      self._kva_probe_transient, self._kva_expandable),
                            kv_structures_bytes=self._kva_kv_structures, kv_tensor_block_bytes=pages,
                            fallback_bytes=vllm_available if vllm_available is not None else 0)
         assert budget is not None  # a fallback was given

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.trace import AllocationTracer
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.vllm.audit import AuditMixin, mark_deferred
-from kvaudit.ledger import GraphMeasurement, measure_graphs
+from kvaudit.ledger import GraphMeasurement, expandable_segments, measure_graphs
 from kvaudit.schema import Phase
 
 
@@ -231,6 +232,10 @@ class AuditWorker(AuditMixin, Worker):
         if probe_out:
             seq.fact(prefill_probe=probe_out, prefill_probe_transient_bytes=probe_out.get("transient_bytes"))
             self._kva_probe_transient = probe_out.get("transient_bytes")
+        # the allocator this process runs, as torch read its environment at start (the report's
+        # recomputation uses this fact, not the supervisor's environment: a Ray worker has its own)
+        self._kva_expandable = expandable_segments(os.environ)
+        seq.fact(allocator_expandable_segments=self._kva_expandable)
         measured = box.get("measured")
         self._kva_graphs = measured
         seq.fact(vllm_graph_estimate_bytes=box.get("vllm", 0), **(measured.facts() if measured else {}))
