@@ -364,6 +364,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "114-v1-23278-negative-kv-then-failed-to-start.log": dict(
         ranks={0: {W: G("65.9651"), "available": -G("2.14")}}, feasible=0, tp=1, verdict="fail",
         failure=("does_not_fit", "kv"), message_starts="No available memory for the cache blocks"),
+    # 0.8 printed one KV size per worker before unify_kv_cache_configs gave each the fewest blocks:
+    # the least serves (it read the last, 25,920, before)
+    "115-v1-0.8-16570-tp4-kv-sizes-per-worker.log": dict(tokens=25408, max_model_len=4096, verdict="ok",
+                                                         failure=None),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

@@ -54,11 +54,12 @@ def _env(boot: Boot) -> dict[str, str]:
 
 
 def _kv_tokens(boot: Boot) -> int | None:
-    """One KV size line per engine (info_once): the last per process, the least over engines."""
-    last: dict[tuple[int, int | None], int] = {}
-    for f in boot.engine.get(FactKind.KV_TOKENS, []):
-        last[(f.file, f.pid)] = f.value[1]
-    return min(last.values()) if last else None
+    """The least of the KV size lines: one per engine from 0.9 (the least engine binds), and
+    before that one per worker from the one engine process, printed before vLLM gave every worker
+    the fewest blocks (0.8 kv_cache_utils.unify_kv_cache_configs; vllm#16570, TP 4: 25,520,
+    25,408, 25,408 and 25,920 tokens, so 25,408 serve)."""
+    tokens = [f.value[1] for f in boot.engine.get(FactKind.KV_TOKENS, [])]
+    return min(tokens) if tokens else None
 
 
 DEFAULT_BLOCK_SIZE = 16
