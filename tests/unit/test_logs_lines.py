@@ -27,6 +27,7 @@ MSG = "Available KV cache memory: 4.0 GiB"
     # the colour codes pasted as text: a terminal's caret form (vllm#33155), the ␛ symbol, a JSON
     # log driver's or a repr's escape
     f"^[[0;36m(Worker_TP1 pid=42)^[[0;0m INFO 11-30 10:00:00 [gpu_worker.py:760] {MSG}",
+    f"[Worker_TP1 pid=42] INFO 11-30 10:00:00 [gpu_worker.py:760] {MSG}",  # bracketed (vllm#29070)
     f"\u241b[0;36m(Worker_TP1 pid=42)\u241b[0;0m INFO 11-30 10:00:00 [gpu_worker.py:760] {MSG}",
     f"\\u001b[0;36m(Worker_TP1 pid=42)\\u001b[0;0m \\x1b[32mINFO\\033[0m 11-30 10:00:00 [gpu_worker.py:760] {MSG}",
 ])

@@ -368,6 +368,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # the least serves (it read the last, 25,920, before)
     "115-v1-0.8-16570-tp4-kv-sizes-per-worker.log": dict(tokens=25408, max_model_len=4096, verdict="ok",
                                                          failure=None),
+    # the tags in square brackets: worker TP3's figures (TP at least 4), not an untagged rank 0's
+    "116-v1-29070-bracketed-tags-then-serving.log": dict(
+        ranks={3: {W: G("1.24"), A: G("0.22"), N: G("0.09"), "available": G("17.24")}}, tokens=226000, tp=None,
+        verdict="unknown", failure=None, warns="tensor_parallel_size: ≥ 4, size not stated"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

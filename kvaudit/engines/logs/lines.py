@@ -26,9 +26,10 @@ from kvaudit.printable import strip_colours
 # `(VllmWorker rank=0 pid=123)` / `(VllmWorker TP0 pid=123)`, and Ray's `(RayWorkerWrapper
 # pid=123, ip=10.0.0.1)`. Ray and Ray Serve nest them: `(ServeReplica:app pid=1) (EngineCore pid=2)
 # (RayWorkerProc pid=3) (Worker_TP1 pid=3) INFO …`: the last tag of the chain printed the line.
-_TAG = re.compile(r"\(([A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})(?:, ip=([\w.:\-]{1,64}))?\)")
-_NEXT_TAG = re.compile(r"[ \t]{0,4}\(([A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})"
-                       r"(?:, ip=([\w.:\-]{1,64}))?\)")
+# Some pastes bracket the tag instead (`[Worker_TP3 pid=540] INFO …`, vllm#29070).
+_TAG = re.compile(r"[(\[]([A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})(?:, ip=([\w.:\-]{1,64}))?[)\]]")
+_NEXT_TAG = re.compile(r"[ \t]{0,4}[(\[]([A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})"
+                       r"(?:, ip=([\w.:\-]{1,64}))?[)\]]")
 MAX_NESTED_TAGS = 8
 _HEAD = re.compile(
     r"\s*(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"

@@ -374,8 +374,9 @@ def _first_backend(text: str) -> tuple[int, int] | None:
 def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tuple[int, int] | None:
     """The next segment printed by `pid` after offset `after` and before `stop` (to follow a
     worker's renames)."""
-    i = text.find(f" pid={pid})", after, len(text) if stop is None else stop)
-    return None if i < 0 else bounds(text, i)
+    end = len(text) if stop is None else stop
+    found = [i for close in ")]" if (i := text.find(f" pid={pid}{close}", after, end)) >= 0]  # (tag) or [tag]
+    return bounds(text, min(found)) if found else None
 
 
 BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
