@@ -372,6 +372,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "116-v1-29070-bracketed-tags-then-serving.log": dict(
         ranks={3: {W: G("1.24"), A: G("0.22"), N: G("0.09"), "available": G("17.24")}}, tokens=226000, tp=None,
         verdict="unknown", failure=None, warns="tensor_parallel_size: ≥ 4, size not stated"),
+    # the KV fits, then the paste ends before startup finished (the issue: out of memory after it)
+    "117-v1-gpustack-1897-kv-fits-then-cut.log": dict(
+        tokens=106640, max_model_len=8192, verdict="ok", failure=None, warns="the log ends before startup finished"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
@@ -498,3 +501,11 @@ def test_every_does_not_fit_excerpt_names_the_length_and_what_it_needs_or_exceed
     for name, (length, reason) in reasons.items():
         assert (f"max_model_len {length} needs " in reason
                 or f"max_model_len {length} is longer than the KV cache's " in reason), name
+
+
+def test_only_a_log_that_ends_before_startup_finished_says_so() -> None:
+    """A KV-only excerpt is read as its KV lines say, with a warning that the warmup and the graph
+    capture after them are not in it; a log that reaches `init engine … took` has no such warning."""
+    from kvaudit.engines.logs.boot_record import UNFINISHED
+    assert UNFINISHED in load_report(PUBLIC / "117-v1-gpustack-1897-kv-fits-then-cut.log").warnings
+    assert UNFINISHED not in load_report(PUBLIC / "115-v1-0.8-16570-tp4-kv-sizes-per-worker.log").warnings

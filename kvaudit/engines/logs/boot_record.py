@@ -132,6 +132,9 @@ class LogBoot:
         warnings = list(dict.fromkeys([n for s in self.scans for n in s.notes]
                                       + [f.value for f in boot.engine.get(FactKind.NOTE, [])] + list(sizes.notes)
                                       + rank_notes + notes))
+        tokens = _kv_tokens(boot)
+        if failure is None and tokens is not None and all(s.serving_at > len(s.text) for s in self.scans):
+            warnings.append(UNFINISHED)
         if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
             warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "
                             f"of their pids, rank 0 is the driver (untagged lines)")
@@ -139,7 +142,6 @@ class LogBoot:
             warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
                             "one rank, rank 0")
         warnings += _ray_notes(boot)
-        tokens = _kv_tokens(boot)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
         fits = _passed_kv_check(boot, failure, config)
         if derived is not None and fits is None and failure is None and config.max_model_len is not None:
@@ -154,6 +156,13 @@ class LogBoot:
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
                           kv_tokens_note=derived.note if derived is not None else None),
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
+
+
+UNFINISHED = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup model) took` "
+              "or server line): the warmup and CUDA graph capture that follow KV sizing are not in it, and a boot "
+              "can still fail there")
+"""A log cut after its KV lines (gpustack#1897: the KV fit, then the boot ran out of memory past
+the paste's end): its verdict says what the KV lines say, and this says what they cannot."""
 
 
 def _ray_notes(boot: Boot) -> list[str]:
