@@ -107,7 +107,6 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
 
 
-
 def _no_kv_memory(boot: Boot, root: Located) -> FailureFact | None:
     """The KV check's failure where the log shows only that the boot died (`EngineCore failed to
     start`, a bare traceback) after a rank logged `Available KV cache memory` at or below zero: vLLM

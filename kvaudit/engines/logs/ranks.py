@@ -216,8 +216,8 @@ def check_one_boot(scans: Sequence[FileScan]) -> None:
 
 def _check_one_run(scan: FileScan, engine: dict[FactKind, list[Located]]) -> None:
     """A BadInputError when one file prints two engine configs (or vLLM versions, or served
-    lengths) that differ, as two boots' logs appended into one file do. The same config printed twice (a restart) is one
-    run: the last figures win."""
+    lengths) that differ, as two boots' logs appended into one file do. The same config printed
+    twice (a restart) is one run: the last figures win."""
     configs = [knobs_from_engine_line(x.value) for x in engine.get(FactKind.ENGINE_CONFIG, ())]
     configs += [{"vllm version": x.value} for x in engine.get(FactKind.VERSION, ())]
     # the length a boot serves (`Maximum concurrency for N tokens`) is the one its KV check tests:

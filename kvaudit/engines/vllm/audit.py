@@ -75,8 +75,9 @@ class AuditMixin:
         """Bytes KV initialisation allocates besides the cache, measured under the minimal KV
         cache before sizing; kvaudit reserves them (they arrive with the real cache)."""
         self._kva_probe_transient: int | None = None
-        self._kva_expandable = False  # the allocator's expandable segments (worker_gpu: CUDA)
         """The long-prefill probe's transient (GPU, MRv2 from 0.33), charged beside the replay's."""
+        self._kva_expandable = False
+        """The worker's allocator runs expandable segments (worker_gpu reads it: CUDA only)."""
         self._kva_graphs: Any = None
         """kvaudit's graph measurement (ledger.GraphMeasurement), or None without graphs."""
         self._kva_journal.write({"type": "start", "phase": Phase.BASELINE.value, "rank": self.rank})
