@@ -68,6 +68,11 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
     ]
     for key in ("device_name", "driver", "cuda", "torch", "vllm"):
         pairs.append((key, getattr(a.environment, key), getattr(b.environment, key)))
+    # the allocator the binding rank's worker ran: with expandable segments activation_peak is
+    # charged by another rule (ledger.activation_peak), so its delta is partly the rule's
+    ra, rb = a.binding(), b.binding()
+    pairs.append(("allocator_expandable_segments", ra.allocator_expandable_segments if ra else None,
+                  rb.allocator_expandable_segments if rb else None))
     known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
     for key in sorted(set(a.environment.env) | set(b.environment.env)):
         if _env_known(a, key) and _env_known(b, key):

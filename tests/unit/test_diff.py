@@ -159,6 +159,18 @@ def test_environment_differences_list_engine_versions_and_env_vars():
     assert diff.comparable is True  # environment is not a knob
 
 
+def test_the_binding_ranks_allocator_is_an_environment_difference_where_both_record_it():
+    """With expandable segments activation_peak is charged by another rule (ledger.activation_peak):
+    a diff that shows its delta says the allocators differ; unknown on a side is no difference."""
+    def with_allocator(report, value):
+        ranks = tuple(dataclasses.replace(r, allocator_expandable_segments=value) for r in report.ranks)
+        return dataclasses.replace(report, ranks=ranks)
+    default, expandable = with_allocator(rep_a(), False), with_allocator(rep_b(), True)
+    assert [(e.key, e.a, e.b) for e in diff_reports(default, expandable).environment_differences] == [
+        ("allocator_expandable_segments", False, True)]
+    assert diff_reports(rep_a(), expandable).environment_differences == ()
+
+
 # ------------------------------------------------------------------------------------------
 # the KV gate
 
