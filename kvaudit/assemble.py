@@ -285,8 +285,15 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         text = f"fits: {_kv_room(cap)}"
         if cap.kv_tokens is not None:
             text += f" holds {fmt_tokens(cap.kv_tokens)} tokens"
-        text += (f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
-                 if cap.kv_needed_bytes is not None else f"; max_model_len {config.max_model_len} is within them")
+        if cap.kv_needed_bytes is not None:
+            text += f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
+        elif cap.kv_tokens is not None and config.max_model_len is not None and config.max_model_len > cap.kv_tokens:
+            # vLLM checked and passed: its request needs fewer cache tokens than its length (a hybrid or
+            # sliding-window model; vllm PR 39559: 89,760 tokens, 262,144 served at concurrency 1.36x)
+            text += (f"; max_model_len {config.max_model_len} passed vLLM's own check (a request takes fewer "
+                     f"cache tokens than its length: sliding-window or hybrid layers)")
+        else:
+            text += f"; max_model_len {config.max_model_len} is within them"
         return Verdict.OK, text
     return Verdict.FAIL, _does_not_fit(cap, config)
 
