@@ -70,7 +70,7 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
         pairs.append((key, getattr(a.environment, key), getattr(b.environment, key)))
     # the allocator the binding rank's worker ran: with expandable segments activation_peak is
     # charged by another rule (ledger.activation_peak), so its delta is partly the rule's
-    ra, rb = a.binding(), b.binding()
+    ra, rb = _binding(a), _binding(b)
     pairs.append(("allocator_expandable_segments", ra.allocator_expandable_segments if ra else None,
                   rb.allocator_expandable_segments if rb else None))
     known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
@@ -87,8 +87,14 @@ def _env_known(report: Report, key: str) -> bool:
     return key in report.environment.env or report.source is not Source.LOG
 
 
+def _binding(report: Report) -> RankReport | None:
+    """The rank KV binds on; a report of one rank binds there even where it states no KV figure
+    (a log excerpt cut before its KV lines: vllm PR 10511's TP 2 profile, weights 7.48 GiB)."""
+    return report.binding() or (report.ranks[0] if len(report.ranks) == 1 else None)
+
+
 def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> DiffReport:
-    owners = _owner_rows(a.binding(), b.binding(), None)
+    owners = _owner_rows(_binding(a), _binding(b), None)
     # A rank whose number is unknown (null) cannot be paired with the other side's: it counts
     # only through the binding rank, and a per-rank row of rank None would read as the binding's.
     a_ranks = {r.rank: r for r in a.ranks if r.rank is not None}

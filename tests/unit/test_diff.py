@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_report, real_json, write_json
 
-from kvaudit.diff import check_kv_drop, diff_reports
+from kvaudit.diff import check_kv_drop, diff_reports, half_known_owners
 from kvaudit.engines.inputs import load_report
 from kvaudit.errors import ExitCode, FindingError, UsageError
 from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, dumps
@@ -348,3 +348,21 @@ def test_a_variable_one_run_sets_and_the_other_does_not_is_a_difference():
     b = rep_b(environment=Environment(env={}))
     assert [(e.key, e.a, e.b) for e in diff_reports(a, b).environment_differences] == [
         ("env.NCCL_CUMEM_ENABLE", "0", None)]
+
+
+def test_a_one_rank_report_without_a_kv_figure_is_compared_on_its_rank():
+    """vllm PR 10511 pasted a TP 1 profile with its KV line and a TP 2 one cut before it: the
+    one-rank side binds on its only rank, so the owners both sides state have deltas and a
+    dominant owner (before: every binding row half unknown, no dominant owner)."""
+    W, A, N = Owner.WEIGHTS, Owner.ACTIVATION_PEAK, Owner.NON_TORCH
+    a = plain_report([plain_rank(0, kv_available=gib(53.25), owners={W: gib(15), A: gib(1.25), N: gib(1.75)})],
+                     binding_rank=0, kv_available=gib(53.25))
+    b = plain_report([plain_rank(0, kv_available=None, owners={W: gib(7.5), A: gib(1.25), N: gib(3.5)})])
+    diff = diff_reports(a, b)
+    binding = {d.owner: d.delta_bytes for d in diff.owners if d.rank is None}
+    assert binding[W] == -gib(7.5) and binding[A] == 0 and binding[N] == gib(1.75)
+    assert diff.dominant_owner is Owner.WEIGHTS and half_known_owners(diff) == ()
+    # two ranks and no KV figure: no rank binds, and the binding rows stay unknown on that side
+    two = plain_report([plain_rank(0, kv_available=None, owners={W: gib(7.5)}),
+                        plain_rank(1, kv_available=None, owners={W: gib(7.5)})])
+    assert {d.owner: d.b_bytes for d in diff_reports(a, two).owners if d.rank is None}[W] is None
