@@ -381,8 +381,20 @@ def diff_summary(diff: DiffReport) -> list[str]:
     if diff.environment_differences:
         lines.append("environment: " + "; ".join(f"{e.key} {_plain(e.a)} → {_plain(e.b)}"
                                                  for e in diff.environment_differences))
+    lines += _unpaired_ranks(diff)
     lines += diff_repeat_lines(diff)
     return lines
+
+
+def _unpaired_ranks(diff: DiffReport) -> list[str]:
+    """Where no rank is known on both sides, no per-rank row pairs anything: say so (data-parallel
+    engines numbered differently in two logs, vllm PR 25779: _DP4 and _DP14 against _DP0 and _DP1)."""
+    known = {side: sorted({d.rank for d in diff.owners if d.rank is not None
+                           and (d.a_bytes if side == "a" else d.b_bytes) is not None}) for side in ("a", "b")}
+    if not known["a"] or not known["b"] or set(known["a"]) & set(known["b"]):
+        return []
+    return [f"per rank: no rank on both sides ({diff.a_name}: {', '.join(map(str, known['a']))}; "
+            f"{diff.b_name}: {', '.join(map(str, known['b']))}), so no rank's owners are compared"]
 
 
 def diff_repeat_lines(diff: DiffReport) -> list[str]:

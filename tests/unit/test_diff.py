@@ -366,3 +366,18 @@ def test_a_one_rank_report_without_a_kv_figure_is_compared_on_its_rank():
     two = plain_report([plain_rank(0, kv_available=None, owners={W: gib(7.5)}),
                         plain_rank(1, kv_available=None, owners={W: gib(7.5)})])
     assert {d.owner: d.b_bytes for d in diff_reports(a, two).owners if d.rank is None}[W] is None
+
+
+def test_a_diff_says_when_no_rank_is_on_both_sides():
+    """vllm PR 25779 pasted data-parallel engines _DP4 and _DP14 before, _DP0 and _DP1 after: no
+    per-rank row pairs anything, and the summary says so instead of a table of dashes."""
+    from kvaudit.render.summary import diff_summary
+    W = Owner.WEIGHTS
+    a = plain_report([plain_rank(4, kv_available=None, owners={W: gib(10)}),
+                      plain_rank(14, kv_available=None, owners={W: gib(10)})])
+    b = plain_report([plain_rank(0, kv_available=None, owners={W: gib(10)}),
+                      plain_rank(1, kv_available=None, owners={W: gib(10)})])
+    lines = diff_summary(diff_reports(a, b, "before.log", "after.log"))
+    assert ("per rank: no rank on both sides (before.log: 4, 14; after.log: 0, 1), so no rank's owners are "
+            "compared") in lines
+    assert not any(line.startswith("per rank:") for line in diff_summary(diff_reports(rep_a(), rep_b())))
