@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kvaudit.config import AuditConfig
-from kvaudit.ledger import requested_bytes
+from kvaudit.ledger import ALLOC_CONF_ENV, requested_bytes
 from kvaudit.schema import Capacity, Lever, NodeSummary, Owner, RankReport
 from kvaudit.units import fmt_gib, minus
 
@@ -169,8 +169,7 @@ def _grown_after_sizing(rank: RankReport, verify_overrun_bytes: int) -> int:
     return max(grown, verify_overrun_bytes, 0)
 
 
-ALLOCATOR_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
-                 "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD")
+ALLOCATOR_ENV = (*ALLOC_CONF_ENV, "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD")
 """Environment variables (names, or prefixes ending in `_`) that set how memory is allocated, torch's
 caching allocator or the host's (glibc's tunables, jemalloc's MALLOC_CONF, tcmalloc's, one
 preloaded): the same KV bytes fit or not with them, so the safe flags hold only where they are set."""

@@ -133,7 +133,7 @@ class LogBoot:
                                       + [f.value for f in boot.engine.get(FactKind.NOTE, [])] + list(sizes.notes)
                                       + rank_notes + notes))
         tokens = _kv_tokens(boot)
-        if failure is None and tokens is not None and all(s.serving_at > len(s.text) for s in self.scans):
+        if failure is None and tokens is not None and not any(s.startup_finished for s in self.scans):
             warnings.append(UNFINISHED)
         if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
             warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "

@@ -72,6 +72,11 @@ class FileScan:
         looked for only when a failure needs it."""
         return serving_from(self.text, self.cut_runs)
 
+    @property
+    def startup_finished(self) -> bool:
+        """Whether the file shows the boot finished (a SERVING line)."""
+        return self.serving_at <= len(self.text)
+
 
 MAX_FACT_LINES = 100_000
 """Lines that may state a memory figure, per file. One boot's startup states a few hundred (a few

@@ -264,7 +264,7 @@ class AuditMixin:
             peak_allocated = probe.read(pools=False).peak_allocated_bytes
             torch_figures = dict(zip(VERIFY_TORCH_KEYS, (start.allocated_bytes, peak_allocated, start.reserved_bytes,
                                                          peak_reserved), strict=True))
-            retries, before = probe.alloc_retries(), getattr(self, "_kva_verify_retries", None)
+            retries, before = probe.alloc_retries(), self._kva_verify_retries  # set with the start
             # a retry: the allocator found no room, gave its cache back and tried again (under a cap: the cap bound)
             retried = f", allocator retries {retries - before}" if retries is not None and before is not None else ""
             print(f"kvaudit verify {getattr(self, '_kva_verify_scenario', None)} rank {self.rank}: torch allocated "
