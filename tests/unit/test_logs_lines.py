@@ -177,7 +177,7 @@ def test_owners_from_logs_never_invent_zero() -> None:
     assert all(v is None for o, v in r.owners.items() if o is not Owner.WEIGHTS)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log")))
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log") if " pid=" in p.read_text()))
 def test_a_log_with_its_colours_pasted_as_caret_text_reads_as_the_log(name: str) -> None:
     """vLLM's coloured process tags, pasted from a terminal that shows the escape as `^[`
     (vllm#33155): the same report as without them. Before, a boot that died in its graph capture
@@ -187,6 +187,6 @@ def test_a_log_with_its_colours_pasted_as_caret_text_reads_as_the_log(name: str)
     from kvaudit.schema import dumps
     text = read_text(FIXTURES / name)
     coloured = re.sub(r"\([A-Za-z][\w.\- =]{0,80} pid=\d+\)", lambda m: f"^[[0;36m{m.group()}^[[0;0m", text)
-    assert coloured != text or "pid=" not in text
+    assert "^[[0;36m" in coloured  # every file here has process tags, so the rewrite changed it
     plain, pasted = report_from_log_text(text, name), report_from_log_text(coloured, name)
     assert dumps(pasted) == dumps(plain)
