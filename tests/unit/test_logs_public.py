@@ -379,6 +379,19 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "118-v1-pr-39559-hybrid-len-above-kv-tokens.log": dict(
         ranks={0: {"available": G("6.9"), "estimate": G("1.62")}}, tokens=89760, max_model_len=262144,
         verdict="ok", failure=None, reason_has="passed vLLM's own check"),
+    # an ERROR record cut inside its message ends the paste, right after KV sizing: the boot died
+    # there (it read as no failure: only a record cut before its `[file.py:N]` closed did)
+    "119-v0-0.4-5248-error-record-cut-after-blocks.log": dict(
+        tokens=507 * 16, tp=2, verdict="unknown", failure=("crash", "kv"), message_starts="Error execut …"),
+    # V0's capture, after KV sizing whatever the paste shows before it (it read "profile"), and the
+    # exception's text that logger.exception printed before the traceback (it read "not in the log")
+    "120-v0-0.9-gfx906-22-rocm-capture-logged-message.log": dict(
+        rank_values={W: [G("4.1367")] * 4}, verdict="unknown", failure=("crash", "capture"),
+        message_starts="size_k must divisible by BLOCK_SIZE_K (logged with the traceback"),
+    # `# rocm blocks` (it read no block count, so no tokens)
+    "121-v0-rocm-sllm-store-rocm-blocks.log": dict(
+        ranks={0: {W: G("0.2363"), N: G("0.53"), "available": G("20.33"), "total": G("23.98")}}, gmu=0.9,
+        tokens=37011 * 16, max_model_len=2048, verdict="ok", failure=None),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

@@ -457,8 +457,15 @@ _V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB initial_memory_usage=
                          rf"peak_torch_memory=({SNUM}) ?GiB memory_usage_post_profile=({SNUM}) ?GiB "
                          rf"non_torch_memory=({SNUM}) ?GiB "
                          rf"kv_cache_size=({SNUM}) ?GiB gpu_memory_utilization=({NUM})")
-# V0 executor_base.py / llm_engine.py: "# GPU blocks: N, # CPU blocks: M" ("# CUDA blocks" on CUDA from 0.6.5).
-_BLOCKS = re.compile(rf"(?:GPU|CUDA|cuda|gpu) blocks: ({CINT})")
+KV_BLOCK_DEVICES = ("GPU", "gpu", "CUDA", "cuda", "ROCM", "rocm", "XPU", "xpu", "HPU", "hpu", "TPU", "tpu",
+                    "NEURON", "neuron")
+"""The device word of V0's KV block count, `# <device> blocks: N, # CPU blocks: M` (executor_base.py,
+llm_engine.py): `GPU` before 0.6.4, then the platform's enum name (`CUDA`, `ROCM`, …), then its
+device_name (`cuda`, `rocm`, …, vLLM 0.7–0.10; the sllm-store ROCm guide's `# rocm blocks: 37011`).
+`CPU` is left out: it names the swap space's blocks there."""
+KV_BLOCK_WORDS = tuple(f" {device} blocks: " for device in KV_BLOCK_DEVICES)
+"""The words after the `#` of that line, as the scan and the phase timeline look for them."""
+_BLOCKS = re.compile(rf"(?:{'|'.join(KV_BLOCK_DEVICES)}) blocks: ({CINT})")
 
 
 def _profile(msg: str) -> Iterable[Fact]:

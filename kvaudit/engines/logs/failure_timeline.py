@@ -14,7 +14,7 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 from __future__ import annotations
 
 from kvaudit.engines.failures import BARE, GENERIC, Candidate, Evidence, decide_failure
-from kvaudit.engines.logs.facts import FactKind, FailureFact
+from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
@@ -27,8 +27,8 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.PROFILE, ("Model loading took",)),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
-                "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "# GPU blocks: ",
-                "# CUDA blocks: ", "available_kv_cache_memory")),
+                "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",
+                *(f"#{words}" for words in KV_BLOCK_WORDS))),
 )
 _CAPTURE_MARKS = ("Capturing CUDA graphs", "Capturing cudagraphs", "Capturing the model for CUDA graphs",
                   "Graph capturing finished", "JIT kernel warmup starting", "Compile and warming up",
@@ -42,8 +42,16 @@ _PROFILING_CAPTURE = ("Capturing CUDA graphs", "Graph capturing finished")
 estimate lines are gone): one of these after the profile and before KV is sizing's graphs phase."""
 
 
+_AFTER_KV_CAPTURE = ("Capturing cudagraphs for decoding", "Capturing the model for CUDA graphs")
+"""V0's model_runner.py capture_model (0.5–0.10, and its older wording): run only after the KV
+cache was sized, so the capture whatever the excerpt shows before it (vllm-gfx906#22: ROCm, its
+blocks line cut out of the paste, a kernel's shape check failing in the capture)."""
+
+
 def _timeline_phase(text: str, pos: int) -> Phase | None:
     """The furthest phase a milestone printed before `pos` shows (None: no milestone)."""
+    if any(text.find(m, 0, pos) >= 0 for m in _AFTER_KV_CAPTURE):
+        return Phase.CAPTURE
     for name, marks in reversed(_MILESTONES):
         if any(text.find(m, 0, pos) >= 0 for m in marks):
             if name is Phase.KV and any(text.find(m, 0, pos) >= 0 for m in _CAPTURE_MARKS):

@@ -7,8 +7,17 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kvaudit.engines.failures import handled
-from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind, concurrency, error_frame_facts, facts_from_message
+from kvaudit.engines.failures import BARE, LOG_MESSAGE_CHARS, handled
+from kvaudit.engines.logs.facts import (
+    ERROR_LEVELS,
+    RANK_KINDS,
+    Fact,
+    FactKind,
+    FailureFact,
+    concurrency,
+    error_frame_facts,
+    facts_from_message,
+)
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
 from kvaudit.engines.logs.scan import (
@@ -20,8 +29,9 @@ from kvaudit.engines.logs.scan import (
     segment_hits,
     serving_from,
 )
-from kvaudit.engines.logs.unwrap import Cuts, fixed_column_cuts, joined, record_at
+from kvaudit.engines.logs.unwrap import Cuts, bounds, fixed_column_cuts, joined, record_at
 from kvaudit.errors import BadInputError
+from kvaudit.schema import FailureKind
 
 V0_WORKER = "VllmWorkerProcess"
 """V0's multiprocessing workers (vllm/executor/multiproc_worker_utils.py): ranks 1… of the boot. The
@@ -113,7 +123,8 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
             parsed[line.pos] = ParsedLine(known.line, known.facts + extra)
         else:
             parsed[line.pos] = ParsedLine(line, facts)
-    lines = tuple(parsed[k] for k in sorted(parsed))
+    _add_closing_error(text, parsed)
+    lines = tuple(_with_logged_message(text, parsed[k], parsed) for k in sorted(parsed))
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
     tags = _final_tags(text, lines)
     v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
@@ -151,6 +162,61 @@ def _with_cut_runs(text: str, cands: Candidates, cuts: Cuts) -> Candidates:
         return cands
     return dataclasses.replace(cands, segments=tuple(sorted(cands.segments + tuple(extra))),
                                concurrency=tuple(sorted(cands.concurrency + tuple(followers))))
+
+
+CLOSING_ERROR = (" … (an ERROR record ends the log: the boot logged an error here; what it went on to say is not "
+                 "in the log)")
+
+
+def _add_closing_error(text: str, parsed: dict[int, ParsedLine]) -> None:
+    """The log's last line, where it is an ERROR record that states no failure kvaudit knows: a crash
+    whose cause is not shown, at the lowest priority (any stated cause wins). People paste up to the
+    error they ask about, and a search result or terminal cuts it (vllm#5248: `# GPU blocks: 507`,
+    then `ERROR 06-12 08:12:23 worker_base.py:145] Error execut`). facts.CUT_ERROR_RECORD catches
+    the record cut before its `[file.py:N]` closes; this, one cut after."""
+    end = len(text)
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    if end == 0:
+        return
+    start, _ = bounds(text, end - 1)
+    known = parsed.get(start)
+    if known is not None and any(f.kind is FactKind.FAILURE for f in known.facts):
+        return
+    line = parse_line(text[start:end], start)
+    said = line.msg.strip()
+    if line.level not in ERROR_LEVELS or not said:
+        return
+    fact = Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, said[:LOG_MESSAGE_CHARS] + CLOSING_ERROR,
+                                              priority=BARE))
+    parsed[start] = ParsedLine(line, (known.facts if known is not None else ()) + (fact,))
+
+
+LOGGED_WITH = " (logged with the traceback that follows; the exception line itself is not in the log)"
+
+
+def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLine]) -> ParsedLine:
+    """A bare traceback header given the message logged just before it: `logger.exception(e)` (V0's
+    engine.py run_mp_engine) prints the exception's text as an ERROR record, then the traceback as
+    records of the same process and source line (vllm-gfx906#22: `ERROR … [engine.py:458] size_k
+    must divisible by BLOCK_SIZE_K`, then `ERROR … [engine.py:458] Traceback …`, the paste cut
+    before the exception line). That text says why the boot died; the header alone does not."""
+    bare = [f for f in p.facts if f.kind is FactKind.FAILURE and f.value.priority == BARE]
+    if not bare or p.line.level not in ERROR_LEVELS or not p.line.msg.lstrip().startswith("Traceback"):
+        return p
+    end = p.line.pos
+    while end > 0 and text[end - 1] in "\r\n":
+        end -= 1
+    if end == 0:
+        return p
+    start, _ = bounds(text, end - 1)
+    before = parse_line(text[start:end], start)
+    said = before.msg.strip()
+    if (before.level not in ERROR_LEVELS or (before.pid, before.src) != (p.line.pid, p.line.src) or not said
+            or said.startswith(("Traceback", "File ")) or start in parsed):
+        return p
+    logged = dataclasses.replace(bare[0].value, message=said[:LOG_MESSAGE_CHARS] + LOGGED_WITH)
+    return ParsedLine(p.line, tuple(Fact(f.kind, logged) if f is bare[0] else f for f in p.facts))
 
 
 def _cut_notes(where: str, cuts: Cuts) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ each hit in place:
 - `Error` followed by `: ` or `(`, one multi-character pass: the exception lines of failures that
   print no unit (`ValueError: No available memory for the cache blocks`, `AssertionError: Workspace
   is locked`), and `raise ValueError(` where a paste kept the traceback but lost the message.
-- `#` before ` GPU blocks: ` / ` CUDA blocks: ` / ` CPU blocks: `: V0's KV block count.
+- `#` before ` GPU blocks: ` / ` cuda blocks: ` / ` rocm blocks: ` … (facts.KV_BLOCK_WORDS) / ` CPU blocks: `:
+  V0's KV block count.
 - `LLM engine` and ` version `, searched before the first other hit only (printed before anything
   is loaded): V0's config line (version, model, max_seq_len, TP) and the version banners.
 - A few long needles, one `str.find` pass each (long needles are the fast ones), at most
@@ -49,7 +50,14 @@ import re
 from dataclasses import dataclass
 from itertools import islice
 
-from kvaudit.engines.logs.facts import CUT_ERROR_HEAD, ERROR_FRAME_HEAD, FRAME_CALLS, KWARG_NEEDLES, backend
+from kvaudit.engines.logs.facts import (
+    CUT_ERROR_HEAD,
+    ERROR_FRAME_HEAD,
+    FRAME_CALLS,
+    KV_BLOCK_WORDS,
+    KWARG_NEEDLES,
+    backend,
+)
 from kvaudit.engines.logs.unwrap import bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
@@ -115,7 +123,7 @@ def _brace(text: str, i: int) -> bool:
     return i >= len(_ARGS) and text.startswith(_ARGS, i - len(_ARGS))
 
 
-_BLOCK_WORDS = (" GPU blocks: ", " CUDA blocks: ", " cuda blocks: ", " CPU blocks: ")
+_BLOCK_WORDS = (*KV_BLOCK_WORDS, " CPU blocks: ")
 
 
 def _hash(text: str, i: int) -> bool:
