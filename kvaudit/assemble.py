@@ -313,7 +313,8 @@ def _on_rank(cap: Capacity) -> str:
 def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
     length = config.max_model_len
     if cap.max_feasible_model_len == 0 or (cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0):
-        return (f"no request fits: {fmt_gib(cap.kv_available_bytes)} is left for KV{_on_rank(cap)}; "
+        left = "no memory" if cap.kv_available_bytes is None else fmt_gib(cap.kv_available_bytes)
+        return (f"no request fits: {left} is left for KV{_on_rank(cap)}; "
                 f"raise --gmu or free memory from the other owners")
     # vLLM's check keeps one block back (the null block), so that much more must be freed.
     short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes

@@ -392,6 +392,34 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "121-v0-rocm-sllm-store-rocm-blocks.log": dict(
         ranks={0: {W: G("0.2363"), N: G("0.53"), "available": G("20.33"), "total": G("23.98")}}, gmu=0.9,
         tokens=37011 * 16, max_model_len=2048, verdict="ok", failure=None),
+    # 0.6.5's profiling results, comma-separated (it read none of them); derived tokens with the
+    # warning that the log ends before startup finished (it warned only where tokens were stated)
+    "122-v0-0.6.5-pr-10909-comma-profiling-results-then-cut.log": dict(
+        ranks={0: {W: G("18.4902"), N: G("1.96"), "available": G("34.78"), "total": G("79.15")},
+               1: {W: G("18.4902"), N: G("1.96"), "available": G("34.96"), "total": G("79.15")}},
+        gmu=0.9, tokens=189945 * 16, max_model_len=1024, verdict="ok", failure=None,
+        warns="the log ends before startup finished"),
+    # 0.10's DEBUG budget line: the requested bytes (it read none)
+    "123-v1-0.10-pr-21429-debug-initial-free-requested.log": dict(
+        ranks={2: {W: G("55.13"), A: G("5.62"), N: G("2.04"), "available": G("7.07"), "requested": G("69.86"),
+                   "free": G("139.12")}},
+        tp=4, gmu=0.5, verdict="unknown", failure=None),
+    # the capture after KV sizing is in the log: the warning says so (it said the capture was not)
+    "124-v1-pr-57047-mrv2-capture-then-cut.log": dict(
+        ranks={0: {"available": G("36.88"), P: G("0.42"), "total": G("47.37"), "requested": G("40.27")}},
+        gmu=0.85, tokens=268560, max_model_len=2048, verdict="ok", failure=None,
+        warns="it shows the CUDA graph capture after KV sizing finished"),
+    # two servers' commands: GMU is not taken from either, with a warning (it took the first's 0.75)
+    "125-v0-0.6.4-10533-two-commands-no-cache-blocks.log": dict(
+        gmu=None, max_model_len=16384, verdict="fail", failure=("does_not_fit", "kv"),
+        warns="the pasted commands give gpu_memory_utilization different values (0.75, 0.2)"),
+    # the offline call's keywords, enforce_eager=True among them (it read the numbers only)
+    "126-v0-0.6-9163-jupyter-llm-call-oom.log": dict(gmu=0.1, max_model_len=4096, eager=True, verdict="fail",
+                                                    failure=("oom", None)),
+    # tokens from the block count, and the warning that the log ends before startup finished
+    "127-v1-0.7-pr-12569-blocks-then-cut.log": dict(
+        ranks={0: {W: G("67.7229")}}, gmu=0.98, tokens=1381 * 16, max_model_len=2048, verdict="ok", failure=None,
+        warns="the log ends before startup finished"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
@@ -415,7 +443,7 @@ def observed(report: Report, expected: dict[str, Any]) -> dict[str, Any]:
         "verdict": report.verdict.value, "rank_count": len(report.ranks),
         "failure": (report.failure.kind.value, report.failure.phase.value if report.failure.phase else None)
         if report.failure else None,
-        "pp": report.config.extra_args.get("pipeline_parallel_size"),
+        "pp": report.config.extra_args.get("pipeline_parallel_size"), "eager": report.config.enforce_eager,
     }
     for key, text in (("warns", "\n".join(report.warnings)), ("reason_has", report.verdict_reason)):
         if key in expected:

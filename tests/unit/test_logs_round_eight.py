@@ -1,8 +1,10 @@
-"""Real pastes, round eight (tests/fixtures/logs/public/119–121, each thread in its header; what a
+"""Real pastes, round eight (tests/fixtures/logs/public/119–127, each thread in its header; what a
 careful reader takes from each is in test_logs_public.EXPECTED). Here, the general rules they
 needed, on their own: an ERROR record that ends the log is a crash whose cause is not shown; the
 message `logger.exception` logs right before a traceback is that traceback's cause; V0's block
-count names the platform's device (`# rocm blocks: N`); V0's graph capture comes after KV sizing.
+count names the platform's device (`# rocm blocks: N`); V0's graph capture comes after KV sizing;
+0.6.5's profiling results and 0.10's DEBUG budget line; pasted commands that disagree; the
+`--enforce-eager` flag; a log that ends before startup finished, whatever gave its tokens.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import pytest
 
 from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
 from kvaudit.engines.logs.facts import KV_BLOCK_DEVICES
 from kvaudit.engines.logs.parse import CLOSING_ERROR, LOGGED_WITH
-from kvaudit.schema import FailureKind, Phase
+from kvaudit.schema import FailureKind, Owner, Phase
+from kvaudit.units import gib_to_bytes
 
 _BLOCKS = "INFO 06-12 08:12:23 distributed_gpu_executor.py:45] # GPU blocks: 507, # CPU blocks: 1024"
 _CUT = "ERROR 06-12 08:12:23 worker_base.py:145] Error execut"
@@ -95,3 +99,85 @@ def test_a_failure_after_v0s_block_count_is_past_kv_sizing(device: str) -> None:
     report = report_of([_LOAD, f"INFO 08-16 18:12:25 [executor_base.py:113] # {device} blocks: 9000, # CPU blocks: "
                         "2000", "Traceback (most recent call last):"])
     assert report.failure is not None and report.failure.phase is Phase.KV
+
+
+# --- round eight, second part: 0.6.5's and 0.10's budget lines, the pasted commands, the unfinished log
+
+_RESULTS_065 = ("INFO 12-13 02:10:28 worker.py:237] Memory profiling results: duration=72.36 seconds, "
+                "total_gpu_memory=79.15GiB, initial_memory_usage=19.68GiB, peak_torch_memory=34.50GiB, "
+                "memory_usage_post_profile=35.32GiB, non_torch_memory=1.96GiB, kv_cache_size=34.78GiB, "
+                "gpu_memory_utilization=0.90.")
+
+
+def test_the_comma_separated_profiling_results_of_0_6_5_are_read_as_the_0_6_4_form_is() -> None:
+    comma = report_of([_RESULTS_065])
+    spaced = report_of([_RESULTS_065.replace(", ", " ").replace("duration=72.36 seconds ", "")])
+    assert comma.config.gpu_memory_utilization == 0.9
+    assert dict(comma.ranks[0].owners)[Owner.KV_CACHE] == gib_to_bytes("34.78")
+    assert dict(comma.ranks[0].owners)[Owner.NON_TORCH] == gib_to_bytes("1.96")
+    assert comma.ranks == spaced.ranks
+
+
+def test_the_0_10_debug_budget_line_gives_the_requested_bytes() -> None:
+    line = ("(VllmWorker rank=2 pid=1608647) DEBUG 07-22 20:09:04 [gpu_worker.py:239] Initial free memory: 139.12 "
+            "GiB, free memory: 81.52 GiB, requested GPU memory: 69.86 GiB")
+    rank = report_of([line]).ranks[0]
+    assert rank.rank == 2 and rank.requested_bytes == gib_to_bytes("69.86")
+    assert rank.free_at_start_bytes == gib_to_bytes("139.12")
+
+
+_SERVE = "python3 -m vllm.entrypoints.openai.api_server --model /m --max-model-len=16384 --gpu-memory-utilization "
+
+
+def test_pasted_commands_that_disagree_on_a_knob_give_it_to_neither_and_say_so() -> None:
+    report = report_of([_SERVE + "0.75", _SERVE + "0.20"])
+    assert report.config.gpu_memory_utilization is None and report.config.max_model_len == 16384
+    assert any("give gpu_memory_utilization different values (0.75, 0.2)" in w for w in report.warnings)
+
+
+def test_pasted_commands_that_agree_give_the_knob_without_a_warning() -> None:
+    report = report_of([_SERVE + "0.75", _SERVE + "0.75"])
+    assert report.config.gpu_memory_utilization == 0.75
+    assert not any("different values" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("lines", "eager"), [
+    (["vllm serve m --enforce-eager --max-model-len 4096"], True),
+    (["vllm serve m --no-enforce-eager --max-model-len 4096"], False),
+    (['llm = LLM(model="m", gpu_memory_utilization=0.10, max_model_len=4096, enforce_eager=True)'], True),
+    (['llm = LLM(model="m", enforce_eager=False)'], False),
+    (["llm = LLM(", '    model="m",', "    enforce_eager=True,", ")"], True),  # a call spread over lines
+    (["vllm serve m --max-model-len 4096"], None),  # not stated
+    (["Try --enforce-eager if the capture runs out of memory"], None),  # a person's sentence, not a command
+])
+def test_enforce_eager_is_read_from_a_pasted_command_or_an_offline_call(lines: list[str], eager: bool | None) -> None:
+    assert report_of([*lines, _LOAD]).config.enforce_eager is eager
+
+
+_KV_BLOCKS_V1 = ["INFO 01-30 03:18:12 gpu_model_runner.py:848] Loading model weights took 67.7229 GB",
+                 "INFO 01-30 03:19:14 kv_cache_utils.py:395] # GPU blocks: 1381",
+                 "INFO 01-30 03:19:14 kv_cache_utils.py:398] Maximum concurrency for 2048 tokens per request: 10.79x"]
+
+
+def test_a_log_that_ends_after_its_block_count_is_unfinished_as_one_after_its_token_count() -> None:
+    report = report_of(_KV_BLOCKS_V1)
+    assert report.capacity.kv_tokens == 1381 * 16 and UNFINISHED in report.warnings
+    done = report_of([*_KV_BLOCKS_V1, "INFO 01-30 03:19:40 core.py:91] init engine (profile, create kv cache, "
+                                      "warmup model) took 80.1 seconds"])
+    assert UNFINISHED not in done.warnings and UNFINISHED_PAST_CAPTURE not in done.warnings
+
+
+def test_an_unfinished_log_that_shows_the_capture_after_kv_sizing_says_so() -> None:
+    captured = [*_KV_BLOCKS_V1, "INFO 01-30 03:19:30 gpu_model_runner.py:1000] Graph capturing finished in 6 secs, "
+                                "took 0.22 GiB"]
+    report = report_of(captured)
+    assert UNFINISHED_PAST_CAPTURE in report.warnings and UNFINISHED not in report.warnings
+    # Model Runner V2's estimate prints the same line before KV sizing: that is no capture after it
+    before = report_of([captured[0], captured[3], *captured[1:3]])
+    assert UNFINISHED in before.warnings and UNFINISHED_PAST_CAPTURE not in before.warnings
+
+
+def test_no_request_fits_says_so_where_the_log_states_no_kv_figure() -> None:
+    report = report_of([_SERVE + "0.20", "ValueError: No available memory for the cache blocks. Try increasing "
+                        "`gpu_memory_utilization` when initializing the engine."])
+    assert report.verdict_reason.startswith("no request fits: no memory is left for KV")

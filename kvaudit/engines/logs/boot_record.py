@@ -17,6 +17,7 @@ from kvaudit.engines.logs.parse import V0_WORKER, FileScan
 from kvaudit.engines.logs.ranks import (
     Boot,
     RankFacts,
+    command_conflicts,
     engine_first,
     engine_last,
     gather,
@@ -133,16 +134,16 @@ class LogBoot:
                                       + [f.value for f in boot.engine.get(FactKind.NOTE, [])] + list(sizes.notes)
                                       + rank_notes + notes))
         tokens = _kv_tokens(boot)
-        if failure is None and tokens is not None and not any(s.startup_finished for s in self.scans):
-            warnings.append(UNFINISHED)
         if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
             warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "
                             f"of their pids, rank 0 is the driver (untagged lines)")
         if boot.ranks and untagged(boot):
             warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
                             "one rank, rank 0")
-        warnings += _ray_notes(boot)
+        warnings += _ray_notes(boot) + command_conflicts(boot.engine)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
+        if failure is None and (tokens, derived) != (None, None) and not any(s.startup_finished for s in self.scans):
+            warnings.append(UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED)
         fits = _passed_kv_check(boot, failure, config)
         if derived is not None and fits is None and failure is None and config.max_model_len is not None:
             # a shorter product is only a finding when the block size is known
@@ -163,6 +164,26 @@ UNFINISHED = ("the log ends before startup finished (no `init engine (profile, c
               "can still fail there")
 """A log cut after its KV lines (gpustack#1897: the KV fit, then the boot ran out of memory past
 the paste's end): its verdict says what the KV lines say, and this says what they cannot."""
+
+
+UNFINISHED_PAST_CAPTURE = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup "
+                           "model) took` or server line): it shows the CUDA graph capture after KV sizing finished, "
+                           "not the rest of startup")
+"""The same, where the capture after the KV lines is in the log (vllm PR 57047: `Graph capturing
+finished in 6 secs, took 0.22 GiB`, then the paste ends)."""
+GRAPHS_CAPTURED = "Graph capturing finished"
+
+
+def _captured_after_kv(boot: Boot) -> bool:
+    """Whether a file shows the graph capture finished after its KV size or block count (Model Runner
+    V2 prints the same line for its graph estimate before KV sizing)."""
+    sized = [(f.file, f.pos) for f in boot.engine.get(FactKind.KV_TOKENS, [])]
+    sized += [(f.file, f.pos) for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_BLOCKS, [])]
+    first: dict[int, int] = {}
+    for file, pos in sized:
+        first[file] = min(pos, first.get(file, pos))
+    texts = {s.index: s.text for s in boot.scans}
+    return any(texts[file].find(GRAPHS_CAPTURED, pos) >= 0 for file, pos in first.items())  # one search a file
 
 
 def _ray_notes(boot: Boot) -> list[str]:

@@ -389,6 +389,10 @@ _ENGINE_BUDGET = re.compile(rf"engine's budget after excluding external process'
 # gpu_worker.py, DEBUG per worker.
 _INITIAL = re.compile(rf"Initial free memory: ({SNUM}) GiB; Requested memory: ({NUM}) \(util\), ({SNUM}) GiB")
 _REQUESTED_DEBUG = re.compile(rf"worker requested memory: ({SNUM}) ?GiB")
+# gpu_worker.py determine_available_memory, DEBUG per worker, 0.10 (vllm PR 21429): "Initial free
+# memory: 139.12 GiB, free memory: 81.52 GiB, requested GPU memory: 69.86 GiB".
+_INITIAL_010 = re.compile(rf"Initial free memory: ({SNUM}) ?GiB, free memory: {SNUM} ?GiB, "
+                          rf"requested GPU memory: ({SNUM}) ?GiB")
 
 
 def _actual(msg: str) -> Iterable[Fact]:
@@ -423,6 +427,9 @@ def _budget(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.REQUESTED, _gib(m.group(3)))
     if m := _REQUESTED_DEBUG.search(msg):
         yield Fact(FactKind.REQUESTED, _gib(m.group(1)))
+    if m := _INITIAL_010.search(msg):
+        yield Fact(FactKind.FREE_AT_START, _gib(m.group(1)))
+        yield Fact(FactKind.REQUESTED, _gib(m.group(2)))
 
 
 # utils/mem_utils.py MemoryProfilingResult.__repr__, DEBUG per worker (`logger.debug(profile_result)`):
@@ -452,11 +459,13 @@ _V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory
 
 # V0 worker.py determine_num_available_blocks, 0.6.4: one line "Memory profiling results:
 # total_gpu_memory=…GiB initial_memory_usage=…GiB peak_torch_memory=…GiB memory_usage_post_profile=…GiB
-# non_torch_memory=…GiB kv_cache_size=…GiB gpu_memory_utilization=…".
-_V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB initial_memory_usage=({SNUM}) ?GiB "
-                         rf"peak_torch_memory=({SNUM}) ?GiB memory_usage_post_profile=({SNUM}) ?GiB "
-                         rf"non_torch_memory=({SNUM}) ?GiB "
-                         rf"kv_cache_size=({SNUM}) ?GiB gpu_memory_utilization=({NUM})")
+# non_torch_memory=…GiB kv_cache_size=…GiB gpu_memory_utilization=…"; 0.6.5 puts `duration=… seconds, `
+# first and `, ` between the fields (vllm PR 10909).
+_SEP = "(?:, ?| )"
+_V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB{_SEP}initial_memory_usage=({SNUM}) ?GiB{_SEP}"
+                         rf"peak_torch_memory=({SNUM}) ?GiB{_SEP}memory_usage_post_profile=({SNUM}) ?GiB{_SEP}"
+                         rf"non_torch_memory=({SNUM}) ?GiB{_SEP}"
+                         rf"kv_cache_size=({SNUM}) ?GiB{_SEP}gpu_memory_utilization=({NUM})")
 KV_BLOCK_DEVICES = ("GPU", "gpu", "CUDA", "cuda", "ROCM", "rocm", "XPU", "xpu", "HPU", "hpu", "TPU", "tpu",
                     "NEURON", "neuron")
 """The device word of V0's KV block count, `# <device> blocks: N, # CPU blocks: M` (executor_base.py,
@@ -839,20 +848,29 @@ def _flag_spans(msg: str) -> list[tuple[int, int]]:
 # group digits with `_`.
 KWARG_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size",
               "max_model_len", "gpu_memory_utilization", "block_size")
-KWARG_NEEDLES = ("_parallel_size=", "max_model_len=", "gpu_memory_utilization=", "block_size=")
+KWARG_NEEDLES = ("_parallel_size=", "max_model_len=", "gpu_memory_utilization=", "block_size=", "enforce_eager=")
 """What a line with one of KWARG_KEYS holds (the scan's needles for it)."""
 _NUMERAL = r"\d(?:_?\d){0,11}(?:\.\d{1,6})?"
 _KWARG = re.compile(r"(?<![\w.\-])(" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*(" + _NUMERAL + r")(?![\w.])")
 _KWARG_LINE = re.compile(r"[ \t]{0,40}(?:" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*" + _NUMERAL
                          + r"[ \t]*,?[ \t]*\)?[ \t]*,?[ \t]*")
 _LLM_CALL = re.compile(r"(?<![\w.])LLM\(")
+# The one boolean knob read from a command: `--enforce-eager` (`--no-enforce-eager` from 0.10, where
+# the flag became a BooleanOptionalAction) and the offline call's `enforce_eager=True` (vllm#9163).
+_EAGER_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--(no-)?enforce-eager(?![\w\-=])")
+_EAGER_KWARG = re.compile(r"(?<![\w.\-])enforce_eager[ \t]*=[ \t]*(True|False)(?![\w.])")
 
 
 def _kwargs(msg: str) -> Iterable[Fact]:
     if call := _LLM_CALL.search(msg[:100_000]):
         found = _KWARG.finditer(msg, call.end(), 100_000)
+        if eager := _EAGER_KWARG.search(msg, call.end(), 100_000):
+            yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", eager.group(1) == "True"))
     elif len(msg) <= 200 and _KWARG_LINE.fullmatch(msg):
         found = _KWARG.finditer(msg)
+    elif len(msg) <= 200 and (eager := _EAGER_KWARG.fullmatch(msg.strip(" \t,)"))):
+        yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", eager.group(1) == "True"))
+        return
     else:
         return
     for m in found:
@@ -875,6 +893,8 @@ def _command(msg: str) -> Iterable[Fact]:
             key, text = COMMAND_FLAGS[m.group(1)], m.group(2)
             value: float | int = float(text) if key == "gpu_memory_utilization" else int(float(text))
             yield Fact(FactKind.COMMAND_ARG, (key, value))
+        for m in _EAGER_FLAG.finditer(msg[start:min(end, 100_000)]):
+            yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -979,8 +999,8 @@ RULES: tuple[Rule, ...] = (
     Rule("actual", ("Actual usage", "Current kv cache memory"), r"Actual usage( is|:) |Current kv cache memory in use",
          _actual),
     Rule("budget", ("Free memory on device", "esired GPU memory utilization", "Requested memory:",
-                    "requested memory:", "engine's budget"),
-         r"Free memory on device|Requested memory: |worker requested memory", _budget),
+                    "requested memory:", "engine's budget", "requested GPU memory:"),
+         r"Free memory on device|Requested memory: |worker requested memory|requested GPU memory: ", _budget),
     Rule("profile", ("Total non KV cache memory", "total_gpu_memory", "model weights take", "blocks: "),
          r"Total non KV cache memory|x gpu_memory_utilization|model weights take|total_gpu_memory="
          r"|# (GPU|CUDA|cuda) blocks",
@@ -1006,8 +1026,9 @@ RULES: tuple[Rule, ...] = (
          + "|".join(FRAME_CALLS) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
-         r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]"
-         r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]", _command),
+         r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]|--(no-)?enforce-eager"
+         r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]|enforce_eager *= *(True|False)",
+         _command),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
          _config),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),

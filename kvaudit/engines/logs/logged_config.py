@@ -39,6 +39,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
                                or (command.get("max_model_len") or None))
     if "block_size" not in merged and command.get("block_size"):
         merged["block_size"] = command["block_size"]
+    if merged.get("enforce_eager") is None and "enforce_eager" in command:
+        merged["enforce_eager"] = command["enforce_eager"]
     boot_sizes = boot_layout(boot.scans, engine)
     merged["tensor_parallel_size"] = boot_sizes.size("tp")
     merged["decode_context_parallel_size"] = boot_sizes.size("dcp")

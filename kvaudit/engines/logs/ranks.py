@@ -97,10 +97,25 @@ def _engine_ran_a_rank(scans: Sequence[FileScan]) -> bool:
 
 
 def command_args(engine: dict[FactKind, list[Located]]) -> dict[str, Any]:
-    """The flags of a pasted command line, the first of each."""
-    out: dict[str, Any] = {}
+    """The flags of the pasted command lines; a flag they give different values is left out: which
+    command the log is of is not known (vllm#10533: two servers on one GPU, `--gpu-memory-utilization
+    0.75` and `0.20`, the second failing; the first was taken)."""
+    return {key: values[0] for key, values in _command_values(engine).items() if len(values) == 1}
+
+
+def command_conflicts(engine: dict[FactKind, list[Located]]) -> list[str]:
+    """What the report says of each flag command_args leaves out."""
+    return [f"the pasted commands give {key} different values ({', '.join(map(str, values))}): which command "
+            f"this log is of is not known, so it is not taken from them"
+            for key, values in _command_values(engine).items() if len(values) > 1]
+
+
+def _command_values(engine: dict[FactKind, list[Located]]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
     for f in engine.get(FactKind.COMMAND_ARG, ()):
-        out.setdefault(*f.value)
+        key, value = f.value
+        if value not in (values := out.setdefault(key, [])):
+            values.append(value)
     return out
 
 
