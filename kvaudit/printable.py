@@ -7,6 +7,7 @@ are the bidirectional overrides that reorder what is shown ("Trojan source")."""
 
 from __future__ import annotations
 
+import html
 import re
 
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -43,3 +44,18 @@ def strip_colours(text: str) -> str:
     if not any(mark in text for mark in _COLOUR_MARKS):
         return text
     return _COLOUR.sub("", text)
+
+
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|quot|amp|lt|gt|apos);")
+"""An HTML character reference, as a log copied from a rendered web page keeps it (`The model&#39;s
+max seq len`): the numeric ones and the five of XML, no other name."""
+
+
+def plain_text(text: str) -> str:
+    """A pasted line as vLLM wrote it: without colour sequences (strip_colours) and with the HTML
+    character references of a copied web page read (`&#39;` is `'`)."""
+    text = strip_colours(text)
+    if "&" not in text:
+        return text
+    return _ENTITY.sub(lambda m: html.unescape(m.group()), text)
+

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Generic, TypeVar
 
-from kvaudit.printable import strip_colours
+from kvaudit.printable import plain_text
 from kvaudit.schema import Failure, FailureKind, Phase
 
 
@@ -172,7 +172,7 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     """The error as its first line shows it: from the exception class printed before the
     cause's anchor when there is one (a log prefix, a container prefix or a `Worker failed with
     error '…'` wrapper may precede it), else the whole message; one line, capped at `limit`."""
-    msg = strip_colours(msg)
+    msg = plain_text(msg)
     at = msg.find(cause.start(msg))
     before = None
     for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):

@@ -420,6 +420,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "127-v1-0.7-pr-12569-blocks-then-cut.log": dict(
         ranks={0: {W: G("67.7229")}}, gmu=0.98, tokens=1381 * 16, max_model_len=2048, verdict="ok", failure=None,
         warns="the log ends before startup finished"),
+    # a crash right after torch.compile, the load lines not in the paste: the profile pass compiles
+    "128-v1-0.8.3-18390-crash-after-torch-compile.log": dict(gmu=0.975, tp=1, verdict="unknown",
+                                                             failure=("crash", "profile")),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

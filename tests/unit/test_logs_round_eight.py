@@ -15,6 +15,7 @@ from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
 from kvaudit.engines.logs.facts import KV_BLOCK_DEVICES
 from kvaudit.engines.logs.parse import CLOSING_ERROR, LOGGED_WITH
+from kvaudit.printable import plain_text
 from kvaudit.schema import FailureKind, Owner, Phase
 from kvaudit.units import gib_to_bytes
 
@@ -181,3 +182,24 @@ def test_no_request_fits_says_so_where_the_log_states_no_kv_figure() -> None:
     report = report_of([_SERVE + "0.20", "ValueError: No available memory for the cache blocks. Try increasing "
                         "`gpu_memory_utilization` when initializing the engine."])
     assert report.verdict_reason.startswith("no request fits: no memory is left for KV")
+
+
+def test_html_character_references_of_a_copied_web_page_are_read_as_their_characters() -> None:
+    quoted = ("ERROR 08-12 10:00:00 [core.py:1] ValueError: The model&#39;s max seq len (8192) is larger than the "
+              "maximum number of tokens that can be stored in KV cache (2400). Try increasing "
+              "&quot;gpu_memory_utilization&quot; or decreasing `max_model_len` when initializing the engine.")
+    report = report_of([quoted])
+    assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT
+    assert report.failure.message.startswith("ValueError: The model's max seq len (8192)")
+    assert '"gpu_memory_utilization"' in report.failure.message
+
+
+def test_plain_text_reads_only_character_references() -> None:
+    assert plain_text("a &amp; b &lt;c&gt; &#x27;d&#39; &nbsp; &copy") == "a & b <c> 'd' &nbsp; &copy"
+
+
+def test_a_failure_after_torch_compile_with_no_load_line_in_the_paste_is_in_the_profile_phase() -> None:
+    report = report_of(["INFO 05-19 06:22:40 [monitor.py:33] torch.compile takes 142.00 s in total",
+                        "ERROR 05-19 06:22:41 [core.py:390] EngineCore hit an exception: Traceback (most recent "
+                        "call last):"])
+    assert report.failure is not None and report.failure.phase is Phase.PROFILE

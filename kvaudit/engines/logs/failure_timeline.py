@@ -24,7 +24,9 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.LOAD, ("Starting to load model", "Loading model from scratch", "Initializing model took",
                   "Loading weights took", "Loading safetensors checkpoint shards",
                   "Loading drafter model")),  # gpu_model_runner.py load_model loads the drafter last
-    (Phase.PROFILE, ("Model loading took",)),
+    # V1 compiles the model in its first forward, the profile pass (vllm#18390: `torch.compile takes
+    # 142.00 s in total`, then the engine core's traceback, its load lines not in the paste)
+    (Phase.PROFILE, ("Model loading took", "torch.compile takes", "Dynamo bytecode transform time")),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",

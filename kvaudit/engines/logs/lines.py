@@ -8,9 +8,10 @@ and older releases printed `LEVEL MM-DD HH:MM:SS [file.py:line] message` with th
 `({worker} pid={pid}) ` tag added in front of worker output only (`_add_prefix` in
 vllm/utils/system_utils.py). Container runtimes put their own prefix in front
 (`2026-11-30T10:00:00.123456789Z `, `[pod-xyz] `), `VLLM_LOGGING_COLOR` adds ANSI codes (pasted
-as the escape byte or written out: printable.strip_colours), and
-multi-line messages repeat the prefix after `\\r\\n` (NewLineFormatter). So the tag is searched
-near the start of the line instead of anchored to it, and colours are stripped first.
+as the escape byte or written out: printable.strip_colours), a copy of a web page keeps HTML's
+`&#39;`, and multi-line messages repeat the prefix after `\\r\\n` (NewLineFormatter). So the tag is
+searched near the start of the line instead of anchored to it, and colours and character
+references are read first (printable.plain_text).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvaudit.printable import strip_colours
+from kvaudit.printable import plain_text
 
 # `(Worker_TP0_DCP1 pid=123)`, `(VllmWorker-0 pid=123)`, `(EngineCore_DP0 pid=123)`, the older
 # `(VllmWorker rank=0 pid=123)` / `(VllmWorker TP0 pid=123)`, and Ray's `(RayWorkerWrapper
@@ -83,7 +84,7 @@ def _innermost(segment: str, tag: re.Match[str]) -> re.Match[str]:
 
 
 def parse_line(segment: str, pos: int) -> LogLine:
-    segment = strip_colours(segment)
+    segment = plain_text(segment)
     head = segment[:TAG_SEARCH_CHARS]
     tag = _TAG.search(head)
     if tag is not None:
@@ -116,7 +117,7 @@ def has_prefix(segment: str) -> bool:
 
 def tag_of(segment: str) -> tuple[str, int] | None:
     """The `(tag, pid)` a segment carries, if any (used to follow a pid's renames)."""
-    segment = strip_colours(segment)
+    segment = plain_text(segment)
     m = _TAG.search(segment[:TAG_SEARCH_CHARS])
     if m is None:
         return None
