@@ -42,7 +42,8 @@ TP_AT_LEAST_2 = "tensor_parallel_size: ≥ 2, size not stated"
 
 EXPECTED: dict[str, dict[str, Any]] = {
     "01-v0.6-10517-20k-ok.log": dict(
-        ranks={0: {W: G("14.9888"), N: G("0.35"), "available": G("3.81"), "total": G("23.58"), "blocks": 1952}},
+        ranks={0: {W: G("14.9888"), A: G("17.06") - G("14.9888"), N: G("0.35"), "available": G("3.81"),
+                   "total": G("23.58"), "blocks": 1952}},
         gmu=0.9, max_model_len=20000, verdict="ok"),
     "02-v0.6-10517-29k-fails.log": dict(
         ranks={0: {W: G("14.9888"), "available": G("2.89"), "blocks": 1478}},
@@ -395,8 +396,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # 0.6.5's profiling results, comma-separated (it read none of them); derived tokens with the
     # warning that the log ends before startup finished (it warned only where tokens were stated)
     "122-v0-0.6.5-pr-10909-comma-profiling-results-then-cut.log": dict(
-        ranks={0: {W: G("18.4902"), N: G("1.96"), "available": G("34.78"), "total": G("79.15")},
-               1: {W: G("18.4902"), N: G("1.96"), "available": G("34.96"), "total": G("79.15")}},
+        ranks={0: {W: G("18.4902"), A: G("34.50") - G("18.4902"), N: G("1.96"), "available": G("34.78"),
+                   "total": G("79.15")},
+               1: {W: G("18.4902"), A: G("34.32") - G("18.4902"), N: G("1.96"), "available": G("34.96"),
+                   "total": G("79.15")}},
         gmu=0.9, tokens=189945 * 16, max_model_len=1024, verdict="ok", failure=None,
         warns="the log ends before startup finished"),
     # 0.10's DEBUG budget line: the requested bytes (it read none)

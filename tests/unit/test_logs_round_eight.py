@@ -119,6 +119,13 @@ def test_the_comma_separated_profiling_results_of_0_6_5_are_read_as_the_0_6_4_fo
     assert comma.ranks == spaced.ranks
 
 
+def test_activation_is_the_0_6_4_torch_peak_less_the_weights_where_both_are_stated() -> None:
+    load = "INFO 12-13 02:09:14 model_runner.py:1094] Loading model weights took 18.4902 GB"
+    owners = dict(report_of([load, _RESULTS_065]).ranks[0].owners)
+    assert owners[Owner.ACTIVATION_PEAK] == gib_to_bytes("34.50") - gib_to_bytes("18.4902")
+    assert dict(report_of([_RESULTS_065]).ranks[0].owners)[Owner.ACTIVATION_PEAK] is None  # no weights stated
+
+
 def test_the_0_10_debug_budget_line_gives_the_requested_bytes() -> None:
     line = ("(VllmWorker rank=2 pid=1608647) DEBUG 07-22 20:09:04 [gpu_worker.py:239] Initial free memory: 139.12 "
             "GiB, free memory: 81.52 GiB, requested GPU memory: 69.86 GiB")

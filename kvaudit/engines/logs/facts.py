@@ -63,6 +63,9 @@ class FactKind(StrEnum):
     NON_KV_RSS = "non_kv_rss"
     KV_SUGGESTION = "kv_suggestion"
     KV_BLOCKS = "kv_blocks"
+    TORCH_PEAK_TOTAL = "torch_peak_total"
+    """V0 0.6.4–0.6.5's `peak_torch_memory`: torch's allocated peak in the profile pass, the weights
+    included (its KV is the budget less it and non_torch_memory): activation_peak is it less the weights."""
     # Engine level (printed once, or about the whole boot).
     GMU = "gmu"
     KV_TOKENS = "kv_tokens"
@@ -109,7 +112,7 @@ RANK_KINDS = frozenset({
     FactKind.PEAK_WITH_GRAPHS, FactKind.PEAK, FactKind.NON_TORCH, FactKind.GRAPH_USAGE, FactKind.DEVICE_TOTAL,
     FactKind.FREE_AT_START, FactKind.REQUESTED, FactKind.PROFILE_SECONDS, FactKind.TORCH_PEAK_INCREASE,
     FactKind.NON_KV_TOTAL, FactKind.B12X_TRANSIENT, FactKind.NON_KV_RSS, FactKind.KV_SUGGESTION, FactKind.KV_BLOCKS,
-    FactKind.KV_MEASURED, FactKind.KV_EXTENDED, FactKind.KV_KEPT_TRANSIENT,
+    FactKind.KV_MEASURED, FactKind.KV_EXTENDED, FactKind.KV_KEPT_TRANSIENT, FactKind.TORCH_PEAK_TOTAL,
 })
 """Facts that belong to the rank whose process printed them; the rest describe the boot."""
 
@@ -480,6 +483,7 @@ _BLOCKS = re.compile(rf"(?:{'|'.join(KV_BLOCK_DEVICES)}) blocks: ({CINT})")
 def _profile(msg: str) -> Iterable[Fact]:
     if "total_gpu_memory=" in msg and (m := _V0_RESULTS.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+        yield Fact(FactKind.TORCH_PEAK_TOTAL, _gib(m.group(3)))
         yield Fact(FactKind.NON_TORCH, _gib(m.group(5)))
         yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(6)))
         yield Fact(FactKind.GMU, float(m.group(7)))

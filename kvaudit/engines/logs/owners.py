@@ -141,7 +141,11 @@ def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tupl
             return None, (f"peak activation {fmt_gib(peak)} is below the graph estimate {fmt_gib(applied)}; "
                           f"activation_peak left unknown")
         return peak - applied, None
-    return r.last(FactKind.PEAK), None
+    peak = r.last(FactKind.PEAK)
+    torch_peak, weights = r.last(FactKind.TORCH_PEAK_TOTAL), r.first(FactKind.WEIGHTS)
+    if peak is None and torch_peak is not None and weights is not None:
+        return torch_peak - weights, None  # a negative one (another boot's weights) is left unknown by the caller
+    return peak, None
 
 
 def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | None, estimates_disabled: bool,
