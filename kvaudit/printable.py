@@ -52,10 +52,9 @@ max seq len`): the numeric ones and the five of XML, no other name."""
 
 
 def plain_text(text: str) -> str:
-    """A pasted line as vLLM wrote it: without colour sequences (strip_colours) and with the HTML
-    character references of a copied web page read (`&#39;` is `'`)."""
-    text = strip_colours(text)
-    if "&" not in text:
-        return text
-    return _ENTITY.sub(lambda m: html.unescape(m.group()), text)
+    """A pasted line as vLLM wrote it: with the HTML character references of a copied web page read
+    (`&#39;` is `'`), then without colour sequences (strip_colours: `&#27;[31m` is one too)."""
+    if "&" in text:
+        text = _ENTITY.sub(lambda m: html.unescape(m.group()), text)
+    return strip_colours(text)
 

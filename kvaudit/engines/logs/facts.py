@@ -1007,7 +1007,7 @@ RULES: tuple[Rule, ...] = (
          r"Free memory on device|Requested memory: |worker requested memory|requested GPU memory: ", _budget),
     Rule("profile", ("Total non KV cache memory", "total_gpu_memory", "model weights take", "blocks: "),
          r"Total non KV cache memory|x gpu_memory_utilization|model weights take|total_gpu_memory="
-         r"|# (GPU|CUDA|cuda) blocks",
+         r"|# (" + "|".join(KV_BLOCK_DEVICES) + ") blocks",
          _profile),
     Rule("profile_table", ("total_gpu_memory", "gpu_memory_utilization", "vLLM instance can use", "model weights take",
                            "non_torch_memory", "activation peak memory", "available_kv_cache_memory"),
