@@ -7,7 +7,6 @@ are the bidirectional overrides that reorder what is shown ("Trojan source")."""
 
 from __future__ import annotations
 
-import html
 import re
 
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -46,15 +45,26 @@ def strip_colours(text: str) -> str:
     return _COLOUR.sub("", text)
 
 
-_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|quot|amp|lt|gt|apos);")
+_ENTITY = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|(quot|amp|lt|gt|apos));")
 """An HTML character reference, as a log copied from a rendered web page keeps it (`The model&#39;s
 max seq len`): the numeric ones and the five of XML, no other name."""
+_NAMED = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
+
+
+def _character(m: re.Match[str]) -> str:
+    """The character a reference names; NUL, a surrogate or a number past Unicode stays as written
+    (none is a character a file can hold). html.unescape would drop control characters, and an
+    escaped ESC must stay one for strip_colours to find its sequence."""
+    if m.group(3):
+        return _NAMED[m.group(3)]
+    code = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
+    return chr(code) if 0 < code < 0x110000 and not 0xD800 <= code <= 0xDFFF else m.group(0)
 
 
 def plain_text(text: str) -> str:
     """A pasted line as vLLM wrote it: with the HTML character references of a copied web page read
     (`&#39;` is `'`), then without colour sequences (strip_colours: `&#27;[31m` is one too)."""
     if "&" in text:
-        text = _ENTITY.sub(lambda m: html.unescape(m.group()), text)
+        text = _ENTITY.sub(_character, text)
     return strip_colours(text)
 

@@ -204,6 +204,7 @@ def test_html_character_references_of_a_copied_web_page_are_read_as_their_charac
 def test_plain_text_reads_only_character_references() -> None:
     assert plain_text("a &amp; b &lt;c&gt; &#x27;d&#39; &nbsp; &copy") == "a & b <c> 'd' &nbsp; &copy"
     assert plain_text("&#27;[0;36m(EngineCore_DP0 pid=7)&#x1b;[0;0m INFO") == "(EngineCore_DP0 pid=7) INFO"
+    assert plain_text("&#0; &#xD800; &#1114112; &#65;") == "&#0; &#xD800; &#1114112; A"  # no such characters
 
 
 def test_a_failure_after_torch_compile_with_no_load_line_in_the_paste_is_in_the_profile_phase() -> None:
