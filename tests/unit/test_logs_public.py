@@ -426,6 +426,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # a crash right after torch.compile, the load lines not in the paste: the profile pass compiles
     "128-v1-0.8.3-18390-crash-after-torch-compile.log": dict(gmu=0.975, tp=1, verdict="unknown",
                                                              failure=("crash", "profile")),
+    # a worker's `WorkerProc hit an exception.` on a line with nothing else the scan looked for (it
+    # read no failure; after KV lines such a line read as a boot that fits)
+    "129-v1-40821-worker-hit-an-exception-then-cut.log": dict(
+        ranks={0: {W: G("74.85")}}, verdict="unknown", failure=("crash", "profile"),
+        message_starts="WorkerProc hit an exception."),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import pytest
 
+from kvaudit.engines.failures import CAUSES
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
 from kvaudit.engines.logs.facts import KV_BLOCK_DEVICES
 from kvaudit.engines.logs.parse import CLOSING_ERROR, LOGGED_WITH
+from kvaudit.engines.logs.scan import scan, scan_exhaustive
 from kvaudit.printable import plain_text
 from kvaudit.schema import FailureKind, Owner, Phase
 from kvaudit.units import gib_to_bytes
@@ -212,3 +214,37 @@ def test_a_failure_after_torch_compile_with_no_load_line_in_the_paste_is_in_the_
                         "ERROR 05-19 06:22:41 [core.py:390] EngineCore hit an exception: Traceback (most recent "
                         "call last):"])
     assert report.failure is not None and report.failure.phase is Phase.PROFILE
+
+
+# --- round eight, third part (vllm#40821): the catalogue's every anchor is looked for in an excerpt
+
+_KV_TP2 = ["(Worker_TP0 pid=198) INFO 07-23 06:17:44 [gpu_worker.py:538] Available KV cache memory: 5.24 GiB",
+           "(EngineCore pid=184) INFO 07-23 06:17:44 [kv_cache_utils.py:2146] GPU KV cache size: 295,827 tokens",
+           "(EngineCore pid=184) INFO 07-23 06:17:44 [kv_cache_utils.py:2147] Maximum concurrency for 262,144 tokens "
+           "per request: 1.13x"]
+_LATER = "(Worker_TP0 pid=198) INFO 07-23 06:17:50 [kernel_warmup.py:44] Skipping FlashInfer autotune."
+
+
+@pytest.mark.parametrize("anchor", [c.anchor for c in CAUSES])
+def test_every_catalogue_anchor_on_a_logged_line_of_an_excerpt_is_a_candidate(anchor: str) -> None:
+    line = f"(Worker_TP1 pid=199) ERROR 07-23 06:17:50 [multiproc_executor.py:962] {anchor}"
+    text = "\n".join([*_KV_TP2, line, _LATER]) + "\n"
+    start = text.index(line)
+    assert any(s <= start < e for s, e in scan(text).segments)
+    assert scan(text) == scan_exhaustive(text)
+
+
+def test_a_worker_exception_line_after_kv_lines_is_a_crash_not_a_boot_that_fits() -> None:
+    """vllm#40821's `WorkerProc hit an exception.` after the KV lines of another paste: it read `OK: fits`."""
+    dead = "(Worker_TP1 pid=199) ERROR 07-23 06:17:50 [multiproc_executor.py:962] WorkerProc hit an exception."
+    report = report_of([*_KV_TP2, dead, _LATER])
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.message == "WorkerProc hit an exception." and report.verdict.value == "unknown"
+
+
+def test_a_persons_sentence_that_names_a_failure_is_not_the_boots() -> None:
+    said = "I also tried 0.9 and got Engine core initialization failed, and before that CUDA out of memory"
+    text = "\n".join([*_KV_TP2, said, _LATER]) + "\n"
+    assert not any(s <= text.index(said) < e for s, e in scan(text).segments)
+    report = report_of([*_KV_TP2, said, _LATER])
+    assert report.failure is None and report.verdict.value == "ok"

@@ -50,6 +50,7 @@ import re
 from dataclasses import dataclass
 from itertools import islice
 
+from kvaudit.engines.failures import CAUSES
 from kvaudit.engines.logs.facts import (
     CUT_ERROR_HEAD,
     ERROR_FRAME_HEAD,
@@ -58,7 +59,9 @@ from kvaudit.engines.logs.facts import (
     KWARG_NEEDLES,
     backend,
 )
+from kvaudit.engines.logs.lines import has_prefix
 from kvaudit.engines.logs.unwrap import bounds, line_end
+from kvaudit.printable import plain_text
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
 # `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal
@@ -208,6 +211,8 @@ def scan(text: str) -> Candidates:
         for rx in _ERROR_RECORDS:  # each at most MAX_NEEDLE_LINES lines
             for m in islice(rx.finditer(text), MAX_NEEDLE_LINES):
                 found.setdefault(*bounds(text, m.start()))
+        for needle in _CATALOGUE_NEEDLES:
+            _needle_lines(text, needle, found, logged_only=True)
     kept = [0]
     for start, stop in _frame_windows(text, headers):
         _frame_lines(text, found, start, stop, kept)
@@ -224,17 +229,19 @@ def scan(text: str) -> Candidates:
     return Candidates(segments, _concurrency(text, segments), _first_backend(text))
 
 
-def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None) -> list[int]:
-    """The first MAX_NEEDLE_LINES lines that hold `needle` (before `stop`), found with str.find
-    (one pass at most): a boot dies once, and a log of a thousand tracebacks is a server's, not a
-    start-up's."""
+def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None,
+                  logged_only: bool = False) -> list[int]:
+    """The first MAX_NEEDLE_LINES lines that hold `needle` (before `stop`; `logged_only`: that vLLM's
+    logger printed), found with str.find (one pass at most): a boot dies once, and a log of a
+    thousand tracebacks is a server's, not a start-up's."""
     stop = len(text) if stop is None else stop
     i = text.find(needle, 0, stop)
     starts: list[int] = []
     while i >= 0 and len(starts) < MAX_NEEDLE_LINES:
         start, end = bounds(text, i)
-        found.setdefault(start, end)
-        starts.append(start)
+        if not logged_only or _logged(text[start:end]):
+            found.setdefault(start, end)
+            starts.append(start)
         i = text.find(needle, end, stop)
     return starts
 
@@ -290,6 +297,7 @@ def scan_exhaustive(text: str) -> Candidates:
     """The same selection, one segment at a time: the slow reference the tests hold `scan` to."""
     found, extra, engine, frames = [], [], [], 0
     records = dict.fromkeys(_ERROR_RECORDS, 0)  # excerpt-only ERROR records kept per pattern
+    catalogue = dict.fromkeys(_CATALOGUE_NEEDLES, 0)  # excerpt-only logged catalogue lines kept per anchor
     window = min(len(text), COMMAND_WINDOW)
     needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
     headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if _TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
@@ -311,6 +319,10 @@ def scan_exhaustive(text: str) -> Candidates:
             if records[rx] < MAX_NEEDLE_LINES and rx.search(seg):
                 records[rx] += 1
                 kept.append(rx.pattern)
+        for needle in catalogue if len(text) <= EXCERPT_CHARS else ():
+            if catalogue[needle] < MAX_NEEDLE_LINES and needle in seg and _logged(seg):
+                catalogue[needle] += 1
+                kept.append(needle)
         if hit:
             found.append((m.start(), m.end()))
         elif frame or kept:
@@ -330,6 +342,7 @@ def segment_hits(seg: str) -> bool:
     return (_has_error(seg) or _V_RX.search(seg) is not None
             or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
             or any(needle in seg for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES + _PRELUDE)
+            or (any(needle in seg for needle in _CATALOGUE_NEEDLES) and _logged(seg))
             or any(rx.search(seg) is not None for rx in _ERROR_RECORDS)
             or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
 
@@ -347,6 +360,26 @@ def _positions(seg: str, char: str):
     while i >= 0:
         yield i
         i = seg.find(char, i + 1)
+
+
+def _found_anyway(anchor: str) -> bool:
+    """Whether a line that holds only the anchor is a candidate without a needle of its own."""
+    return (_has_error(anchor) or _V_RX.search(anchor) is not None
+            or any(check(anchor, i) for char, check in _CHAR_NEEDLES for i in _positions(anchor, char))
+            or any(needle in anchor for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES))
+
+
+_CATALOGUE_NEEDLES = tuple(c.anchor for c in CAUSES if not _found_anyway(c.anchor))
+"""The failure catalogue's anchors (engines/failures.py) that no other pass finds, looked for in an
+excerpt on lines vLLM's logger printed (a person's sentence may name them: `I get CUDA out of
+memory`): a paste may hold the one line that says the boot died, with nothing else the scan looks
+for on it (vllm#40821: `(Worker_TP0_EP0 pid=52608) ERROR … [multiproc_executor.py:962] WorkerProc
+hit an exception.`, then the paste ends; after KV lines, that read as a boot that fits). In a
+whole log each comes with the traceback the scan finds."""
+
+
+def _logged(seg: str) -> bool:
+    return has_prefix(plain_text(seg))
 
 
 FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
