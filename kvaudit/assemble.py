@@ -292,8 +292,10 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
             # sliding-window model; vllm PR 39559: 89,760 tokens, 262,144 served at concurrency 1.36x)
             text += (f"; max_model_len {config.max_model_len} passed vLLM's own check (a request takes fewer "
                      f"cache tokens than its length: sliding-window or hybrid layers)")
-        else:
+        elif cap.kv_tokens is not None:
             text += f"; max_model_len {config.max_model_len} is within them"
+        else:  # no token count: vLLM's own check (or its auto-fit) passed the length
+            text += f"; max_model_len {config.max_model_len} passed vLLM's own check"
         return Verdict.OK, text
     return Verdict.FAIL, _does_not_fit(cap, config)
 

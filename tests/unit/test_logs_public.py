@@ -431,6 +431,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "129-v1-40821-worker-hit-an-exception-then-cut.log": dict(
         ranks={0: {W: G("74.85")}}, verdict="unknown", failure=("crash", "profile"),
         message_starts="WorkerProc hit an exception."),
+    # auto-fit's figure is the limiting worker's, stage 1's (it read stage 0's 36.20 GiB as the boot's,
+    # 6.48 GiB more, and the verdict open): the length auto-fit chose fits
+    "130-v1-pr-29431-pp2-auto-fit-limiting-worker.log": dict(
+        ranks={0: {"available": G("36.20")}, 1: {"available": G("29.72")}}, max_model_len=324640, pp=2,
+        verdict="ok", failure=None, warns="the log ends before startup finished"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

@@ -248,3 +248,46 @@ def test_a_persons_sentence_that_names_a_failure_is_not_the_boots() -> None:
     assert not any(s <= text.index(said) < e for s, e in scan(text).segments)
     report = report_of([*_KV_TP2, said, _LATER])
     assert report.failure is None and report.verdict.value == "ok"
+
+
+# --- round eight, fourth part (vllm PR 29431): auto-fit names its limiting worker's KV memory
+
+_PP0 = "(Worker_PP0 pid=3977958) INFO 11-25 20:02:29 [gpu_worker.py:348] Available KV cache memory: 36.20 GiB"
+_E_AF = "(EngineCore_DP0 pid=3977692) INFO 11-25 20:02:30 [kv_cache_utils.py:1373] "
+_REDUCED = _E_AF + ("Auto-fit max_model_len: reduced from 10485760 to 324640 to fit in available GPU memory (29.72 GiB "
+                    "available for KV cache)")
+
+
+def test_auto_fits_figure_goes_to_the_one_rank_without_its_own_and_the_length_fits() -> None:
+    report = report_of(["vllm serve m --max-model-len -1 -pp 2", _PP0, _REDUCED])
+    by_rank = {r.rank: r for r in report.ranks}
+    assert by_rank[1].kv_available_bytes == gib_to_bytes("29.72")
+    assert report.capacity.binding_rank == 1 and report.capacity.kv_available_bytes == gib_to_bytes("29.72")
+    assert report.config.max_model_len == 324640 and report.verdict.value == "ok"
+    assert report.verdict_reason.endswith("max_model_len 324640 passed vLLM's own check")
+
+
+def test_auto_fits_figure_where_a_rank_states_it_adds_nothing() -> None:
+    same = _REDUCED.replace("29.72 GiB", "36.20 GiB")
+    report = report_of(["vllm serve m --max-model-len -1 -pp 2", _PP0, same])
+    assert [r.rank for r in report.ranks] == [0] and not any("auto-fit names" in w for w in report.warnings)
+
+
+def test_auto_fits_figure_below_every_rank_of_an_unknown_layout_is_a_warning() -> None:
+    tp = [_PP0.replace("Worker_PP0 pid=3977958", f"Worker_TP{i} pid=9{i}") for i in (0, 1)]
+    report = report_of([*tp, _REDUCED])
+    assert any("less than any rank's figure in the log" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("line", "length", "kv"), [
+    ("Auto-fit max_model_len: full model context length 131072 fits in available KV cache memory (36.20 GiB)",
+     131072, "36.20"),
+    ("--max-model-len auto reduced max_model_len from 262144 to 53248 (11.50 GiB GPU available for the KV cache).",
+     53248, "11.50"),
+    ("Auto-fit max_model_len: using max_model_len=65536, which fits in the KV cache memory left after CUDA graph "
+     "capture and warmup (20.25 GiB GPU).", 65536, "20.25"),
+])
+def test_every_auto_fit_wording_gives_the_served_length_and_the_kv_it_fits(line: str, length: int, kv: str) -> None:
+    report = report_of([_E_AF + line])
+    assert report.config.max_model_len == length and report.verdict.value == "ok"
+    assert report.capacity.kv_available_bytes == gib_to_bytes(kv)

@@ -21,6 +21,7 @@ from kvaudit.engines.logs.ranks import (
     engine_first,
     engine_last,
     gather,
+    give_autofit_figure,
     give_check_figures_to_rank_0,
     no_worker_named,
     untagged,
@@ -116,6 +117,7 @@ class LogBoot:
         failure, feasible, notes = log_failure(boot, world)
         if world == 1 or untagged(boot) or no_worker_named(boot):
             give_check_figures_to_rank_0(boot)
+        notes += give_autofit_figure(boot, world)
         runner = _runner(boot)
         disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"
         rank_notes: list[str] = []
@@ -142,9 +144,10 @@ class LogBoot:
                             "one rank, rank 0")
         warnings += _ray_notes(boot) + command_conflicts(boot.engine)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
-        if failure is None and (tokens, derived) != (None, None) and not any(s.startup_finished for s in self.scans):
-            warnings.append(UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED)
         fits = _passed_kv_check(boot, failure, config)
+        if (failure is None and ((tokens, derived) != (None, None) or fits)
+                and not any(s.startup_finished for s in self.scans)):
+            warnings.append(UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED)
         if derived is not None and fits is None and failure is None and config.max_model_len is not None:
             # a shorter product is only a finding when the block size is known
             fits = True if derived.tokens >= config.max_model_len else (False if derived.stated_block_size else None)
@@ -177,7 +180,7 @@ GRAPHS_CAPTURED = "Graph capturing finished"
 def _captured_after_kv(boot: Boot) -> bool:
     """Whether a file shows the graph capture finished after its KV size or block count (Model Runner
     V2 prints the same line for its graph estimate before KV sizing)."""
-    sized = [(f.file, f.pos) for f in boot.engine.get(FactKind.KV_TOKENS, [])]
+    sized = [(f.file, f.pos) for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])]
     sized += [(f.file, f.pos) for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_BLOCKS, [])]
     first: dict[int, int] = {}
     for file, pos in sized:
@@ -223,8 +226,8 @@ def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -
         return False
     if failure is not None or config.max_model_len is None:
         return None
-    if boot.engine.get(FactKind.KV_TOKENS):
-        return True
+    if boot.engine.get(FactKind.KV_TOKENS) or boot.engine.get(FactKind.AUTOFIT):
+        return True  # auto-fit chose the length that every worker's KV holds (and the check then passed)
     # V0 0.6.4 printed the concurrency without a KV size line: at least one request fits when it is ≥ 1.
     concurrency = engine_last(boot.engine, FactKind.MAX_CONCURRENCY)
     return True if concurrency is not None and concurrency[1] >= 1 else None

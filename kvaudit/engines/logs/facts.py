@@ -76,6 +76,9 @@ class FactKind(StrEnum):
     KV_AVAILABLE_AT_CHECK = "kv_available_at_check"
     MAX_FEASIBLE_LEN = "max_feasible_len"
     AUTOFIT = "autofit"
+    AUTOFIT_KV = "autofit_kv"
+    """The KV memory auto-fit sized max_model_len against: the least of any worker's (its limiting
+    worker's), naming no rank."""
     NON_DEFAULT_ARGS = "non_default_args"
     ENGINE_CONFIG = "engine_config"
     VERSION = "version"
@@ -239,6 +242,14 @@ def concurrency(msg: str) -> Iterable[Fact]:
 # and warmup`) and otherwise says "--max-model-len auto reduced max_model_len from A to B (…)".
 _AUTOFIT = re.compile(rf"(?:Auto-fit max_model_len: reduced|--max-model-len auto reduced max_model_len) from "
                       rf"({INT}) to ({INT})")
+# The same function where the model's whole length fits: "Auto-fit max_model_len: full model context
+# length %d fits in available KV cache memory (%s)", and 0.34's refit after warmup "Auto-fit
+# max_model_len: using max_model_len=%d, which fits in the KV cache memory left after …".
+_AUTOFIT_KEPT = re.compile(rf"Auto-fit max_model_len: (?:full model context length |using max_model_len=)({INT})"
+                           rf",? (?:which )?fits in")
+# Each wording names the limiting worker's KV memory: "(29.72 GiB available for KV cache)",
+# "(29.72 GiB GPU available for the KV cache)", "(36.20 GiB)", "(… GiB … left for the KV cache after …)".
+_AUTOFIT_KV = re.compile(rf"\(({SNUM}) GiB(?: GPU)?(?: \+ {SNUM} GiB host)?(?:\)| available for| left for)")
 
 
 def _autofit(msg: str) -> Iterable[Fact]:
@@ -247,6 +258,12 @@ def _autofit(msg: str) -> Iterable[Fact]:
         tentative = " (tentatively: the length is set again after graph capture and warmup)" \
             if "final length is set after" in msg else ""
         yield Fact(FactKind.NOTE, f"max_model_len was auto-fit: reduced from {m.group(1)} to {m.group(2)}{tentative}")
+    elif m := _AUTOFIT_KEPT.search(msg):
+        yield Fact(FactKind.AUTOFIT, (int(m.group(1)), int(m.group(1))))
+    else:
+        return
+    if kv := _AUTOFIT_KV.search(msg, m.end()):
+        yield Fact(FactKind.AUTOFIT_KV, _gib(kv.group(1)))
 
 
 # vLLM 0.34's extensible KV cache (v1/worker/extensible_kv_cache.py): the cache's address range is
@@ -990,7 +1007,7 @@ RULES: tuple[Rule, ...] = (
     Rule("kv_size", "KV cache size: ", r"KV cache size: [0-9,]+ tokens", _kv_size),
     Rule("concurrency", "Maximum concurrency for", r"Maximum concurrency for [0-9,]+ tokens", concurrency),
     Rule("autofit", ("Auto-fit max_model_len", "auto reduced max_model_len"),
-         r"Auto-fit max_model_len: reduced|--max-model-len auto reduced", _autofit),
+         r"Auto-fit max_model_len: (reduced|full model|using)|--max-model-len auto reduced", _autofit),
     Rule("extensible", ("Memory after warmup", "Extended KV cache to", "caps this instance"),
          r"Memory after warmup: |Extended KV cache to [0-9]+ blocks|caps this instance at", _extensible),
     Rule("graphs", ("Graph capturing finished", "CUDA graph pool memory", "CUDA graph memory: "),

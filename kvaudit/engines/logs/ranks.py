@@ -22,6 +22,7 @@ from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
 from kvaudit.errors import BadInputError
 from kvaudit.printable import one_line
+from kvaudit.units import fmt_gib
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,39 @@ def untagged(boot: Boot) -> bool:
 def no_worker_named(boot: Boot) -> bool:
     """No file names a worker process (a paste of engine-core lines alone)."""
     return not any(proc_tag(n).role is Role.WORKER for s in boot.scans for n in s.names)
+
+
+AUTOFIT_ROUNDING = 2 ** 30 // 100
+"""vLLM prints the auto-fit figure in GiB to two decimals: a rank's figure this close is the same."""
+_KV_KINDS = (FactKind.KV_FIXED, FactKind.KV_AVAILABLE, FactKind.KV_IN_USE)
+
+
+def give_autofit_figure(boot: Boot, world: int | None) -> list[str]:
+    """The KV memory vLLM's auto-fit names (its limiting worker's, no rank named) where no rank's
+    own figure is it: to the one rank of the boot without a KV figure of its own, or to rank 0 of a
+    log that names no worker; else a warning, as the ranks' figures are not the boot's least
+    (vllm PR 29431, pipeline parallel 2: stage 0's 36.20 GiB in the log, stage 1's 29.72 GiB named
+    only by auto-fit)."""
+    figures = boot.engine.get(FactKind.AUTOFIT_KV)
+    if not figures:
+        return []
+    least = figures[-1]
+    stated = {rank: v for rank, r in boot.ranks.items()
+              if (v := next((r.last(k) for k in _KV_KINDS if r.last(k) is not None), None)) is not None}
+    if any(abs(v - least.value) <= AUTOFIT_ROUNDING for v in stated.values()):
+        return []
+    if stated and least.value > min(stated.values()):
+        return []  # a rank's own figure is less: it binds (auto-fit ran before it, or on another engine)
+    without = [rank for rank in range(world)] if world is not None else []
+    without = [rank for rank in without if rank not in stated]
+    if len(without) == 1 or (not stated and (world == 1 or untagged(boot) or no_worker_named(boot))):
+        rank = without[0] if len(without) == 1 else 0
+        boot.ranks.setdefault(rank, RankFacts(ProcTag(Role.ENGINE))).facts[FactKind.KV_AVAILABLE].append(least)
+        return [f"rank {rank}'s KV figure is the one vLLM's auto-fit names (its limiting worker's, no rank named): "
+                f"{fmt_gib(least.value)}; the log states none of its own for it"] if stated else []
+    return [f"vLLM's auto-fit sized max_model_len against {fmt_gib(least.value)} of KV memory, its limiting "
+            f"worker's, less than any rank's figure in the log: a rank whose KV line is not in it binds, and the "
+            f"KV capacity shown is not the boot's"]
 
 
 def give_check_figures_to_rank_0(boot: Boot) -> None:
