@@ -35,7 +35,16 @@ def _owner_rows(a: RankReport | None, b: RankReport | None, rank: int | None) ->
 
 
 NONE_IS_KNOWN = ("speculative_method", "num_speculative_tokens")
-"""Knobs whose None is a value: no speculative decoding."""
+"""Knobs whose None is a value: no speculative decoding (where the side states its config:
+_states_config)."""
+
+
+def _states_config(report: Report) -> bool:
+    """Whether a None among NONE_IS_KNOWN is "none" on this side: a run knows its config; a log
+    only where it printed its engine config or `non-default args` (both name the model), else it
+    says nothing of speculative decoding (club-3090 PR 96: a KV line alone read as "dflash → unset",
+    NOT comparable)."""
+    return report.source is not Source.LOG or report.config.model is not None
 
 
 def _knobs(a: Report, b: Report) -> list[KnobDifference]:
@@ -44,7 +53,7 @@ def _knobs(a: Report, b: Report) -> list[KnobDifference]:
     out = []
     for knob in COMPARED_KNOBS:
         av, bv = getattr(a.config, knob), getattr(b.config, knob)
-        if (av is None or bv is None) and knob not in NONE_IS_KNOWN:
+        if (av is None or bv is None) and (knob not in NONE_IS_KNOWN or not all(map(_states_config, (a, b)))):
             continue
         if knob == "model" and av and bv:
             # Two checkouts of the same model in different folders are the same model.

@@ -334,6 +334,16 @@ def test_no_speculation_against_mtp_is_a_difference():
         ("speculative_method", None, "mtp"), ("num_speculative_tokens", None, 1)]
 
 
+def test_a_log_that_states_no_config_says_nothing_of_speculation():
+    """club-3090 PR 96: one side a KV line alone; it read `dflash → unset`, NOT comparable."""
+    a = rep_a(cfg=config(speculative_method="dflash", num_speculative_tokens=5))
+    silent = dataclasses.replace(rep_b(cfg=config(model=None)), source=Source.LOG)
+    assert diff_reports(a, silent).knob_differences == () and diff_reports(silent, a).comparable is True
+    stated = dataclasses.replace(rep_b(cfg=config()), source=Source.LOG)  # its engine config names no method
+    assert [k.knob for k in diff_reports(a, stated).knob_differences] == ["speculative_method",
+                                                                          "num_speculative_tokens"]
+
+
 def test_what_a_log_does_not_record_is_no_environment_difference():
     run = rep_a(environment=Environment(device_name="NVIDIA H200", driver="570.1", torch="2.9.0",
                                         env={"VLLM_USE_V1": "1", "NCCL_CUMEM_ENABLE": "0"}))
