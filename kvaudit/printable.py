@@ -61,10 +61,18 @@ def _character(m: re.Match[str]) -> str:
     return chr(code) if 0 < code < 0x110000 and not 0xD800 <= code <= 0xDFFF else m.group(0)
 
 
+_MARKED_FIGURE = re.compile(r"(\*\*|`)(-?[0-9][0-9,._]{0,40}(?: ?(?:GiB|MiB|GB|MB|tokens))?)\1")
+"""A figure a person set in bold or as code in a Markdown post (vllm PR 2031: `# GPU blocks: **20865**`)."""
+
+
 def plain_text(text: str) -> str:
     """A pasted line as vLLM wrote it: with the HTML character references of a copied web page read
-    (`&#39;` is `'`), then without colour sequences (strip_colours: `&#27;[31m` is one too)."""
+    (`&#39;` is `'`), then without colour sequences (strip_colours: `&#27;[31m` is one too), and its
+    figures without the Markdown a post may have set them in (`**20865**`)."""
     if "&" in text:
         text = _ENTITY.sub(_character, text)
-    return strip_colours(text)
+    text = strip_colours(text)
+    if "**" in text or "`" in text:
+        text = _MARKED_FIGURE.sub(r"\2", text)
+    return text
 

@@ -291,3 +291,11 @@ def test_every_auto_fit_wording_gives_the_served_length_and_the_kv_it_fits(line:
     report = report_of([_E_AF + line])
     assert report.config.max_model_len == length and report.verdict.value == "ok"
     assert report.capacity.kv_available_bytes == gib_to_bytes(kv)
+
+
+def test_a_figure_set_in_markdown_is_read_as_the_figure() -> None:
+    """vllm PR 2031: `- This PR: # GPU blocks: **20865**` was refused as no vLLM log."""
+    assert report_of(["- This PR: # GPU blocks: **20865**"]).capacity.kv_tokens == 20865 * 16
+    assert plain_text("GPU KV cache size: `249,584` tokens") == "GPU KV cache size: 249,584 tokens"
+    assert plain_text("Try increasing `gpu_memory_utilization` **now**") == (
+        "Try increasing `gpu_memory_utilization` **now**")  # words keep their marks
