@@ -71,6 +71,11 @@ CAUSES: tuple[Cause, ...] = (
                      r"cache"), starts=("max seq len",)),
     Cause("No available memory for the cache blocks", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
     Cause("Cannot auto-fit max_model_len", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
+    # config/compilation.py (since vllm PR 38270), once the KV cache is sized: a hybrid model's full
+    # decode graphs need one Mamba cache block a sequence ("max_num_seqs (1024) exceeds available
+    # Mamba cache blocks (939). … Please lower max_num_seqs to at most 939 or increase
+    # gpu_memory_utilization."): the cache does not hold the batch the config allows.
+    Cause("exceeds available Mamba cache blocks", FailureKind.DOES_NOT_FIT, Phase.KV, 0, starts=("max_num_seqs (",)),
     # kvaudit's selftest rank (engines/selftest/rank.py) when torch sees no CUDA device.
     Cause("no CUDA device is visible to torch", FailureKind.NO_DEVICE, Phase.BASELINE, 0),
     # v1/worker/utils.py request_memory and cpu_worker.py __init__.

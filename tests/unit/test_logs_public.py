@@ -436,6 +436,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "130-v1-pr-29431-pp2-auto-fit-limiting-worker.log": dict(
         ranks={0: {"available": G("36.20")}, 1: {"available": G("29.72")}}, max_model_len=324640, pp=2,
         verdict="ok", failure=None, warns="the log ends before startup finished"),
+    # the Mamba cache holds fewer sequences than max_num_seqs: a boot that does not fit (it read a crash)
+    "131-v1-recipes-831-max-num-seqs-over-mamba-blocks.log": dict(
+        verdict="fail", failure=("does_not_fit", "kv"),
+        message_starts="ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (939)"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

@@ -299,3 +299,22 @@ def test_a_figure_set_in_markdown_is_read_as_the_figure() -> None:
     assert plain_text("GPU KV cache size: `249,584` tokens") == "GPU KV cache size: 249,584 tokens"
     assert plain_text("Try increasing `gpu_memory_utilization` **now**") == (
         "Try increasing `gpu_memory_utilization` **now**")  # words keep their marks
+
+
+_MAMBA = ("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (939). Each decode sequence requires "
+          "one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 939 or "
+          "increase gpu_memory_utilization.")
+
+
+@pytest.mark.parametrize("line", [
+    _MAMBA,
+    "(EngineCore_DP0 pid=10078) RuntimeError: Worker failed with error '" + _MAMBA[12:] + "', please check the stack "
+    "trace above for the root cause",  # vllm PR 38632, re-raised in the engine core
+])
+def test_a_batch_the_mamba_cache_cannot_hold_is_a_boot_that_does_not_fit(line: str) -> None:
+    """vllm#49064, recipes PR 831: read as a crash in no phase, exit 3."""
+    report = report_of([line])
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase) == (FailureKind.DOES_NOT_FIT, Phase.KV)
+    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (939)" in report.failure.message
+    assert report.verdict.value == "fail" and "lower max_num_seqs to at most 939" in report.verdict_reason
