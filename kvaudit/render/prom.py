@@ -105,7 +105,8 @@ def report_families(report: Report) -> _Families:
     f.add("kv_available_bytes", "KV cache bytes on the binding rank (the rank with the least KV).",
           cap.kv_available_bytes)
     f.add("kv_tokens", "Tokens the KV cache holds.", cap.kv_tokens)
-    f.add("binding_rank", "The rank with the least KV: every rank allocates its block count.", cap.binding_rank)
+    f.add("binding_rank", "The rank with the least KV: every rank of its engine allocates its block count.",
+          cap.binding_rank)
     f.add("kv_needed_bytes", "KV bytes one request at max_model_len needs on a rank.", cap.kv_needed_bytes)
     f.add("max_model_len", "The configured max_model_len.", config.max_model_len)
     f.add("max_model_len_fits", "1 when one request at max_model_len fits in the KV cache.",

@@ -250,12 +250,17 @@ def lever_parts(report: Report) -> list[tuple[str, str]]:
 
 
 def binding_note(report: Report) -> str | None:
-    """What the `*` beside a rank means, when the owner table shows one."""
+    """What the `*` beside a rank means, when the owner table shows one. The least of the ranks that
+    state a KV figure (vllm#50722: a rank's KV line cut, so another was "the least"), and an engine's
+    ranks share its block count (data-parallel engines each size their own: vllm-ascend#9087)."""
     if len(report.ranks) < 2 or report.capacity.binding_rank is None:
         return None
     node = binding_node(report)
+    silent = sum(r.kv_available_bytes is None for r in report.ranks)
+    least = "the least KV" if not silent else (f"the least KV of the ranks that state it ({silent} "
+                                                f"{'states' if silent == 1 else 'state'} none)")
     return (f"* the binding rank ({report.capacity.binding_rank}{'' if node is None else f', on node {node}'}): it "
-            f"has the least KV, and every rank allocates its block count")
+            f"has {least}, and every rank of its engine allocates its block count")
 
 
 def binding_node(report: Report) -> int | None:

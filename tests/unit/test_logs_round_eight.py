@@ -18,6 +18,7 @@ from kvaudit.engines.logs.facts import KV_BLOCK_DEVICES
 from kvaudit.engines.logs.parse import CLOSING_ERROR, LOGGED_WITH
 from kvaudit.engines.logs.scan import scan, scan_exhaustive
 from kvaudit.printable import plain_text
+from kvaudit.render.summary import binding_note
 from kvaudit.schema import FailureKind, Owner, Phase
 from kvaudit.units import gib_to_bytes
 
@@ -318,3 +319,16 @@ def test_a_batch_the_mamba_cache_cannot_hold_is_a_boot_that_does_not_fit(line: s
     assert (report.failure.kind, report.failure.phase) == (FailureKind.DOES_NOT_FIT, Phase.KV)
     assert "max_num_seqs (1024) exceeds available Mamba cache blocks (939)" in report.failure.message
     assert report.verdict.value == "fail" and "lower max_num_seqs to at most 939" in report.verdict_reason
+
+
+def test_the_binding_note_says_least_of_the_ranks_that_state_kv_and_speaks_of_one_engine() -> None:
+    """vllm#50722: rank 2's KV line cut, rank 1 was called the least; data-parallel engines each size
+    their own cache (vllm-ascend#9087), so "every rank allocates its block count" was false there."""
+    ranks = [f"(Worker_TP{i} pid=9{i}) INFO 07-23 06:17:44 [gpu_worker.py:538] Available KV cache memory: 5.2{i} GiB"
+             for i in (0, 1)] + ["(Worker_TP2 pid=92) INFO 07-23 06:17:44 [gpu_worker.py:538] Model loading took "
+                                 "16.92 GiB memory and 9.1 seconds"]
+    assert binding_note(report_of(ranks)) == ("* the binding rank (0): it has the least KV of the ranks that state it "
+                                              "(1 states none), and every rank of its engine allocates its block "
+                                              "count")
+    assert binding_note(report_of(ranks[:2])) == ("* the binding rank (0): it has the least KV, and every rank of its "
+                                                  "engine allocates its block count")

@@ -131,7 +131,7 @@ def test_a_single_node_report_keeps_its_old_rendering(tmp_path):
     rep = run(folder)
     assert rep.nodes is None                 # the ranks did not say where they ran
     assert "nodes" not in json.loads(dumps(rep))
-    assert binding_note(rep) == "* the binding rank (0): it has the least KV, and every rank allocates its block count"
+    assert binding_note(rep) == "* the binding rank (0): it has the least KV, and every rank of its engine allocates its block count"
 
 
 def test_a_bad_node_record_is_one_line(tmp_path):

@@ -430,9 +430,9 @@ def test_version(cli):
 
 def test_the_binding_star_is_explained(cli):
     table = cli("show", str(DATA / "run2.json"), "--width", "100").stdout.splitlines()
-    assert "* the binding rank (1): it has the least KV, and every rank allocates its block count" in table
+    assert "* the binding rank (1): it has the least KV, and every rank of its engine allocates its block count" in table
     markdown = cli("show", str(DATA / "run2.json"), "-f", "markdown").stdout.splitlines()
-    assert "\\* the binding rank (1): it has the least KV, and every rank allocates its block count" in markdown
+    assert "\\* the binding rank (1): it has the least KV, and every rank of its engine allocates its block count" in markdown
 
 
 def test_help_is_plain_with_whole_option_names_and_defaults(cli):
