@@ -440,6 +440,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "131-v1-recipes-831-max-num-seqs-over-mamba-blocks.log": dict(
         verdict="fail", failure=("does_not_fit", "kv"),
         message_starts="ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (939)"),
+    # the engine core died under the capture's progress bar (it read no phase)
+    "132-v1-0.10-pr-21747-failed-under-capture-bar.log": dict(verdict="unknown", failure=("crash", "capture"),
+                                                             message_starts="EngineCore failed to start."),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

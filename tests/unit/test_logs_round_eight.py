@@ -332,3 +332,10 @@ def test_the_binding_note_says_least_of_the_ranks_that_state_kv_and_speaks_of_on
                                               "count")
     assert binding_note(report_of(ranks[:2])) == ("* the binding rank (0): it has the least KV, and every rank of its "
                                                   "engine allocates its block count")
+
+
+def test_a_failure_under_the_capture_progress_bar_of_0_10_and_older_is_in_the_capture() -> None:
+    """vllm PR 21747: `Capturing CUDA graph shapes: 0%| 0/67`, then the engine core's failure (no phase)."""
+    report = report_of(["Capturing CUDA graph shapes:   0%|          | 0/67 [00:09<?, ?it/s]",
+                        "ERROR 07-29 23:23:41 [core.py:648] EngineCore failed to start."])
+    assert report.failure is not None and report.failure.phase is Phase.CAPTURE

@@ -44,10 +44,13 @@ _PROFILING_CAPTURE = ("Capturing CUDA graphs", "Graph capturing finished")
 estimate lines are gone): one of these after the profile and before KV is sizing's graphs phase."""
 
 
-_AFTER_KV_CAPTURE = ("Capturing cudagraphs for decoding", "Capturing the model for CUDA graphs")
-"""V0's model_runner.py capture_model (0.5–0.10, and its older wording): run only after the KV
-cache was sized, so the capture whatever the excerpt shows before it (vllm-gfx906#22: ROCm, its
-blocks line cut out of the paste, a kernel's shape check failing in the capture)."""
+_AFTER_KV_CAPTURE = ("Capturing cudagraphs for decoding", "Capturing the model for CUDA graphs",
+                     "Capturing CUDA graph shapes")
+"""V0's model_runner.py capture_model (0.5–0.10, and its older wording) and the progress bar of
+V0's and V1's capture up to 0.10 (`Capturing CUDA graph shapes: 0%| 0/67`; Model Runner V2's
+graph estimate before KV sizing says `Capturing CUDA graphs`): run only after the KV cache was
+sized, so the capture whatever the excerpt shows before it (vllm-gfx906#22: ROCm, its blocks line
+cut out of the paste, a kernel's shape check failing in the capture; vllm PR 21747)."""
 
 
 def _timeline_phase(text: str, pos: int) -> Phase | None:
