@@ -339,3 +339,10 @@ def test_a_failure_under_the_capture_progress_bar_of_0_10_and_older_is_in_the_ca
     report = report_of(["Capturing CUDA graph shapes:   0%|          | 0/67 [00:09<?, ?it/s]",
                         "ERROR 07-29 23:23:41 [core.py:648] EngineCore failed to start."])
     assert report.failure is not None and report.failure.phase is Phase.CAPTURE
+
+
+def test_vllms_note_that_graphs_are_off_under_eager_mode_says_enforce_eager() -> None:
+    """vllm#27378: `Cudagraph is disabled under eager mode`, printed only then; enforce_eager read none."""
+    line = "(EngineCore_DP0 pid=5014) INFO 10-23 11:30:24 [vllm.py:397] Cudagraph is disabled under eager mode"
+    assert report_of([line, _LOAD]).config.enforce_eager is True
+    assert report_of([_LOAD]).config.enforce_eager is None

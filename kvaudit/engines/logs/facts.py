@@ -88,6 +88,8 @@ class FactKind(StrEnum):
     NOTE = "note"
     PHASE_HINT = "phase_hint"
     """A phase a failing call names: a traceback frame or `Error executing method 'load_model'`."""
+    EAGER = "eager"
+    """config/vllm.py's info "Cudagraph is disabled under eager mode": enforce_eager was set."""
     GRAPH_CAPTURE_FRAME = "graph_capture_frame"
     """A traceback frame in torch's CUDA graph capture (GRAPH_CAPTURE_CALLS): Phase.CAPTURE, unless the
     log places the failure elsewhere (failure_timeline.log_failure)."""
@@ -971,6 +973,15 @@ def _version(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.VERSION, m.group(1))
 
 
+EAGER_LINE = "Cudagraph is disabled under eager mode"
+"""config/vllm.py, printed only where enforce_eager is set (vllm#27378: a paste with no config line)."""
+
+
+def _eager(msg: str) -> Iterable[Fact]:
+    if EAGER_LINE in msg:
+        yield Fact(FactKind.EAGER, True)
+
+
 def _runner(msg: str) -> Iterable[Fact]:
     # gpu_worker.py / cpu_worker.py: info_once "Using V2 Model Runner"; config/vllm.py: warning
     # "Model Runner V2 requires Triton; using the V1 model runner instead."
@@ -1056,6 +1067,7 @@ RULES: tuple[Rule, ...] = (
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_ ]+ (attention )?backend", backend),
+    Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
     Rule("env", ("VLLM_", "persisted startup plan"), r"^(export )?VLLM_[A-Z0-9_]+=|persisted startup plan", _env),
 )
 

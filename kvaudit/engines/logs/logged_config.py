@@ -41,6 +41,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         merged["block_size"] = command["block_size"]
     if merged.get("enforce_eager") is None and "enforce_eager" in command:
         merged["enforce_eager"] = command["enforce_eager"]
+    if merged.get("enforce_eager") is None and engine.get(FactKind.EAGER):
+        merged["enforce_eager"] = True
     boot_sizes = boot_layout(boot.scans, engine)
     merged["tensor_parallel_size"] = boot_sizes.size("tp")
     merged["decode_context_parallel_size"] = boot_sizes.size("dcp")
