@@ -125,7 +125,8 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
                   "kv_available_delta_bytes": minus(cb.kv_available_bytes, ca.kv_available_bytes),
                   "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens)},
         verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites,
-        repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None)
+        repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None,
+        warnings={"a": a.warnings, "b": b.warnings} if a.warnings or b.warnings else None)
 
 
 def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:

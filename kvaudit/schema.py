@@ -666,6 +666,10 @@ class DiffReport:
     repeat: Mapping[str, Repeat | None] | None = field(default=None, metadata=OMIT_NONE)
     """Extension: {`a`, `b`}: each side's `--repeat` spread (null for a side of one boot); absent
     when neither side repeated."""
+    warnings: Mapping[str, tuple[str, ...]] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: {`a`, `b`}: each side's own report warnings (a log cut before startup finished,
+    tokens derived from a block count): what each side's verdict and figures rest on; absent when
+    neither side warns."""
 
 
 @dataclass(frozen=True)

@@ -581,7 +581,14 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
         sites=tuple(SiteDelta(owner=d.str("owner"), site=d.str("site"), rank=d.int("rank"), phase=d.str("phase"),
                               a_bytes=d.int("a_bytes"), b_bytes=d.int("b_bytes"), delta_bytes=d.int("delta_bytes"))
                     for d in node.children("sites", required=False)),
-        repeat=_diff_repeat(node.child("repeat", required=False, nullable=True)))
+        repeat=_diff_repeat(node.child("repeat", required=False, nullable=True)),
+        warnings=_diff_warnings(node.child("warnings", required=False, nullable=True)))
+
+
+def _diff_warnings(node: _JsonObject | None) -> dict[str, tuple[str, ...]] | None:
+    if node is None:
+        return None
+    return {side: node.strings(side) for side in ("a", "b")}
 
 
 def _diff_repeat(node: _JsonObject | None) -> dict[str, Repeat | None] | None:

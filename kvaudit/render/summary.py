@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import groupby
 
 from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, safe_kv_bytes
@@ -293,8 +294,13 @@ NOTE_PREFIX = "note: "
 def notes_and_warnings(report: Report) -> tuple[list[str], list[str]]:
     """The report's `warnings`, split: notes are information (where a default came from, an
     over-commit within the tolerance, which the verdict already accepted), warnings want action."""
+    return split_warnings(report.warnings)
+
+
+def split_warnings(lines: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A report's `warnings` as notes and warnings (notes_and_warnings)."""
     notes, warnings = [], []
-    for line in report.warnings:
+    for line in lines:
         if line.startswith(NOTE_PREFIX):
             notes.append(line[len(NOTE_PREFIX):])
         elif "(within the " in line and line.endswith(" tolerance)"):
@@ -388,6 +394,9 @@ def diff_summary(diff: DiffReport) -> list[str]:
                                                  for e in diff.environment_differences))
     lines += _unpaired_ranks(diff)
     lines += diff_repeat_lines(diff)
+    for side, name in (("a", diff.a_name), ("b", diff.b_name)):
+        notes, warnings = split_warnings((diff.warnings or {}).get(side, ()))
+        lines += [f"note ({name}): {n}" for n in notes] + [f"warning ({name}): {w}" for w in warnings]
     return lines
 
 

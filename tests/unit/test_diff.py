@@ -13,6 +13,7 @@ from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_repor
 from kvaudit.diff import check_kv_drop, diff_reports, half_known_owners
 from kvaudit.engines.inputs import load_report
 from kvaudit.errors import ExitCode, FindingError, UsageError
+from kvaudit.render.summary import diff_summary
 from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, dumps
 from kvaudit.units import fmt_gib3
 from kvaudit.validate import diff_from_json
@@ -342,6 +343,18 @@ def test_a_log_that_states_no_config_says_nothing_of_speculation():
     stated = dataclasses.replace(rep_b(cfg=config()), source=Source.LOG)  # its engine config names no method
     assert [k.knob for k in diff_reports(a, stated).knob_differences] == ["speculative_method",
                                                                           "num_speculative_tokens"]
+
+
+def test_each_sides_warnings_come_with_the_diff_and_round_trip():
+    """club-3090 pairs: `verdict: ok → ok` read firmer than two excerpts cut before startup finished."""
+    a = dataclasses.replace(rep_a(), warnings=("the log ends before startup finished", "note: a default"))
+    diff = diff_reports(a, rep_b(), a_name="a.log", b_name="b.log")
+    assert diff.warnings == {"a": ("the log ends before startup finished", "note: a default"), "b": ()}
+    assert diff_from_json(json.loads(dumps(diff))) == diff
+    lines = diff_summary(diff)
+    assert "warning (a.log): the log ends before startup finished" in lines and "note (a.log): a default" in lines
+    assert diff_reports(rep_a(), rep_b()).warnings is None and "warnings" not in json.loads(
+        dumps(diff_reports(rep_a(), rep_b())))
 
 
 def test_what_a_log_does_not_record_is_no_environment_difference():
