@@ -383,6 +383,7 @@ def diff_summary(diff: DiffReport) -> list[str]:
         f"{fmt_gib(cb.kv_available_bytes if cb else None)} "
         f"({fmt_gib(diff.capacity['kv_available_delta_bytes'], signed=True)}); tokens "
         f"{fmt_tokens(ca.kv_tokens if ca else None)} → {fmt_tokens(cb.kv_tokens if cb else None)}",
+        *_per_token(diff),
         f"dominant owner: {diff.dominant_owner.value if diff.dominant_owner else '—'}" + _unknown_note(diff),
         f"verdict: {diff.verdict['a'].value} → {diff.verdict['b'].value}",
     ]
@@ -398,6 +399,21 @@ def diff_summary(diff: DiffReport) -> list[str]:
         notes, warnings = split_warnings((diff.warnings or {}).get(side, ()))
         lines += [f"note ({name}): {n}" for n in notes] + [f"warning ({name}): {w}" for w in warnings]
     return lines
+
+
+def _per_token(diff: DiffReport) -> list[str]:
+    """Where KV bytes and tokens moved apart, what a token takes on each side (club-3090#1079: 15.52 →
+    15.99 GiB and 875,765 → 717,985 tokens read as a gain)."""
+    ca, cb = diff.capacity["a"], diff.capacity["b"]
+    db, dt = diff.capacity.get("kv_available_delta_bytes"), diff.capacity.get("kv_tokens_delta")
+    if ca is None or cb is None or db is None or dt is None or not (db > 0 > dt or db < 0 < dt):
+        return []
+    if not ca.kv_tokens or not cb.kv_tokens or ca.kv_available_bytes is None or cb.kv_available_bytes is None:
+        return []
+    a, b = ca.kv_available_bytes / ca.kv_tokens, cb.kv_available_bytes / cb.kv_tokens
+    return [f"KV per token: {a:,.0f} → {b:,.0f} bytes: {'more' if db > 0 else 'less'} KV holds "
+            f"{'fewer' if dt < 0 else 'more'} tokens, as a token takes {'more' if b > a else 'less'} of it on "
+            f"{diff.b_name} (its cache dtype, block or layer geometry differ)"]
 
 
 def _unpaired_ranks(diff: DiffReport) -> list[str]:

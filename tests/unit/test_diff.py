@@ -357,6 +357,18 @@ def test_each_sides_warnings_come_with_the_diff_and_round_trip():
         dumps(diff_reports(rep_a(), rep_b())))
 
 
+def test_where_kv_bytes_and_tokens_move_apart_the_diff_says_what_a_token_takes():
+    """club-3090#1026 → #1079: 15.52 → 15.99 GiB and 875,765 → 717,985 tokens read as a gain."""
+    def side(kv_bytes: int, tokens: int):
+        return dataclasses.replace(rep_a(), capacity=dataclasses.replace(rep_a().capacity, kv_available_bytes=kv_bytes,
+                                                                         kv_tokens=tokens))
+    apart = diff_summary(diff_reports(side(19_000 * 1000, 1000), side(24_000 * 900, 900), "a", "b"))
+    assert ("KV per token: 19,000 → 24,000 bytes: more KV holds fewer tokens, as a token takes more of it on b "
+            "(its cache dtype, block or layer geometry differ)") in apart
+    together = diff_summary(diff_reports(side(19_000 * 1000, 1000), side(19_000 * 1100, 1100), "a", "b"))
+    assert not any(line.startswith("KV per token") for line in together)
+
+
 def test_what_a_log_does_not_record_is_no_environment_difference():
     run = rep_a(environment=Environment(device_name="NVIDIA H200", driver="570.1", torch="2.9.0",
                                         env={"VLLM_USE_V1": "1", "NCCL_CUMEM_ENABLE": "0"}))
