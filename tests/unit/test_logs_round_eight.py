@@ -346,3 +346,11 @@ def test_vllms_note_that_graphs_are_off_under_eager_mode_says_enforce_eager() ->
     line = "(EngineCore_DP0 pid=5014) INFO 10-23 11:30:24 [vllm.py:397] Cudagraph is disabled under eager mode"
     assert report_of([line, _LOAD]).config.enforce_eager is True
     assert report_of([_LOAD]).config.enforce_eager is None
+
+
+def test_vllms_padding_warning_is_passed_on() -> None:
+    """vllm#46462: `Add 6 padding layers, may waste at most 60.00% KV cache memory` was not shown."""
+    line = ("(EngineCore pid=29723) WARNING 06-23 10:27:23 [kv_cache_utils.py:1152] Add 6 padding layers, may waste "
+            "at most 60.00% KV cache memory")
+    assert ("vLLM padded a KV cache group with 6 layers: up to 60.00% of the KV cache memory may hold no token (a "
+            "hybrid model's layer groups)") in report_of([_LOAD, line]).warnings

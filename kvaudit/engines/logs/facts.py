@@ -973,6 +973,18 @@ def _version(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.VERSION, m.group(1))
 
 
+PADDING_LINE = "padding layers, may waste at most"
+"""kv_cache_planning.py (kv_cache_utils.py before 0.33), a hybrid model's KV cache groups: "Add 6
+padding layers, may waste at most 60.00% KV cache memory" (vllm#46462)."""
+_PADDING = re.compile(rf"Add ({INT}) padding layers, may waste at most ({NUM})% KV cache memory")
+
+
+def _padding(msg: str) -> Iterable[Fact]:
+    if m := _PADDING.search(msg):
+        yield Fact(FactKind.NOTE, f"vLLM padded a KV cache group with {m.group(1)} layers: up to {m.group(2)}% of "
+                                  f"the KV cache memory may hold no token (a hybrid model's layer groups)")
+
+
 EAGER_LINE = "Cudagraph is disabled under eager mode"
 """config/vllm.py, printed only where enforce_eager is set (vllm#27378: a paste with no config line)."""
 
@@ -1068,6 +1080,7 @@ RULES: tuple[Rule, ...] = (
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_ ]+ (attention )?backend", backend),
     Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
+    Rule("padding", PADDING_LINE, PADDING_LINE, _padding),
     Rule("env", ("VLLM_", "persisted startup plan"), r"^(export )?VLLM_[A-Z0-9_]+=|persisted startup plan", _env),
 )
 
