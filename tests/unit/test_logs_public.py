@@ -443,6 +443,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # the engine core died under the capture's progress bar (it read no phase)
     "132-v1-0.10-pr-21747-failed-under-capture-bar.log": dict(verdict="unknown", failure=("crash", "capture"),
                                                              message_starts="EngineCore failed to start."),
+    # the command's -tp=4, not the sentence's -tp=2 and -tp=1 (it read the three as conflicting, then TP 2
+    # from the two worker names)
+    "133-v1-llm-scaler-578-command-then-sentence.log": dict(tp=4, eager=True, max_model_len=65536, verdict="unknown",
+                                                           failure=("crash", "kv")),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

@@ -354,3 +354,17 @@ def test_vllms_padding_warning_is_passed_on() -> None:
             "at most 60.00% KV cache memory")
     assert ("vLLM padded a KV cache group with 6 layers: up to 60.00% of the KV cache memory may hold no token (a "
             "hybrid model's layer groups)") in report_of([_LOAD, line]).warnings
+
+
+@pytest.mark.parametrize(("lines", "tp"), [
+    # llm-scaler#578: the command, then the reporter's sentence joined to it; it read the sentence's flags too
+    (["vllm serve --max-model-len 65536 --enforce-eager --trust-remote-code -tp=4",
+      "crashes while initializing KV cache, but using `-tp=2` or even `-tp=1` loads fine."], 4),
+    # shell words after a flag are the command's still (vllm#10151: `$(($1 + 1000))`, then more flags)
+    (["CUDA_VISIBLE_DEVICES=$2 python3 ./entrypoints/vllm/api_server.py \\", "--port $1 \\",
+      "--request-output-queue-port $(($1 + 1000)) \\", "--tensor-parallel-size 2"], 2),
+])
+def test_a_pasted_command_ends_where_a_persons_sentence_starts(lines: list[str], tp: int) -> None:
+    report = report_of([*lines, _LOAD])
+    assert report.config.tensor_parallel_size == tp
+    assert not any("different values" in w for w in report.warnings)

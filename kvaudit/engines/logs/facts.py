@@ -832,6 +832,32 @@ _FLAG_WORD = re.compile(r"-{1,2}[A-Za-z][\w.\-]{0,80}(?:=\S{0,2000})?")
 _QUOTES = "\"'`,"
 
 
+def _command_runs(msg: str) -> list[tuple[int, int]]:
+    """Each command a line holds, from its program's name (`vllm`, `python`, `api_server`) to the end
+    of its flags: the first word of letters alone after them that is no flag's value ends it (shell
+    words such as `$(($1 + 1000))` do not). A person's sentence after a pasted command (joined to it
+    as a wrapped line is) is no part of it (llm-scaler#578: `… -tp=4`, then "crashes …, but using
+    `-tp=2` or even `-tp=1` loads fine")."""
+    spans: list[tuple[int, int]] = []
+    limit = min(len(msg), 100_000)
+    pos = 0
+    while (ctx := _COMMAND_CONTEXT.search(msg, pos, limit)) is not None:
+        end, flags, value_next = ctx.end(), 0, False
+        for m in _WORD.finditer(msg, ctx.start(), limit):
+            word = m.group(0)
+            if _FLAG_WORD.fullmatch(word.strip(_QUOTES)):
+                end, flags, value_next = m.end(), flags + 1, "=" not in word
+            elif word == "\\":
+                continue
+            elif not flags or value_next or not word.strip(_QUOTES).isalpha():
+                end, value_next = m.end(), False  # the program, its subcommand and model; a value; shell
+            else:
+                break
+        spans.append((ctx.start(), end))
+        pos = end
+    return spans
+
+
 def _flag_spans(msg: str) -> list[tuple[int, int]]:
     """Where a line without `vllm` in it holds a command: its runs of flags, each flag with at most
     one value after it. A run counts when it is the whole line (a continuation line, `  --max-model-len
@@ -906,7 +932,7 @@ def _command(msg: str) -> Iterable[Fact]:
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
     if _COMMAND_CONTEXT.search(msg):
-        spans = [(0, len(msg))]
+        spans = _command_runs(msg)
     elif msg.lstrip().startswith("-") or " -" in msg:
         spans = _flag_spans(msg)
     else:
