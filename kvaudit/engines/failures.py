@@ -94,6 +94,9 @@ CAUSES: tuple[Cause, ...] = (
     Cause("CUDA out of memory", FailureKind.OOM, None, 0),
     Cause("OutOfMemoryError", FailureKind.OOM, None, 0),
     Cause("CUDA error: out of memory", FailureKind.OOM, None, 0),
+    # the CUDA driver API's out-of-memory as torch and vLLM's kernels raise it (club-3090#60:
+    # `RuntimeError: CUDA driver error: out of memory` while repacking GPTQ weights)
+    Cause("CUDA driver error: out of memory", FailureKind.OOM, None, 0),
     # torch's OOM message quoted without its "CUDA out of memory." head (c10/cuda/CUDACachingAllocator.cpp:
     # "Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which …").
     # torch prints "has a total capacity of" in this message only.
@@ -137,6 +140,9 @@ CAUSES: tuple[Cause, ...] = (
     # Worker deaths other than the multiproc monitor's: V0 multiproc_worker_utils ("Worker %s pid %s
     # died, exit code: %s"), v1/utils.py ("Process %s (PID: %s) died with exit code %s"), Ray.
     Cause("exited unexpectedly", FailureKind.WORKER_DIED, None, 1, log_only=True),
+    # Ray's ActorDiedError text (gpustack#2415: "The actor is dead because its worker process has
+    # died. … (1) The process is killed by SIGKILL by OOM killer …").
+    Cause("The actor is dead because its worker process has died", FailureKind.WORKER_DIED, None, 1, log_only=True),
     Cause("died, exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
     Cause("died with exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
     # v1/executor/multiproc_executor.py collective_rpc: a worker's error, re-raised in the engine core.

@@ -447,6 +447,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # from the two worker names)
     "133-v1-llm-scaler-578-command-then-sentence.log": dict(tp=4, eager=True, max_model_len=65536, verdict="unknown",
                                                            failure=("crash", "kv")),
+    # the CUDA driver's out-of-memory error is an OOM (it read a crash, verdict open)
+    "134-v1-club-3090-60-cuda-driver-out-of-memory.log": dict(verdict="fail", failure=("oom", None),
+                                                              message_starts="RuntimeError: CUDA driver error"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

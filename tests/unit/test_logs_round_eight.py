@@ -368,3 +368,15 @@ def test_a_pasted_command_ends_where_a_persons_sentence_starts(lines: list[str],
     report = report_of([*lines, _LOAD])
     assert report.config.tensor_parallel_size == tp
     assert not any("different values" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    ("(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136] RuntimeError: CUDA driver error: out of memory",
+     FailureKind.OOM),  # club-3090#60: read as a crash
+    ("ERROR 07-09 13:21:18 [core.py:396] The actor is dead because its worker process has died. Worker exit type: "
+     "SYSTEM_ERROR … (1) The process is killed by SIGKILL by OOM killer due to high memory usage.",
+     FailureKind.WORKER_DIED),  # gpustack#2415: read as a crash whose exception line is not in the log
+])
+def test_the_cuda_drivers_out_of_memory_and_rays_dead_actor_are_named(line: str, kind: FailureKind) -> None:
+    report = report_of([_LOAD, line, "Traceback (most recent call last):"])
+    assert report.failure is not None and report.failure.kind is kind
