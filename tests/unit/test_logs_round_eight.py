@@ -380,3 +380,24 @@ def test_a_pasted_command_ends_where_a_persons_sentence_starts(lines: list[str],
 def test_the_cuda_drivers_out_of_memory_and_rays_dead_actor_are_named(line: str, kind: FailureKind) -> None:
     report = report_of([_LOAD, line, "Traceback (most recent call last):"])
     assert report.failure is not None and report.failure.kind is kind
+
+
+_W_TB = "(Worker_TP1 pid=15193) ERROR 05-08 19:06:38 [multiproc_executor.py:962] Traceback (most recent call last):"
+
+
+@pytest.mark.parametrize("line", [
+    "(Worker_TP1 pid=15193) ERROR 05-08 19:06:38 [multiproc_executor.py:962] Search for "
+    "`cudaErrorStreamCaptureUnsupported' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
+    "for more information.",  # club-3090#106: the error's second line alone
+    "(Worker_TP1 pid=15193) ERROR 05-08 19:06:38 [multiproc_executor.py:962] torch.AcceleratorError: CUDA error: "
+    "operation not permitted when stream is capturing",
+])
+def test_a_cuda_error_only_a_stream_capture_raises_places_the_failure_in_the_capture(line: str) -> None:
+    report = report_of([_W_TB, line])
+    assert report.failure is not None and report.failure.phase is Phase.CAPTURE
+
+
+def test_a_traceback_that_names_no_capture_stays_where_the_log_places_it() -> None:
+    report = report_of([_W_TB, "(Worker_TP1 pid=15193) ERROR 05-08 19:06:38 [multiproc_executor.py:962] "
+                                "RuntimeError: CUDA error: an illegal memory access was encountered"])
+    assert report.failure is not None and report.failure.phase is None

@@ -999,6 +999,17 @@ def _version(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.VERSION, m.group(1))
 
 
+STREAM_CAPTURE = ("when stream is capturing", "cudaErrorStreamCapture")
+"""CUDA's errors that only a stream capture raises (torch: "CUDA error: operation not permitted when
+stream is capturing", then "Search for `cudaErrorStreamCaptureUnsupported' …"): the boot was in a
+CUDA graph capture (club-3090#106: only the second line in the paste, phase unknown)."""
+
+
+def _stream_capture(msg: str) -> Iterable[Fact]:
+    if any(words in msg for words in STREAM_CAPTURE):
+        yield Fact(FactKind.PHASE_HINT, Phase.CAPTURE)
+
+
 PADDING_LINE = "padding layers, may waste at most"
 """kv_cache_planning.py (kv_cache_utils.py before 0.33), a hybrid model's KV cache groups: "Add 6
 padding layers, may waste at most 60.00% KV cache memory" (vllm#46462)."""
@@ -1107,6 +1118,7 @@ RULES: tuple[Rule, ...] = (
     Rule("backend", " backend", r"Using [A-Za-z_ ]+ (attention )?backend", backend),
     Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
     Rule("padding", PADDING_LINE, PADDING_LINE, _padding),
+    Rule("stream_capture", STREAM_CAPTURE, "|".join(STREAM_CAPTURE), _stream_capture),
     Rule("env", ("VLLM_", "persisted startup plan"), r"^(export )?VLLM_[A-Z0-9_]+=|persisted startup plan", _env),
 )
 
