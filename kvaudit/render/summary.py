@@ -229,9 +229,13 @@ NO_RANKS = ("no rank's memory is known: the input states no owner's bytes (a vll
 def no_ranks_line(report: Report) -> str:
     """Why the owner table is missing: a boot that ended before any rank stated its owners, or a
     log that states none of their bytes."""
+    if report.failure is not None and report.source is Source.LOG:
+        # an excerpt may start after the figures were printed: say what the log holds, not when they came
+        return (f"no rank's memory is known: the log states no owner's bytes, and the boot ended "
+                f"({report.failure.kind.value})")
     if report.failure is not None:
-        return (f"no rank's memory is known: the boot ended ({report.failure.kind.value}) before any rank "
-                + ("stated its owners" if report.source is Source.LOG else "recorded its owners"))
+        return (f"no rank's memory is known: the boot ended ({report.failure.kind.value}) before any rank recorded "
+                f"its owners")
     return NO_RANKS
 
 
@@ -315,7 +319,9 @@ def failure_line(report: Report) -> str | None:
     f = report.failure
     if f is None:
         return None
-    where = f" in {f.phase.value}" if f.phase else (" before any rank journaled a phase" if f.rank is None else "")
+    # a run's journal: no rank journaled a phase; a log's excerpt may only not show it
+    where = (f" in {f.phase.value}" if f.phase else
+             " before any rank journaled a phase" if f.rank is None and report.source is not Source.LOG else "")
     rank = f" on rank {f.rank}" if f.rank is not None else ""
     return f"{f.kind.value}{where}{rank}: {f.message}"
 

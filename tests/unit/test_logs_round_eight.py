@@ -18,7 +18,7 @@ from kvaudit.engines.logs.facts import KV_BLOCK_DEVICES
 from kvaudit.engines.logs.parse import CLOSING_ERROR, LOGGED_WITH
 from kvaudit.engines.logs.scan import scan, scan_exhaustive
 from kvaudit.printable import plain_text
-from kvaudit.render.summary import binding_note
+from kvaudit.render.summary import binding_note, failure_line
 from kvaudit.schema import FailureKind, Owner, Phase
 from kvaudit.units import gib_to_bytes
 
@@ -401,3 +401,15 @@ def test_a_traceback_that_names_no_capture_stays_where_the_log_places_it() -> No
     report = report_of([_W_TB, "(Worker_TP1 pid=15193) ERROR 05-08 19:06:38 [multiproc_executor.py:962] "
                                 "RuntimeError: CUDA error: an illegal memory access was encountered"])
     assert report.failure is not None and report.failure.phase is None
+
+
+def test_a_log_failure_in_no_phase_says_nothing_of_a_journal() -> None:
+    """Pastes that start after the figures: 'before any rank journaled a phase' was false for a log."""
+    report = report_of([*(f"(Worker_TP{i} pid=9{i}) INFO 07-29 23:23:00 [gpu_model_runner.py:1] Model loading took "
+                          f"9.10 GiB memory and 5.0 seconds" for i in (0, 1)),
+                        "(EngineCore_DP0 pid=7) ERROR 07-29 23:23:41 [core.py:648] EngineCore failed to start."])
+    assert report.failure is not None and (report.failure.rank, report.failure.phase) == (None, Phase.PROFILE)
+    cut = report_of(["(EngineCore_DP0 pid=7) ERROR 07-29 23:23:41 [core.py:648] EngineCore failed to start.",
+                     "(Worker_TP1 pid=91) INFO 07-29 23:23:00 [x.py:1] hello"])
+    assert cut.failure is not None and (cut.failure.rank, cut.failure.phase) == (None, None)
+    assert failure_line(cut) == "crash: EngineCore failed to start."
