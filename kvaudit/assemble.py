@@ -281,6 +281,9 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         return Verdict.FAIL, f"verify failed: {verify.error or 'true peak above the budget'}"
     if cap.max_model_len_fits is None:
         return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
+    if cap.max_model_len_fits and (cap.kv_available_bytes, cap.kv_tokens, cap.kv_needed_bytes) == (None, None, None):
+        # no KV figure at all (auto-fit named none for a rank): vLLM's word alone
+        return Verdict.OK, f"fits: max_model_len {config.max_model_len} passed vLLM's own check"
     if cap.max_model_len_fits:
         text = f"fits: {_kv_room(cap)}"
         if cap.kv_tokens is not None:

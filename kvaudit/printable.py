@@ -52,13 +52,19 @@ _NAMED = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
 
 
 def _character(m: re.Match[str]) -> str:
-    """The character a reference names; NUL, a surrogate or a number past Unicode stays as written
-    (none is a character a file can hold). html.unescape would drop control characters, and an
-    escaped ESC must stay one for strip_colours to find its sequence."""
+    """The character a reference names; NUL, a surrogate, a number past Unicode or a line break stays
+    as written (none belongs inside one line of a log). html.unescape would drop control characters,
+    and an escaped ESC must stay one for strip_colours to find its sequence."""
     if m.group(3):
         return _NAMED[m.group(3)]
     code = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
-    return chr(code) if 0 < code < 0x110000 and not 0xD800 <= code <= 0xDFFF else m.group(0)
+    if code <= 0 or code >= 0x110000 or 0xD800 <= code <= 0xDFFF or chr(code) in _LINE_BREAKS:
+        return m.group(0)
+    return chr(code)
+
+
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+"""What str.splitlines breaks a line at."""
 
 
 _MARKED_FIGURE = re.compile(r"(\*\*|`)(-?[0-9][0-9,._]{0,40}(?: ?(?:GiB|MiB|GB|MB|tokens))?)\1")

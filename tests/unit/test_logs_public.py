@@ -308,7 +308,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "96-v1-xpu-llm-scaler-386-mtp-profiling-analysis.log": dict(
         tokens=106240, max_model_len=16384, rank_count=0, verdict="ok", failure=None),
     "97-v1-xpu-b60-616-no-memory-traceback.log": dict(
-        feasible=0, rank_count=0, verdict="fail", failure=("does_not_fit", "kv")),
+        feasible=0, rank_count=0, verdict="fail", failure=("does_not_fit", "kv"),
+        message_starts="ValueError: No available memory for the cache blocks"),
     # A negative KV budget (the non-KV memory exceeded the requested share), then the check's refusal.
     "98-v1-0.26-xpu-b70-672-negative-kv-compose.log": dict(
         ranks={0: {"available": -G("0.61")}}, feasible=0, tp=1, verdict="fail", failure=("does_not_fit", "kv")),

@@ -160,6 +160,9 @@ def test_pasted_commands_that_agree_give_the_knob_without_a_warning() -> None:
     (["llm = LLM(", '    model="m",', "    enforce_eager=True,", ")"], True),  # a call spread over lines
     (["vllm serve m --max-model-len 4096"], None),  # not stated
     (["Try --enforce-eager if the capture runs out of memory"], None),  # a person's sentence, not a command
+    (["vllm works if I drop --enforce-eager"], None),  # a sentence that names vllm first (a review)
+    (["LLM(model='m')  # enforce_eager=True would help"], None),  # a comment after the call
+    (["I don't see 'Cudagraph is disabled under eager mode' in my log"], None),  # vLLM's words, quoted
 ])
 def test_enforce_eager_is_read_from_a_pasted_command_or_an_offline_call(lines: list[str], eager: bool | None) -> None:
     assert report_of([*lines, _LOAD]).config.enforce_eager is eager
@@ -208,6 +211,7 @@ def test_plain_text_reads_only_character_references() -> None:
     assert plain_text("a &amp; b &lt;c&gt; &#x27;d&#39; &nbsp; &copy") == "a & b <c> 'd' &nbsp; &copy"
     assert plain_text("&#27;[0;36m(EngineCore_DP0 pid=7)&#x1b;[0;0m INFO") == "(EngineCore_DP0 pid=7) INFO"
     assert plain_text("&#0; &#xD800; &#1114112; &#65;") == "&#0; &#xD800; &#1114112; A"  # no such characters
+    assert plain_text("boom&#10;OK&#13;&#x2028;&#133;") == "boom&#10;OK&#13;&#x2028;&#133;"  # no line break inside a line
 
 
 def test_a_failure_after_torch_compile_with_no_load_line_in_the_paste_is_in_the_profile_phase() -> None:
@@ -413,3 +417,44 @@ def test_a_log_failure_in_no_phase_says_nothing_of_a_journal() -> None:
                      "(Worker_TP1 pid=91) INFO 07-29 23:23:00 [x.py:1] hello"])
     assert cut.failure is not None and (cut.failure.rank, cut.failure.phase) == (None, None)
     assert failure_line(cut) == "crash: EngineCore failed to start."
+
+
+def test_auto_fits_figure_is_given_to_no_rank_where_the_log_cannot_say_which() -> None:
+    """A review: PP 2 with no worker line gave the figure to rank 0; two data-parallel engines' figures
+    gave the last to rank 0; a one-GPU 0.34 boot whose extended cache is the figure was warned about."""
+    pp = report_of(["vllm serve m --max-model-len -1 -pp 2", _REDUCED])
+    assert pp.ranks == () and pp.verdict_reason == "fits: max_model_len 324640 passed vLLM's own check"
+    assert any("its limiting worker's; the log names no rank for it" in w for w in pp.warnings)
+    dp = report_of([_REDUCED.replace("29.72", "20.00").replace("EngineCore_DP0 pid=3977692", "EngineCore_DP1 pid=5"),
+                    _REDUCED])
+    assert dp.ranks == () and not any("auto-fit" in w and "rank" in w for w in dp.warnings)
+    one = report_of(["vllm serve m --max-model-len -1", _PP0.replace("Worker_PP0 pid=3977958", "EngineCore pid=1"),
+                     _REDUCED])
+    assert [(r.rank, r.kv_available_bytes) for r in one.ranks] == [(0, gib_to_bytes("36.20"))]
+    assert not any("auto-fit sized" in w for w in one.warnings)
+
+
+def test_a_persons_sentence_that_names_a_process_and_a_failure_is_not_the_boots() -> None:
+    """A review: `the (EngineCore pid=548) process said CUDA out of memory` read as the boot's OOM."""
+    said = "On my other machine the (EngineCore pid=548) process said CUDA out of memory, but this one is fine."
+    report = report_of([*_KV_TP2, said, _LATER])
+    assert report.failure is None and report.verdict.value == "ok"
+
+
+@pytest.mark.parametrize("after", [["```"], ["```", "</details>", ""], ["", "~~~", "  "]])
+def test_an_error_record_that_ends_a_fenced_paste_is_read_past_the_fence(after: list[str]) -> None:
+    report = report_of([_BLOCKS, _CUT, *after])
+    assert report.failure is not None and report.failure.message == "Error execut" + CLOSING_ERROR
+
+
+def test_an_error_record_after_startup_finished_that_ends_the_log_is_no_note() -> None:
+    """A review: a served boot whose paste ends with a request's ERROR got an 'after startup finished' note."""
+    served = [_BLOCKS, "INFO 06-12 08:12:30 llm_engine.py:100] init engine (profile, create kv cache, warmup model) "
+                       "took 9.0 seconds", "ERROR 06-12 09:00:00 serving_chat.py:1] Error in preprocessing prompt"]
+    report = report_of(served)
+    assert report.failure is None and not any("ERROR record ends the log" in w for w in report.warnings)
+
+
+def test_a_message_logged_blank_lines_before_a_traceback_is_not_its_cause() -> None:
+    report = report_of([_LOAD, _CAPTURE, _E + "size_k must divisible by BLOCK_SIZE_K", "", *_TRACEBACK])
+    assert report.failure is not None and report.failure.message.startswith("Traceback (most recent call last)")

@@ -832,6 +832,12 @@ _FLAG_WORD = re.compile(r"-{1,2}[A-Za-z][\w.\-]{0,80}(?:=\S{0,2000})?")
 _QUOTES = "\"'`,"
 
 
+_ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}=")
+COMMAND_HEAD_WORDS = 3
+"""Words a command holds before its first flag: `vllm serve MODEL`, `python3 -m …` (a sentence that
+names vllm before a flag, `vllm works if I drop --enforce-eager`, is none)."""
+
+
 def _command_runs(msg: str) -> list[tuple[int, int]]:
     """Each command a line holds, from its program's name (`vllm`, `python`, `api_server`) to the end
     of its flags: the first word of letters alone after them that is no flag's value ends it (shell
@@ -842,19 +848,21 @@ def _command_runs(msg: str) -> list[tuple[int, int]]:
     limit = min(len(msg), 100_000)
     pos = 0
     while (ctx := _COMMAND_CONTEXT.search(msg, pos, limit)) is not None:
-        end, flags, value_next = ctx.end(), 0, False
+        end, flags, words, value_next = ctx.end(), 0, 0, False
         for m in _WORD.finditer(msg, ctx.start(), limit):
             word = m.group(0)
             if _FLAG_WORD.fullmatch(word.strip(_QUOTES)):
                 end, flags, value_next = m.end(), flags + 1, "=" not in word
-            elif word == "\\":
-                continue
-            elif not flags or value_next or not word.strip(_QUOTES).isalpha():
-                end, value_next = m.end(), False  # the program, its subcommand and model; a value; shell
+            elif word == "\\" or (not flags and _ENV_WORD.match(word)):
+                continue  # a line's continuation; `VLLM_USE_V1=1` before the program
+            elif not flags and words < COMMAND_HEAD_WORDS:  # the program, its subcommand, its model
+                end, words = m.end(), words + 1
+            elif flags and (value_next or not word.strip(_QUOTES).isalpha()):
+                end, value_next = m.end(), False  # a flag's value; a shell word
             else:
                 break
         spans.append((ctx.start(), end))
-        pos = end
+        pos = end if flags else ctx.end()  # no flag: the next program name may start the command
     return spans
 
 
@@ -912,8 +920,10 @@ _EAGER_KWARG = re.compile(r"(?<![\w.\-])enforce_eager[ \t]*=[ \t]*(True|False)(?
 
 def _kwargs(msg: str) -> Iterable[Fact]:
     if call := _LLM_CALL.search(msg[:100_000]):
-        found = _KWARG.finditer(msg, call.end(), 100_000)
-        if eager := _EAGER_KWARG.search(msg, call.end(), 100_000):
+        stop = msg.find("#", call.end(), 100_000)  # a comment after the call is a person's words
+        stop = 100_000 if stop < 0 else stop
+        found = _KWARG.finditer(msg, call.end(), stop)
+        if eager := _EAGER_KWARG.search(msg, call.end(), stop):
             yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", eager.group(1) == "True"))
     elif len(msg) <= 200 and _KWARG_LINE.fullmatch(msg):
         found = _KWARG.finditer(msg)

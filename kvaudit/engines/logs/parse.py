@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from kvaudit.engines.logs.facts import (
     facts_from_message,
 )
 from kvaudit.engines.logs.layout import worker_names
-from kvaudit.engines.logs.lines import LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
+from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
 from kvaudit.engines.logs.scan import (
     FOLLOWERS,
     Candidates,
@@ -29,7 +30,7 @@ from kvaudit.engines.logs.scan import (
     segment_hits,
     serving_from,
 )
-from kvaudit.engines.logs.unwrap import Cuts, bounds, fixed_column_cuts, joined, record_at
+from kvaudit.engines.logs.unwrap import Cuts, bounds, fixed_column_cuts, joined, line_start, record_at
 from kvaudit.errors import BadInputError
 from kvaudit.schema import FailureKind
 
@@ -123,7 +124,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
             parsed[line.pos] = ParsedLine(known.line, known.facts + extra)
         else:
             parsed[line.pos] = ParsedLine(line, facts)
-    _add_closing_error(text, parsed)
+    _add_closing_error(text, parsed, cuts)
     lines = tuple(_with_logged_message(text, parsed[k], parsed) for k in sorted(parsed))
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
     tags = _final_tags(text, lines)
@@ -166,30 +167,54 @@ def _with_cut_runs(text: str, cands: Candidates, cuts: Cuts) -> Candidates:
 
 CLOSING_ERROR = (" … (an ERROR record ends the log: the boot logged an error here; what it went on to say is not "
                  "in the log)")
+_MARKUP_LINE = re.compile(r"\s*(?:`{3,}|~{3,}|</?(?:details|summary|pre|code)>)\s*")
+"""A line of a post's markup around a pasted log: a Markdown fence, an HTML `<details>` tag."""
+CLOSING_LINES = 8
+"""Markup lines looked past at the log's end."""
 
 
-def _add_closing_error(text: str, parsed: dict[int, ParsedLine]) -> None:
-    """The log's last line, where it is an ERROR record that states no failure kvaudit knows: a crash
-    whose cause is not shown, at the lowest priority (any stated cause wins). People paste up to the
+def _add_closing_error(text: str, parsed: dict[int, ParsedLine], cuts: Cuts) -> None:
+    """The log's last line (past a post's closing fence or `</details>`), where it is an ERROR record
+    that states no failure kvaudit knows and the log has not shown startup finished: a crash whose
+    cause is not shown, at the lowest priority (any stated cause wins). People paste up to the
     error they ask about, and a search result or terminal cuts it (vllm#5248: `# GPU blocks: 507`,
     then `ERROR 06-12 08:12:23 worker_base.py:145] Error execut`). facts.CUT_ERROR_RECORD catches
     the record cut before its `[file.py:N]` closes; this, one cut after."""
-    end = len(text)
-    while end > 0 and text[end - 1].isspace():
-        end -= 1
-    if end == 0:
+    end = _content_end(text, len(text))
+    for _ in range(CLOSING_LINES):
+        if end == 0:
+            return
+        start, _ = bounds(text, end - 1)
+        if not _MARKUP_LINE.fullmatch(text, start, end):
+            break
+        end = _content_end(text, start)
+    else:
         return
-    start, _ = bounds(text, end - 1)
+    head = text[start:min(end, start + LOG_MESSAGE_CHARS + TAG_SEARCH_CHARS)]
+    if not any(level in head[:TAG_SEARCH_CHARS + 100] for level in ERROR_LEVELS):
+        return
     known = parsed.get(start)
     if known is not None and any(f.kind is FactKind.FAILURE for f in known.facts):
         return
-    line = parse_line(text[start:end], start)
+    line = parse_line(head, start)
     said = line.msg.strip()
-    if line.level not in ERROR_LEVELS or not said:
+    if line.level not in ERROR_LEVELS or not said or serving_from(text, cuts.runs) <= start:
         return
     fact = Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, said[:LOG_MESSAGE_CHARS] + CLOSING_ERROR,
                                               priority=BARE))
     parsed[start] = ParsedLine(line, (known.facts if known is not None else ()) + (fact,))
+
+
+def _content_end(text: str, end: int) -> int:
+    """Where the text before `end` stops being whitespace, read a block at a time (a file of blank
+    lines is looked through at C's speed, not a character a step)."""
+    while end > 0:
+        block = text[max(end - 4096, 0):end]
+        stripped = block.rstrip()
+        if stripped:
+            return end - len(block) + len(stripped)
+        end -= len(block)
+    return 0
 
 
 LOGGED_WITH = " (logged with the traceback that follows; the exception line itself is not in the log)"
@@ -204,13 +229,17 @@ def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLi
     bare = [f for f in p.facts if f.kind is FactKind.FAILURE and f.value.priority == BARE]
     if not bare or p.line.level not in ERROR_LEVELS or not p.line.msg.lstrip().startswith("Traceback"):
         return p
-    end = p.line.pos
-    while end > 0 and text[end - 1] in "\r\n":
+    end = p.line.pos  # the line right before it: one line break back, no blank line between
+    if end >= 2 and text.startswith("\r\n", end - 2):
+        end -= 2
+    elif end >= 1 and text[end - 1] in "\r\n":
         end -= 1
+    else:
+        return p
     if end == 0:
         return p
-    start, _ = bounds(text, end - 1)
-    before = parse_line(text[start:end], start)
+    start = line_start(text, end)  # the line that ends there (empty: a blank line)
+    before = parse_line(text[start:min(end, start + LOG_MESSAGE_CHARS + TAG_SEARCH_CHARS)], start)
     said = before.msg.strip()
     if (before.level not in ERROR_LEVELS or (before.pid, before.src) != (p.line.pid, p.line.src) or not said
             or said.startswith(("Traceback", "File ")) or start in parsed):
@@ -261,13 +290,14 @@ def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
 def _typed(line: LogLine) -> tuple[Fact, ...]:
     """The line's facts; a command-line flag counts only on a line vLLM's logger did not print (a
     pasted `vllm serve …`), never inside a log record's message (the GMU advisory names flags too),
+    vLLM's `Cudagraph is disabled under eager mode` only on one it printed (not a person quoting it),
     and a failure only where the line's level does not mark it handled (failures.handled); an ERROR
     record that is a traceback frame is a crash whose cause is not shown (facts.error_frame_facts)."""
     facts = facts_from_message(line.msg) + list(error_frame_facts(line.level, line.msg))
     facts = [f for f in facts if f.kind is not FactKind.FAILURE or not handled(line.level, f.value.kind)]
     if line.is_vllm:
         return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)
-    return tuple(facts)
+    return tuple(f for f in facts if f.kind is not FactKind.EAGER)  # vLLM's own words, quoted by a person
 
 
 def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:

@@ -278,35 +278,47 @@ def no_worker_named(boot: Boot) -> bool:
 
 AUTOFIT_ROUNDING = 2 ** 30 // 100
 """vLLM prints the auto-fit figure in GiB to two decimals: a rank's figure this close is the same."""
-_KV_KINDS = (FactKind.KV_FIXED, FactKind.KV_AVAILABLE, FactKind.KV_IN_USE)
+KV_KINDS = (FactKind.KV_FIXED, FactKind.KV_AVAILABLE, FactKind.KV_IN_USE)
+"""The facts that state a rank's KV figure (owners.stated_rank reads them)."""
+
+
+def _kv_figures(r: RankFacts) -> list[int]:
+    """Every KV figure a rank states: KV_KINDS', and 0.34's extended cache (auto-fit fits to that)."""
+    figures = [v for k in KV_KINDS if (v := r.last(k)) is not None]
+    extended = r.last(FactKind.KV_EXTENDED)
+    return figures + ([extended[1]] if extended is not None else [])
 
 
 def give_autofit_figure(boot: Boot, world: int | None) -> list[str]:
     """The KV memory vLLM's auto-fit names (its limiting worker's, no rank named) where no rank's
-    own figure is it: to the one rank of the boot without a KV figure of its own, or to rank 0 of a
-    log that names no worker; else a warning, as the ranks' figures are not the boot's least
-    (vllm PR 29431, pipeline parallel 2: stage 0's 36.20 GiB in the log, stage 1's 29.72 GiB named
-    only by auto-fit)."""
+    own figure is it: to the one rank of a multi-rank boot without a figure of its own, or to rank 0
+    of a one-rank log that states none; else a note (vllm PR 29431, pipeline parallel 2: stage 0's
+    36.20 GiB in the log, stage 1's 29.72 GiB named only by auto-fit). Several engines' figures that
+    differ (data parallel: each fits its own) name no rank and are left alone."""
     figures = boot.engine.get(FactKind.AUTOFIT_KV)
-    if not figures:
+    if not figures or len({f.value for f in figures}) > 1:
         return []
-    least = figures[-1]
-    stated = {rank: v for rank, r in boot.ranks.items()
-              if (v := next((r.last(k) for k in _KV_KINDS if r.last(k) is not None), None)) is not None}
-    if any(abs(v - least.value) <= AUTOFIT_ROUNDING for v in stated.values()):
+    fitted = figures[0]
+    stated = {rank: min(v) for rank, r in boot.ranks.items() if (v := _kv_figures(r))}
+    if any(abs(v - fitted.value) <= AUTOFIT_ROUNDING for v in stated.values()):
         return []
-    if stated and least.value > min(stated.values()):
-        return []  # a rank's own figure is less: it binds (auto-fit ran before it, or on another engine)
-    without = [rank for rank in range(world)] if world is not None else []
-    without = [rank for rank in without if rank not in stated]
-    if len(without) == 1 or (not stated and (world == 1 or untagged(boot) or no_worker_named(boot))):
-        rank = without[0] if len(without) == 1 else 0
-        boot.ranks.setdefault(rank, RankFacts(ProcTag(Role.ENGINE))).facts[FactKind.KV_AVAILABLE].append(least)
-        return [f"rank {rank}'s KV figure is the one vLLM's auto-fit names (its limiting worker's, no rank named): "
-                f"{fmt_gib(least.value)}; the log states none of its own for it"] if stated else []
-    return [f"vLLM's auto-fit sized max_model_len against {fmt_gib(least.value)} of KV memory, its limiting "
-            f"worker's, less than any rank's figure in the log: a rank whose KV line is not in it binds, and the "
-            f"KV capacity shown is not the boot's"]
+    if stated and fitted.value > min(stated.values()):
+        return []  # a rank's own figure is less: it binds
+    if world == 1 or (world is None and not stated and (untagged(boot) or no_worker_named(boot))):
+        if not stated:
+            boot.ranks.setdefault(0, RankFacts(ProcTag(Role.ENGINE))).facts[FactKind.KV_AVAILABLE].append(fitted)
+        return []  # one rank: the figure is its own, or its own figure stands
+    without = [rank for rank in range(world) if rank not in stated] if world is not None else []
+    if stated and len(without) == 1:
+        boot.ranks.setdefault(without[0], RankFacts(ProcTag(Role.ENGINE))).facts[FactKind.KV_AVAILABLE].append(fitted)
+        return [f"rank {without[0]}'s KV figure is the one vLLM's auto-fit names (its limiting worker's, no rank "
+                f"named): {fmt_gib(fitted.value)}; the log states none of its own for it"]
+    if stated:
+        return [f"vLLM's auto-fit sized max_model_len against {fmt_gib(fitted.value)} of KV memory, its limiting "
+                f"worker's, less than any rank's figure in the log: a rank whose KV line is not in it binds, and "
+                f"the KV capacity shown is not the boot's"]
+    return [f"vLLM's auto-fit sized max_model_len against {fmt_gib(fitted.value)} of KV memory, its limiting "
+            f"worker's; the log names no rank for it"]
 
 
 def give_check_figures_to_rank_0(boot: Boot) -> None:
@@ -318,5 +330,5 @@ def give_check_figures_to_rank_0(boot: Boot) -> None:
     if not check:
         return
     rank = boot.ranks.setdefault(0, RankFacts(ProcTag(Role.ENGINE)))
-    if not rank.has(FactKind.KV_AVAILABLE, FactKind.KV_FIXED, FactKind.KV_IN_USE):
+    if not rank.has(*KV_KINDS):
         rank.facts[FactKind.KV_AVAILABLE].extend(check)

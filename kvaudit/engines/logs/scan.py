@@ -62,9 +62,8 @@ from kvaudit.engines.logs.facts import (
     STREAM_CAPTURE,
     backend,
 )
-from kvaudit.engines.logs.lines import has_prefix
+from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, parse_line
 from kvaudit.engines.logs.unwrap import bounds, line_end
-from kvaudit.printable import plain_text
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
 # `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal
@@ -236,14 +235,16 @@ def scan(text: str) -> Candidates:
 
 def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | None = None,
                   logged_only: bool = False) -> list[int]:
-    """The first MAX_NEEDLE_LINES lines that hold `needle` (before `stop`; `logged_only`: that vLLM's
-    logger printed), found with str.find (one pass at most): a boot dies once, and a log of a
-    thousand tracebacks is a server's, not a start-up's."""
+    """Of the first MAX_NEEDLE_LINES lines that hold `needle` (before `stop`), those kept (all, or
+    with `logged_only` those vLLM's logger printed), found with str.find (one pass at most): a boot
+    dies once, and a log of a thousand tracebacks is a server's, not a start-up's."""
     stop = len(text) if stop is None else stop
     i = text.find(needle, 0, stop)
     starts: list[int] = []
-    while i >= 0 and len(starts) < MAX_NEEDLE_LINES:
+    seen = 0
+    while i >= 0 and seen < MAX_NEEDLE_LINES:
         start, end = bounds(text, i)
+        seen += 1
         if not logged_only or _logged(text[start:end]):
             found.setdefault(start, end)
             starts.append(start)
@@ -325,9 +326,10 @@ def scan_exhaustive(text: str) -> Candidates:
                 records[rx] += 1
                 kept.append(rx.pattern)
         for needle in catalogue if len(text) <= EXCERPT_CHARS else ():
-            if catalogue[needle] < MAX_NEEDLE_LINES and needle in seg and _logged(seg):
-                catalogue[needle] += 1
-                kept.append(needle)
+            if catalogue[needle] < MAX_NEEDLE_LINES and needle in seg:
+                catalogue[needle] += 1  # the lines looked at, logged or not (_needle_lines)
+                if _logged(seg):
+                    kept.append(needle)
         if hit:
             found.append((m.start(), m.end()))
         elif frame or kept:
@@ -384,7 +386,14 @@ whole log each comes with the traceback the scan finds."""
 
 
 def _logged(seg: str) -> bool:
-    return has_prefix(plain_text(seg))
+    """A record vLLM's logger printed: its level, time and `[file.py:N]` (after a tag, if any). A
+    person's sentence that names a process (`the (EngineCore pid=548) process said CUDA out of
+    memory`) has no level after it. Only the line's head is read: its length costs nothing."""
+    return parse_line(seg[:LOGGED_HEAD_CHARS], 0).level is not None
+
+
+LOGGED_HEAD_CHARS = TAG_SEARCH_CHARS + 300
+"""How much of a line _logged reads: the tag's search window and a level, time and file after it."""
 
 
 FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
