@@ -588,6 +588,11 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
 def _diff_warnings(node: _JsonObject | None) -> dict[str, tuple[str, ...]] | None:
     if node is None:
         return None
+    if set(node.data) != {"a", "b"}:
+        raise BadInputError(f"{node.where}: expected exactly the keys a and b")
+    for side in ("a", "b"):
+        if not isinstance(node.data[side], list):
+            raise BadInputError(f"{node.where}.{side}: expected a list of strings")
     return {side: node.strings(side) for side in ("a", "b")}
 
 

@@ -419,7 +419,7 @@ def _per_token(diff: DiffReport) -> list[str]:
     a, b = ca.kv_available_bytes / ca.kv_tokens, cb.kv_available_bytes / cb.kv_tokens
     return [f"KV per token: {a:,.0f} → {b:,.0f} bytes: {'more' if db > 0 else 'less'} KV holds "
             f"{'fewer' if dt < 0 else 'more'} tokens, as a token takes {'more' if b > a else 'less'} of it on "
-            f"{diff.b_name} (its cache dtype, block or layer geometry differ)"]
+            f"{diff.b_name} (its cache dtype, block, layer geometry or parallel layout differ)"]
 
 
 def _unpaired_ranks(diff: DiffReport) -> list[str]:

@@ -12,7 +12,7 @@ from factories import DATA, MiB, config, gib, owners_of, plain_rank, plain_repor
 
 from kvaudit.diff import check_kv_drop, diff_reports, half_known_owners
 from kvaudit.engines.inputs import load_report
-from kvaudit.errors import ExitCode, FindingError, UsageError
+from kvaudit.errors import BadInputError, ExitCode, FindingError, UsageError
 from kvaudit.render.summary import diff_summary
 from kvaudit.schema import Engine, Environment, Owner, Source, Verdict, dumps
 from kvaudit.units import fmt_gib3
@@ -353,6 +353,10 @@ def test_each_sides_warnings_come_with_the_diff_and_round_trip():
     assert diff_from_json(json.loads(dumps(diff))) == diff
     lines = diff_summary(diff)
     assert "warning (a.log): the log ends before startup finished" in lines and "note (a.log): a default" in lines
+    data = json.loads(dumps(diff))
+    for bad in ({"a": []}, {"a": [], "b": [], "c": []}, {"a": [], "b": None}, {"a": [1], "b": []}):
+        with pytest.raises(BadInputError):
+            diff_from_json({**data, "warnings": bad})
     assert diff_reports(rep_a(), rep_b()).warnings is None and "warnings" not in json.loads(
         dumps(diff_reports(rep_a(), rep_b())))
 
@@ -364,7 +368,7 @@ def test_where_kv_bytes_and_tokens_move_apart_the_diff_says_what_a_token_takes()
                                                                          kv_tokens=tokens))
     apart = diff_summary(diff_reports(side(19_000 * 1000, 1000), side(24_000 * 900, 900), "a", "b"))
     assert ("KV per token: 19,000 → 24,000 bytes: more KV holds fewer tokens, as a token takes more of it on b "
-            "(its cache dtype, block or layer geometry differ)") in apart
+            "(its cache dtype, block, layer geometry or parallel layout differ)") in apart
     together = diff_summary(diff_reports(side(19_000 * 1000, 1000), side(19_000 * 1100, 1100), "a", "b"))
     assert not any(line.startswith("KV per token") for line in together)
 

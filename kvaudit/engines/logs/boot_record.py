@@ -162,31 +162,28 @@ class LogBoot:
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
 
 
-UNFINISHED = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup model) took` "
-              "or server line): the warmup and CUDA graph capture that follow KV sizing are not in it, and a boot "
-              "can still fail there")
+UNFINISHED_HEAD = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup model) "
+                   "took` or server line)")
+UNFINISHED = (f"{UNFINISHED_HEAD}: the warmup and CUDA graph capture that follow KV sizing are not in it, and a "
+              f"boot can still fail there")
 """A log cut after its KV lines (gpustack#1897: the KV fit, then the boot ran out of memory past
 the paste's end): its verdict says what the KV lines say, and this says what they cannot."""
-
-
-UNFINISHED_PAST_CAPTURE = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup "
-                           "model) took` or server line): it shows the CUDA graph capture after KV sizing finished, "
-                           "not the rest of startup")
+UNFINISHED_PAST_CAPTURE = (f"{UNFINISHED_HEAD}: it shows the CUDA graph capture after KV sizing finished, not the "
+                           f"rest of startup")
 """The same, where the capture after the KV lines is in the log (vllm PR 57047: `Graph capturing
 finished in 6 secs, took 0.22 GiB`, then the paste ends)."""
-GRAPHS_CAPTURED = "Graph capturing finished"
 
 
 def _captured_after_kv(boot: Boot) -> bool:
-    """Whether a file shows the graph capture finished after its KV size or block count (Model Runner
-    V2 prints the same line for its graph estimate before KV sizing)."""
+    """Whether a file shows the graph capture finished (facts.GRAPH_CAPTURE) after its KV size, block
+    count or auto-fit (Model Runner V2 prints the same line for its graph estimate before KV sizing)."""
     sized = [(f.file, f.pos) for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])]
     sized += [(f.file, f.pos) for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_BLOCKS, [])]
     first: dict[int, int] = {}
     for file, pos in sized:
         first[file] = min(pos, first.get(file, pos))
-    texts = {s.index: s.text for s in boot.scans}
-    return any(texts[file].find(GRAPHS_CAPTURED, pos) >= 0 for file, pos in first.items())  # one search a file
+    return any(f.file in first and f.pos > first[f.file]
+               for r in boot.ranks.values() for f in r.facts.get(FactKind.GRAPH_CAPTURE, []))
 
 
 def _ray_notes(boot: Boot) -> list[str]:

@@ -906,7 +906,7 @@ def _flag_spans(msg: str) -> list[tuple[int, int]]:
 KWARG_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size",
               "max_model_len", "gpu_memory_utilization", "block_size")
 KWARG_NEEDLES = ("_parallel_size=", "max_model_len=", "gpu_memory_utilization=", "block_size=", "enforce_eager=")
-"""What a line with one of KWARG_KEYS holds (the scan's needles for it)."""
+"""What a line with one of KWARG_KEYS, or `enforce_eager=`, holds (the scan's needles for it)."""
 _NUMERAL = r"\d(?:_?\d){0,11}(?:\.\d{1,6})?"
 _KWARG = re.compile(r"(?<![\w.\-])(" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*(" + _NUMERAL + r")(?![\w.])")
 _KWARG_LINE = re.compile(r"[ \t]{0,40}(?:" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*" + _NUMERAL

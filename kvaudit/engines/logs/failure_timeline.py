@@ -32,11 +32,10 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",
                 *(f"#{words}" for words in KV_BLOCK_WORDS))),
 )
-_CAPTURE_MARKS = ("Capturing CUDA graphs", "Capturing cudagraphs", "Capturing the model for CUDA graphs",
-                  "Graph capturing finished", "JIT kernel warmup starting", "Compile and warming up",
-                  "Warming up FlashInfer", "DeepGEMM warmup")
+_CAPTURE_MARKS = ("Capturing CUDA graphs", "Capturing cudagraphs", "Graph capturing finished",
+                  "JIT kernel warmup starting", "Compile and warming up", "Warming up FlashInfer", "DeepGEMM warmup")
 """After the KV cache is sized (and counted only then: "… disabling torch.compile, CUDAGraphs, and
-JIT kernel warmup" is printed at config time)."""
+JIT kernel warmup" is printed at config time); V0's own capture lines are _AFTER_KV_CAPTURE's."""
 
 
 _PROFILING_CAPTURE = ("Capturing CUDA graphs", "Graph capturing finished")

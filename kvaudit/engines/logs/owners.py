@@ -1,11 +1,11 @@
 """One rank's readings in its logs: the owners a log can show and what it says of each phase.
 
 Owners a log can show (docs/vllm-startup.md §5.7): weights, graph_pool, kv_cache,
-activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}; vLLM
-0.34's extensible KV cache: what its sizing kept free for transients, kvaudit/engines/logs/
-extensible.py), non_torch (old wording only). `persistent` and `torch_other` are never logged; the ledger
-(`kvaudit.ledger.owners_from_readings`) makes graph_pool and kv_unallocated of what is stated,
-and a null stays null.
+activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}; V0
+0.6.4–0.6.5: peak_torch_memory − the weights; vLLM 0.34's extensible KV cache: what its sizing
+kept free for transients, kvaudit/engines/logs/extensible.py), non_torch (old wording only).
+`persistent` and `torch_other` are never logged; the ledger (`kvaudit.ledger.owners_from_readings`)
+makes graph_pool and kv_unallocated of what is stated, and a null stays null.
 """
 
 from __future__ import annotations

@@ -27,6 +27,10 @@ each hit in place:
   the traceback frames, one regex (in an excerpt everywhere, in a whole log after each traceback
   header): kept only where the frame names a startup call (its phase)
   or is faulthandler's (a crash in C code), and at most MAX_FRAMES.
+- In an excerpt, the failure catalogue's anchors no other pass finds (`WorkerProc hit an
+  exception`, `CUDA out of memory` …: _CATALOGUE_NEEDLES), on lines vLLM's logger printed only,
+  at most MAX_NEEDLE_LINES lines looked at each; and vLLM's eager-mode, KV padding and
+  stream-capture lines.
 - In an excerpt, an ERROR record cut off before its message (`ERROR 07-13 00:04:10 [co` ending
   a line: a paste that stops there), one regex with the literal `ERROR` in front, at most
   MAX_NEEDLE_LINES lines; and an ERROR record that is a traceback frame (`ERROR 11-25 08:05:06
