@@ -19,6 +19,15 @@ from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_pr
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
 
+_AFTER_KV_CAPTURE = ("Capturing cudagraphs for decoding", "Capturing the model for CUDA graphs",
+                     "Capturing CUDA graph shapes")
+"""V0's model_runner.py capture_model (0.5–0.10, and its older wording) and the progress bar of
+V0's and V1's capture up to 0.10 (`Capturing CUDA graph shapes: 0%| 0/67`; Model Runner V2's
+graph estimate before KV sizing says `Capturing CUDA graphs`): run only after the KV cache was
+sized, so the capture whatever the excerpt shows before it (vllm-gfx906#22: ROCm, its blocks line
+cut out of the paste, a kernel's shape check failing in the capture; vllm PR 21747)."""
+
+
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.LOAD, ("Starting to load model", "Loading model from scratch", "Initializing model took",
@@ -31,6 +40,7 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",
                 *(f"#{words}" for words in KV_BLOCK_WORDS))),
+    (Phase.CAPTURE, _AFTER_KV_CAPTURE),
 )
 _CAPTURE_MARKS = ("Capturing CUDA graphs", "Capturing cudagraphs", "Graph capturing finished",
                   "JIT kernel warmup starting", "Compile and warming up", "Warming up FlashInfer", "DeepGEMM warmup")
@@ -43,19 +53,8 @@ _PROFILING_CAPTURE = ("Capturing CUDA graphs", "Graph capturing finished")
 estimate lines are gone): one of these after the profile and before KV is sizing's graphs phase."""
 
 
-_AFTER_KV_CAPTURE = ("Capturing cudagraphs for decoding", "Capturing the model for CUDA graphs",
-                     "Capturing CUDA graph shapes")
-"""V0's model_runner.py capture_model (0.5–0.10, and its older wording) and the progress bar of
-V0's and V1's capture up to 0.10 (`Capturing CUDA graph shapes: 0%| 0/67`; Model Runner V2's
-graph estimate before KV sizing says `Capturing CUDA graphs`): run only after the KV cache was
-sized, so the capture whatever the excerpt shows before it (vllm-gfx906#22: ROCm, its blocks line
-cut out of the paste, a kernel's shape check failing in the capture; vllm PR 21747)."""
-
-
 def _timeline_phase(text: str, pos: int) -> Phase | None:
     """The furthest phase a milestone printed before `pos` shows (None: no milestone)."""
-    if any(text.find(m, 0, pos) >= 0 for m in _AFTER_KV_CAPTURE):
-        return Phase.CAPTURE
     for name, marks in reversed(_MILESTONES):
         if any(text.find(m, 0, pos) >= 0 for m in marks):
             if name is Phase.KV and any(text.find(m, 0, pos) >= 0 for m in _CAPTURE_MARKS):

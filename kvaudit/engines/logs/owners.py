@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import FactKind, GraphEstimate
-from kvaudit.engines.logs.ranks import Located, RankFacts
+from kvaudit.engines.logs.ranks import KV_KINDS, Located, RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.record import StatedRank
 from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
@@ -165,7 +165,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
     activation, why = _activation(r, graphs, no_estimate)
     if why:
         notes.append(f"rank {rank}: {why}")
-    kv_available = _first_known(r.last(FactKind.KV_FIXED), r.last(FactKind.KV_AVAILABLE), r.last(FactKind.KV_IN_USE))
+    kv_available = _first_known(*(r.last(kind) for kind in KV_KINDS))
     allocated = failure is None or failure.phase not in BEFORE_ALLOCATION
     kv_cache = (_first_known(r.last(FactKind.KV_IN_USE), r.last(FactKind.KV_FIXED), r.last(FactKind.KV_AVAILABLE))
                 if allocated else None)

@@ -124,7 +124,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
             parsed[line.pos] = ParsedLine(known.line, known.facts + extra)
         else:
             parsed[line.pos] = ParsedLine(line, facts)
-    _add_closing_error(text, parsed, cuts)
+    serving_at = _add_closing_error(text, parsed, cuts)
     lines = tuple(_with_logged_message(text, parsed[k], parsed) for k in sorted(parsed))
     is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
     tags = _final_tags(text, lines)
@@ -132,10 +132,13 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
     ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
     first_ray = 0 if ray and _is_v1(text) else 1
-    return FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
-                    {pid: rank for rank, pid in enumerate(ray, first_ray)}, _cut_notes(where, cuts),
-                    cuts.runs,
-                    frozenset(tags.values()) | frozenset(worker_names(text)))
+    file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
+                         {pid: rank for rank, pid in enumerate(ray, first_ray)}, _cut_notes(where, cuts),
+                         cuts.runs,
+                         frozenset(tags.values()) | frozenset(worker_names(text)))
+    if serving_at is not None:
+        file_scan.__dict__["serving_at"] = serving_at  # the cached property's value, read once already
+    return file_scan
 
 
 MAX_CUT_RUNS = 4096
@@ -173,36 +176,42 @@ CLOSING_LINES = 8
 """Markup lines looked past at the log's end."""
 
 
-def _add_closing_error(text: str, parsed: dict[int, ParsedLine], cuts: Cuts) -> None:
+def _add_closing_error(text: str, parsed: dict[int, ParsedLine], cuts: Cuts) -> int | None:
     """The log's last line (past a post's closing fence or `</details>`), where it is an ERROR record
     that states no failure kvaudit knows and the log has not shown startup finished: a crash whose
     cause is not shown, at the lowest priority (any stated cause wins). People paste up to the
     error they ask about, and a search result or terminal cuts it (vllm#5248: `# GPU blocks: 507`,
     then `ERROR 06-12 08:12:23 worker_base.py:145] Error execut`). facts.CUT_ERROR_RECORD catches
-    the record cut before its `[file.py:N]` closes; this, one cut after."""
+    the record cut before its `[file.py:N]` closes; this, one cut after. Returns where the log shows
+    startup finished (scan.serving_from) when it had to look, else None."""
     end = _content_end(text, len(text))
     for _ in range(CLOSING_LINES):
         if end == 0:
-            return
+            return None
         start, _ = bounds(text, end - 1)
         if not _MARKUP_LINE.fullmatch(text, start, end):
             break
         end = _content_end(text, start)
     else:
-        return
-    head = text[start:min(end, start + LOG_MESSAGE_CHARS + TAG_SEARCH_CHARS)]
-    if not any(level in head[:TAG_SEARCH_CHARS + 100] for level in ERROR_LEVELS):
-        return
+        return None
     known = parsed.get(start)
     if known is not None and any(f.kind is FactKind.FAILURE for f in known.facts):
-        return
-    line = parse_line(head, start)
+        return None
+    line = parse_line(_record_head(text, start, end), start)
     said = line.msg.strip()
-    if line.level not in ERROR_LEVELS or not said or serving_from(text, cuts.runs) <= start:
-        return
-    fact = Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, said[:LOG_MESSAGE_CHARS] + CLOSING_ERROR,
-                                              priority=BARE))
-    parsed[start] = ParsedLine(line, (known.facts if known is not None else ()) + (fact,))
+    if line.level not in ERROR_LEVELS or not said:
+        return None
+    serving_at = serving_from(text, cuts.runs)
+    if serving_at > start:
+        fact = Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, said[:LOG_MESSAGE_CHARS] + CLOSING_ERROR,
+                                                  priority=BARE))
+        parsed[start] = ParsedLine(line, (known.facts if known is not None else ()) + (fact,))
+    return serving_at
+
+
+def _record_head(text: str, start: int, end: int) -> str:
+    """A line's prefix and as much of its message as a failure quotes (its length costs nothing)."""
+    return text[start:min(end, start + LOG_MESSAGE_CHARS + TAG_SEARCH_CHARS)]
 
 
 def _content_end(text: str, end: int) -> int:
@@ -239,7 +248,7 @@ def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLi
     if end == 0:
         return p
     start = line_start(text, end)  # the line that ends there (empty: a blank line)
-    before = parse_line(text[start:min(end, start + LOG_MESSAGE_CHARS + TAG_SEARCH_CHARS)], start)
+    before = parse_line(_record_head(text, start, end), start)
     said = before.msg.strip()
     if (before.level not in ERROR_LEVELS or (before.pid, before.src) != (p.line.pid, p.line.src) or not said
             or said.startswith(("Traceback", "File ")) or start in parsed):

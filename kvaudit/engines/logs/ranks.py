@@ -279,7 +279,8 @@ def no_worker_named(boot: Boot) -> bool:
 AUTOFIT_ROUNDING = 2 ** 30 // 100
 """vLLM prints the auto-fit figure in GiB to two decimals: a rank's figure this close is the same."""
 KV_KINDS = (FactKind.KV_FIXED, FactKind.KV_AVAILABLE, FactKind.KV_IN_USE)
-"""The facts that state a rank's KV figure (owners.stated_rank reads them)."""
+"""The facts that state a rank's KV figure, the first known of them its available KV
+(owners.stated_rank)."""
 
 
 def _kv_figures(r: RankFacts) -> list[int]:
@@ -287,6 +288,11 @@ def _kv_figures(r: RankFacts) -> list[int]:
     figures = [v for k in KV_KINDS if (v := r.last(k)) is not None]
     extended = r.last(FactKind.KV_EXTENDED)
     return figures + ([extended[1]] if extended is not None else [])
+
+
+def _named_by_engine(boot: Boot, rank: int) -> RankFacts:
+    """A rank's facts, made for it where only an engine-level line names its figure."""
+    return boot.ranks.setdefault(rank, RankFacts(ProcTag(Role.ENGINE)))
 
 
 def give_autofit_figure(boot: Boot, world: int | None) -> list[str]:
@@ -306,11 +312,11 @@ def give_autofit_figure(boot: Boot, world: int | None) -> list[str]:
         return []  # a rank's own figure is less: it binds
     if world == 1 or (world is None and not stated and (untagged(boot) or no_worker_named(boot))):
         if not stated:
-            boot.ranks.setdefault(0, RankFacts(ProcTag(Role.ENGINE))).facts[FactKind.KV_AVAILABLE].append(fitted)
+            _named_by_engine(boot, 0).facts[FactKind.KV_AVAILABLE].append(fitted)
         return []  # one rank: the figure is its own, or its own figure stands
     without = [rank for rank in range(world) if rank not in stated] if world is not None else []
     if stated and len(without) == 1:
-        boot.ranks.setdefault(without[0], RankFacts(ProcTag(Role.ENGINE))).facts[FactKind.KV_AVAILABLE].append(fitted)
+        _named_by_engine(boot, without[0]).facts[FactKind.KV_AVAILABLE].append(fitted)
         return [f"rank {without[0]}'s KV figure is the one vLLM's auto-fit names (its limiting worker's, no rank "
                 f"named): {fmt_gib(fitted.value)}; the log states none of its own for it"]
     if stated:
@@ -329,6 +335,6 @@ def give_check_figures_to_rank_0(boot: Boot) -> None:
     check = boot.engine.get(FactKind.KV_AVAILABLE_AT_CHECK)
     if not check:
         return
-    rank = boot.ranks.setdefault(0, RankFacts(ProcTag(Role.ENGINE)))
+    rank = _named_by_engine(boot, 0)
     if not rank.has(*KV_KINDS):
         rank.facts[FactKind.KV_AVAILABLE].extend(check)
