@@ -220,3 +220,39 @@ def test_written_configs_round_trip_through_vllm_serve_config(vllm_parser, tmp_p
             engine.num_gpu_blocks_override, args.port) == (
         "org/m", safe_planned["kv_cache_memory_bytes"], 0.35, 2048, None, 8000)
     assert 0 < safe_planned["kv_cache_memory_bytes"] < 8 * 2**30
+
+
+# --------------------------------------------------------------------------------------------
+# Pasted commands in logs (kvaudit/engines/logs/facts.py): the knobs a log's command states are
+# the values vLLM's parser gives for it, in vLLM's other spellings too
+
+
+PASTED = [
+    "vllm serve org/m --tensor_parallel_size 2 --gpu_memory_utilization 0.85 --max_model_len 8192 --block_size 32",
+    "vllm serve org/m --gpu-memory-util 0.9 --max-model 4096 --tensor-parallel 4 --pipeline-parallel 2",
+    "vllm serve org/m --max-model-len 32k --decode_context_parallel_size 2 --data_parallel_size 2",
+    "vllm serve org/m --max-model-len 32K --enforce_eager -tp 2",
+]
+
+
+@pytest.mark.parametrize("line", PASTED)
+def test_a_pasted_command_in_a_log_states_what_vllms_parser_gives(vllm_parser, line):
+    from kvaudit.engines.logs.facts import FactKind, facts_from_message
+    parser, _ = vllm_parser
+    real = vllm_args(parser, line.split()[1:])
+    stated = dict(f.value for f in facts_from_message(line) if f.kind is FactKind.COMMAND_ARG)
+    assert len(stated) >= 3
+    assert {knob: getattr(real, knob) for knob in stated} == stated
+
+
+def test_each_shortest_flag_prefix_a_log_is_read_with_names_its_flag_alone_in_vllm_serve(vllm_parser):
+    from kvaudit.engines.logs.facts import FLAG_PREFIXES
+    parser, serve = vllm_parser
+    flags = [s for s in serve._option_string_actions if s.startswith("--")]
+    for flag, shortest in FLAG_PREFIXES.items():
+        assert [f for f in flags if f.startswith(shortest)] == [flag]
+        dest = serve._option_string_actions[flag].dest
+        assert getattr(vllm_args(parser, ["serve", "org/m", shortest, "2"]), dest) in (2, 2.0)
+    # the one knob without a prefix: a longer flag starts with its whole name
+    assert [f for f in flags if f.startswith("--data-parallel-size")] == ["--data-parallel-size",
+                                                                          "--data-parallel-size-local"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, cause_of, error_text
 from kvaudit.schema import FailureKind, Phase
+from kvaudit.serve_config import human_readable_int
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
 
 NUM = r"\d{1,12}(?:\.\d{1,12})?"
@@ -823,8 +824,27 @@ COMMAND_FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tenso
                  "-dcp": "decode_context_parallel_size",
                  "--max-model-len": "max_model_len", "--gpu-memory-utilization": "gpu_memory_utilization",
                  "--block-size": "block_size"}
-_COMMAND = re.compile(r"(?:^|(?<=[\s\"'`(]))(" + "|".join(re.escape(f) for f in COMMAND_FLAGS)
-                      + r")(?:=|[ \t]+)(\d{1,9}(?:\.\d{1,6})?)(?![\w.])")
+# vLLM's FlexibleArgumentParser turns each `_` of a `--` flag's name into `-` before argparse reads
+# it (`--max_model_len 8192`), and argparse takes a prefix that names one flag alone (allow_abbrev:
+# `--gpu-memory-util 0.9`). Each flag's shortest prefix read here names it alone among the 430 flags
+# of vLLM 0.32's `vllm serve` and runs into its second word (`--gpu-m`, not `--gp`);
+# `--data-parallel-size` has none (`--data-parallel-size-local`).
+FLAG_PREFIXES = {"--tensor-parallel-size": "--tensor-p", "--pipeline-parallel-size": "--pipeline-p",
+                 "--decode-context-parallel-size": "--decode-c", "--max-model-len": "--max-m",
+                 "--gpu-memory-utilization": "--gpu-m", "--block-size": "--block-s"}
+_COMMAND = re.compile(r"(?:^|(?<=[\s\"'`(]))(--?[A-Za-z][\w\-]{0,60})(?:=|[ \t]+)"
+                      r"(\d{1,9}(?:\.\d{1,6})?[kKmMgGtT]?)(?![\w.])")
+
+
+def command_flag(word: str) -> str | None:
+    """The knob (a COMMAND_FLAGS value) a pasted flag's name sets, as vLLM reads it, or None."""
+    name = word.replace("_", "-") if word.startswith("--") else word
+    if name in COMMAND_FLAGS:
+        return COMMAND_FLAGS[name]
+    return next((COMMAND_FLAGS[flag] for flag, shortest in FLAG_PREFIXES.items()
+                 if name.startswith(shortest) and flag.startswith(name)), None)
+
+
 _COMMAND_CONTEXT = re.compile(r"vllm|python|api_server", re.IGNORECASE)
 # A shell word: a quoted string (a JSON value keeps its spaces) or a run of non-blanks.
 _WORD = re.compile(r"""'[^'\n]{0,2000}'|"[^"\n]{0,2000}"|`[^`\n]{0,2000}`|\S{1,2000}""")
@@ -913,8 +933,9 @@ _KWARG_LINE = re.compile(r"[ \t]{0,40}(?:" + "|".join(KWARG_KEYS) + r")[ \t]*=[ 
                          + r"[ \t]*,?[ \t]*\)?[ \t]*,?[ \t]*")
 _LLM_CALL = re.compile(r"(?<![\w.])LLM\(")
 # The one boolean knob read from a command: `--enforce-eager` (`--no-enforce-eager` from 0.10, where
-# the flag became a BooleanOptionalAction) and the offline call's `enforce_eager=True` (vllm#9163).
-_EAGER_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--(no-)?enforce-eager(?![\w\-=])")
+# the flag became a BooleanOptionalAction; `_` for `-` as above) and the offline call's
+# `enforce_eager=True` (vllm#9163).
+_EAGER_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--(no[-_])?enforce[-_]eager(?![\w\-=])")
 _EAGER_KWARG = re.compile(r"(?<![\w.\-])enforce_eager[ \t]*=[ \t]*(True|False)(?![\w.])")
 
 
@@ -938,6 +959,19 @@ def _kwargs(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.COMMAND_ARG, (key, float(text) if key == "gpu_memory_utilization" else int(float(text))))
 
 
+def _command_value(key: str, text: str) -> float | int | None:
+    """A pasted flag's number as vLLM reads it: the utilization a float, the rest whole numbers, where
+    a suffix is vLLM's human-readable size (`--max-model-len 32k`: 32,000; `32K`: 32,768)."""
+    if key == "gpu_memory_utilization":
+        return None if text[-1].isalpha() else float(text)
+    if not text[-1].isalpha():
+        return int(float(text))
+    try:
+        return human_readable_int(text)
+    except ValueError:  # `1.5K`: vLLM refuses a binary suffix on a fraction
+        return None
+
+
 def _command(msg: str) -> Iterable[Fact]:
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
@@ -949,9 +983,10 @@ def _command(msg: str) -> Iterable[Fact]:
         return
     for start, end in spans:
         for m in _COMMAND.finditer(msg[start:min(end, 100_000)]):
-            key, text = COMMAND_FLAGS[m.group(1)], m.group(2)
-            value: float | int = float(text) if key == "gpu_memory_utilization" else int(float(text))
-            yield Fact(FactKind.COMMAND_ARG, (key, value))
+            if (key := command_flag(m.group(1))) is None:
+                continue
+            if (value := _command_value(key, m.group(2))) is not None:
+                yield Fact(FactKind.COMMAND_ARG, (key, value))
         for m in _EAGER_FLAG.finditer(msg[start:min(end, 100_000)]):
             yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
 
@@ -1115,7 +1150,7 @@ RULES: tuple[Rule, ...] = (
          + "|".join(FRAME_CALLS) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
-         r"(--(tensor|pipeline|data)-parallel-size|-tp|-pp|-dp)[= ]|--(no-)?enforce-eager"
+         r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager"
          r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]|enforce_eager *= *(True|False)",
          _command),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
