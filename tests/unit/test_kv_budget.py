@@ -267,3 +267,26 @@ def test_the_h100_expandable_boot_under_todays_rule_gains_the_pass_reserve_over_
     now = rederived(dataclasses.replace(rank, allocator_expandable_segments=True), returned=False)
     assert kv_figure(now) - rank.kv_available_bytes == 3_122_675_712
     assert budget_term(now, BudgetTerm.ACTIVATION_PEAK) == -rank.prefill_probe_transient_bytes
+
+
+def test_the_same_boot_under_todays_rule_got_what_the_rule_predicted_and_every_scenario_held():
+    """The prediction above, booted (H100, vLLM 0.34, 2026-12-05, second lease): the worker recorded
+    expandable segments, the ledger charged the probe, and the KV grew by the predicted 2,978 MiB
+    (16 KiB apart: torch_other and the unallocated remainder moved). Every --verify scenario held,
+    and plain vLLM with the printed flags under the full-batch load with sampling stayed inside its
+    budget, 652 MiB (0.80 % of the device) unused."""
+    before = "tests/benchmarks/results/h100-load-deepseek-v3-2layer-mtp-vllm0.34.0-expandable.json#0"
+    after = "tests/benchmarks/results/h100-load-deepseek-v3-2layer-mtp-vllm0.34.0-expandable-2026-12-05b.json#0"
+    _, _, old = next(c for c in COMMITTED if c[0] == before)
+    _, report, new = next(c for c in COMMITTED if c[0] == after)
+    assert new.allocator_expandable_segments is True
+    predicted = kv_figure(rederived(dataclasses.replace(old, allocator_expandable_segments=True), returned=False))
+    assert abs(new.kv_available_bytes - predicted) <= 1 << 20
+    assert budget_term(new.kv_budget, BudgetTerm.ACTIVATION_PEAK) == -new.prefill_probe_transient_bytes
+    slack = {s.name: s.slack_bytes for s in report.verify.scenarios}
+    assert set(slack) == {"prefill", "batch", "spec", "sampling"}
+    assert all(0 <= b <= (1 << 30) for b in slack.values()), slack
+    user = json.loads((ROOT / "tests/benchmarks/results/h100-user-path-deepseek-v3-2layer-mtp-vllm0.34.0-expandable-"
+                              "2026-12-05b.json").read_text())
+    unused = user["requested_bytes"][0] - user["peak_bytes"][0]
+    assert 0 <= unused <= user["device_total_bytes"][0] // 100
