@@ -4,7 +4,8 @@
 #   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-edits BASE [EDIT …]|plan-solve [BASE]|bench-sweep
 #   bash tests/gpu/session.sh bench-real MODEL small|default   (issue 31: kvaudit run / plain LLM at real dimensions,
 #     MODEL a folder of tests/gpu/models, graphs 1–64 or vLLM's own list; queue the four runs with queue.sh)
-#   bash tests/gpu/session.sh load1|load2|load-repeat|user-path   (issue 28: verify scenarios, --repeat, the user's path)
+#   bash tests/gpu/session.sh load1|load2|load-repeat[-cold|-warm]|user-path   (issue 28: verify scenarios, --repeat,
+#     the user's path)
 #   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
 #     a: its contract tests, the embedded model's matrix row and the 8B model; b: the 16B MLA+MoE and the MTP model)
 # (real1: dense 8B and MLA+MoE 16B on MRv2; real2: MLA+MoE+MTP on V1, the retained-pool selftest and
@@ -87,7 +88,7 @@ elif [ "$stage" = bench-real ]; then
     --cudagraph-sizes "$list" --orders ${BENCH_ORDERS:-pkkp} \
     --json "$res/h200-bench-run-$model-$sizes-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes.txt"
   stage=bench-real-$model-$sizes
-elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load2-contended ] || [ "$stage" = load-repeat ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
+elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load2-contended ] || [ "$stage" = load-repeat ] || [ "$stage" = load-repeat-cold ] || [ "$stage" = load-repeat-warm ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
   # --repeat 3 --cold and --repeat 3 on the 8B (load-repeat), the plain vLLM user path (user-path)
   # the MTP model's verify boot, then the plain vLLM with the flags it printed (the report read from that boot)
@@ -103,6 +104,9 @@ elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandab
     # the default allocator's verify boot, then the user path with the rest of the device taken during its load
     load2-contended) f=$mtp_then_user; k=$mtp_then_user_k; export KVAUDIT_USER_PATH_CONTEND=1 KVAUDIT_RESULT_TAG=contended ;;
     load-repeat) f=tests/gpu/test_verify_gpu.py; k="repeat" ;;
+    # each half alone (H100, 0.34: the cold half about 9 min, the warm one about 4)
+    load-repeat-cold) f=tests/gpu/test_verify_gpu.py; k="repeat and cold" ;;
+    load-repeat-warm) f=tests/gpu/test_verify_gpu.py; k="repeat and warm" ;;
     user-path) f=tests/gpu/test_user_path_gpu.py; k="" ;;
     own-sizing) f=tests/gpu/test_user_path_gpu.py; k="own_sizing or llama" ;;  # 8B: kvaudit's flags, vLLM 0.34's own
   esac
