@@ -53,3 +53,42 @@ def test_a_log_whose_command_uses_vllms_other_spellings_states_its_knobs() -> No
             "(Worker_TP1 pid=2) INFO 05-01 10:00:00 [gpu_worker.py:100] Available KV cache memory: 10.00 GiB\n")
     config = report_from_log_text(text, "x").config
     assert (config.tensor_parallel_size, config.gpu_memory_utilization, config.max_model_len) == (2, 0.95, 16_000)
+
+
+# --------------------------------------------------------------------------------------------
+# Records a log viewer ran together on one line (modal-examples#1318; fixture 135)
+
+_JOINED = ("Aug 04  00:35:11.716 | ERROR 08-04 07:35:11 [core.py:515] EngineCore failed to start. "
+           "ERROR 08-04 07:35:11 [core.py:515] Traceback (most recent call last): "
+           "ERROR 08-04 07:35:11 [core.py:515]   File \"/x/vllm/v1/engine/core.py\", line 83, in __init__ "
+           "(EngineCore_DP0 pid=7) ERROR 08-04 07:35:11 [core.py:515] ValueError: boom\n")
+
+
+def test_records_joined_on_one_line_are_split_at_each_head_after_the_lines_first() -> None:
+    from kvaudit.engines.logs.lines import split_joined_records
+    text, split = split_joined_records(_JOINED)
+    assert split == 3
+    assert text.splitlines() == [
+        "Aug 04  00:35:11.716 | ERROR 08-04 07:35:11 [core.py:515] EngineCore failed to start.",
+        "ERROR 08-04 07:35:11 [core.py:515] Traceback (most recent call last):",
+        "ERROR 08-04 07:35:11 [core.py:515]   File \"/x/vllm/v1/engine/core.py\", line 83, in __init__",
+        "(EngineCore_DP0 pid=7) ERROR 08-04 07:35:11 [core.py:515] ValueError: boom"]
+
+
+@pytest.mark.parametrize("line", [
+    # a container prefix and a process tag before one record: the blank after the tag is no record's start
+    "vllm-service  | (EngineCore pid=183) INFO 09-11 21:21:56 [gpu_worker.py:560] Available KV cache memory: 1 GiB",
+    "2024-09-13T22:25:38,258 [INFO ] W-9000 MODEL_LOG - (VllmWorkerProcess pid=27) INFO 09-13 22:25:38 "
+    "model_runner.py:1008] Loading model weights took 7.5122 GB",
+    # a person's words that quote two records after more than a prefix's length: no record's line
+    "x " * 201 + "ERROR 08-04 07:35:11 [core.py:515] EngineCore failed to start. ERROR 08-04 07:35:12 [core.py:9] x",
+])
+def test_a_line_of_one_record_or_a_sentence_quoting_records_is_not_split(line: str) -> None:
+    from kvaudit.engines.logs.lines import split_joined_records
+    assert split_joined_records(line + "\n") == (line + "\n", 0)
+
+
+def test_joined_records_are_read_one_by_one_and_the_report_says_they_were_split() -> None:
+    report = report_from_log_text(_JOINED, "modal.log")
+    assert report.failure is not None and report.failure.message == "ValueError: boom"  # the last record's cause
+    assert any("3 vLLM records ran on after another record on the same line" in w for w in report.warnings)

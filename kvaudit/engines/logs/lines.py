@@ -32,12 +32,11 @@ _TAG = re.compile(r"[(\[]([A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3}) pid=(\d
 _NEXT_TAG = re.compile(r"[ \t]{0,4}[(\[]([A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})"
                        r"(?:, ip=([\w.:\-]{1,64}))?[)\]]")
 MAX_NESTED_TAGS = 8
-_HEAD = re.compile(
-    r"\s*(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
-    r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
-_UNTAGGED_HEAD = re.compile(
-    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
-    r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
+_RECORD_HEAD = (r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
+                r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]")
+"""vLLM's record head: `INFO 08-04 07:35:11 [core.py:515]` (V0: `core.py:515]`, no opening bracket)."""
+_HEAD = re.compile(r"\s*" + _RECORD_HEAD + r"\s?")
+_UNTAGGED_HEAD = re.compile(_RECORD_HEAD + r"\s?")
 
 # A pasted excerpt often keeps only `[file.py:N] message`, or the level and file without a time;
 # retyped ones put a clock time first and keep the process name without its pid
@@ -49,6 +48,42 @@ _BARE_HEAD = re.compile(
 
 TAG_SEARCH_CHARS = 400
 """How far into a line the process tag may sit (container prefixes are short)."""
+
+# A log viewer that runs a paste's records together on one line (Modal's: `Aug 04  00:35:11.716 |
+# ERROR 08-04 07:35:11 [core.py:515] EngineCore failed to start. ERROR 08-04 07:35:11
+# [core.py:515] Traceback (most recent call last): ERROR …`, modal-examples#1318): each record head
+# after the line's first, with its process tag where it has one, starts a record of its own.
+_JOINED_HEAD = re.compile(r"(?<=\S)[ \t]+(?=(?P<record>(?:[(\[][A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3} "
+                          r"pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?[)\]][ \t]+)?" + _RECORD_HEAD + "))")
+_LINE_HEAD = re.compile(_RECORD_HEAD)
+_HEAD_CHARS = 260
+"""The longest record head _RECORD_HEAD matches (a 200-character file name and its line number)."""
+
+
+def split_joined_records(text: str) -> tuple[str, int]:
+    """The text with each record a viewer joined to the line before it on a line of its own, where
+    that line starts with a record head (within TAG_SEARCH_CHARS: a person's sentence that quotes a
+    record keeps it), and how many were split off. One pass; each line's start looked at once."""
+    out: list[str] = []
+    done = seen = 0
+    line_has_head: bool | None = None
+    for m in _JOINED_HEAD.finditer(text):
+        if m.start() < seen:  # the blank between a record's process tag and its level
+            continue
+        newline = text.rfind("\n", seen, m.start())
+        seen, first = m.end("record"), False
+        if newline >= 0 or line_has_head is None:  # the first match on a line
+            line = newline + 1 if newline >= 0 else text.rfind("\n", 0, m.start()) + 1
+            head = _LINE_HEAD.search(text, line, min(m.start(), line + TAG_SEARCH_CHARS + _HEAD_CHARS))
+            # the line's own head is before this one, or is this one (`Aug 04 … | ERROR 08-04 …`)
+            first = head is None and m.end() - line <= TAG_SEARCH_CHARS
+            line_has_head = first or (head is not None and head.start() - line <= TAG_SEARCH_CHARS)
+        if line_has_head and not first:
+            out += [text[done:m.start()], "\n"]
+            done = m.end()
+    if not out:
+        return text, 0
+    return "".join(out) + text[done:], len(out) // 2
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,17 @@ from kvaudit.engines.logs.facts import (
     facts_from_message,
 )
 from kvaudit.engines.logs.layout import worker_names
-from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, LogLine, looks_like_vllm, parse_line, proc_tag, tag_of
+from kvaudit.engines.logs.lines import (
+    TAG_SEARCH_CHARS,
+    LogLine,
+    looks_like_vllm,
+    parse_line,
+    proc_tag,
+    split_joined_records,
+    tag_of,
+)
 from kvaudit.engines.logs.scan import (
+    EXCERPT_CHARS,
     FOLLOWERS,
     Candidates,
     next_line_of,
@@ -97,6 +106,9 @@ is refused here instead of read at ~80 µs a line."""
 
 
 def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = False) -> FileScan:
+    split = 0
+    if len(text) <= EXCERPT_CHARS:  # a paste (a whole log file keeps one record a line)
+        text, split = split_joined_records(text)
     cuts = fixed_column_cuts(text)
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
     cands = _with_cut_runs(text, cands, cuts)
@@ -133,7 +145,8 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
     first_ray = 0 if ray and _is_v1(text) else 1
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
-                         {pid: rank for rank, pid in enumerate(ray, first_ray)}, _cut_notes(where, cuts),
+                         {pid: rank for rank, pid in enumerate(ray, first_ray)}, _split_note(where, split)
+                         + _cut_notes(where, cuts),
                          cuts.runs,
                          frozenset(tags.values()) | frozenset(worker_names(text)))
     if serving_at is not None:
@@ -255,6 +268,13 @@ def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLi
         return p
     logged = dataclasses.replace(bare[0].value, message=said[:LOG_MESSAGE_CHARS] + LOGGED_WITH)
     return ParsedLine(p.line, tuple(Fact(f.kind, logged) if f is bare[0] else f for f in p.facts))
+
+
+def _split_note(where: str, split: int) -> tuple[str, ...]:
+    if not split:
+        return ()
+    return (f"{where}: {split} vLLM records ran on after another record on the same line, as a log viewer copies "
+            f"them: each was read as a line of its own",)
 
 
 def _cut_notes(where: str, cuts: Cuts) -> tuple[str, ...]:
