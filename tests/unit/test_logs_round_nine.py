@@ -92,3 +92,57 @@ def test_joined_records_are_read_one_by_one_and_the_report_says_they_were_split(
     report = report_from_log_text(_JOINED, "modal.log")
     assert report.failure is not None and report.failure.message == "ValueError: boom"  # the last record's cause
     assert any("3 vLLM records ran on after another record on the same line" in w for w in report.warnings)
+
+
+# --------------------------------------------------------------------------------------------
+# A failure the boot got past: quoted by a person, printed before the log shows startup finished,
+# or before the API server's stats line (real pastes, round eight)
+
+_FINISHED = ("(EngineCore pid=59) INFO 05-07 04:54:30 [kv_cache_utils.py:1733] GPU KV cache size: 120,000 tokens\n"
+             "(EngineCore pid=59) INFO 05-07 04:54:30 [kv_cache_utils.py:1734] Maximum concurrency for 32,768 tokens "
+             "per request: 3.66x\n"
+             "(EngineCore pid=59) INFO 05-07 04:54:33 [core.py:299] init engine (profile, create kv cache, warmup "
+             "model) took 163.91 s (compilation: 54.58 s)\n")
+
+
+@pytest.mark.parametrize("before, note", [
+    # club-3090#93's lines after a person's sentence quoting an earlier run's errors (the generic
+    # "failed to start" names no cause, so no note repeats it)
+    ('Before the fix this config ended with "EngineCore failed to start."; now it boots:\n', None),
+    ("With 0.95 I got torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB, so I lowered it:\n",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+    # a traceback vLLM printed and went on from (an optional import), bare as stderr prints it
+    ("Traceback (most recent call last):\n  File \"/x/site.py\", line 3, in <module>\nModuleNotFoundError: No module "
+     "named 'flash_attn_extra'\n", "ModuleNotFoundError: No module named 'flash_attn_extra'"),
+])
+def test_a_failure_before_the_line_that_shows_startup_finished_is_not_the_boots(before: str, note: str | None) -> None:
+    report = report_from_log_text(before + _FINISHED, "x")
+    assert report.failure is None and report.verdict.value == "ok"
+    notes = [w for w in report.warnings if w.startswith("before startup finished, which it then did")]
+    assert [note in n for n in notes] == ([] if note is None else [True])
+
+
+@pytest.mark.parametrize("comment", [
+    '\ufeff# source: vllm#26612 — the KV line, then the engine core "EngineCore failed to start."\n',
+    "## Error: CUDA out of memory on the second GPU\n",
+])
+def test_a_comment_or_heading_that_quotes_a_failure_is_never_the_failure(comment: str) -> None:
+    ok = report_from_log_text(comment + _FINISHED, "x")
+    assert ok.failure is None and ok.verdict.value == "ok" and not any(comment[3:12] in w for w in ok.warnings)
+    dead = report_from_log_text(
+        comment + "(Worker pid=19) INFO 10-11 10:42:14 [gpu_worker.py:298] Available KV cache memory: 13.69 GiB\n"
+        "(EngineCore_DP0 pid=17) ERROR 10-11 10:42:14 [core.py:708] EngineCore failed to start.\n", "x")
+    assert dead.failure is not None and dead.failure.message == "EngineCore failed to start."
+
+
+def test_a_worker_that_died_before_the_servers_stats_line_died_while_serving() -> None:
+    """vllm#23582: the worker died, and 5 s later the API server logged 46 requests running."""
+    died = ("(EngineCore_0 pid=271) ERROR 08-25 12:24:19 [multiproc_executor.py:146] Worker proc VllmWorker-1 died "
+            "unexpectedly, shutting down executor.\n")
+    stats = ("(APIServer pid=1) INFO 08-25 12:24:24 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+             "Avg generation throughput: 7599.4 tokens/s, Running: 46 reqs, Waiting: 0 reqs\n")
+    serving = report_from_log_text(died + stats, "x")
+    assert serving.failure is None
+    assert any(w.startswith("after startup finished: Worker proc VllmWorker-1 died") for w in serving.warnings)
+    # without the stats line after it, the death ends the boot
+    assert report_from_log_text(died, "x").failure.kind.value == "worker_died"

@@ -1,7 +1,10 @@
 """The boot's failure in its logs: the root cause among the failure facts (failures.decide_failure,
 the one rule of every engine: the catalogue's priority, then the earliest, as for a run's own
 log), the phase it struck in, the
-rank that printed it, and failures after startup finished, which are notes, not the boot's.
+rank that printed it, and failures after startup finished, which are notes, not the boot's. So is
+a failure before the line that shows startup finished (a person's words quoting an error, an earlier
+run's, a traceback vLLM went on from), or before the API server's stats line (scan.STATS: it struck
+while serving); a `#` comment or Markdown heading is never vLLM's.
 
 The phase: the one the message fixes (the KV check is always kv), else the furthest the log shows
 the boot got before the failure: the milestones printed before it, the startup call a failing
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 from kvaudit.engines.failures import BARE, GENERIC, Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
+from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
+from kvaudit.engines.logs.scan import STATS
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
 
@@ -75,16 +80,28 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     facts = boot.engine.get(FactKind.FAILURE, [])
     by_file = {s.index: s for s in boot.scans}
     boot_done: dict[int, int] = {}
-    during, after = [], []
+    served: dict[int, int] = {}
+    during, after, survived = [], [], []
     for f in facts:
         scan = by_file[f.file]
         if f.file not in boot_done:
             boot_done[f.file] = scan.serving_at
-        (after if f.pos > boot_done[f.file] else during).append(f)
+            served[f.file] = scan.text.rfind(STATS)
+        start = scan.text.rfind("\n", 0, f.pos) + 1
+        if scan.text[start:start + TAG_SEARCH_CHARS].lstrip(" \t\ufeff").startswith("#"):
+            continue  # a `#` comment or a Markdown heading: a person's words, never vLLM's
+        if f.pos > boot_done[f.file] or f.pos < served[f.file]:
+            after.append(f)
+        elif boot_done[f.file] <= len(scan.text):  # the file shows the boot finished after it
+            survived.append(f)
+        else:
+            during.append(f)
     # a traceback's header says "its exception line is not in the log": not where that file has one
     stated = {f.file for f in after if f.value.priority < BARE}
     notes = sorted({f"after startup finished: {f.value.message}" for f in after
-                    if f.value.priority < BARE or f.file not in stated})
+                    if f.value.priority < BARE or f.file not in stated}
+                   | {f"before startup finished, which it then did (not this boot's failure): {f.value.message}"
+                      for f in survived if f.value.priority < GENERIC})
     if not during:
         return None, None, notes
     chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority, (f.file, f.pos)) for f in during)

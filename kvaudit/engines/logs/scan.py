@@ -249,7 +249,7 @@ def _needle_lines(text: str, needle: str, found: dict[int, int], stop: int | Non
     while i >= 0 and seen < MAX_NEEDLE_LINES:
         start, end = bounds(text, i)
         seen += 1
-        if not logged_only or _logged(text[start:end]):
+        if not logged_only or logged(text[start:end]):
             found.setdefault(start, end)
             starts.append(start)
         i = text.find(needle, end, stop)
@@ -332,7 +332,7 @@ def scan_exhaustive(text: str) -> Candidates:
         for needle in catalogue if len(text) <= EXCERPT_CHARS else ():
             if catalogue[needle] < MAX_NEEDLE_LINES and needle in seg:
                 catalogue[needle] += 1  # the lines looked at, logged or not (_needle_lines)
-                if _logged(seg):
+                if logged(seg):
                     kept.append(needle)
         if hit:
             found.append((m.start(), m.end()))
@@ -353,7 +353,7 @@ def segment_hits(seg: str) -> bool:
     return (_has_error(seg) or _V_RX.search(seg) is not None
             or any(check(seg, i) for char, check in _CHAR_NEEDLES for i in _positions(seg, char))
             or any(needle in seg for needle in _LONG_NEEDLES + _EXCERPT_NEEDLES + _PRELUDE)
-            or (any(needle in seg for needle in _CATALOGUE_NEEDLES) and _logged(seg))
+            or (any(needle in seg for needle in _CATALOGUE_NEEDLES) and logged(seg))
             or any(rx.search(seg) is not None for rx in _ERROR_RECORDS)
             or any(_frame_counts(seg, i + len(_FRAME)) for i in _positions(seg, _FRAME)))
 
@@ -389,7 +389,7 @@ hit an exception.`, then the paste ends; after KV lines, that read as a boot tha
 whole log each comes with the traceback the scan finds."""
 
 
-def _logged(seg: str) -> bool:
+def logged(seg: str) -> bool:
     """A record vLLM's logger printed: its level, time and `[file.py:N]` (after a tag, if any). A
     person's sentence that names a process (`the (EngineCore pid=548) process said CUDA out of
     memory`) has no level after it. Only the line's head is read: its length costs nothing."""
@@ -397,7 +397,7 @@ def _logged(seg: str) -> bool:
 
 
 LOGGED_HEAD_CHARS = TAG_SEARCH_CHARS + 300
-"""How much of a line _logged reads: the tag's search window and a level, time and file after it."""
+"""How much of a line `logged` reads: the tag's search window and a level, time and file after it."""
 
 
 FOLLOWERS = ("Maximum concurrency for", "is larger than the maximum number of tokens")
@@ -440,8 +440,12 @@ def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tu
 
 BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
 """v1/engine/core.py `_initialize_kv_caches`' last line: after it, a failure is not the boot's."""
+STATS = "Avg prompt throughput"
+"""The API server's periodic stats line (`Engine 000: Avg prompt throughput: …`, every 10 s while
+it serves): printed only by a boot that finished, so a failure before one in the same file struck
+while it served (vllm#23582: a worker died, 5 s later the stats line with 46 requests running)."""
 SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
-           "Starting vLLM API server", "num_gpu_blocks is: ", "Avg prompt throughput", '"GET /health HTTP/1.1" 200',
+           "Starting vLLM API server", "num_gpu_blocks is: ", STATS, '"GET /health HTTP/1.1" 200',
            '"POST /v1/')
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served): a failure after the first of them is not the boot's."""
