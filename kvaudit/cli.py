@@ -79,7 +79,12 @@ def _emit(view: Callable[[TextIO], None], record: Callable[[], str], fmt: Format
         _write(output, page.getvalue(), f"{fmt.value} output", inputs, replace=True)
         return
     if not (to_stdout and fmt is Format.JSON):
-        view(sys.stderr if to_stdout and fmt not in DOCUMENT_FORMATS else sys.stdout)
+        stream = sys.stderr if to_stdout and fmt not in DOCUMENT_FORMATS else sys.stdout
+        try:
+            view(stream)
+            stream.flush()
+        except BrokenPipeError:  # the reader stopped (`kvaudit ingest … -o r.json | head`): not our failure,
+            _silence(stream)     # so the record is still written and the exit code is still the command's
     if output is None or (to_stdout and fmt in DOCUMENT_FORMATS):
         return
     _write(output, record(), "report", inputs)
@@ -425,7 +430,10 @@ def main() -> None:
     """Console entry point: every KvauditError is one line on stderr and its exit code."""
     try:
         code = app(standalone_mode=False, prog_name="kvaudit")  # not "python -m kvaudit"
-        sys.stdout.flush()  # a closed pipe shows here when the data fit in the buffer
+        try:
+            sys.stdout.flush()  # a closed pipe shows here when the data fit in the buffer
+        except BrokenPipeError:
+            _silence(sys.stdout)  # the reader stopped; the command's exit code stands
     except KvauditError as exc:
         typer.echo(f"kvaudit: error: {one_line(str(exc))}", err=True)
         sys.exit(int(exc.exit_code))
@@ -483,13 +491,18 @@ def _usage_error(exc: Exception) -> NoReturn:
     sys.exit(int(ExitCode.USAGE))
 
 
-def _stdout_closed() -> NoReturn:
-    # Python's advice (signal docs, "Note on SIGPIPE"): point stdout at devnull, so the flush at
-    # interpreter exit does not raise again, and exit quietly.
+def _silence(stream: TextIO) -> None:
+    """Python's advice for a closed pipe (signal docs, "Note on SIGPIPE"): point the stream's file at
+    devnull, so later writes and the flush at interpreter exit do not raise again."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
     except (OSError, ValueError, AttributeError):
         pass  # not a real file (tests, an embedding program): nothing will flush it to a pipe
+
+
+def _stdout_closed() -> NoReturn:
+    """A closed pipe outside a view (help, a version line): exit quietly."""
+    _silence(sys.stdout)
     sys.exit(0)
 
 

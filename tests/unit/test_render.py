@@ -302,6 +302,26 @@ def test_a_closed_pipe_on_stdout_exits_zero(monkeypatch):
         assert info.value.code == 0
 
 
+def test_a_closed_pipe_on_stdout_still_writes_the_report_and_keeps_the_verdicts_exit_code(monkeypatch, tmp_path):
+    """`kvaudit ingest LOG -o r.json | head -1`: the reader stopping costs neither the report nor the
+    exit code a script reads (real pastes, round eight: it was 0 and no report)."""
+    from kvaudit import cli
+    log = tmp_path / "dead.log"
+    log.write_text("(EngineCore_DP0 pid=6940) ValueError: Free memory on device cuda:1 (19.77/22.05 GiB) on startup "
+                   "is less than desired GPU memory utilization (0.9, 19.84 GiB).\n")
+    out = tmp_path / "r.json"
+    monkeypatch.setattr(sys, "argv", ["kvaudit", "ingest", str(log), "-o", str(out)])
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, "w", encoding="utf-8") as closed_pipe:
+        monkeypatch.setattr(sys, "stdout", closed_pipe)
+        with pytest.raises(SystemExit) as info:
+            cli.main()
+        monkeypatch.undo()
+    assert info.value.code == 3  # the boot failed (startup_memory): exit 3, as without the pipe
+    assert json.loads(out.read_text())["failure"]["kind"] == "startup_memory"
+
+
 def test_show_of_a_partial_report_exits_zero(cli):
     # show renders; the exit code of the audit belongs to `kvaudit run`
     result = cli("show", str(DATA / "run3.json"), "--width", "100")
