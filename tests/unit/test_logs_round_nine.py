@@ -146,3 +146,17 @@ def test_a_worker_that_died_before_the_servers_stats_line_died_while_serving() -
     assert any(w.startswith("after startup finished: Worker proc VllmWorker-1 died") for w in serving.warnings)
     # without the stats line after it, the death ends the boot
     assert report_from_log_text(died, "x").failure.kind.value == "worker_died"
+
+
+@pytest.mark.parametrize("before", [
+    '(venv312) PS C:\\Users\\User\\vllm_0.25> $Env:VLLM_NCCL_SO_PATH="C:\\nccl-windows\\build\\bin\\nccl.dll"\n',
+    "| 38%   42C    P8             29W /  230W |   24058MiB /  24576MiB |      0%      Default |\n",
+    "ValueError: an earlier run's error, quoted\n",
+])
+def test_the_version_banner_is_read_after_a_pasted_line_that_other_passes_look_for(before: str) -> None:
+    """vllm-windows#72, club-3090 PR 92 + gpustack#4660: a paste's own first lines hid the version."""
+    for banner, version in (
+            ("(APIServer pid=22388) INFO 07-15 20:57:43 [api_utils.py:345]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.25.0\n",
+             "0.25.0"),
+            ("(APIServer pid=57) INFO 02-25 09:58:54 [api_server.py:1351] vLLM API server version 0.13.0\n", "0.13.0")):
+        assert report_from_log_text(before + banner, "x").engine.version == version

@@ -78,6 +78,16 @@ _PRELUDE = ("LLM engine", " version ")
 """Lines printed before anything is loaded that hold no character the other passes look for: V0's
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
 banner's `version 0.19.1` and V0's `vLLM API server version 0.6.3`."""
+
+
+def prelude_limit(text: str, first_hit: int) -> int:
+    """Where _PRELUDE's lines are looked for up to: printed before anything is loaded, so before the
+    first other hit, and in any case in the first COMMAND_WINDOW characters, where a paste's own
+    lines before them (`$Env:VLLM_…`, an nvidia-smi row's `MiB`, an earlier `ValueError: `) may hold
+    what other passes look for (real pastes, round eight: the version was lost)."""
+    return max(first_hit, min(len(text), COMMAND_WINDOW))
+
+
 _ERROR = "Error"
 _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
@@ -208,8 +218,7 @@ def scan(text: str) -> Candidates:
             end = line_end(text, i)
             hits = [j for j in (text.find(_ERROR + n, i, end) for n in _ERROR_NEXT) if j >= 0]
             i, misses = (min(hits) if hits else text.find(_ERROR, end)), 0
-    # Printed before anything is loaded: looked for before the first other hit only.
-    limit = min(found, default=len(text))
+    limit = prelude_limit(text, min(found, default=len(text)))
     headers = []
     for needle in _long_needles(text):
         lines = _needle_lines(text, needle, found)
@@ -340,7 +349,7 @@ def scan_exhaustive(text: str) -> Candidates:
             extra.append((m.start(), m.end()))
         elif any(needle in seg for needle in _PRELUDE):
             engine.append((m.start(), m.end()))
-    limit = found[0][0] if found else len(text)
+    limit = prelude_limit(text, found[0][0] if found else len(text))
     segments = tuple(sorted(found + extra + [s for s in engine if s[0] < limit and s not in extra]))
     first_backend = next(((m.start(), m.end()) for m in re.finditer(r"[^\r\n]+", text)
                           if " backend" in m.group(0) and any(backend(m.group(0)))), None)
