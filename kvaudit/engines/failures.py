@@ -118,6 +118,10 @@ CAUSES: tuple[Cause, ...] = (
     # A feature the backend refuses, raised as an exception.
     Cause("not supported", FailureKind.REFUSED, None, 1,
           re.compile(r"NotImplementedError: .*not supported|(?:Error|Exception): .*is not supported (?:by|on|for) ")),
+    # v1/engine/core_client.py (utils.py before 0.2x): the front end gave up waiting for the engine
+    # cores, VLLM_ENGINE_READY_TIMEOUT_S (600 s) after their start: "Timed out waiting for engines to
+    # send initial message on input socket." (vllm PR 35616), 0.34 "… for engine core processes to start."
+    Cause("Timed out waiting for engine", FailureKind.TIMEOUT, None, 1),
     # core_client / engine utils: the generic tail every failed boot prints.
     Cause("Engine core initialization failed", FailureKind.CRASH, None, GENERIC),
     Cause("WorkerProc initialization failed", FailureKind.CRASH, None, GENERIC),

@@ -160,3 +160,14 @@ def test_the_version_banner_is_read_after_a_pasted_line_that_other_passes_look_f
              "0.25.0"),
             ("(APIServer pid=57) INFO 02-25 09:58:54 [api_server.py:1351] vLLM API server version 0.13.0\n", "0.13.0")):
         assert report_from_log_text(before + banner, "x").engine.version == version
+
+
+@pytest.mark.parametrize("line", [
+    "TimeoutError: Timed out waiting for engines to send initial message on input socket.",  # vllm PR 35616
+    "(APIServer pid=1) ERROR 12-05 10:00:00 [core_client.py:795] TimeoutError: Timed out waiting for engine core "
+    "processes to start. This is often caused by slow weight loading for large models. Waited 600s",  # 0.34
+])
+def test_the_front_end_giving_up_on_the_engines_is_a_timeout(line: str) -> None:
+    report = report_from_log_text(line + "\n", "x")
+    assert report.failure is not None and report.failure.kind.value == "timeout"
+    assert report.failure.message.startswith("TimeoutError: Timed out waiting for engine")
