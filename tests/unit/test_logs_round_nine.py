@@ -171,3 +171,14 @@ def test_the_front_end_giving_up_on_the_engines_is_a_timeout(line: str) -> None:
     report = report_from_log_text(line + "\n", "x")
     assert report.failure is not None and report.failure.kind.value == "timeout"
     assert report.failure.message.startswith("TimeoutError: Timed out waiting for engine")
+
+
+def test_the_v0_engine_line_of_0_7_to_0_10_states_the_version_and_the_knobs() -> None:
+    """vllm#12529: `Initializing a V0 LLM engine (vX) with config: …` was not read at all."""
+    report = report_from_log_text(
+        "INFO 03-12 14:55:27 [llm_engine.py:235] Initializing a V0 LLM engine (v0.7.4.dev390+gdebd6bbf) with config: "
+        "model='models/llama3.1-8B-INT8', max_seq_len=65536, tensor_parallel_size=2, enforce_eager=True, seed=None\n",
+        "x")
+    assert (report.engine.version, report.engine.model_runner) == ("0.7.4.dev390+gdebd6bbf", None)
+    assert (report.config.model, report.config.max_model_len, report.config.tensor_parallel_size,
+            report.config.enforce_eager) == ("models/llama3.1-8B-INT8", 65536, 2, True)

@@ -997,8 +997,9 @@ def _command(msg: str) -> Iterable[Fact]:
 _ARGS_KEY = "non-default args: "
 # v1/engine/core.py EngineCore.__init__ "Initializing a V1 LLM engine (v%s) with config: %s";
 # v1/engine/dump_input.py repeats the config when a step fails.
-# V0 (llm_engine.py): "Initializing an LLM engine (v0.5.4) with config: …", before 0.4 without the version.
-_ENGINE = re.compile(r"(?:Initializing an? (?:V1 )?|Dumping input data for V1 )LLM engine"
+# V0 (llm_engine.py): "Initializing an LLM engine (v0.5.4) with config: …", before 0.4 without the version,
+# 0.7.3–0.10 "Initializing a V0 LLM engine (v0.7.4.dev390+gdebd6bbf) with config: …" (vllm#12529).
+_ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1 )LLM engine"
                      r"(?: \(v([^)\s]{1,60})\))? with config: (.*)", re.DOTALL)
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
