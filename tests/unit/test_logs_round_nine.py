@@ -182,3 +182,20 @@ def test_the_v0_engine_line_of_0_7_to_0_10_states_the_version_and_the_knobs() ->
     assert (report.engine.version, report.engine.model_runner) == ("0.7.4.dev390+gdebd6bbf", None)
     assert (report.config.model, report.config.max_model_len, report.config.tensor_parallel_size,
             report.config.enforce_eager) == ("models/llama3.1-8B-INT8", 65536, 2, True)
+
+
+@pytest.mark.parametrize("text, kind, message", [
+    # gpustack#2723: the frame, the raise's source line a traceback echoes, then the exception line
+    ('  File "/x/vllm/v1/engine/utils.py", line 750, in wait_for_engine_startup\n'
+     '    raise RuntimeError("Engine core initialization failed. "\n'
+     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n",
+     "crash", "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"),
+    # the exception line cut off: the source line still names the KV check
+    ('  File "/x/vllm/v1/core/kv_cache_utils.py", line 700, in check_enough_kv_cache_memory\n'
+     '    raise ValueError("No available memory for the cache blocks. "\n',
+     "does_not_fit", 'raise ValueError("No available memory for the cache blocks. "'),
+])
+def test_the_raises_source_line_yields_to_its_exception_line(text: str, kind: str, message: str) -> None:
+    report = report_from_log_text(text, "x")
+    assert report.failure is not None and report.failure.kind.value == kind
+    assert report.failure.message.endswith(message)

@@ -688,6 +688,11 @@ def _startup(msg: str) -> Iterable[Fact]:
 _OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which")
 
 
+_RAISE = re.compile(r"\braise [A-Za-z_][\w.]{0,80}\(")
+"""A traceback's echo of the raising source line (`    raise RuntimeError("Engine core initialization
+failed. "`): the cause, one priority below the exception line that follows it (gpustack#2723)."""
+
+
 def _failure(msg: str) -> Iterable[Fact]:
     """The message's cause in the failure catalogue (engines/failures.py), as a fact."""
     cause = cause_of(msg)
@@ -699,9 +704,12 @@ def _failure(msg: str) -> Iterable[Fact]:
         # kv > 0: other processes hold the node memory it asked for.
         kind = FailureKind.DOES_NOT_FIT
     text = error_text(msg, cause, LOG_MESSAGE_CHARS)
+    priority = cause.priority
     if cause.priority == BARE:
         text = "Traceback (most recent call last): the boot died; its exception line is not in the log"
-    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority))
+    elif (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at):
+        priority += 1  # the raise's source line a traceback echoes: its exception line, if shown, says it better
+    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=priority))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
 
