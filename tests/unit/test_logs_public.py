@@ -531,10 +531,6 @@ PARTLY_RIGHT = {
     "81-v1-0.29-spark-388-bare-kv-then-driver-oom.log":
         "the person says in words that the OOM came in the warm-up after the KV allocation; the log lines end at "
         "the KV size, so kvaudit places the OOM in phase kv (the allocation itself may fail there too)",
-    "135-v1-modal-1318-records-joined-on-one-line.log":
-        "the paste is cut inside the frame of determine_available_memory; a reader places the failure in the profile "
-        "from the source line above it (`available_gpu_memory = self.model_executor.determine_available_memory()`), "
-        "and kvaudit reads frames' names, not the calls in their source lines",
 }
 """Excerpts kvaudit reads partly right, and why no general rule reads them fully (the README's
 score counts them): each is a strict xfail, so a fix that reads one right must move it out."""

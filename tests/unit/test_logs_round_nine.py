@@ -199,3 +199,21 @@ def test_the_raises_source_line_yields_to_its_exception_line(text: str, kind: st
     report = report_from_log_text(text, "x")
     assert report.failure is not None and report.failure.kind.value == kind
     assert report.failure.message.endswith(message)
+
+
+@pytest.mark.parametrize("lines, phase", [
+    # vllm#17822 (journalctl): the last source line calls initialize_from_config, the frame under it cut
+    (['May 08 09:32:47 t3090 start.sh[3065331]: ERROR 05-08 09:32:47 [core.py:400]   File "/x/vllm/v1/engine/core.py", '
+      "line 158, in _initialize_kv_caches",
+      "May 08 09:32:47 t3090 start.sh[3065331]: ERROR 05-08 09:32:47 [core.py:400]     "
+      "self.model_executor.initialize_from_config(kv_cache_configs)"], "kv"),
+    # modal-examples#1318: the profile's call, bare as stderr prints a traceback
+    (["Traceback (most recent call last):", '  File "/x/vllm/v1/engine/core.py", line 141, in _initialize_kv_caches',
+      "    available_gpu_memory = self.model_executor.determine_available_memory()"], "profile"),
+    # a person's sentence that names the method is no source line
+    (["Traceback (most recent call last):", "it fails after we call self.model_executor.load_model( here"], None),
+])
+def test_a_startup_call_in_a_tracebacks_source_line_places_the_failure(lines: list[str], phase: str | None) -> None:
+    report = report_from_log_text("\n".join(lines) + "\n", "x")
+    assert report.failure is not None
+    assert (report.failure.phase.value if report.failure.phase else None) == phase

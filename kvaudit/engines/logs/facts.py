@@ -793,7 +793,21 @@ _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-
 _FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
 
 
+SOURCE_CALL_HEAD = r"\.(" + "|".join(PHASE_OF_CALL) + r")\("
+"""A call of a startup method in a line of code (scan.py looks for it in an excerpt)."""
+# The source line a traceback prints under each frame is the call in progress in it, so a call of a
+# startup method there places the failure as the next frame would: where a paste cut that frame
+# (modal-examples#1318, vllm#17822's journalctl lines, vllm-ascend#8440:
+# `    available_gpu_memory = self.model_executor.determine_available_memory()`). Only a statement
+# calling the method reads so, at the start of a record or right after its frame's header (a bare
+# traceback's lines joined into one record), not a person's sentence that names it.
+_SOURCE_CALL = re.compile(r"(?:^|, in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:[\w.,\[\] ]{1,120}=[ \t]*)?"
+                          r"(?:[A-Za-z_]\w{0,80}\.){1,6}(" + "|".join(PHASE_OF_CALL) + r")\(")
+
+
 def _call_phase(msg: str) -> Iterable[Fact]:
+    for m in _SOURCE_CALL.finditer(msg):
+        yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(1)])
     if m := _METHOD.search(msg):
         if (phase := PHASE_OF_CALL.get(m.group(1))) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
@@ -1155,8 +1169,9 @@ RULES: tuple[Rule, ...] = (
          r"on startup is less than|on kv cache allocation is less", _startup),
     Rule("failure", tuple(c.anchor for c in CAUSES), "|".join(_ere(c.anchor) for c in CAUSES), _failure),
     Rule("cut_error", "ERROR", r"ERROR [0-9][0-9]-[0-9][0-9] [0-9:.,]+( \[?[^] ]*)?$", _cut_error),
-    Rule("call_phase", ("method", '", line '), r"Error executing meth|while processing method|\", line [0-9]+(, in ("
-         + "|".join(FRAME_CALLS) + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])", _call_phase),
+    Rule("call_phase", ("method", '", line ', "("),
+         r"Error executing meth|while processing method|\", line [0-9]+(, in (" + "|".join(FRAME_CALLS)
+         + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
          r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager"

@@ -63,6 +63,7 @@ from kvaudit.engines.logs.facts import (
     KV_BLOCK_WORDS,
     KWARG_NEEDLES,
     PADDING_LINE,
+    SOURCE_CALL_HEAD,
     STREAM_CAPTURE,
     backend,
 )
@@ -98,8 +99,10 @@ _CUT_ERROR_RX = re.compile(CUT_ERROR_HEAD + r"(?=[\r\n]|\Z)")
 its `[file.py:N]` not closed."""
 _ERROR_FRAME_RX = re.compile(ERROR_FRAME_HEAD)
 """facts.ERROR_FRAME_HEAD: an ERROR record whose message is a traceback frame (facts.error_frame_facts)."""
-_ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX)
-"""The ERROR records looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
+_SOURCE_CALL_RX = re.compile(SOURCE_CALL_HEAD)
+"""facts.SOURCE_CALL_HEAD: a traceback's source line that calls a startup method."""
+_ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
+"""The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1])
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
