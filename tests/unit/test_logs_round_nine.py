@@ -217,3 +217,14 @@ def test_a_startup_call_in_a_tracebacks_source_line_places_the_failure(lines: li
     report = report_from_log_text("\n".join(lines) + "\n", "x")
     assert report.failure is not None
     assert (report.failure.phase.value if report.failure.phase else None) == phase
+
+
+def test_engine_args_spread_over_lines_state_the_sizes() -> None:
+    """vllm#27067: `EngineArgs(` with one keyword a line (a Python call, as `LLM(` is read)."""
+    report = report_from_log_text(
+        "engine_args = EngineArgs(\n    model=model_name,\n    pipeline_parallel_size=4,\n    tensor_parallel_size=1,\n"
+        "    max_num_batched_tokens=max_model_length,\n)\n"
+        "(EngineCore_DP0 pid=200073) (Worker_PP3 pid=200085) ERROR 10-17 02:19:27 [multiproc_executor.py:654] "
+        "WorkerProc hit an exception.\n", "x")
+    assert report.config.extra_args.get("pipeline_parallel_size") == 4 and report.config.tensor_parallel_size == 1
+    assert not any("size not stated" in w for w in report.warnings)

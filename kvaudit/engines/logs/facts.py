@@ -941,10 +941,10 @@ def _flag_spans(msg: str) -> list[tuple[int, int]]:
 
 # The offline API as people paste it: `llm = LLM(model=…, tensor_parallel_size=2, …)` (vLLM's
 # entrypoints/llm.py LLM.__init__ passes its keywords on to EngineArgs, the same knobs as the CLI's
-# flags). Its keywords are read on the line that opens the call, or on a line that holds one
-# keyword and nothing else (a call spread over lines, vllm#44376: `    max_model_len=30_000,`); a
-# keyword among other words is someone's sentence or another record's text. Python numerals may
-# group digits with `_`.
+# flags), or `EngineArgs(…)` / `AsyncEngineArgs(…)` themselves (vllm#27067). Its keywords are read
+# on the line that opens the call, or on a line that holds one keyword and nothing else (a call
+# spread over lines, vllm#44376: `    max_model_len=30_000,`); a keyword among other words is
+# someone's sentence or another record's text. Python numerals may group digits with `_`.
 KWARG_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size",
               "max_model_len", "gpu_memory_utilization", "block_size")
 KWARG_NEEDLES = ("_parallel_size=", "max_model_len=", "gpu_memory_utilization=", "block_size=", "enforce_eager=")
@@ -953,7 +953,7 @@ _NUMERAL = r"\d(?:_?\d){0,11}(?:\.\d{1,6})?"
 _KWARG = re.compile(r"(?<![\w.\-])(" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*(" + _NUMERAL + r")(?![\w.])")
 _KWARG_LINE = re.compile(r"[ \t]{0,40}(?:" + "|".join(KWARG_KEYS) + r")[ \t]*=[ \t]*" + _NUMERAL
                          + r"[ \t]*,?[ \t]*\)?[ \t]*,?[ \t]*")
-_LLM_CALL = re.compile(r"(?<![\w.])LLM\(")
+_LLM_CALL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\(")
 # The one boolean knob read from a command: `--enforce-eager` (`--no-enforce-eager` from 0.10, where
 # the flag became a BooleanOptionalAction; `_` for `-` as above) and the offline call's
 # `enforce_eager=True` (vllm#9163).
