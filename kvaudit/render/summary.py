@@ -256,16 +256,27 @@ def lever_parts(report: Report) -> list[tuple[str, str]]:
 
 def binding_note(report: Report) -> str | None:
     """What the `*` beside a rank means, when the owner table shows one. The least of the ranks that
-    state a KV figure (vllm#50722: a rank's KV line cut, so another was "the least"), and an engine's
-    ranks share its block count (data-parallel engines each size their own: vllm-ascend#9087)."""
+    state a KV figure (vllm#50722: a rank's KV line cut, so another was "the least"; a log's layout
+    may have ranks the paste shows nothing of, vllm#25650), and an engine's ranks share its block
+    count (data-parallel engines each size their own: vllm-ascend#9087). With pipeline parallelism a
+    log cannot name the binding stage: vLLM binds on the fewest blocks, each stage's KV over its layers."""
     if len(report.ranks) < 2 or report.capacity.binding_rank is None:
         return None
     node = binding_node(report)
-    silent = sum(r.kv_available_bytes is None for r in report.ranks)
+    pp = report.config.extra_args.get("pipeline_parallel_size")
+    pp = pp if isinstance(pp, int) and not isinstance(pp, bool) else 1
+    tp = report.config.tensor_parallel_size
+    # ranks a parallel layout has that the report holds none of (a paste without their lines)
+    unseen = max(0, tp * pp - len(report.ranks)) if tp is not None and report.source.value == "log" else 0
+    silent = sum(r.kv_available_bytes is None for r in report.ranks) + unseen
     least = "the least KV" if not silent else (f"the least KV of the ranks that state it ({silent} "
                                                 f"{'states' if silent == 1 else 'state'} none)")
-    return (f"* the binding rank ({report.capacity.binding_rank}{'' if node is None else f', on node {node}'}): it "
-            f"has {least}, and every rank of its engine allocates its block count")
+    rank = f"{report.capacity.binding_rank}{'' if node is None else f', on node {node}'}"
+    if pp > 1 and report.source.value == "log":  # vllm PR 34080
+        return (f"* the binding rank ({rank}): it has {least}; with pipeline parallelism vLLM takes the stage with "
+                f"the fewest blocks (its KV over its layers, which the log does not state), and every rank of the "
+                f"engine allocates that block count")
+    return f"* the binding rank ({rank}): it has {least}, and every rank of its engine allocates its block count"
 
 
 def binding_node(report: Report) -> int | None:

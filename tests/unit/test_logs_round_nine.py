@@ -228,3 +228,19 @@ def test_engine_args_spread_over_lines_state_the_sizes() -> None:
         "WorkerProc hit an exception.\n", "x")
     assert report.config.extra_args.get("pipeline_parallel_size") == 4 and report.config.tensor_parallel_size == 1
     assert not any("size not stated" in w for w in report.warnings)
+
+
+def test_a_pipeline_parallel_logs_binding_note_says_the_least_kv_need_not_bind_and_counts_the_silent_stage() -> None:
+    """vllm#25650: four stages, PP3's KV line cut. vLLM binds on the stage with the fewest blocks (its KV
+    over its layers, vllm PR 34080), which the log does not state."""
+    from kvaudit.render.summary import binding_note
+    lines = [f"(Worker_PP{r} pid={100 + r}) INFO 09-25 00:15:14 [gpu_worker.py:298] Available KV cache memory: {g} GiB"
+             for r, g in ((2, "18.22"), (0, "18.02"), (1, "18.25"))]
+    lines.append("(Worker_PP3 pid=103) INFO 09-25 00:15:12 [monitor.py:34] torch.compile takes 2.15 s in total")
+    note = binding_note(report_from_log_text("\n".join(lines) + "\n", "x"))
+    assert note is not None and note.startswith("* the binding rank (0): it has the least KV of the ranks that state "
+                                                "it (1 states none); with pipeline parallelism vLLM takes the stage "
+                                                "with the fewest blocks")
+    tp_only = report_from_log_text("\n".join(line.replace("_PP", "_TP") for line in lines) + "\n", "x")
+    assert binding_note(tp_only) == ("* the binding rank (0): it has the least KV of the ranks that state it (1 states "
+                                     "none), and every rank of its engine allocates its block count")
