@@ -244,3 +244,21 @@ def test_a_pipeline_parallel_logs_binding_note_says_the_least_kv_need_not_bind_a
     tp_only = report_from_log_text("\n".join(line.replace("_PP", "_TP") for line in lines) + "\n", "x")
     assert binding_note(tp_only) == ("* the binding rank (0): it has the least KV of the ranks that state it (1 states "
                                      "none), and every rank of its engine allocates its block count")
+
+
+def _assigned(rank: int, world: int, dp: int = 0, pp: int = 0, tp: int = 0) -> str:
+    return (f"(Worker pid={100 + rank}) INFO 03-18 04:59:31 [parallel_state.py:1715] rank {rank} in world size {world} "
+            f"is assigned as DP rank {dp}, PP rank {pp}, PCP rank 0, TP rank {tp}, EP rank {rank}, EPLB rank N/A\n")
+
+
+@pytest.mark.parametrize("lines, tp, pp", [
+    ([_assigned(1, 2, tp=1), _assigned(0, 2)], 2, 1),  # vllm PR 37505 (Ascend, TP 2 + EP)
+    ([_assigned(0, 1)], 1, 1),  # gpustack#3182: world size 1
+    ([_assigned(3, 4, pp=1, tp=1)], 2, 2),  # the highest ranks fill the world
+    ([_assigned(1, 8, tp=1)], None, None),  # TP ≥ 2 in a world of 8: the rest is not known
+])
+def test_vllms_rank_assignment_lines_give_the_sizes_where_they_fill_the_world(lines: list[str], tp: int | None,
+                                                                              pp: int | None) -> None:
+    report = report_from_log_text("".join(lines), "x")
+    assert report.config.tensor_parallel_size == tp
+    assert report.config.extra_args.get("pipeline_parallel_size") == (pp if pp != 1 else None)

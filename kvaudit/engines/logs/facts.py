@@ -98,6 +98,9 @@ class FactKind(StrEnum):
     """Ray's `[repeated Nx across cluster]`: N more workers printed a line of this shape."""
     COMMAND_ARG = "command_arg"
     """(flag, value) from a pasted command line: `--tensor-parallel-size 8`, `-tp=8`."""
+    PARALLEL_RANKS = "parallel_ranks"
+    """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}) from parallel_state.py's
+    `rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 1, …`."""
     KV_BLOCKS_TOTAL = "kv_blocks_total"
     """v1/metrics/loggers.py `num_gpu_blocks is: N`: the engine's blocks, summed over DP engines."""
     KV_MEASURED = "kv_measured"
@@ -836,6 +839,22 @@ def _ray(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.RAY_FOLDED, int(m.group(1)))
 
 
+# distributed/parallel_state.py initialize_model_parallel, once a worker: "rank %s in world size %s is
+# assigned as DP rank %s, PP rank %s, PCP rank %s, TP rank %s, ETP rank %s, EP rank %s, EPLB rank %s"
+# (older releases name fewer groups). The world is ExternalDP × DP × PP × PCP × TP ranks (the
+# reshape there), so where the groups' ranks seen fill it, each size is known (layout.py).
+PARALLEL_STATE_LINE = " in world size "
+_PARALLEL_STATE = re.compile(r"\brank (\d{1,6}) in world size (\d{1,6}) is assigned as (.{0,200})")
+_GROUP_RANK = re.compile(r"\b(DP|PP|PCP|TP) rank (\d{1,6})\b")
+
+
+def _parallel_state(msg: str) -> Iterable[Fact]:
+    if m := _PARALLEL_STATE.search(msg):
+        ranks = {g.lower(): int(r) for g, r in _GROUP_RANK.findall(m.group(3))}
+        if int(m.group(1)) < int(m.group(2)):
+            yield Fact(FactKind.PARALLEL_RANKS, (int(m.group(2)), ranks))
+
+
 # `vllm serve …` / `python -m vllm.entrypoints.openai.api_server …` as people paste them: the
 # parallel sizes (vllm/engine/arg_utils.py: -tp, -pp, -dp are the short forms), the length and the
 # utilisation. Read only from lines that are no vLLM log record (parse.py drops them there).
@@ -1173,6 +1192,7 @@ RULES: tuple[Rule, ...] = (
          r"Error executing meth|while processing method|\", line [0-9]+(, in (" + "|".join(FRAME_CALLS)
          + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
+    Rule("parallel_state", PARALLEL_STATE_LINE, PARALLEL_STATE_LINE, _parallel_state),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
          r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager"
          r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]|enforce_eager *= *(True|False)",

@@ -17,6 +17,7 @@ from typing import Any
 
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.knobs import knobs_from_engine_line, non_default_args
+from kvaudit.engines.logs.layout import KEYS as LAYOUT_KEYS
 from kvaudit.engines.logs.layout import Layout, layout
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
@@ -85,8 +86,23 @@ def boot_layout(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]
     args_text = engine_first(engine, FactKind.NON_DEFAULT_ARGS)
     stated = [("the engine config line", engine_config(engine)),
               ("non-default args", non_default_args(args_text) if args_text is not None else {}),
+              ("vLLM's rank assignment lines (parallel_state)", _assigned_sizes(engine)),
               ("a pasted command line", command_args(engine))]
     return layout((name for s in scans for name in s.names), stated, engine_ran_a_rank=_engine_ran_a_rank(scans))
+
+
+def _assigned_sizes(engine: dict[FactKind, list[Located]]) -> dict[str, int]:
+    """The sizes parallel_state's lines pin down: each group at least its highest rank seen plus one,
+    all of them exactly that where those fill the world (ExternalDP × DP × PP × PCP × TP ranks);
+    none where they do not, or where the lines give different worlds."""
+    facts = engine.get(FactKind.PARALLEL_RANKS, [])
+    worlds = {f.value[0] for f in facts}
+    if len(worlds) != 1:
+        return {}
+    least = {dim: 1 + max((f.value[1].get(dim, 0) for f in facts), default=0) for dim in ("dp", "pp", "pcp", "tp")}
+    if least["dp"] * least["pp"] * least["pcp"] * least["tp"] != worlds.pop():
+        return {}
+    return {LAYOUT_KEYS[dim]: size for dim, size in least.items()}
 
 
 def _engine_ran_a_rank(scans: Sequence[FileScan]) -> bool:

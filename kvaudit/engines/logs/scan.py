@@ -63,6 +63,7 @@ from kvaudit.engines.logs.facts import (
     KV_BLOCK_WORDS,
     KWARG_NEEDLES,
     PADDING_LINE,
+    PARALLEL_STATE_LINE,
     SOURCE_CALL_HEAD,
     STREAM_CAPTURE,
     backend,
@@ -104,7 +105,7 @@ _SOURCE_CALL_RX = re.compile(SOURCE_CALL_HEAD)
 _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
-                    "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1])
+                    "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -112,7 +113,8 @@ died unexpectedly` (a `Vllm` word), the KV size line says what num_gpu_blocks do
 lines Ray folds are read anyway (their marker with them), and the engine config line says
 enforce_eager; an excerpt may hold the one line and not the other. vLLM's padding warning is a
 note, read in an excerpt only: in a whole log it would cost a pass of its own; so is the second
-line of a CUDA error raised in a stream capture (a whole log has its first, an `Error: ` line)."""
+line of a CUDA error raised in a stream capture (a whole log has its first, an `Error: ` line), and
+parallel_state's rank assignment (a whole log's worker names say the layout)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 _TRACEBACK = "Traceback (most recent call last)"
