@@ -210,6 +210,9 @@ def test_the_raises_source_line_yields_to_its_exception_line(text: str, kind: st
     # modal-examples#1318: the profile's call, bare as stderr prints a traceback
     (["Traceback (most recent call last):", '  File "/x/vllm/v1/engine/core.py", line 141, in _initialize_kv_caches',
       "    available_gpu_memory = self.model_executor.determine_available_memory()"], "profile"),
+    # vllm#16343: the model's layers being made (model construction, in load_model)
+    (['ERROR 04-09 05:39:54 [core.py:390]   File "/x/vllm/model_executor/models/llama.py", line 321, in __init__',
+      "ERROR 04-09 05:39:54 [core.py:390]     self.start_layer, self.end_layer, self.layers = make_layers("], "load"),
     # a person's sentence that names the method is no source line
     (["Traceback (most recent call last):", "it fails after we call self.model_executor.load_model( here"], None),
 ])

@@ -60,10 +60,16 @@ def test_a_deep_gemm_warmup_frame_names_the_capture_phase(name: str) -> None:
 @pytest.mark.parametrize("text", [
     'File "/x/vllm/utils/deep_gemm.py", line 120, in fp8_gemm_nt',  # a DeepGEMM kernel, run by any forward
     'File "/x/my_code.py", line 9, in deep_gemm_warmup_report',  # another name that starts the same
-    "deep_gemm_warmup(model, max_tokens)",  # the source line under the frame, not a frame
+    "we never reach deep_gemm_warmup(model, max_tokens)",  # a person's words that name the call
 ])
 def test_other_deep_gemm_words_name_no_phase(text: str) -> None:
     assert not [f for f in facts_from_message(text) if f.kind is FactKind.PHASE_HINT]
+
+
+def test_the_source_line_under_a_frame_that_calls_the_deep_gemm_warmup_names_the_capture() -> None:
+    """The call in progress in the frame above (round nine's rule for a traceback's source lines)."""
+    hints = [f.value for f in facts_from_message("deep_gemm_warmup(model, max_tokens)") if f.kind is FactKind.PHASE_HINT]
+    assert hints == [Phase.CAPTURE]
 
 
 def test_error_frames_in_the_deep_gemm_warmup_cut_before_the_exception_are_a_crash_in_capture() -> None:

@@ -765,6 +765,8 @@ PHASE_OF_CALL: dict[str, Phase] = {
     # worker_base / gpu_worker / V0 worker methods and the engine-side calls that wrap them.
     "init_device": Phase.BASELINE, "init_worker_distributed_environment": Phase.BASELINE,
     "load_model": Phase.LOAD,
+    # model_executor/model_loader: the model built (its layers made in its __init__) and its weights read
+    "initialize_model": Phase.LOAD, "make_layers": Phase.LOAD, "load_weights": Phase.LOAD,
     "determine_available_memory": Phase.PROFILE, "determine_num_available_blocks": Phase.PROFILE,
     "profile_run": Phase.PROFILE,
     "profile_cudagraph_memory": Phase.GRAPHS,
@@ -796,7 +798,7 @@ _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-
 _FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
 
 
-SOURCE_CALL_HEAD = r"\.(" + "|".join(PHASE_OF_CALL) + r")\("
+SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + "|".join(PHASE_OF_CALL) + r")\("
 """A call of a startup method in a line of code (scan.py looks for it in an excerpt)."""
 # The source line a traceback prints under each frame is the call in progress in it, so a call of a
 # startup method there places the failure as the next frame would: where a paste cut that frame
@@ -805,7 +807,7 @@ SOURCE_CALL_HEAD = r"\.(" + "|".join(PHASE_OF_CALL) + r")\("
 # calling the method reads so, at the start of a record or right after its frame's header (a bare
 # traceback's lines joined into one record), not a person's sentence that names it.
 _SOURCE_CALL = re.compile(r"(?:^|, in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:[\w.,\[\] ]{1,120}=[ \t]*)?"
-                          r"(?:[A-Za-z_]\w{0,80}\.){1,6}(" + "|".join(PHASE_OF_CALL) + r")\(")
+                          r"(?:[A-Za-z_]\w{0,80}\.){0,6}(" + "|".join(PHASE_OF_CALL) + r")\(")
 
 
 def _call_phase(msg: str) -> Iterable[Fact]:
