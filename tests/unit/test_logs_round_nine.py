@@ -265,3 +265,15 @@ def test_vllms_rank_assignment_lines_give_the_sizes_where_they_fill_the_world(li
     report = report_from_log_text("".join(lines), "x")
     assert report.config.tensor_parallel_size == tp
     assert report.config.extra_args.get("pipeline_parallel_size") == (pp if pp != 1 else None)
+
+
+@pytest.mark.parametrize("engine, rank", [("EngineCore", 3), ("EngineCore_DP0", 3), ("EngineCore_DP1", None)])
+def test_the_worker_the_monitor_says_died_is_the_failures_rank(engine: str, rank: int | None) -> None:
+    """vllm PR 38895: `Worker proc VllmWorker-3 died unexpectedly` (the process named by its rank in the
+    engine's world); a second data-parallel engine's workers are not numbered from 0 in the boot's ranks."""
+    report = report_from_log_text(
+        "(Worker_TP3_DCP1 pid=500680) INFO 04-03 16:43:52 [kernel_warmup.py:69] Warming up FlashInfer attention.\n"
+        f"({engine} pid=500414) ERROR 04-03 16:43:52 [multiproc_executor.py:273] Worker proc VllmWorker-3 died "
+        "unexpectedly, shutting down executor.\n", "x")
+    assert report.failure is not None and report.failure.kind.value == "worker_died"
+    assert report.failure.rank == rank

@@ -16,9 +16,11 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 
 from __future__ import annotations
 
+import re
+
 from kvaudit.engines.failures import BARE, GENERIC, Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
-from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS
+from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, Role
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import STATS
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
@@ -126,6 +128,9 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         rank = None  # the order kvaudit numbered Ray's workers in is not vLLM's rank
     elif tag.ray:
         rank = None
+    elif value.kind is FailureKind.WORKER_DIED and tag.role is not Role.WORKER and not tag.dp \
+            and (died := _DIED_WORKER.search(value.message)) is not None:
+        rank = int(died.group(1))  # the monitor names the worker that died by its rank (vllm PR 38895)
     elif rank is None and (world_size == 1 or untagged(boot)):
         rank = 0
     feasible = None
@@ -133,6 +138,12 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
         feasible = lens[0] if lens else (0 if no_kv_memory else None)  # not one token fits
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+
+
+_DIED_WORKER = re.compile(r"\bVllmWorker-(\d{1,6}) died\b")
+"""multiproc_executor.py's monitor: "Worker proc VllmWorker-3 died unexpectedly", the process named
+`VllmWorker-{rank}` (make_worker_process), the rank in its engine's world: the global rank where the
+engine is the only one (no DP index)."""
 
 
 def _no_kv_memory(boot: Boot, root: Located) -> FailureFact | None:
