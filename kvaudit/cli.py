@@ -94,6 +94,11 @@ def _write(output: Path, text: str, what: str, inputs: Sequence[Path] = (), repl
     from kvaudit.render.output import is_stdout, write_output
     try:
         write_output(output, text, inputs=inputs, replace=replace)
+    except BrokenPipeError:
+        if not is_stdout(output):
+            raise UsageError(f"cannot write the {what} to {output}: broken pipe") from None
+        _silence(sys.stdout)  # `-o -` and the reader stopped: the exit code stays the command's
+        return
     except OSError as exc:
         raise UsageError(f"cannot write the {what} to {output}: {exc.strerror or exc}") from None
     if not is_stdout(output):

@@ -7,6 +7,8 @@ lines against vLLM's real parser.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvaudit.engines.logs import report_from_log_text
@@ -277,3 +279,41 @@ def test_the_worker_the_monitor_says_died_is_the_failures_rank(engine: str, rank
         "unexpectedly, shutting down executor.\n", "x")
     assert report.failure is not None and report.failure.kind.value == "worker_died"
     assert report.failure.rank == rank
+
+
+_ROUND_NINE = Path(__file__).parent / "data" / "round_nine"
+
+
+@pytest.mark.parametrize("name, kind, verdict", [
+    # one data-parallel engine dies while the other finishes: the front end's words fail the boot
+    ("dp_one_engine_dies.log", "oom", "fail"),
+    # the person quotes a line the boot never printed, after the log: no record head, no finish
+    ("quoted_serving_marker_after.log", "oom", "fail"),
+    # BuildKit's `#12 3.612 ERROR …` lines are vLLM's records, not comments
+    ("buildkit_hash_prefix.log", "does_not_fit", "fail"),
+    # a stated cause echoed in a raise's source line stays the cause (not the KV guess of a bare traceback)
+    ("raise_line_kv_guess.log", "crash", "unknown"),
+])
+def test_a_dead_boot_stays_dead_whatever_finished_or_was_quoted_after_it(name: str, kind: str, verdict: str) -> None:
+    """Constructed by the review of round nine from real shapes (each a regression it found)."""
+    report = report_from_log_text((_ROUND_NINE / name).read_text(encoding="utf-8"), name)
+    assert report.failure is not None and report.failure.kind.value == kind
+    assert report.verdict.value == verdict
+
+
+def test_a_joined_record_keeps_its_whole_chain_of_process_tags() -> None:
+    from kvaudit.engines.logs.lines import split_joined_records
+    line = ("(EngineCore_DP0 pid=17) (Worker_TP0 pid=30) INFO 10-11 10:42:10 [gpu_worker.py:298] Available KV cache "
+            "memory: 13.69 GiB (EngineCore_DP1 pid=18) (Worker_TP1 pid=31) INFO 10-11 10:42:10 [gpu_worker.py:298] "
+            "Available KV cache memory: 12.00 GiB\n")
+    text, split = split_joined_records(line)
+    assert split == 1 and text.splitlines()[1].startswith("(EngineCore_DP1 pid=18) (Worker_TP1 pid=31) INFO")
+
+
+def test_the_fast_scan_reads_a_prelude_line_that_straddles_the_window_as_the_slow_one_does() -> None:
+    """The review's fuzzer: an early hit, one line across COMMAND_WINDOW, then V0's engine line on it."""
+    from kvaudit.engines.logs.scan import COMMAND_WINDOW, scan, scan_exhaustive
+    text = ("ValueError: an early line\n" + "x" * COMMAND_WINDOW + " INFO 01-01 00:00:00 llm_engine.py:1] Initializing an "
+            "LLM engine (v0.5.4) with config: model='m', max_seq_len=4096\n")
+    assert scan(text).segments == scan_exhaustive(text).segments
+    assert report_from_log_text(text, "x").engine.version == "0.5.4"

@@ -322,6 +322,23 @@ def test_a_closed_pipe_on_stdout_still_writes_the_report_and_keeps_the_verdicts_
     assert json.loads(out.read_text())["failure"]["kind"] == "startup_memory"
 
 
+def test_a_report_to_a_closed_stdout_keeps_the_verdicts_exit_code(monkeypatch, tmp_path):
+    """`kvaudit ingest LOG -o - | true`: the reader gone before the record, the exit code still the verdict's."""
+    from kvaudit import cli
+    log = tmp_path / "dead.log"
+    log.write_text("(EngineCore_DP0 pid=6940) ValueError: Free memory on device cuda:1 (19.77/22.05 GiB) on startup "
+                   "is less than desired GPU memory utilization (0.9, 19.84 GiB).\n")
+    monkeypatch.setattr(sys, "argv", ["kvaudit", "ingest", str(log), "-o", "-"])
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, "w", encoding="utf-8") as closed_pipe:
+        monkeypatch.setattr(sys, "stdout", closed_pipe)
+        with pytest.raises(SystemExit) as info:
+            cli.main()
+        monkeypatch.undo()
+    assert info.value.code == 3
+
+
 def test_show_of_a_partial_report_exits_zero(cli):
     # show renders; the exit code of the audit belongs to `kvaudit run`
     result = cli("show", str(DATA / "run3.json"), "--width", "100")

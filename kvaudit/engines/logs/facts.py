@@ -150,6 +150,9 @@ class FailureFact:
     """Rarely known from the message itself."""
     priority: int = 0
     """0 names a memory cause, 1 a crash with a cause, 2 a generic "initialization failed"."""
+    echo: bool = False
+    """The raise's source line a traceback echoes: an exception line of the same priority, if the
+    log shows one, says it better (failure_timeline orders it after them)."""
 
 
 def _gib(text: str) -> int:
@@ -693,7 +696,7 @@ _OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which")
 
 _RAISE = re.compile(r"\braise [A-Za-z_][\w.]{0,80}\(")
 """A traceback's echo of the raising source line (`    raise RuntimeError("Engine core initialization
-failed. "`): the cause, one priority below the exception line that follows it (gpustack#2723)."""
+failed. "`): the cause, after the exception line that follows it (gpustack#2723; FailureFact.echo)."""
 
 
 def _failure(msg: str) -> Iterable[Fact]:
@@ -707,12 +710,12 @@ def _failure(msg: str) -> Iterable[Fact]:
         # kv > 0: other processes hold the node memory it asked for.
         kind = FailureKind.DOES_NOT_FIT
     text = error_text(msg, cause, LOG_MESSAGE_CHARS)
-    priority = cause.priority
+    echo = False
     if cause.priority == BARE:
         text = "Traceback (most recent call last): the boot died; its exception line is not in the log"
-    elif (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at):
-        priority += 1  # the raise's source line a traceback echoes: its exception line, if shown, says it better
-    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=priority))
+    else:
+        echo = (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at) is not None
+    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
 
@@ -1003,12 +1006,14 @@ def _kwargs(msg: str) -> Iterable[Fact]:
 
 
 def _command_value(key: str, text: str) -> float | int | None:
-    """A pasted flag's number as vLLM reads it: the utilization a float, the rest whole numbers, where
-    a suffix is vLLM's human-readable size (`--max-model-len 32k`: 32,000; `32K`: 32,768)."""
+    """A pasted flag's number as vLLM reads it: the utilization a float, the rest whole numbers; the
+    length may carry vLLM's human-readable suffix (`--max-model-len 32k`: 32,000; `32K`: 32,768)."""
     if key == "gpu_memory_utilization":
         return None if text[-1].isalpha() else float(text)
     if not text[-1].isalpha():
         return int(float(text))
+    if key != "max_model_len":  # vLLM reads sizes so for the length alone of these knobs
+        return None
     try:
         return human_readable_int(text)
     except ValueError:  # `1.5K`: vLLM refuses a binary suffix on a fraction

@@ -20,9 +20,10 @@ import re
 
 from kvaudit.engines.failures import BARE, GENERIC, Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
-from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, Role
+from kvaudit.engines.logs.lines import Role, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
-from kvaudit.engines.logs.scan import STATS
+from kvaudit.engines.logs.scan import BOOT_DONE, LOGGED_HEAD_CHARS, SERVER_UP, STATS, first_logged, last_logged, logged
+from kvaudit.engines.logs.unwrap import bounds
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
 
@@ -84,17 +85,20 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     boot_done: dict[int, int] = {}
     served: dict[int, int] = {}
     during, after, survived = [], [], []
+    one_engine = not any(proc_tag(name).role is Role.ENGINE and proc_tag(name).dp for s in boot.scans
+                         for name in s.tags.values())
     for f in facts:
         scan = by_file[f.file]
         if f.file not in boot_done:
             boot_done[f.file] = scan.serving_at
-            served[f.file] = scan.text.rfind(STATS)
-        start = scan.text.rfind("\n", 0, f.pos) + 1
-        if scan.text[start:start + TAG_SEARCH_CHARS].lstrip(" \t\ufeff").startswith("#"):
-            continue  # a `#` comment or a Markdown heading: a person's words, never vLLM's
+            served[f.file] = last_logged(scan.text, STATS)
+        start, end = bounds(scan.text, f.pos)
+        head = scan.text[start:min(end, start + LOGGED_HEAD_CHARS)]
+        if head.lstrip(" \t\ufeff").startswith("#") and not logged(head):
+            continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
         if f.pos > boot_done[f.file] or f.pos < served[f.file]:
             after.append(f)
-        elif boot_done[f.file] <= len(scan.text):  # the file shows the boot finished after it
+        elif _got_past(scan.text, f, one_engine):
             survived.append(f)
         else:
             during.append(f)
@@ -106,7 +110,9 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
                       for f in survived if f.value.priority < GENERIC})
     if not during:
         return None, None, notes
-    chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority, (f.file, f.pos)) for f in during)
+    # a raise's echoed source line after the exception lines of its priority (FailureFact.echo)
+    chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority, (f.value.echo, f.file, f.pos))
+                            for f in during)
     assert chosen is not None  # `during` is not empty
     root = chosen.item
     no_kv_memory = _no_kv_memory(boot, root)
@@ -138,6 +144,22 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
         feasible = lens[0] if lens else (0 if no_kv_memory else None)  # not one token fits
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+
+
+STARTUP_FAILED = ("Engine core initialization failed", "EngineCore failed to start", "Engine process failed to start")
+"""The front end's and the engine core's words for a startup that failed, whatever finished before."""
+
+
+def _got_past(text: str, f: Located, one_engine: bool) -> bool:
+    """The file shows, on a line vLLM's logger printed after the failure, that startup went on past
+    it: the API server up (every engine started), or `init engine … took` from the process that
+    printed the failure, or from the only engine; and no startup failure's words after that (a
+    data-parallel engine dying while another finishes fails the boot). A marker a person quotes,
+    with no record head, shows nothing."""
+    ends = [first_logged(text, marker, f.pos) for marker in SERVER_UP]
+    done = first_logged(text, BOOT_DONE, f.pos, pid=None if one_engine else f.pid)
+    finished = min((p for p in (*ends, done) if p is not None), default=None)
+    return finished is not None and not any(text.find(words, finished) >= 0 for words in STARTUP_FAILED)
 
 
 _DIED_WORKER = re.compile(r"\bVllmWorker-(\d{1,6}) died\b")

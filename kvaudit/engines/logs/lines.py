@@ -52,9 +52,11 @@ TAG_SEARCH_CHARS = 400
 # A log viewer that runs a paste's records together on one line (Modal's: `Aug 04  00:35:11.716 |
 # ERROR 08-04 07:35:11 [core.py:515] EngineCore failed to start. ERROR 08-04 07:35:11
 # [core.py:515] Traceback (most recent call last): ERROR …`, modal-examples#1318): each record head
-# after the line's first, with its process tag where it has one, starts a record of its own.
-_JOINED_HEAD = re.compile(r"(?<=\S)[ \t]+(?=(?P<record>(?:[(\[][A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3} "
-                          r"pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?[)\]][ \t]+)?" + _RECORD_HEAD + "))")
+# after the line's first, with its chain of process tags where it has one (MAX_NESTED_TAGS), starts
+# a record of its own.
+_JOINED_HEAD = re.compile(r"(?<=\S)[ \t]+(?=(?P<record>(?:[(\[][A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3} "
+                          r"pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?[)\]][ \t]+){0," + str(MAX_NESTED_TAGS) + "}"
+                          + _RECORD_HEAD + "))")
 _LINE_HEAD = re.compile(_RECORD_HEAD)
 _HEAD_CHARS = 260
 """The longest record head _RECORD_HEAD matches (a 200-character file name and its line number)."""

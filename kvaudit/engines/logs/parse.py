@@ -273,8 +273,9 @@ def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLi
 def _split_note(where: str, split: int) -> tuple[str, ...]:
     if not split:
         return ()
-    return (f"{where}: {split} vLLM records ran on after another record on the same line, as a log viewer copies "
-            f"them: each was read as a line of its own",)
+    records = "1 vLLM record" if split == 1 else f"{split} vLLM records"
+    return (f"{where}: {records} ran on after another record on the same line, as a log viewer copies them: "
+            f"each was read as a line of its own",)
 
 
 def _cut_notes(where: str, cuts: Cuts) -> tuple[str, ...]:

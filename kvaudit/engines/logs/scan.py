@@ -87,7 +87,9 @@ def prelude_limit(text: str, first_hit: int) -> int:
     first other hit, and in any case in the first COMMAND_WINDOW characters, where a paste's own
     lines before them (`$Env:VLLM_…`, an nvidia-smi row's `MiB`, an earlier `ValueError: `) may hold
     what other passes look for (real pastes, round eight: the version was lost)."""
-    return max(first_hit, min(len(text), COMMAND_WINDOW))
+    limit = max(first_hit, min(len(text), COMMAND_WINDOW))
+    end = line_end(text, limit) if limit < len(text) else None  # the whole line it falls in (as the slow scan)
+    return len(text) if end is None else end
 
 
 _ERROR = "Error"
@@ -462,7 +464,39 @@ SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application start
            "Starting vLLM API server", "num_gpu_blocks is: ", STATS, '"GET /health HTTP/1.1" 200',
            '"POST /v1/')
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
-requests served): a failure after the first of them is not the boot's."""
+requests served): a failure after the first of them is not the boot's. One before them is only where
+failure_timeline shows, on logged lines, that startup went on past it (SERVER_UP, first_logged)."""
+SERVER_UP = tuple(m for m in SERVING if m not in (BOOT_DONE, "EngineCore encountered a fatal error"))
+"""The API server's lines once every engine started, or a request it served."""
+
+
+def first_logged(text: str, marker: str, pos: int, pid: int | None = None) -> int | None:
+    """Where the first line after `pos` that holds `marker` and that vLLM's logger printed (from
+    process `pid`, where given) starts; None when none of the first MAX_NEEDLE_LINES does."""
+    i = text.find(marker, pos)
+    for _ in range(MAX_NEEDLE_LINES):
+        if i < 0:
+            return None
+        start, end = bounds(text, i)
+        line = parse_line(text[start:min(end, start + LOGGED_HEAD_CHARS)], start)
+        if line.level is not None and (pid is None or line.pid == pid):
+            return start
+        i = text.find(marker, end)
+    return None
+
+
+def last_logged(text: str, marker: str) -> int:
+    """Where the last line that holds `marker` and that vLLM's logger printed starts (looked at
+    from the end, MAX_NEEDLE_LINES lines at most); -1 when none."""
+    i = text.rfind(marker)
+    for _ in range(MAX_NEEDLE_LINES):
+        if i < 0:
+            return -1
+        start, end = bounds(text, i)
+        if logged(text[start:end]):
+            return start
+        i = text.rfind(marker, 0, start)
+    return -1
 
 
 def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
