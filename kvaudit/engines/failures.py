@@ -61,6 +61,9 @@ CPU_KV_SHORT = "on kv cache allocation is less than requested memory for kv"
 """cpu_worker.py determine_available_memory: a STARTUP_MEMORY cause, or DOES_NOT_FIT when its
 figure shows no byte was left for KV (the log engine reads the figure)."""
 
+KILLED = "Killed"
+"""The shell's word for a process SIGKILL ended (its cause in the catalogue, worded in facts._failure)."""
+
 CAUSES: tuple[Cause, ...] = (
     # kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "models's".
     Cause("To serve at least one request", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
@@ -151,6 +154,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("died with exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
     # v1/executor/multiproc_executor.py collective_rpc: a worker's error, re-raised in the engine core.
     Cause("Worker failed with error", FailureKind.CRASH, None, 1, log_only=True),
+    # The shell's notice of a process SIGKILL ended (a line `Killed`): nothing of vLLM's says why; the
+    # kernel's out-of-memory killer sends it when host memory runs out (ArcticInference#37: `Killed`
+    # right after `Loading weights took`).
+    Cause(KILLED, FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}Killed\s*$"), log_only=True),
     # CPython's faulthandler (a crash in C code: a segfault, an abort).
     Cause("Fatal Python error", FailureKind.CRASH, None, 1, log_only=True),
     # A traceback whose exception line the excerpt does not hold: the boot died, the cause is cut off.

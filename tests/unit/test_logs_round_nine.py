@@ -317,3 +317,18 @@ def test_the_fast_scan_reads_a_prelude_line_that_straddles_the_window_as_the_slo
             "LLM engine (v0.5.4) with config: model='m', max_seq_len=4096\n")
     assert scan(text).segments == scan_exhaustive(text).segments
     assert report_from_log_text(text, "x").engine.version == "0.5.4"
+
+
+@pytest.mark.parametrize("line", ["Killed", "Killed "])
+def test_the_shells_killed_notice_is_the_failure(line: str) -> None:
+    """ArcticInference#37: `Killed` right after the weights loaded (no vLLM line says why)."""
+    report = report_from_log_text("(VllmWorker rank=0 pid=2480291) INFO 05-07 19:18:17 [loader.py:458] Loading weights "
+                                  f"took 3.07 seconds\n{line}\n", "x")
+    assert report.failure is not None and report.failure.kind.value == "crash"
+    assert "the process was sent SIGKILL" in report.failure.message
+
+
+@pytest.mark.parametrize("line", ["The process got Killed by something", "Killed processes: 3, all fine"])
+def test_a_sentence_with_the_word_killed_is_no_failure(line: str) -> None:
+    assert report_from_log_text("INFO 05-07 19:18:17 [loader.py:458] Loading weights took 3.07 seconds\n"
+                                f"{line}\n", "x").failure is None

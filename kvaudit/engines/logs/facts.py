@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, cause_of, error_text
+from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, KILLED, LOG_MESSAGE_CHARS, cause_of, error_text
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
@@ -710,6 +710,9 @@ def _failure(msg: str) -> Iterable[Fact]:
         # kv > 0: other processes hold the node memory it asked for.
         kind = FailureKind.DOES_NOT_FIT
     text = error_text(msg, cause, LOG_MESSAGE_CHARS)
+    if cause.anchor == KILLED:
+        text = f"{text.strip()}: the process was sent SIGKILL (the shell's word; the kernel's out-of-memory killer " \
+               f"sends it when host memory runs out)"
     echo = False
     if cause.priority == BARE:
         text = "Traceback (most recent call last): the boot died; its exception line is not in the log"

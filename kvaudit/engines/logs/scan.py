@@ -54,7 +54,7 @@ import re
 from dataclasses import dataclass
 from itertools import islice
 
-from kvaudit.engines.failures import CAUSES
+from kvaudit.engines.failures import CAUSES, KILLED
 from kvaudit.engines.logs.facts import (
     CUT_ERROR_HEAD,
     EAGER_LINE,
@@ -107,7 +107,7 @@ _SOURCE_CALL_RX = re.compile(SOURCE_CALL_HEAD)
 _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
-                    "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE)
+                    "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -116,7 +116,8 @@ lines Ray folds are read anyway (their marker with them), and the engine config 
 enforce_eager; an excerpt may hold the one line and not the other. vLLM's padding warning is a
 note, read in an excerpt only: in a whole log it would cost a pass of its own; so is the second
 line of a CUDA error raised in a stream capture (a whole log has its first, an `Error: ` line), and
-parallel_state's rank assignment (a whole log's worker names say the layout)."""
+parallel_state's rank assignment (a whole log's worker names say the layout), and the shell's
+`Killed` (a line of its own, which no vLLM record holds)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 _TRACEBACK = "Traceback (most recent call last)"
