@@ -288,10 +288,10 @@ def test_progress_goes_to_stderr_only(capsys):
     assert "rank 1  kv         error    ValueError: does not fit" in err
 
 
-def test_a_closed_pipe_on_stdout_exits_zero(monkeypatch):
+def exit_code_into_a_closed_pipe(monkeypatch, *args: str) -> int:
+    """`kvaudit ARGS | head -1` once head has exited: the code kvaudit exits with, stdout a pipe with no reader."""
     from kvaudit import cli
-    monkeypatch.setattr(sys, "argv", ["kvaudit", "show", str(DATA / "run2.json")])
-    # stdout of `kvaudit show … | head -1` once head has exited: a pipe with no reader
+    monkeypatch.setattr(sys, "argv", ["kvaudit", *args])
     read_end, write_end = os.pipe()
     os.close(read_end)
     with open(write_end, "w", encoding="utf-8") as closed_pipe:
@@ -299,44 +299,32 @@ def test_a_closed_pipe_on_stdout_exits_zero(monkeypatch):
         with pytest.raises(SystemExit) as info:
             cli.main()
         monkeypatch.undo()
-        assert info.value.code == 0
+    return info.value.code
+
+
+_DEAD = ("(EngineCore_DP0 pid=6940) ValueError: Free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than "
+         "desired GPU memory utilization (0.9, 19.84 GiB).\n")
+
+
+def test_a_closed_pipe_on_stdout_exits_zero(monkeypatch):
+    assert exit_code_into_a_closed_pipe(monkeypatch, "show", str(DATA / "run2.json")) == 0
 
 
 def test_a_closed_pipe_on_stdout_still_writes_the_report_and_keeps_the_verdicts_exit_code(monkeypatch, tmp_path):
     """`kvaudit ingest LOG -o r.json | head -1`: the reader stopping costs neither the report nor the
     exit code a script reads (real pastes, round eight: it was 0 and no report)."""
-    from kvaudit import cli
-    log = tmp_path / "dead.log"
-    log.write_text("(EngineCore_DP0 pid=6940) ValueError: Free memory on device cuda:1 (19.77/22.05 GiB) on startup "
-                   "is less than desired GPU memory utilization (0.9, 19.84 GiB).\n")
-    out = tmp_path / "r.json"
-    monkeypatch.setattr(sys, "argv", ["kvaudit", "ingest", str(log), "-o", str(out)])
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    with open(write_end, "w", encoding="utf-8") as closed_pipe:
-        monkeypatch.setattr(sys, "stdout", closed_pipe)
-        with pytest.raises(SystemExit) as info:
-            cli.main()
-        monkeypatch.undo()
-    assert info.value.code == 3  # the boot failed (startup_memory): exit 3, as without the pipe
+    log, out = tmp_path / "dead.log", tmp_path / "r.json"
+    log.write_text(_DEAD)
+    # the boot failed (startup_memory): exit 3, as without the pipe
+    assert exit_code_into_a_closed_pipe(monkeypatch, "ingest", str(log), "-o", str(out)) == 3
     assert json.loads(out.read_text())["failure"]["kind"] == "startup_memory"
 
 
 def test_a_report_to_a_closed_stdout_keeps_the_verdicts_exit_code(monkeypatch, tmp_path):
     """`kvaudit ingest LOG -o - | true`: the reader gone before the record, the exit code still the verdict's."""
-    from kvaudit import cli
     log = tmp_path / "dead.log"
-    log.write_text("(EngineCore_DP0 pid=6940) ValueError: Free memory on device cuda:1 (19.77/22.05 GiB) on startup "
-                   "is less than desired GPU memory utilization (0.9, 19.84 GiB).\n")
-    monkeypatch.setattr(sys, "argv", ["kvaudit", "ingest", str(log), "-o", "-"])
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    with open(write_end, "w", encoding="utf-8") as closed_pipe:
-        monkeypatch.setattr(sys, "stdout", closed_pipe)
-        with pytest.raises(SystemExit) as info:
-            cli.main()
-        monkeypatch.undo()
-    assert info.value.code == 3
+    log.write_text(_DEAD)
+    assert exit_code_into_a_closed_pipe(monkeypatch, "ingest", str(log), "-o", "-") == 3
 
 
 def test_show_of_a_partial_report_exits_zero(cli):
