@@ -2,9 +2,10 @@
 the one rule of every engine: the catalogue's priority, then the earliest, as for a run's own
 log), the phase it struck in, the
 rank that printed it, and failures after startup finished, which are notes, not the boot's. So is
-a failure before the line that shows startup finished (a person's words quoting an error, an earlier
-run's, a traceback vLLM went on from), or before the API server's stats line (scan.STATS: it struck
-while serving); a `#` comment or Markdown heading is never vLLM's.
+a failure that a line vLLM's logger printed after it shows startup went on past (_got_past: a
+person's words quoting an error, an earlier run's, a traceback vLLM went on from), and one before
+the API server's stats line (scan.STATS: it struck while serving); a `#` comment or Markdown
+heading is never vLLM's.
 
 The phase: the one the message fixes (the KV check is always kv), else the furthest the log shows
 the boot got before the failure: the milestones printed before it, the startup call a failing
