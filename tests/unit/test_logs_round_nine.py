@@ -16,7 +16,8 @@ from kvaudit.engines.logs.facts import FLAG_PREFIXES, FactKind, command_flag, fa
 
 
 def command_args(line: str) -> dict[str, float | int | bool]:
-    return dict(f.value for f in facts_from_message(line) if f.kind is FactKind.COMMAND_ARG)
+    """The knobs a line's flags set (its model: test_a_pasted_serve_command_states_its_model…)."""
+    return dict(f.value for f in facts_from_message(line) if f.kind is FactKind.COMMAND_ARG and f.value[0] != "model")
 
 
 @pytest.mark.parametrize("line, args", [
@@ -332,3 +333,27 @@ def test_the_shells_killed_notice_is_the_failure(line: str) -> None:
 def test_a_sentence_with_the_word_killed_is_no_failure(line: str) -> None:
     assert report_from_log_text("INFO 05-07 19:18:17 [loader.py:458] Loading weights took 3.07 seconds\n"
                                 f"{line}\n", "x").failure is None
+
+
+_CAPTURE = "INFO 12-19 22:58:41 model_runner.py:1535] Graph capturing finished in 14 secs, took 0.21 GiB\n"
+
+
+@pytest.mark.parametrize("command, model, tp", [
+    ("vllm serve meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B-Instruct", 1),  # vllm PR 11349
+    ("$ vllm serve Qwen/Qwen3-8B -tp 2 --max-model-len 4096", "Qwen/Qwen3-8B", 2),
+    ("user@host:~$ python -m vllm.entrypoints.openai.api_server --model /models/q --tensor-parallel-size 4",
+     "/models/q", 4),
+    ("I ran vllm serve meta-llama/X and it crashed", None, None),  # a person's sentence names no model of this boot
+])
+def test_a_pasted_serve_command_states_its_model_and_vllms_default_sizes(command: str, model: str | None,
+                                                                          tp: int | None) -> None:
+    config = report_from_log_text(command + "\n" + _CAPTURE, "x").config
+    assert (config.model, config.tensor_parallel_size) == (model, tp)
+
+
+def test_two_pasted_serve_commands_with_and_without_tp_are_not_comparable() -> None:
+    """vllm PR 11349's pair: `vllm serve M` (TP 1 by default) against `vllm serve M -tp 2`."""
+    from kvaudit.diff import diff_reports
+    a = report_from_log_text("vllm serve meta-llama/Llama-3.2-1B-Instruct\n" + _CAPTURE, "a")
+    b = report_from_log_text("vllm serve meta-llama/Llama-3.2-1B-Instruct -tp 2\n" + _CAPTURE, "b")
+    assert diff_reports(a, b).comparable is False

@@ -1023,6 +1023,25 @@ def _command_value(key: str, text: str) -> float | int | None:
         return None
 
 
+SERVE_NEEDLE = "vllm serve "
+"""A pasted `vllm serve MODEL …` (the scan's needle for one without flags)."""
+_SERVED_MODEL = re.compile(r"vllm serve[ \t]+([^\s'\"`\\-][^\s'\"`]{0,200})")
+_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?([^\s'\"`\\-][^\s'\"`]{0,200})")
+_PROMPT_ENDS = ("$", "#", ">", "%")
+
+
+def _served_model(msg: str, start: int, end: int) -> str | None:
+    """The model a pasted command serves: `vllm serve MODEL` (the positional) or `--model MODEL`,
+    where the command starts its line (after a shell prompt at most, `user@host:~$`): a person's
+    sentence that names `vllm serve X` states no model of this boot."""
+    prefix = msg[:start].rstrip()
+    if prefix and not prefix.endswith(_PROMPT_ENDS):
+        return None
+    run = msg[start:min(end, 100_000)]
+    m = _SERVED_MODEL.match(run) or _MODEL_FLAG.search(run)
+    return m.group(1) if m else None
+
+
 def _command(msg: str) -> Iterable[Fact]:
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
@@ -1033,6 +1052,8 @@ def _command(msg: str) -> Iterable[Fact]:
     else:
         return
     for start, end in spans:
+        if _COMMAND_CONTEXT.search(msg) and (model := _served_model(msg, start, end)) is not None:
+            yield Fact(FactKind.COMMAND_ARG, ("model", model))
         for m in _COMMAND.finditer(msg[start:min(end, 100_000)]):
             if (key := command_flag(m.group(1))) is None:
                 continue
@@ -1203,8 +1224,8 @@ RULES: tuple[Rule, ...] = (
          + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("parallel_state", PARALLEL_STATE_LINE, PARALLEL_STATE_LINE, _parallel_state),
-    Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp") + KWARG_NEEDLES,
-         r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager"
+    Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp", SERVE_NEEDLE) + KWARG_NEEDLES,
+         r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager|vllm serve "
          r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]|enforce_eager *= *(True|False)",
          _command),
     Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",

@@ -37,6 +37,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
                                             else typed if isinstance(typed, float) and 0 < typed <= 1 else None)
     merged["max_model_len"] = (_served_length(engine) or merged.get("max_model_len")
                                or (command.get("max_model_len") or None))
+    if merged.get("model") is None and isinstance(command.get("model"), str):
+        merged["model"] = command["model"]  # `vllm serve MODEL` pasted at a line's start
     if "block_size" not in merged and command.get("block_size"):
         merged["block_size"] = command["block_size"]
     if merged.get("enforce_eager") is None and "enforce_eager" in command:

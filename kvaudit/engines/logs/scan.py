@@ -64,6 +64,7 @@ from kvaudit.engines.logs.facts import (
     KWARG_NEEDLES,
     PADDING_LINE,
     PARALLEL_STATE_LINE,
+    SERVE_NEEDLE,
     SOURCE_CALL_HEAD,
     STREAM_CAPTURE,
     backend,
@@ -129,7 +130,7 @@ MAX_FRAMES = 256
 """Frame lines kept per file: a traceback names a startup call a few times at most."""
 COMMAND_WINDOW = 1 << 18
 """How far into a file a pasted command line is looked for."""
-_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp") + KWARG_NEEDLES
+_COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp", SERVE_NEEDLE) + KWARG_NEEDLES
 _CALLS = tuple(sorted(FRAME_CALLS, key=len, reverse=True))
 _FRAME_NAME = re.compile(r"[A-Za-z_<]")
 """What starts a faulthandler frame's function name (`line 207 in run_engine_core`, `in <module>`)."""
