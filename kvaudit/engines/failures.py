@@ -44,6 +44,8 @@ class Cause:
     log_only: bool = False
     """Read from users' logs only: `find_failure_in_log` (a run's own log, whose supervisor has each
     rank's own error) leaves it out. Such lines show that a boot died, not why."""
+    means: str = ""
+    """What the line means where its words do not say (appended to the failure's message)."""
 
     def matches(self, line: str) -> bool:
         return self.anchor in line and (self.pattern is None or self.pattern.search(line) is not None)
@@ -62,7 +64,7 @@ CPU_KV_SHORT = "on kv cache allocation is less than requested memory for kv"
 figure shows no byte was left for KV (the log engine reads the figure)."""
 
 KILLED = "Killed"
-"""The shell's word for a process SIGKILL ended (its cause in the catalogue, worded in facts._failure)."""
+"""The shell's word for a process SIGKILL ended (scan.py looks for its line in an excerpt)."""
 
 CAUSES: tuple[Cause, ...] = (
     # kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "models's".
@@ -157,7 +159,9 @@ CAUSES: tuple[Cause, ...] = (
     # The shell's notice of a process SIGKILL ended (a line `Killed`): nothing of vLLM's says why; the
     # kernel's out-of-memory killer sends it when host memory runs out (ArcticInference#37: `Killed`
     # right after `Loading weights took`).
-    Cause(KILLED, FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}Killed\s*$"), log_only=True),
+    Cause(KILLED, FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}Killed\s*$"), log_only=True,
+          means="the process was sent SIGKILL (the shell's word; the kernel's out-of-memory killer sends it when "
+                "host memory runs out)"),
     # CPython's faulthandler (a crash in C code: a segfault, an abort).
     Cause("Fatal Python error", FailureKind.CRASH, None, 1, log_only=True),
     # A traceback whose exception line the excerpt does not hold: the boot died, the cause is cut off.
@@ -200,6 +204,7 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):
         before = m
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
+    first = f"{first}: {cause.means}" if cause.means else first
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, KILLED, LOG_MESSAGE_CHARS, cause_of, error_text
+from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, cause_of, error_text
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
@@ -710,9 +710,6 @@ def _failure(msg: str) -> Iterable[Fact]:
         # kv > 0: other processes hold the node memory it asked for.
         kind = FailureKind.DOES_NOT_FIT
     text = error_text(msg, cause, LOG_MESSAGE_CHARS)
-    if cause.anchor == KILLED:
-        text = f"{text.strip()}: the process was sent SIGKILL (the shell's word; the kernel's out-of-memory killer " \
-               f"sends it when host memory runs out)"
     echo = False
     if cause.priority == BARE:
         text = "Traceback (most recent call last): the boot died; its exception line is not in the log"
@@ -804,7 +801,8 @@ _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-
 _FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
 
 
-SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + "|".join(PHASE_OF_CALL) + r")\("
+_STARTUP_CALLS = "|".join(PHASE_OF_CALL)
+SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + r")\("
 """A call of a startup method in a line of code (scan.py looks for it in an excerpt)."""
 # The source line a traceback prints under each frame is the call in progress in it, so a call of a
 # startup method there places the failure as the next frame would: where a paste cut that frame
@@ -813,7 +811,7 @@ SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + "|".join(PHASE_OF_CALL) + r")\("
 # calling the method reads so, at the start of a record or right after its frame's header (a bare
 # traceback's lines joined into one record), not a person's sentence that names it.
 _SOURCE_CALL = re.compile(r"(?:^|, in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:[\w.,\[\] ]{1,120}=[ \t]*)?"
-                          r"(?:[A-Za-z_]\w{0,80}\.){0,6}(" + "|".join(PHASE_OF_CALL) + r")\(")
+                          r"(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
 
 
 def _call_phase(msg: str) -> Iterable[Fact]:
@@ -1045,14 +1043,15 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
 def _command(msg: str) -> Iterable[Fact]:
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
-    if _COMMAND_CONTEXT.search(msg):
+    runs = _COMMAND_CONTEXT.search(msg) is not None
+    if runs:
         spans = _command_runs(msg)
     elif msg.lstrip().startswith("-") or " -" in msg:
         spans = _flag_spans(msg)
     else:
         return
     for start, end in spans:
-        if _COMMAND_CONTEXT.search(msg) and (model := _served_model(msg, start, end)) is not None:
+        if runs and (model := _served_model(msg, start, end)) is not None:
             yield Fact(FactKind.COMMAND_ARG, ("model", model))
         for m in _COMMAND.finditer(msg[start:min(end, 100_000)]):
             if (key := command_flag(m.group(1))) is None:

@@ -23,7 +23,7 @@ from kvaudit.engines.failures import BARE, GENERIC, Candidate, Evidence, decide_
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import Role, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
-from kvaudit.engines.logs.scan import BOOT_DONE, LOGGED_HEAD_CHARS, SERVER_UP, STATS, first_logged, last_logged, logged
+from kvaudit.engines.logs.scan import BOOT_DONE, SERVER_UP, STATS, first_logged, last_logged, logged
 from kvaudit.engines.logs.unwrap import bounds
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
@@ -86,16 +86,15 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     boot_done: dict[int, int] = {}
     served: dict[int, int] = {}
     during, after, survived = [], [], []
-    one_engine = not any(proc_tag(name).role is Role.ENGINE and proc_tag(name).dp for s in boot.scans
-                         for name in s.tags.values())
+    one_engine = not any(tag.role is Role.ENGINE and tag.dp for s in boot.scans
+                         for tag in map(proc_tag, s.tags.values()))
     for f in facts:
         scan = by_file[f.file]
         if f.file not in boot_done:
             boot_done[f.file] = scan.serving_at
             served[f.file] = last_logged(scan.text, STATS)
-        start, end = bounds(scan.text, f.pos)
-        head = scan.text[start:min(end, start + LOGGED_HEAD_CHARS)]
-        if head.lstrip(" \t\ufeff").startswith("#") and not logged(head):
+        line = scan.text[slice(*bounds(scan.text, f.pos))]
+        if line.lstrip(" \t\ufeff").startswith("#") and not logged(line):
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
         if f.pos > boot_done[f.file] or f.pos < served[f.file]:
             after.append(f)

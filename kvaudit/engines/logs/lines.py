@@ -57,7 +57,6 @@ TAG_SEARCH_CHARS = 400
 _JOINED_HEAD = re.compile(r"(?<=\S)[ \t]+(?=(?P<record>(?:[(\[][A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3} "
                           r"pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?[)\]][ \t]+){0," + str(MAX_NESTED_TAGS) + "}"
                           + _RECORD_HEAD + "))")
-_LINE_HEAD = re.compile(_RECORD_HEAD)
 _HEAD_CHARS = 260
 """The longest record head _RECORD_HEAD matches (a 200-character file name and its line number)."""
 
@@ -76,7 +75,7 @@ def split_joined_records(text: str) -> tuple[str, int]:
         seen, first = m.end("record"), False
         if newline >= 0 or line_has_head is None:  # the first match on a line
             line = newline + 1 if newline >= 0 else text.rfind("\n", 0, m.start()) + 1
-            head = _LINE_HEAD.search(text, line, min(m.start(), line + TAG_SEARCH_CHARS + _HEAD_CHARS))
+            head = _UNTAGGED_HEAD.search(text, line, min(m.start(), line + TAG_SEARCH_CHARS + _HEAD_CHARS))
             # the line's own head is before this one, or is this one (`Aug 04 … | ERROR 08-04 …`)
             first = head is None and m.end() - line <= TAG_SEARCH_CHARS
             line_has_head = first or (head is not None and head.start() - line <= TAG_SEARCH_CHARS)
