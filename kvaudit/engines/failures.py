@@ -158,8 +158,9 @@ CAUSES: tuple[Cause, ...] = (
     Cause("Worker failed with error", FailureKind.CRASH, None, 1, log_only=True),
     # The shell's notice of a process SIGKILL ended (a line `Killed`): nothing of vLLM's says why; the
     # kernel's out-of-memory killer sends it when host memory runs out (ArcticInference#37: `Killed`
-    # right after `Loading weights took`).
-    Cause(KILLED, FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}Killed\s*$"), log_only=True,
+    # right after `Loading weights took`); a script's shell names the job: `run.sh: line 3: 1234 Killed   vllm …`.
+    Cause(KILLED, FailureKind.CRASH, None, 1,
+          re.compile(r"^\W{0,4}Killed\s*$|^\S[^\n]{0,200}?: line \d+: +\d+ Killed "), log_only=True,
           means="the process was sent SIGKILL (the shell's word; the kernel's out-of-memory killer sends it when "
                 "host memory runs out)"),
     # CPython's faulthandler (a crash in C code: a segfault, an abort).

@@ -5,11 +5,11 @@ is wrapped: by the terminal it was copied from (at a fixed width, often in the m
 by an e-mail client or a markdown renderer (at a space, the rest indented or not). A record is a
 head line and the continuation lines that follow it. A line is a head when it begins like a log
 record: a process tag `(Worker_TP0 pid=1)` or vLLM's level-time-file prefix near its start, a
-level, a timestamp, a `[file.py:N]` tag, an exception name (`ValueError:`), `Traceback`. Any
-other line continues the record above it when it is indented deeper than the head, begins as the
-rest of a sentence (a lower-case letter, a digit, punctuation), follows a line that breaks off
-mid-sentence (after `,`, `(` or a word such as `the` or `than`), or follows a line cut at the
-excerpt's fixed wrap width.
+level, a timestamp, a `[file.py:N]` tag, an exception name (`ValueError:`), `Traceback`, a shell's
+job notice (`run.sh: line 3: 1234 Killed …`). Any other line continues the record above it when it
+is indented deeper than the head, begins as the rest of a sentence (a lower-case letter, a digit,
+punctuation), follows a line that breaks off mid-sentence (after `,`, `(` or a word such as `the`
+or `than`), or follows a line cut at the excerpt's fixed wrap width.
 
 Around the lines: `> ` quote markers, the bars chat and editor tools draw (`▎`, `│`, `┃`), the
 frame of a terminal pane (`│ … │`) or of a CI log viewer (`  | `), list bullets (`- `, `* `, `• `)
@@ -56,6 +56,7 @@ _HEAD_MARK = re.compile(
     + r"|\[[^\]\s]{1,200}\.py:\d{1,7}\]"                      # [file.py:N]
     + r"|\[rank\d{1,6}\]:"                                    # torch.distributed's prefix
     + r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
+    + r"|[^\s:]{1,200}: line \d{1,7}: +\d{1,9} "                # a shell's job notice: `run.sh: line 3: 1234 Killed …`
     + r"|Traceback \(most recent|File \"|During handling of|The above exception")
 _CONNECTORS = frozenset(
     "a an the of for to is are was were be than with by in on at as from which that and or but if when "
