@@ -1,6 +1,8 @@
 """Real pastes, round ten (stop 45): each test names the thread or form its log came from."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvaudit.engines.logs import report_from_log_text
@@ -26,3 +28,105 @@ def test_a_shells_job_notice_of_a_killed_job_is_the_failure(line: str) -> None:
 ])
 def test_a_sentence_or_another_signal_is_no_killed_failure(line: str) -> None:
     assert report_from_log_text(_LOADED + line + "\n", "x").failure is None
+
+
+_DATA = Path(__file__).parent / "data" / "round_ten"
+
+
+def _log(name: str):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8"), name)
+
+
+def test_an_oom_in_the_kv_tensors_allocation_is_in_the_kv_phase() -> None:
+    """vllm#42147 (0.20.1): frames initialize_kv_cache_tensors → _allocate_kv_cache_tensors → torch.zeros."""
+    failure = _log("kv_tensors_oom.log").failure
+    assert failure is not None and (failure.kind.value, failure.phase.value if failure.phase else None) == ("oom", "kv")
+
+
+def test_a_pasted_commands_kv_cache_dtype_is_read() -> None:
+    """vllm#42147: `--kv-cache-dtype fp8` on the command line, its `non-default args` cut before it."""
+    config = _log("kv_dtype_command.log").config
+    assert (config.kv_cache_dtype, config.gpu_memory_utilization) == ("fp8", 0.6)
+
+
+@pytest.mark.parametrize("prefix, model", [
+    ("CUDA_VISIBLE_DEVICES=0,1 ", "Qwen/QwQ-32B-AWQ"),
+    ("(base) root@287aa8679d31:/workdir# CUDA_VISIBLE_DEVICES=0,1 CUDA_LAUNCH_BLOCKING=1 ", "Qwen/QwQ-32B-AWQ"),
+    ("env VLLM_USE_V1=0 ", "Qwen/QwQ-32B-AWQ"),
+    ("then I set CUDA_VISIBLE_DEVICES=0,1 ", None),  # a person's sentence: no model of this boot
+])
+def test_a_serve_command_after_the_environment_it_sets_states_its_model(prefix: str, model: str | None) -> None:
+    """vllm#15105: `CUDA_VISIBLE_DEVICES=0,1 … vllm serve Qwen_QwQ-32B-AWQ` had its flags read, not its model."""
+    text = prefix + "vllm serve Qwen/QwQ-32B-AWQ --tensor-parallel-size 2\n" + _LOADED
+    assert report_from_log_text(text, "x").config.model == model
+
+
+def test_the_real_env_prefixed_command_states_its_model() -> None:
+    config = _log("serve_env_prefix_namespace.log").config
+    assert (config.model, config.tensor_parallel_size) == ("Qwen_QwQ-32B-AWQ", 2)
+
+
+def test_v0s_args_namespace_line_states_the_knobs() -> None:
+    """0.4–0.8's api_server `args: Namespace(…)`, defaults included; an enum's repr is passed over, a cut ends it."""
+    text = ("INFO 03-19 07:26:22 [api_server.py:978] args: Namespace(subparser='serve', model_tag='Qwen_QwQ-32B-AWQ', "
+            "config='', port=8000, allowed_origins=['*'], load_format=<LoadFormat.AUTO: 'auto'>, "
+            "tensor_parallel_size=2, gpu_memory_utilization=0.95, max_model_len=30000, block_si\n" + _LOADED)
+    config = report_from_log_text(text, "x").config
+    assert (config.model, config.tensor_parallel_size, config.gpu_memory_utilization, config.max_model_len) == (
+        "Qwen_QwQ-32B-AWQ", 2, 0.95, 30000)
+
+
+def test_namespace_pairs_keep_a_quoted_comma_and_stop_at_the_cut() -> None:
+    from kvaudit.engines.logs.knobs import namespace_pairs
+    assert namespace_pairs("Namespace(a='x, b=2', c=1, d='cut") == {"a": "x, b=2", "c": 1}
+
+
+@pytest.mark.parametrize("name, model", [
+    ("starting_to_load.log", "Qwen_QwQ-32B-AWQ"),  # vllm#15105's first run
+])
+def test_the_model_a_worker_starts_to_load_is_the_model(name: str, model: str) -> None:
+    assert _log(name).config.model == model
+
+
+def test_a_config_line_model_wins_over_the_loading_line() -> None:
+    text = ("INFO 12-19 22:58:41 llm_engine.py:226] Initializing an LLM engine (v0.6.1) with config: model='org/A', "
+            "speculative_config=None, tokenizer='org/A', tensor_parallel_size=1\n"
+            "INFO 12-19 22:58:42 model_runner.py:997] Starting to load model /models/a-local-copy...\n" + _LOADED)
+    assert report_from_log_text(text, "x").config.model == "org/A"
+
+
+def test_kv_bytes_then_a_cut_warns_that_startup_did_not_finish() -> None:
+    """strixhalo PR 5: `Available KV cache memory: 18.38 GiB`, then the paste ends (no token count)."""
+    report = _log("kv_bytes_then_cut.log")
+    assert any(w.startswith("the log ends before startup finished") for w in report.warnings)
+
+
+def test_v0s_concurrency_line_gives_the_block_size_the_default_would_miss() -> None:
+    """dynamo#1202: `# cuda blocks: 6893` and `Maximum concurrency for 16384 tokens per request: 26.93x`:
+    26.93 × 16,384 ÷ 6,893 = 64 tokens a block, not the default 16 (110,288 tokens read before)."""
+    report = _log("v0_block_size_from_concurrency.log")
+    assert report.capacity.kv_tokens == 6893 * 64
+    assert "6,893 blocks × 64 tokens a block" in report.verdict_reason
+
+
+@pytest.mark.parametrize("times, expected", [("26.93", 6893 * 64), ("6.73", 6893 * 16), ("9.99", 6893 * 16)])
+def test_the_implied_block_size_is_taken_only_where_one_size_fits_the_rounding(times: str, expected: int) -> None:
+    """6.73x is 16 (15.997); 9.99x fits no block size (23.7): the default stays."""
+    text = ("INFO 05-26 15:31:27 executor_base.py:92] # cuda blocks: 6893, # CPU blocks: 1170\n"
+            f"INFO 05-26 15:31:27 executor_base.py:95] Maximum concurrency for 16384 tokens per request: {times}x\n")
+    assert report_from_log_text(text, "x").capacity.kv_tokens == expected
+
+
+def test_ascends_current_kv_line_is_the_kv_cache_and_dp_is_bounded() -> None:
+    """vllm-ascend#13439: `Current KV cache memory: 7.03 GiB.` per rank; workers _DP0, _DP1, _DP5."""
+    report = _log("ascend_dp_kv_in_use.log")
+    assert [r.rank for r in report.ranks] == [1, 5]
+    assert [r.owners["kv_cache"] for r in report.ranks] == [round(7.03 * 2**30)] * 2
+    assert any(w.startswith("data_parallel_size: ≥ 6, size not stated") for w in report.warnings)
+
+
+def test_a_retyped_graph_estimate_without_total_is_read() -> None:
+    """vllm#44740: a person retyped `Estimated CUDA graph memory: -10.33 GiB` (vLLM's line ends `GiB total`)."""
+    report = _log("graph_estimate_retyped.log")
+    assert report.ranks[0].graph_pool_estimate_bytes == round(-10.33 * 2**30)
+

@@ -87,11 +87,32 @@ def _tokens_from_blocks(boot: Boot, block_size: int | None) -> _DerivedTokens | 
         blocks, what = total, "blocks (vLLM's num_gpu_blocks, summed over data-parallel engines)"
     else:
         return None
-    size = block_size or DEFAULT_BLOCK_SIZE
-    basis = "the block size in the log" if block_size else "vLLM's default block size; the log states none"
-    return _DerivedTokens(blocks * size, block_size is not None,
+    implied = None if block_size else _implied_block_size(boot, blocks)
+    size = block_size or implied or DEFAULT_BLOCK_SIZE
+    basis = ("the block size in the log" if block_size
+             else "the block size the log's maximum concurrency implies: concurrency × max_model_len ÷ blocks"
+             if implied else "vLLM's default block size; the log states none")
+    return _DerivedTokens(blocks * size, bool(block_size or implied),
                           f"tokens derived from the block count, as the log states no token count: {blocks:,} {what} × "
                           f"{size} tokens a block ({basis})")
+
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""The block sizes vLLM's attention backends use (CacheConfig.block_size's choices, FlashMLA's 64)."""
+
+
+def _implied_block_size(boot: Boot, blocks: int) -> int | None:
+    """The block size V0's `Maximum concurrency for N tokens per request: X.XXx` implies, where it
+    prints it beside the block count (executor_base.py: X = blocks × block size ÷ N; dynamo#1202:
+    6,893 blocks and 26.93x at 16,384 is 64, not the default 16). X is printed to 0.01, so a size is
+    taken only where exactly one of BLOCK_SIZES lies within that rounding."""
+    concurrency = engine_last(boot.engine, FactKind.MAX_CONCURRENCY)
+    if concurrency is None or not concurrency[0] or blocks <= 0:
+        return None
+    length, times = concurrency
+    slack = 0.005 * length / blocks + 1e-9
+    near = [b for b in BLOCK_SIZES if abs(b - times * length / blocks) <= slack]
+    return near[0] if len(near) == 1 else None
 
 
 def graph_bytes_per_size(ranks: dict[int, RankFacts]) -> int | None:
@@ -145,8 +166,10 @@ class LogBoot:
         warnings += _ray_notes(boot) + command_conflicts(boot.engine)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
         fits = _passed_kv_check(boot, failure, config)
-        if (failure is None and ((tokens, derived) != (None, None) or fits)
-                and not any(s.startup_finished for s in self.scans)):
+        kv_sized = (tokens, derived) != (None, None) or fits or any(  # a KV size stated, even with no tokens
+            f.value > 0 for r in boot.ranks.values() for kind in (FactKind.KV_AVAILABLE, FactKind.KV_FIXED)
+            for f in r.facts.get(kind, ()))
+        if failure is None and kv_sized and not any(s.startup_finished for s in self.scans):
             warnings.append(UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED)
         if derived is not None and fits is None and failure is None and config.max_model_len is not None:
             # a shorter product is only a finding when the block size is known

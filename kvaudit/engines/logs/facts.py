@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, cause_of, error_text
+from kvaudit.engines.logs.knobs import NAMESPACE
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
@@ -83,6 +84,9 @@ class FactKind(StrEnum):
     NON_DEFAULT_ARGS = "non_default_args"
     ENGINE_CONFIG = "engine_config"
     VERSION = "version"
+    MODEL_LOADING = "model_loading"
+    """The model a worker starts to load (`Starting to load model M...`): the model where no config
+    line or command names it."""
     MODEL_RUNNER = "model_runner"
     ATTENTION_BACKEND = "attention_backend"
     ENV = "env"
@@ -314,8 +318,9 @@ _CAPTURE = re.compile(rf"Graph capturing finished in ({NUM}) secs?, took ({SNUM}
 # wording "(actual: X GiB captured + Y GiB retained by profiling)" (docs/vllm-startup.md §5.6)
 # has the same shape.
 _POOL = re.compile(rf"CUDA graph pool memory: ({SNUM}) GiB \(actual[^)]{{0,200}}\), ({SNUM}) GiB \(estimated\)")
-# V1 gpu_model_runner.py profile_cudagraph_memory: "Estimated CUDA graph memory: %.2f GiB total".
-_ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB total")
+# V1 gpu_model_runner.py profile_cudagraph_memory: "Estimated CUDA graph memory: %.2f GiB total" (a
+# person retyping it may drop the `total`: vllm#44740).
+_ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB(?: total|$)")
 # Fork v20 [model_runner.py:953]: "X GiB additional (Y GiB captured, Z GiB retained and counted as
 # non-torch)". The pool holds the full Y (graph pools live in torch-reserved memory, never in
 # non-torch), so Y is the estimate and Z is only recorded (docs/vllm-startup.md §3.3).
@@ -406,7 +411,8 @@ _ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) ?GiB for (?:the )?wei
 # "(X GiB)" that 0.32 adds; NPU builds say "Replace gpu_memory_utilization with …". The first
 # suggestion is the one "to fit into requested memory" in every wording (gpu_worker.py
 # compile_or_warm_up_model: kv_cache_memory_bytes_to_requested_limit, then …_to_gpu_limit).
-_IN_USE = re.compile(rf"Current kv cache memory in use is ({SNUM}) ?(GiB|bytes)")
+# vllm-ascend's worker.py: "… Current KV cache memory: 7.03 GiB." (vllm-ascend#13439).
+_IN_USE = re.compile(rf"Current (?:kv cache memory in use is|KV cache memory:) ({SNUM}) ?(GiB|bytes)")
 _SUGGESTION = re.compile(r"Replace gpu_memory_utilization (?:config )?with `--kv-cache-memory=(-?\d{1,20})`")
 # gpu_worker.py "Free memory on device ({free}/{total} GiB) on startup. Desired GPU memory
 # utilization is ({util}, {requested} GiB)."; v1/worker/utils.py request_memory raises with
@@ -776,6 +782,8 @@ PHASE_OF_CALL: dict[str, Phase] = {
     "get_kv_cache_config": Phase.KV, "get_kv_cache_configs": Phase.KV, "check_enough_kv_cache_memory": Phase.KV,
     "_check_enough_kv_cache_memory": Phase.KV, "initialize_from_config": Phase.KV, "initialize_cache": Phase.KV,
     "initialize_kv_cache": Phase.KV, "_init_cache_engine": Phase.KV,
+    # gpu_model_runner.py up to 0.2x: initialize_kv_cache → initialize_kv_cache_tensors → the allocation
+    "initialize_kv_cache_tensors": Phase.KV, "_allocate_kv_cache_tensors": Phase.KV,
     "compile_or_warm_up_model": Phase.CAPTURE, "capture_model": Phase.CAPTURE, "_warm_up_model": Phase.CAPTURE,
     "kernel_warmup": Phase.CAPTURE,
     # vllm/model_executor/warmup/deep_gemm_warmup.py, which only kernel_warmup calls (after the KV
@@ -983,6 +991,9 @@ _LLM_CALL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\(")
 # the flag became a BooleanOptionalAction; `_` for `-` as above) and the offline call's
 # `enforce_eager=True` (vllm#9163).
 _EAGER_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--(no[-_])?enforce[-_]eager(?![\w\-=])")
+# The one word-valued knob read from a command: `--kv-cache-dtype fp8` (vLLM's CacheDType names).
+_KV_DTYPE_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--kv[-_]cache[-_]dtype(?:=|[ \t]+)['\"]?"
+                            r"(auto|bfloat16|float16|fp8(?:_[a-z0-9]{1,8}){0,2}|nvfp4|int8(?:_[a-z0-9]{1,8})?)(?![\w.\-])")
 _EAGER_KWARG = re.compile(r"(?<![\w.\-])enforce_eager[ \t]*=[ \t]*(True|False)(?![\w.])")
 
 
@@ -1026,16 +1037,25 @@ SERVE_NEEDLE = "vllm serve "
 _SERVED_MODEL = re.compile(r"vllm serve[ \t]+([^\s'\"`\\-][^\s'\"`]{0,200})")
 _MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?([^\s'\"`\\-][^\s'\"`]{0,200})")
 _PROMPT_ENDS = ("$", "#", ">", "%")
+_ENV_WORD = re.compile(r"[A-Za-z_]\w{0,80}=")
+"""A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""
+_ENV_WORDS = re.compile(r"(?:[A-Za-z_]\w{0,80}=\S{0,300}[ \t]+){0,32}")
 
 
 def _served_model(msg: str, start: int, end: int) -> str | None:
     """The model a pasted command serves: `vllm serve MODEL` (the positional) or `--model MODEL`,
-    where the command starts its line (after a shell prompt at most, `user@host:~$`): a person's
-    sentence that names `vllm serve X` states no model of this boot."""
-    prefix = msg[:start].rstrip()
-    if prefix and not prefix.endswith(_PROMPT_ENDS):
+    where the command starts its line (after a shell prompt and the environment it sets at most,
+    `user@host:~$ CUDA_VISIBLE_DEVICES=0,1 vllm serve …`): a person's sentence that names `vllm serve
+    X` states no model of this boot."""
+    words = msg[max(start - 4096, 0):start].split()
+    while words and _ENV_WORD.match(words[-1]):
+        words.pop()
+    if words and words[-1] == "env":
+        words.pop()
+    if words and not words[-1].endswith(_PROMPT_ENDS):
         return None
     run = msg[start:min(end, 100_000)]
+    run = run[_ENV_WORDS.match(run).end():]  # where the command's run starts at the variables it sets
     m = _SERVED_MODEL.match(run) or _MODEL_FLAG.search(run)
     return m.group(1) if m else None
 
@@ -1060,12 +1080,15 @@ def _command(msg: str) -> Iterable[Fact]:
                 yield Fact(FactKind.COMMAND_ARG, (key, value))
         for m in _EAGER_FLAG.finditer(msg[start:min(end, 100_000)]):
             yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
+        if m := _KV_DTYPE_FLAG.search(msg[start:min(end, 100_000)]):
+            yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
 
 
 # --------------------------------------------------------------------------------------------
 # Config, version, runner, backend, environment (§5.1, §5.2)
 
 _ARGS_KEY = "non-default args: "
+NAMESPACE_ARGS = "args: " + NAMESPACE
 # v1/engine/core.py EngineCore.__init__ "Initializing a V1 LLM engine (v%s) with config: %s";
 # v1/engine/dump_input.py repeats the config when a step fails.
 # V0 (llm_engine.py): "Initializing an LLM engine (v0.5.4) with config: …", before 0.4 without the version,
@@ -1095,8 +1118,11 @@ def _config(msg: str) -> Iterable[Fact]:
 def _non_default(msg: str) -> str | None:
     """The `{…}` after the first `non-default args: ` that opens a brace, to the end of the
     message (a pasted excerpt may cut it before the closing brace: its plain pairs are still
-    read). str.find per occurrence: linear however often it repeats."""
+    read), or 0.4–0.8's `Namespace(…)` after `args: ` (knobs.NAMESPACE). str.find per occurrence:
+    linear however often it repeats."""
     end = len(msg.rstrip())
+    if (ns := msg.find(NAMESPACE_ARGS)) >= 0:
+        return msg[ns + len("args: "):end]
     i = msg.find(_ARGS_KEY)
     while i >= 0:
         body = i + len(_ARGS_KEY)
@@ -1109,6 +1135,16 @@ def _non_default(msg: str) -> str | None:
 # The start-up banner (entrypoints/utils.py, 0.11 and later) draws the logo in block characters
 # and prints "version X" beside it; V0's api_server printed "vLLM API server version X".
 _BANNER_VERSION = re.compile(r"(?:vLLM API server version|[█▀▄]\s{1,8}version) (\d{1,3}\.\d{1,4}[\w.+\-]{0,60})")
+
+
+# V0 worker/model_runner.py and V1 gpu_model_runner.py load_model: "Starting to load model %s..."
+LOADING_MODEL = "Starting to load model "
+_LOADING_MODEL = re.compile(LOADING_MODEL + r"(\S{1,300}?)\.\.\.")
+
+
+def _loading(msg: str) -> Iterable[Fact]:
+    if m := _LOADING_MODEL.search(msg):
+        yield Fact(FactKind.MODEL_LOADING, m.group(1))
 
 
 def _version(msg: str) -> Iterable[Fact]:
@@ -1192,7 +1228,8 @@ RULES: tuple[Rule, ...] = (
     Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled", "will be enabled by default"),
          r"is equivalent to --gpu-memory-utilization=|CUDA graph memory "
          r"profiling is disabled", _advisory),
-    Rule("actual", ("Actual usage", "Current kv cache memory"), r"Actual usage( is|:) |Current kv cache memory in use",
+    Rule("actual", ("Actual usage", "Current kv cache memory", "Current KV cache memory"),
+         r"Actual usage( is|:) |Current kv cache memory in use|Current KV cache memory:",
          _actual),
     Rule("budget", ("Free memory on device", "esired GPU memory utilization", "Requested memory:",
                     "requested memory:", "engine's budget", "requested GPU memory:"),
@@ -1227,8 +1264,10 @@ RULES: tuple[Rule, ...] = (
          r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager|vllm serve "
          r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]|enforce_eager *= *(True|False)",
          _command),
-    Rule("config", ("non-default args: ", "LLM engine"), r"non-default args: |LLM engine (\(v[^)]*\) )?with config",
+    Rule("config", ("non-default args: ", "LLM engine", NAMESPACE_ARGS),
+         r"non-default args: |LLM engine (\(v[^)]*\) )?with config|args: Namespace\(",
          _config),
+    Rule("loading", LOADING_MODEL, LOADING_MODEL + r"[^ ]+\.\.\.", _loading),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),

@@ -45,10 +45,9 @@ def literal_dict(text: str) -> dict[str, Any] | None:
 
 # One `'key': value` pair whose value is a plain literal: a quoted string, a number, a bool/None,
 # or a flat list / dict (no nesting).
-_PAIR = re.compile(
-    r"""['"](\w{1,80})['"]:\s*("""
-    r"""'(?:[^'\\]|\\.){0,2000}'|"(?:[^"\\]|\\.){0,2000}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][-+]?\d{1,3})?"""
-    r"""|True|False|None|\[[^\[\]]{0,20000}\]|\{[^{}]{0,20000}\})""")
+_VALUE = (r"""'(?:[^'\\]|\\.){0,2000}'|"(?:[^"\\]|\\.){0,2000}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][-+]?\d{1,3})?"""
+          r"""|True|False|None|\[[^\[\]]{0,20000}\]|\{[^{}]{0,20000}\}""")
+_PAIR = re.compile(r"""['"](\w{1,80})['"]:\s*(""" + _VALUE + ")")
 
 
 def pairs_fallback(text: str) -> dict[str, Any]:
@@ -77,9 +76,36 @@ def _literal(text: str) -> Any:
 
 
 def non_default_args(text: str) -> dict[str, Any]:
-    """The knobs of a `non-default args:` dict, literal or not."""
+    """The knobs of a `non-default args:` dict, literal or not, or of an `args: Namespace(…)` line."""
+    if text.startswith(NAMESPACE):
+        return namespace_pairs(text)
     parsed = literal_dict(text)
     return parsed if parsed is not None else pairs_fallback(text)
+
+
+NAMESPACE = "Namespace("
+"""vLLM 0.4–0.8's api_server printed its parsed command line, defaults included: `args: Namespace(
+subparser='serve', model_tag='M', …, tensor_parallel_size=2, …)` (vllm#15105)."""
+_NS_PAIR = re.compile(r"(\w{1,80})=(" + _VALUE + ")")
+_NS_NEXT = re.compile(r", (?=\w{1,80}=)")
+
+
+def namespace_pairs(text: str) -> dict[str, Any]:
+    """The plain `key=value` pairs of a Namespace repr, read one after another from its start; a
+    value that is no plain literal (an enum, a nested object) is passed over to the next `, key=`,
+    and a paste's cut ends the reading."""
+    out: dict[str, Any] = {}
+    i = len(NAMESPACE)
+    while i < len(text):
+        m = _NS_PAIR.match(text, i)
+        if m is not None and (value := _literal(m.group(2))) is not _BAD and text.startswith((", ", ")"), m.end()):
+            out.setdefault(m.group(1), value)
+            i = m.end() + 2
+        elif (gap := _NS_NEXT.search(text, i)) is not None:  # a value no literal (an enum's repr): the next key
+            i = gap.end()
+        else:
+            break
+    return out
 
 
 def _sub_dict(value: Any) -> Mapping[str, Any] | None:

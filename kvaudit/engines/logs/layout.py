@@ -106,11 +106,11 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
                 value, source = 1, "the worker names (no _" + LABELS[dim] + " suffix)"
             elif not seen and defaults:
                 value, source = 1, "vLLM's default (no line states it)"
-            elif seen:
-                notes.append(f"{key}: ≥ {at_least}, size not stated (worker names show "
-                             f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
-                             f"{' …' if len(seen) > 8 else ''}; vLLM adds the suffix only when the group has 2 "
-                             f"or more ranks)")
+        if value is None and seen:  # DP only bounded: an engine of its own per rank, perhaps on another node
+            notes.append(f"{key}: ≥ {at_least}, size not stated (worker names show "
+                         f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
+                         f"{' …' if len(seen) > 8 else ''}; vLLM adds the suffix only when the group has 2 "
+                         f"or more ranks)")
         if value is not None and value < at_least:
             notes.append(f"{key} {value} ({source}) is below what the worker names show (≥ {at_least})")
         sizes[dim] = Size(value, at_least, source)

@@ -39,6 +39,10 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
                                or (command.get("max_model_len") or None))
     if merged.get("model") is None and isinstance(command.get("model"), str):
         merged["model"] = command["model"]  # `vllm serve MODEL` pasted at a line's start
+    if merged.get("model") is None:
+        merged["model"] = engine_first(engine, FactKind.MODEL_LOADING)
+    if merged.get("kv_cache_dtype") is None and isinstance(command.get("kv_cache_dtype"), str):
+        merged["kv_cache_dtype"] = command["kv_cache_dtype"]
     if "block_size" not in merged and command.get("block_size"):
         merged["block_size"] = command["block_size"]
     if merged.get("enforce_eager") is None and "enforce_eager" in command:
