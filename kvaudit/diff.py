@@ -47,20 +47,23 @@ def _states_config(report: Report) -> bool:
     return report.source is not Source.LOG or report.config.model is not None
 
 
-def _knobs(a: Report, b: Report) -> list[KnobDifference]:
-    """Knobs both sides know and that differ. Unknown (None: a log that does not say, a run
-    that left vLLM its default) is no difference: it must not make two runs incomparable."""
-    out = []
+def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDifference]]:
+    """Knobs both sides know and that differ, and knobs one side states and the other does not.
+    Unknown (None: a log that does not say, a run that left vLLM its default) is no difference: it
+    must not make two runs incomparable; it is listed, so "comparable" reads as far as both state."""
+    out, one_sided = [], []
     for knob in COMPARED_KNOBS:
         av, bv = getattr(a.config, knob), getattr(b.config, knob)
         if (av is None or bv is None) and (knob not in NONE_IS_KNOWN or not all(map(_states_config, (a, b)))):
+            if (av is None) != (bv is None):
+                one_sided.append(KnobDifference(knob, _plain(av), _plain(bv)))
             continue
         if knob == "model" and av and bv:
             # Two checkouts of the same model in different folders are the same model.
             av, bv = av.rstrip("/").rsplit("/", 1)[-1], bv.rstrip("/").rsplit("/", 1)[-1]
         if av != bv:
             out.append(KnobDifference(knob, _plain(getattr(a.config, knob)), _plain(getattr(b.config, knob))))
-    return out
+    return out, one_sided
 
 
 def _plain(v: Any) -> Any:
@@ -112,7 +115,7 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         owners += _owner_rows(a_ranks.get(rank), b_ranks.get(rank), rank)
     binding_rows = [d for d in owners if d.rank is None and d.owner in NON_KV_OWNERS and d.delta_bytes]
     dominant = max(binding_rows, key=lambda d: abs(d.delta_bytes or 0)).owner if binding_rows else None
-    knobs = _knobs(a, b)
+    knobs, one_sided = _knobs(a, b)
     ca, cb = a.capacity, b.capacity
     sites = tuple(d for rank in sorted(set(a_ranks) & set(b_ranks))
                   for a_sites, b_sites in [(a_ranks[rank].sites, b_ranks[rank].sites)]
@@ -126,7 +129,8 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
                   "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens)},
         verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites,
         repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None,
-        warnings={"a": a.warnings, "b": b.warnings} if a.warnings or b.warnings else None)
+        warnings={"a": a.warnings, "b": b.warnings} if a.warnings or b.warnings else None,
+        one_sided_knobs=tuple(one_sided) or None)
 
 
 def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:

@@ -670,6 +670,10 @@ class DiffReport:
     """Extension: {`a`, `b`}: each side's own report warnings (a log cut before startup finished,
     tokens derived from a block count): what each side's verdict and figures rest on; absent when
     neither side warns."""
+    one_sided_knobs: tuple[KnobDifference, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: knobs one side states and the other does not (null there: a log that does not
+    say, a run that left vLLM its default). `comparable` holds as far as both sides state their
+    knobs; these are what it could not compare. Absent when there are none."""
 
 
 @dataclass(frozen=True)

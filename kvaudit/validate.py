@@ -582,7 +582,9 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
                               a_bytes=d.int("a_bytes"), b_bytes=d.int("b_bytes"), delta_bytes=d.int("delta_bytes"))
                     for d in node.children("sites", required=False)),
         repeat=_diff_repeat(node.child("repeat", required=False, nullable=True)),
-        warnings=_diff_warnings(node.child("warnings", required=False, nullable=True)))
+        warnings=_diff_warnings(node.child("warnings", required=False, nullable=True)),
+        one_sided_knobs=tuple(KnobDifference(k.str("knob"), k.value("a", True), k.value("b", True))
+                              for k in node.children("one_sided_knobs", required=False)) or None)
 
 
 def _diff_warnings(node: _JsonObject | None) -> dict[str, tuple[str, ...]] | None:

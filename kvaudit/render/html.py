@@ -309,7 +309,12 @@ def diff_head(diff: DiffReport) -> list[str]:
         parts.append(rows_table(("knob", "A", "B"), ((k.knob, summary._plain(k.a), summary._plain(k.b))
                                                     for k in diff.knob_differences), ("word", "text", "text")))
     else:
-        parts.append('<p class="foot">none: the runs are comparable</p>')
+        parts.append('<p class="foot">none: the runs are comparable'
+                     + (" as far as both state their knobs</p>" if diff.one_sided_knobs else "</p>"))
+    if diff.one_sided_knobs:
+        parts.append("<h2>Knobs stated on one side only</h2>")
+        parts.append(rows_table(("knob", "A", "B"), ((k.knob, summary._stated(k.a), summary._stated(k.b))
+                                                    for k in diff.one_sided_knobs), ("word", "text", "text")))
     parts.append("<h2>Environment differences</h2>")
     if diff.environment_differences:
         parts.append(rows_table(("setting", "A", "B"), ((e.key, summary._plain(e.a), summary._plain(e.b))

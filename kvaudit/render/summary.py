@@ -391,6 +391,7 @@ def _unknown_note(diff: DiffReport) -> str:
 
 
 NOT_COMPARABLE = "NOT comparable: "
+ONE_SIDED = "stated on one side only (comparable as far as both state their knobs): "
 
 
 def diff_summary(diff: DiffReport) -> list[str]:
@@ -407,6 +408,8 @@ def diff_summary(diff: DiffReport) -> list[str]:
     if not diff.comparable:
         lines.append(NOT_COMPARABLE + "; ".join(f"{k.knob} {_plain(k.a)} → {_plain(k.b)}"
                                                 for k in diff.knob_differences))
+    if diff.one_sided_knobs:
+        lines.append(ONE_SIDED + "; ".join(f"{k.knob} {_stated(k.a)} → {_stated(k.b)}" for k in diff.one_sided_knobs))
     if diff.environment_differences:
         lines.append("environment: " + "; ".join(f"{e.key} {_plain(e.a)} → {_plain(e.b)}"
                                                  for e in diff.environment_differences))
@@ -463,6 +466,10 @@ def diff_repeat_lines(diff: DiffReport) -> list[str]:
         lines.append(f"the KV change ({delta:+,} tokens) is " + ("within" if abs(delta) <= widest else "beyond")
                      + f" the boot-to-boot spread ({fmt_tokens(widest)} tokens)")
     return lines
+
+
+def _stated(value: object) -> str:
+    return "not stated" if value is None else _plain(value)
 
 
 def _plain(value: object) -> str:

@@ -130,3 +130,26 @@ def test_a_retyped_graph_estimate_without_total_is_read() -> None:
     report = _log("graph_estimate_retyped.log")
     assert report.ranks[0].graph_pool_estimate_bytes == round(-10.33 * 2**30)
 
+
+def test_diff_lists_the_knobs_only_one_side_states() -> None:
+    """A Llama-4 excerpt stating no knob against Triton's tp 4 one: comparable only as far as both state."""
+    from kvaudit.diff import diff_reports
+    from kvaudit.render.summary import ONE_SIDED, diff_summary
+    diff = diff_reports(_log("llama4_load_no_knobs.log"), _log("llama4_triton_tp4.log"))
+    assert diff.comparable is True and diff.knob_differences == ()
+    assert [(k.knob, k.a, k.b) for k in diff.one_sided_knobs] == [
+        ("model", None, "meta-llama/Llama-4-Scout-17B-16E"), ("tensor_parallel_size", None, 4),
+        ("decode_context_parallel_size", None, 1), ("max_model_len", None, 4096)]
+    line = next(x for x in diff_summary(diff) if x.startswith(ONE_SIDED))
+    assert "tensor_parallel_size not stated → 4" in line
+
+
+def test_diff_json_keeps_the_one_sided_knobs_and_omits_them_when_none() -> None:
+    from kvaudit.diff import diff_reports
+    from kvaudit.schema import to_jsonable
+    from kvaudit.validate import diff_from_json
+    diff = diff_reports(_log("llama4_load_no_knobs.log"), _log("llama4_triton_tp4.log"))
+    data = to_jsonable(diff)
+    assert diff_from_json(data).one_sided_knobs == diff.one_sided_knobs
+    same = to_jsonable(diff_reports(_log("llama4_triton_tp4.log"), _log("llama4_triton_tp4.log")))
+    assert "one_sided_knobs" not in same
