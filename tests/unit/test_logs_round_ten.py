@@ -153,3 +153,17 @@ def test_diff_json_keeps_the_one_sided_knobs_and_omits_them_when_none() -> None:
     assert diff_from_json(data).one_sided_knobs == diff.one_sided_knobs
     same = to_jsonable(diff_reports(_log("llama4_triton_tp4.log"), _log("llama4_triton_tp4.log")))
     assert "one_sided_knobs" not in same
+
+
+def test_non_default_args_enable_chunked_prefill_is_kept() -> None:
+    """club-3090#747: `'enable_chunked_prefill': True` in `non-default args` was kept neither in the config
+    nor in extra_args."""
+    assert _log("non_default_chunked_prefill.log").config.enable_chunked_prefill is True
+
+
+@pytest.mark.parametrize("command", ["VLLM_ATTENTION_BACKEND=FLASHINFER vllm serve <model> \\",
+                                     "vllm serve $MODEL_PATH --tensor-parallel-size 2", "vllm serve {model} -tp 2",
+                                     "python -m vllm.entrypoints.openai.api_server --model <your-model>"])
+def test_a_placeholder_is_no_model(command: str) -> None:
+    """vllm#57475's reproduction (`vllm serve <model> \\`), a script's variable, a template's field."""
+    assert report_from_log_text(command + "\n" + _LOADED, "x").config.model is None

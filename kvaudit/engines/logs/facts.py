@@ -1034,8 +1034,10 @@ def _command_value(key: str, text: str) -> float | int | None:
 
 SERVE_NEEDLE = "vllm serve "
 """A pasted `vllm serve MODEL …` (the scan's needle for one without flags)."""
-_SERVED_MODEL = re.compile(r"vllm serve[ \t]+([^\s'\"`\\-][^\s'\"`]{0,200})")
-_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?([^\s'\"`\\-][^\s'\"`]{0,200})")
+# The model is a word that is no placeholder (`<model>`, `$MODEL`, `{model}`) and no flag.
+_SERVED_MODEL = re.compile(r"vllm serve[ \t]+([^\s'\"`\\\-<${][^\s'\"`<>${}]{0,200})(?![^\s'\"`])")
+_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?([^\s'\"`\\\-<${][^\s'\"`<>${}]{0,200})"
+                         r"(?![^\s'\"`])")
 _PROMPT_ENDS = ("$", "#", ">", "%")
 _ENV_WORD = re.compile(r"[A-Za-z_]\w{0,80}=")
 """A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""

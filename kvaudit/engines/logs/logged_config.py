@@ -56,7 +56,7 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         "model", "tensor_parallel_size", "decode_context_parallel_size", "speculative_method",
         "num_speculative_tokens", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
         "max_num_batched_tokens", "cudagraph_capture_sizes", "enforce_eager", "kv_cache_dtype", "block_size",
-        "load_format")}
+        "enable_chunked_prefill", "load_format")}
     # A knob no engine runs with (a garbled or doctored line) is not known.
     fields = {k: v if in_log_range(v) else None for k, v in fields.items()}
     for dim, key in (("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"),
