@@ -156,6 +156,9 @@ CAUSES: tuple[Cause, ...] = (
     Cause("died with exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
     # v1/executor/multiproc_executor.py collective_rpc: a worker's error, re-raised in the engine core.
     Cause("Worker failed with error", FailureKind.CRASH, None, 1, log_only=True),
+    # …its end, where the worker's error spans lines and the paste keeps the last one (vllm#26431:
+    # `ValueError("type fp8e4nv not supported …")', please check the stack trace above for the root cause`).
+    Cause("', please check the stack trace above for the root cause", FailureKind.CRASH, None, 1, log_only=True),
     # The shell's notice of a process SIGKILL ended (a line `Killed`): nothing of vLLM's says why; the
     # kernel's out-of-memory killer sends it when host memory runs out (ArcticInference#37: `Killed`
     # right after `Loading weights took`); a script's shell names the job: `run.sh: line 3: 1234 Killed   vllm …`.

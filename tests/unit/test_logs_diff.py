@@ -21,10 +21,12 @@ def load(name: str, text: str | None = None):
 
 def test_different_configs_are_not_comparable() -> None:
     """GIVEN two real CPU boots, TP=1 and TP=2, of the same model
-    THEN the diff says they are not comparable and lists tensor_parallel_size."""
+    THEN the diff says they are not comparable and lists tensor_parallel_size, and the batch the
+    scheduler resolved for each (its `Chunked prefill is enabled with max_num_batched_tokens=` line)."""
     diff = diff_reports(load("cpu-0.32-tp1-ok.log"), load("cpu-0.32-tp2-ok.log"))
     assert diff.comparable is False
-    assert [(k.knob, k.a, k.b) for k in diff.knob_differences] == [("tensor_parallel_size", 1, 2)]
+    assert [(k.knob, k.a, k.b) for k in diff.knob_differences] == [("tensor_parallel_size", 1, 2),
+                                                                   ("max_num_batched_tokens", 4096, 8192)]
     assert ("env.VLLM_CPU_OMP_THREADS_BIND", "auto", "0|1") in [(e.key, e.a, e.b) for e in diff.environment_differences]
 
 

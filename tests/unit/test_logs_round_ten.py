@@ -167,3 +167,49 @@ def test_non_default_args_enable_chunked_prefill_is_kept() -> None:
 def test_a_placeholder_is_no_model(command: str) -> None:
     """vllm#57475's reproduction (`vllm serve <model> \\`), a script's variable, a template's field."""
     assert report_from_log_text(command + "\n" + _LOADED, "x").config.model is None
+
+
+def test_traceback_frames_under_a_path_style_file_tag_are_a_dead_boot() -> None:
+    """llm-compressor#1919: `(EngineCore_DP0 pid=…) ERROR … [v1/engine/core.py:708]   File "…"` (newer vLLM
+    names the file by its path): read like `[core.py:708]`, a traceback whose exception line is cut."""
+    failure = _log("path_tag_frames.log").failure
+    assert failure is not None and failure.kind.value == "crash"
+    assert failure.message.startswith("traceback frames logged at ERROR")
+
+
+def test_a_workers_error_tail_beats_shutdown_noise() -> None:
+    """vllm#26431: the engine's `ValueError("type fp8e4nv not supported …")', please check the stack trace above
+    for the root cause`, then another worker's `Exception ignored in: …` traceback at shutdown (was rank 5, cut)."""
+    failure = _log("worker_error_tail_then_shutdown_noise.log").failure
+    assert failure is not None and failure.kind.value == "crash" and failure.rank is None
+    assert failure.message.startswith('ValueError("type fp8e4nv not supported in this architecture')
+
+
+def test_a_serve_command_after_a_persons_line_is_a_record_of_its_own() -> None:
+    """llama.cpp#11474: the command on the line after a sentence ending `:` joined it as its continuation, so its
+    flags were read and its model not."""
+    text = ("I start the server with:\n"
+            "vllm serve deepseek-ai/DeepSeek-R1-Distill-Qwen-32B --tensor-parallel-size 2 --max-model-len 8192\n"
+            + _LOADED)
+    config = report_from_log_text(text, "x").config
+    assert (config.model, config.tensor_parallel_size) == ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 2)
+
+
+def test_the_schedulers_chunked_prefill_line_gives_max_num_batched_tokens() -> None:
+    """`Chunked prefill is enabled with max_num_batched_tokens=2048.` (dennislee22/vLLM-benchmarking)."""
+    assert _log("folded_147_columns.log").config.max_num_batched_tokens == 2048
+
+
+@pytest.mark.parametrize("name", ["folded_147_columns.log", "folded_other_column.log"])
+def test_a_config_line_cut_at_a_fixed_column_keeps_its_numbers_whole(name: str) -> None:
+    """The engine config line broken once by the paste (after its model), then cut every 147 columns, once
+    inside `…488,4|80,472…`: read as a space-wrapped text before, its capture list had `4, 80` for 480."""
+    sizes = _log(name).config.cudagraph_capture_sizes
+    assert sizes is not None and len(sizes) == 67 and sizes[:6] == (512, 504, 496, 488, 480, 472)
+
+
+def test_two_runs_of_the_folded_paste_differ_in_gmu_only() -> None:
+    """`kvaudit diff` of two such runs (gmu 0.25 and 0.5) called the capture lists different."""
+    from kvaudit.diff import diff_reports
+    diff = diff_reports(_log("folded_other_column.log"), _log("folded_147_columns.log"))
+    assert "cudagraph_capture_sizes" not in [k.knob for k in diff.knob_differences]

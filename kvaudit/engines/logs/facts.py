@@ -84,6 +84,8 @@ class FactKind(StrEnum):
     NON_DEFAULT_ARGS = "non_default_args"
     ENGINE_CONFIG = "engine_config"
     VERSION = "version"
+    BATCHED_TOKENS = "batched_tokens"
+    """config/scheduler.py's "Chunked prefill is enabled with max_num_batched_tokens=N.": the resolved value."""
     MODEL_LOADING = "model_loading"
     """The model a worker starts to load (`Starting to load model M...`): the model where no config
     line or command names it."""
@@ -750,7 +752,7 @@ def _cut_error(msg: str) -> Iterable[Fact]:
 # (any stated cause, the traceback's own exception line included, wins). Read from users' logs
 # only, and on ERROR records only: the rule needs the record's level, which the catalogue's rules
 # do not see, so parse.py asks it with the level (error_frame_facts).
-ERROR_FRAME_HEAD = (r"ERROR[ \t]+(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ \t]+)?\[?[\w.\-]{1,200}:\d{1,7}\]"
+ERROR_FRAME_HEAD = (r"ERROR[ \t]+(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ \t]+)?\[?[\w./\-]{1,200}:\d{1,7}\]"
                     r"[ \t]{1,40}File \"")
 """An ERROR record's level, time and `[file.py:N]`, then a traceback frame's `File "` (scan.py finds
 these records in an excerpt by it)."""
@@ -1149,6 +1151,16 @@ def _loading(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.MODEL_LOADING, m.group(1))
 
 
+# config/scheduler.py SchedulerConfig (0.6 on): "Chunked prefill is enabled with max_num_batched_tokens=%d."
+CHUNKED_PREFILL = "Chunked prefill is enabled with max_num_batched_tokens="
+_CHUNKED_PREFILL = re.compile(re.escape(CHUNKED_PREFILL) + rf"({INT})\b")
+
+
+def _chunked(msg: str) -> Iterable[Fact]:
+    if m := _CHUNKED_PREFILL.search(msg):
+        yield Fact(FactKind.BATCHED_TOKENS, _int(m.group(1)))
+
+
 def _version(msg: str) -> Iterable[Fact]:
     if m := _BANNER_VERSION.search(msg):
         yield Fact(FactKind.VERSION, m.group(1))
@@ -1270,6 +1282,7 @@ RULES: tuple[Rule, ...] = (
          r"non-default args: |LLM engine (\(v[^)]*\) )?with config|args: Namespace\(",
          _config),
     Rule("loading", LOADING_MODEL, LOADING_MODEL + r"[^ ]+\.\.\.", _loading),
+    Rule("chunked", CHUNKED_PREFILL, CHUNKED_PREFILL + "[0-9]", _chunked),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),

@@ -29,6 +29,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
     # The engine line shows what vLLM resolved (defaults filled in, capture sizes expanded), so it
     # wins over what the user typed; gpu_memory_utilization is not on it.
     merged = {**known, **resolved}
+    if (batched := engine_last(engine, FactKind.BATCHED_TOKENS)) is not None:
+        merged["max_num_batched_tokens"] = batched  # the scheduler's own line: the value it resolved
     command = command_args(engine)
     if "gpu_memory_utilization" not in merged:
         printed = [f.value for f in engine.get(FactKind.GMU, []) if 0 < f.value <= 1]

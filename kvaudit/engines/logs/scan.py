@@ -56,6 +56,7 @@ from itertools import islice
 
 from kvaudit.engines.failures import CAUSES, KILLED
 from kvaudit.engines.logs.facts import (
+    CHUNKED_PREFILL,
     CUT_ERROR_HEAD,
     EAGER_LINE,
     ERROR_FRAME_HEAD,
@@ -79,11 +80,11 @@ _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner
 # first character lets the regex engine skip to each `V` and check the words in C.
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
-_PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL)
+_PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL, CHUNKED_PREFILL)
 """Lines printed before anything is loaded that hold no character the other passes look for: V0's
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
-banner's `version 0.19.1`, V0's `vLLM API server version 0.6.3`, its `args: Namespace(…)`, and a
-worker's `Starting to load model M...`."""
+banner's `version 0.19.1`, V0's `vLLM API server version 0.6.3`, its `args: Namespace(…)`, a
+worker's `Starting to load model M...` and the scheduler's `Chunked prefill is enabled with …`."""
 
 
 def prelude_limit(text: str, first_hit: int) -> int:

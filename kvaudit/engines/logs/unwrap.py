@@ -6,10 +6,11 @@ by an e-mail client or a markdown renderer (at a space, the rest indented or not
 head line and the continuation lines that follow it. A line is a head when it begins like a log
 record: a process tag `(Worker_TP0 pid=1)` or vLLM's level-time-file prefix near its start, a
 level, a timestamp, a `[file.py:N]` tag, an exception name (`ValueError:`), `Traceback`, a shell's
-job notice (`run.sh: line 3: 1234 Killed …`). Any other line continues the record above it when it
-is indented deeper than the head, begins as the rest of a sentence (a lower-case letter, a digit,
-punctuation), follows a line that breaks off mid-sentence (after `,`, `(` or a word such as `the`
-or `than`), or follows a line cut at the excerpt's fixed wrap width.
+job notice (`run.sh: line 3: 1234 Killed …`), a pasted `vllm serve` command. Any other line
+continues the record above it when it is indented deeper than the head, begins as the rest of a
+sentence (a lower-case letter, a digit, punctuation), follows a line that breaks off mid-sentence
+(after `,`, `(` or a word such as `the` or `than`), or follows a line cut at the excerpt's fixed
+wrap width.
 
 Around the lines: `> ` quote markers, the bars chat and editor tools draw (`▎`, `│`, `┃`), the
 frame of a terminal pane (`│ … │`) or of a CI log viewer (`  | `), list bullets (`- `, `* `, `• `)
@@ -57,6 +58,7 @@ _HEAD_MARK = re.compile(
     + r"|\[rank\d{1,6}\]:"                                    # torch.distributed's prefix
     + r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
     + r"|[^\s:]{1,200}: line \d{1,7}: +\d{1,9} "                # a shell's job notice: `run.sh: line 3: 1234 Killed …`
+    + r"|vllm serve |python3? -m vllm\."                        # a pasted command (`I ran:` then `vllm serve M …`)
     + r"|Traceback \(most recent|File \"|During handling of|The above exception")
 _CONNECTORS = frozenset(
     "a an the of for to is are was were be than with by in on at as from which that and or but if when "
@@ -304,10 +306,13 @@ def record_at(text: str, start: int, end: int, width_hint: int | None = None) ->
 
 
 def _wrapped_at_spaces(text: str, spans: list[tuple[int, int]], width: int) -> bool:
-    """A record whose lines (but its last) are not all cut at the width was wrapped at spaces, and
-    the lines that happen to be as long as the widest were too: a terminal or `fold` cuts every
-    line at the column (a line one shorter lost the space it was cut after)."""
-    return any(len(clean(text[s:e])) < width - 1 for s, e in spans[:-1])
+    """A record whose lines (but its last) are mostly shorter than the width was wrapped at spaces,
+    and the lines that happen to be as long as the widest were too: a terminal or `fold` cuts every
+    line at the column (a line one shorter lost the space it was cut after). Where most are cut at
+    the column, a shorter one is a break of the paste's own (dennislee22/vLLM-benchmarking: an engine
+    config line broken after its model, then nine lines cut at 147 columns, one inside `488,4|80`)."""
+    short = sum(len(clean(text[s:e])) < width - 1 for s, e in spans[:-1])
+    return 2 * short >= len(spans) - 1
 
 
 def _next_line_is_head_or_blank(text: str, end: int) -> bool:
