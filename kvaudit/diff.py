@@ -48,15 +48,16 @@ def _states_config(report: Report) -> bool:
 
 
 def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDifference]]:
-    """Knobs both sides know and that differ, and knobs one side states and the other does not.
-    Unknown (None: a log that does not say, a run that left vLLM its default) is no difference: it
-    must not make two runs incomparable; it is listed, so "comparable" reads as far as both state."""
+    """Knobs both sides know and that differ, and knobs a log does not state that the other side
+    does. Unknown (None: a log that does not say, a run that left vLLM its default) is no difference:
+    it must not make two runs incomparable; a log's is listed, so "comparable" reads as far as both
+    state."""
     out, one_sided = [], []
     for knob in COMPARED_KNOBS:
         av, bv = getattr(a.config, knob), getattr(b.config, knob)
         if (av is None or bv is None) and (knob not in NONE_IS_KNOWN or not all(map(_states_config, (a, b)))):
-            if (av is None) != (bv is None):
-                one_sided.append(KnobDifference(knob, _plain(av), _plain(bv)))
+            if (av is None) != (bv is None) and (a if av is None else b).source is Source.LOG:
+                one_sided.append(KnobDifference(knob, _plain(av), _plain(bv)))  # a run's None is vLLM's default
             continue
         if knob == "model" and av and bv:
             # Two checkouts of the same model in different folders are the same model.

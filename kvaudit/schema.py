@@ -671,8 +671,8 @@ class DiffReport:
     tokens derived from a block count): what each side's verdict and figures rest on; absent when
     neither side warns."""
     one_sided_knobs: tuple[KnobDifference, ...] | None = field(default=None, metadata=OMIT_NONE)
-    """Extension: knobs one side states and the other does not (null there: a log that does not
-    say, a run that left vLLM its default). `comparable` holds as far as both sides state their
+    """Extension: knobs one side states and a log on the other side does not (null there; a run's
+    null is vLLM's default, which it knows). `comparable` holds as far as both sides state their
     knobs; these are what it could not compare. Absent when there are none."""
 
 

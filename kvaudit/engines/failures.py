@@ -64,6 +64,9 @@ CPU_KV_SHORT = "on kv cache allocation is less than requested memory for kv"
 figure shows no byte was left for KV (the log engine reads the figure)."""
 
 KILLED = "Killed"
+SHELL_JOB_NOTICE = r"[^\s:]{0,200}(?:\.sh|\bsh|bash|zsh): line \d{1,7}: +\d{1,9} +"
+"""bash's and sh's notice of a job a signal ended: `./serve.sh: line 12: 48213 Killed   vllm serve …`,
+`/bin/sh: line 1: 7 Killed …`, `bash: line 1: …` (a script's name or the shell's)."""
 """The shell's word for a process SIGKILL ended (scan.py looks for its line in an excerpt)."""
 
 CAUSES: tuple[Cause, ...] = (
@@ -163,7 +166,7 @@ CAUSES: tuple[Cause, ...] = (
     # kernel's out-of-memory killer sends it when host memory runs out (ArcticInference#37: `Killed`
     # right after `Loading weights took`); a script's shell names the job: `run.sh: line 3: 1234 Killed   vllm …`.
     Cause(KILLED, FailureKind.CRASH, None, 1,
-          re.compile(r"^\W{0,4}Killed\s*$|^\S[^\n]{0,200}?: line \d+: +\d+ Killed "), log_only=True,
+          re.compile(r"^\W{0,4}Killed\s*$|^" + SHELL_JOB_NOTICE + "Killed "), log_only=True,
           means="the process was sent SIGKILL (the shell's word; the kernel's out-of-memory killer sends it when "
                 "host memory runs out)"),
     # CPython's faulthandler (a crash in C code: a segfault, an abort).

@@ -67,18 +67,34 @@ def test_the_real_env_prefixed_command_states_its_model() -> None:
 
 
 def test_v0s_args_namespace_line_states_the_knobs() -> None:
-    """0.4–0.8's api_server `args: Namespace(…)`, defaults included; an enum's repr is passed over, a cut ends it."""
+    """0.4–0.8's api_server `args: Namespace(…)`, defaults included, read up to the paste's cut."""
     text = ("INFO 03-19 07:26:22 [api_server.py:978] args: Namespace(subparser='serve', model_tag='Qwen_QwQ-32B-AWQ', "
-            "config='', port=8000, allowed_origins=['*'], load_format=<LoadFormat.AUTO: 'auto'>, "
-            "tensor_parallel_size=2, gpu_memory_utilization=0.95, max_model_len=30000, block_si\n" + _LOADED)
+            "config='', port=8000, allowed_origins=['*'], tensor_parallel_size=2, gpu_memory_utilization=0.95, "
+            "max_model_len=30000, block_si\n" + _LOADED)
     config = report_from_log_text(text, "x").config
     assert (config.model, config.tensor_parallel_size, config.gpu_memory_utilization, config.max_model_len) == (
         "Qwen_QwQ-32B-AWQ", 2, 0.95, 30000)
 
 
-def test_namespace_pairs_keep_a_quoted_comma_and_stop_at_the_cut() -> None:
+@pytest.mark.parametrize("text, pairs", [
+    ("Namespace(a='x, b=2', c=1, d='cut", {"a": "x, b=2", "c": 1}),  # a quoted comma; the cut ends it
+    # an object's repr ends the reading: a `, key=` inside it is no knob (the review's reproducer)
+    ("Namespace(tp=2, spec=Spec(model='draft/other', max_model_len=111), max_model_len=4096)", {"tp": 2}),
+    # a string longer than a literal is read: the `tensor_parallel_size=8` in it is no knob
+    ("Namespace(tensor_parallel_size=2, chat_template='" + "x" * 2100 + ", tensor_parallel_size=8', y=1)",
+     {"tensor_parallel_size": 2}),
+])
+def test_namespace_pairs_read_only_plain_values_from_the_start(text: str, pairs: dict) -> None:
     from kvaudit.engines.logs.knobs import namespace_pairs
-    assert namespace_pairs("Namespace(a='x, b=2', c=1, d='cut") == {"a": "x, b=2", "c": 1}
+    assert namespace_pairs(text) == pairs
+
+
+def test_a_quoted_namespace_is_no_config() -> None:
+    """Only the api_server's record states the knobs, not an ERROR line that quotes one."""
+    text = ("ERROR 03-19 07:26:22 [run.py:9] bad args: Namespace(model_tag='bench/model', tensor_parallel_size=8)\n"
+            + _LOADED)
+    config = report_from_log_text(text, "x").config
+    assert (config.model, config.tensor_parallel_size) == (None, None)
 
 
 @pytest.mark.parametrize("name, model", [
@@ -213,3 +229,49 @@ def test_two_runs_of_the_folded_paste_differ_in_gmu_only() -> None:
     from kvaudit.diff import diff_reports
     diff = diff_reports(_log("folded_other_column.log"), _log("folded_147_columns.log"))
     assert "cudagraph_capture_sizes" not in [k.knob for k in diff.knob_differences]
+
+
+def test_a_namespace_read_only_in_part_leaves_the_rest_unknown_not_default() -> None:
+    """A Namespace lists every knob: one after a value it could not read is unknown, not tp 1 (the review's
+    reproducer: `tensor_parallel_size=2` after a 2,100-character chat template)."""
+    text = ("INFO 03-19 07:26:22 [api_server.py:978] args: Namespace(model_tag='Org/M', chat_template='"
+            + "x" * 2100 + "', tensor_parallel_size=2)\n" + _LOADED)
+    config = report_from_log_text(text, "x").config
+    assert (config.model, config.tensor_parallel_size) == ("Org/M", None)
+
+
+@pytest.mark.parametrize("line", ["Note: line 3: 1234 Killed means the OOM killer ran",
+                                  "dmesg: line 1: 99 Killed process 1234 (python)"])
+def test_a_sentence_shaped_like_a_job_notice_is_no_failure(line: str) -> None:
+    assert report_from_log_text(_LOADED + line + "\n", "x").failure is None
+
+
+def test_an_offline_v0_run_that_generated_finished_its_startup() -> None:
+    """`Processed prompts: 100%` (LLM.generate's progress bar): V0's offline start has no finish line of its
+    own, so a KV size then the bar warned that startup had not finished (the review's reproducer)."""
+    report = _log("v0_offline_finished.log")
+    assert not any(w.startswith("the log ends before startup finished") for w in report.warnings)
+
+
+@pytest.mark.parametrize("line, model", [
+    ("INFO 01-30 16:15:44 model_runner.py:997] Starting to load model <your-model>...", None),
+    ("I kept seeing Starting to load model org/x... and nothing after", None),
+    ("INFO 01-30 16:15:44 model_runner.py:997] Starting to load model org/x-1.5...", "org/x-1.5"),
+])
+def test_only_a_workers_own_loading_line_names_the_model(line: str, model: str | None) -> None:
+    assert report_from_log_text(line + "\n" + _LOADED, "x").config.model == model
+
+
+def test_a_redirected_serve_command_keeps_its_model() -> None:
+    assert report_from_log_text("vllm serve Qwen/Qwen3-8B>serve.log\n" + _LOADED, "x").config.model == "Qwen/Qwen3-8B"
+
+
+def test_a_ray_workers_own_rank_line_places_its_figures() -> None:
+    """dennislee22/vLLM-benchmarking: `(RayWorkerWrapper pid=1384) … rank 0 in world size 2 is assigned as … TP
+    rank 0`; it printed its figures after pid 374, so the order rule made it rank 1 and gave TP 0's 1.00 GiB graph
+    pool to rank 1. pid 374's own line is not in the paste: it takes the rank left, and the note names only it."""
+    report = _log("ray_stated_ranks.log")
+    assert [(r.rank, r.owners.get("graph_pool")) for r in report.ranks] == [(0, 2**30), (1, None)]
+    assert [w for w in report.warnings if w.startswith("Ray workers")] == [
+        "Ray workers `(RayWorkerWrapper pid=…, ip=…)` name no rank: their figures are given to rank 1 in the order "
+        "the workers first print one, which need not be vLLM's rank order"]

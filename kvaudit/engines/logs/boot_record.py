@@ -212,7 +212,7 @@ def _captured_after_kv(boot: Boot) -> bool:
 def _ray_notes(boot: Boot) -> list[str]:
     """What Ray's prefixes leave unsaid: which rank an actor is, and the lines it folded."""
     notes = []
-    ray = sorted({rank for s in boot.scans for rank in s.ray_ranks.values()})
+    ray = sorted({rank for s in boot.scans for pid, rank in s.ray_ranks.items() if pid not in s.ray_stated})
     if ray:
         numbers = f"{', '.join(map(str, ray[:8]))}{' …' if len(ray) > 8 else ''}"
         notes.append(f"Ray workers `(RayWorkerWrapper pid=…, ip=…)` name no rank: their figures are given to "

@@ -105,7 +105,7 @@ class FactKind(StrEnum):
     COMMAND_ARG = "command_arg"
     """(flag, value) from a pasted command line: `--tensor-parallel-size 8`, `-tp=8`."""
     PARALLEL_RANKS = "parallel_ranks"
-    """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}) from parallel_state.py's
+    """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}, global rank) from parallel_state.py's
     `rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 1, …`."""
     KV_BLOCKS_TOTAL = "kv_blocks_total"
     """v1/metrics/loggers.py `num_gpu_blocks is: N`: the engine's blocks, summed over DP engines."""
@@ -868,7 +868,7 @@ def _parallel_state(msg: str) -> Iterable[Fact]:
     if m := _PARALLEL_STATE.search(msg):
         ranks = {g.lower(): int(r) for g, r in _GROUP_RANK.findall(m.group(3))}
         if int(m.group(1)) < int(m.group(2)):
-            yield Fact(FactKind.PARALLEL_RANKS, (int(m.group(2)), ranks))
+            yield Fact(FactKind.PARALLEL_RANKS, (int(m.group(2)), ranks, int(m.group(1))))
 
 
 # `vllm serve …` / `python -m vllm.entrypoints.openai.api_server …` as people paste them: the
@@ -993,9 +993,10 @@ _LLM_CALL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\(")
 # the flag became a BooleanOptionalAction; `_` for `-` as above) and the offline call's
 # `enforce_eager=True` (vllm#9163).
 _EAGER_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--(no[-_])?enforce[-_]eager(?![\w\-=])")
-# The one word-valued knob read from a command: `--kv-cache-dtype fp8` (vLLM's CacheDType names).
+# The one word-valued knob read from a command: `--kv-cache-dtype fp8` (any of vLLM's CacheDType
+# names, which grow: `fp8_e4m3`, `nvfp4`, `fp8_per_token_head`, …).
 _KV_DTYPE_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--kv[-_]cache[-_]dtype(?:=|[ \t]+)['\"]?"
-                            r"(auto|bfloat16|float16|fp8(?:_[a-z0-9]{1,8}){0,2}|nvfp4|int8(?:_[a-z0-9]{1,8})?)(?![\w.\-])")
+                            r"([a-z][a-z0-9_]{1,40})(?![\w.\-])")
 _EAGER_KWARG = re.compile(r"(?<![\w.\-])enforce_eager[ \t]*=[ \t]*(True|False)(?![\w.])")
 
 
@@ -1037,9 +1038,10 @@ def _command_value(key: str, text: str) -> float | int | None:
 SERVE_NEEDLE = "vllm serve "
 """A pasted `vllm serve MODEL …` (the scan's needle for one without flags)."""
 # The model is a word that is no placeholder (`<model>`, `$MODEL`, `{model}`) and no flag.
-_SERVED_MODEL = re.compile(r"vllm serve[ \t]+([^\s'\"`\\\-<${][^\s'\"`<>${}]{0,200})(?![^\s'\"`])")
-_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?([^\s'\"`\\\-<${][^\s'\"`<>${}]{0,200})"
-                         r"(?![^\s'\"`])")
+# A redirection or pipe may follow it (`vllm serve M>serve.log`).
+_SERVED_MODEL = re.compile(r"vllm serve[ \t]+([^\s'\"`\\\-<${][^\s'\"`<>${}|;&]{0,200})(?![^\s'\"`>|;&])")
+_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?([^\s'\"`\\\-<${][^\s'\"`<>${}|;&]{0,200})"
+                         r"(?![^\s'\"`>|;&])")
 _PROMPT_ENDS = ("$", "#", ">", "%")
 _ENV_WORD = re.compile(r"[A-Za-z_]\w{0,80}=")
 """A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""
@@ -1125,8 +1127,8 @@ def _non_default(msg: str) -> str | None:
     read), or 0.4–0.8's `Namespace(…)` after `args: ` (knobs.NAMESPACE). str.find per occurrence:
     linear however often it repeats."""
     end = len(msg.rstrip())
-    if (ns := msg.find(NAMESPACE_ARGS)) >= 0:
-        return msg[ns + len("args: "):end]
+    if msg.lstrip().startswith(NAMESPACE_ARGS):  # the api_server's record, not a line that quotes one
+        return msg[msg.find(NAMESPACE_ARGS) + len("args: "):end]
     i = msg.find(_ARGS_KEY)
     while i >= 0:
         body = i + len(_ARGS_KEY)
@@ -1143,11 +1145,11 @@ _BANNER_VERSION = re.compile(r"(?:vLLM API server version|[█▀▄]\s{1,8}vers
 
 # V0 worker/model_runner.py and V1 gpu_model_runner.py load_model: "Starting to load model %s..."
 LOADING_MODEL = "Starting to load model "
-_LOADING_MODEL = re.compile(LOADING_MODEL + r"(\S{1,300}?)\.\.\.")
+_LOADING_MODEL = re.compile(r"\s{0,8}" + LOADING_MODEL + r"([^\s<>${}]{1,300}?)\.\.\.")
 
 
 def _loading(msg: str) -> Iterable[Fact]:
-    if m := _LOADING_MODEL.search(msg):
+    if m := _LOADING_MODEL.match(msg):  # the record's message, not a sentence that quotes it
         yield Fact(FactKind.MODEL_LOADING, m.group(1))
 
 

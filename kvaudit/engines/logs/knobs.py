@@ -87,24 +87,20 @@ NAMESPACE = "Namespace("
 """vLLM 0.4–0.8's api_server printed its parsed command line, defaults included: `args: Namespace(
 subparser='serve', model_tag='M', …, tensor_parallel_size=2, …)` (vllm#15105)."""
 _NS_PAIR = re.compile(r"(\w{1,80})=(" + _VALUE + ")")
-_NS_NEXT = re.compile(r", (?=\w{1,80}=)")
 
 
 def namespace_pairs(text: str) -> dict[str, Any]:
-    """The plain `key=value` pairs of a Namespace repr, read one after another from its start; a
-    value that is no plain literal (an enum, a nested object) is passed over to the next `, key=`,
-    and a paste's cut ends the reading."""
+    """The plain `key=value` pairs of a Namespace repr, read one after another from its start. The
+    first value that is no plain literal (an object's repr, a string longer than a literal is read)
+    ends the reading, as does a paste's cut: where that value ends is not known, and a `, key=`
+    inside it is no knob."""
     out: dict[str, Any] = {}
     i = len(NAMESPACE)
-    while i < len(text):
-        m = _NS_PAIR.match(text, i)
-        if m is not None and (value := _literal(m.group(2))) is not _BAD and text.startswith((", ", ")"), m.end()):
-            out.setdefault(m.group(1), value)
-            i = m.end() + 2
-        elif (gap := _NS_NEXT.search(text, i)) is not None:  # a value no literal (an enum's repr): the next key
-            i = gap.end()
-        else:
+    while (m := _NS_PAIR.match(text, i)) is not None and text.startswith((", ", ")"), m.end()):
+        if (value := _literal(m.group(2))) is _BAD:
             break
+        out.setdefault(m.group(1), value)
+        i = m.end() + 2
     return out
 
 

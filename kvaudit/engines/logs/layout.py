@@ -23,6 +23,9 @@ from typing import Any
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 
 DIMS = ("tp", "pp", "pcp", "dp", "dcp")
+ARGS_NAMESPACE = "the api_server's `args: Namespace(…)`"
+"""A source of stated knobs that lists every knob, defaults included: one it does not give (a paste
+cut it, or a value before it was no literal) is unknown, not vLLM's default."""
 KEYS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "pcp": "prefill_context_parallel_size",
         "dp": "data_parallel_size", "dcp": "decode_context_parallel_size"}
 LABELS = {"tp": "TP", "pp": "PP", "pcp": "PCP", "dp": "DP", "dcp": "DCP"}
@@ -88,8 +91,8 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
     ep_tp = _tp_from_ep(workers)
     # A config line or a command line that states any knob leaves the others at vLLM's default, 1
     # (the engine line lists every size its release has; `non-default args` and a command line
-    # omit the defaults).
-    defaults = any(knobs for _, knobs in stated)
+    # omit the defaults; a Namespace lists every knob, so one it does not give is unknown).
+    defaults = any(knobs for where, knobs in stated if where != ARGS_NAMESPACE)
     for dim in DIMS:
         key = KEYS[dim]
         seen = sorted({getattr(t, dim) for t in workers if getattr(t, dim) is not None})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,7 +78,10 @@ class FileScan:
     """pid → rank of Ray workers whose lines carry no vLLM name (`(RayWorkerWrapper pid=…, ip=…)`
     alone): in the order they first print a figure of their own, from 1 under V0 (its driver, rank 0, runs in
     the engine's process) and from 0 under V1 (every worker is a Ray actor). Not vLLM's rank order,
-    which the log does not state: the report says so."""
+    which the log does not state: the report says so), or the rank a worker's own parallel_state line
+    states (ray_stated)."""
+    ray_stated: frozenset[int] = frozenset()
+    """The pids in ray_ranks whose rank their parallel_state line states."""
     notes: tuple[str, ...] = ()
     """What the reader should know about the file itself (lines cut at a fixed column)."""
     cut_runs: tuple[tuple[int, int], ...] = ()
@@ -143,15 +147,30 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
     ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
-    first_ray = 0 if ray and _is_v1(text) else 1
+    ray_ranks, ray_stated = _ray_ranks(ray, lines, 0 if ray and _is_v1(text) else 1)
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
-                         {pid: rank for rank, pid in enumerate(ray, first_ray)}, _split_note(where, split)
-                         + _cut_notes(where, cuts),
+                         ray_ranks, ray_stated, _split_note(where, split) + _cut_notes(where, cuts),
                          cuts.runs,
                          frozenset(tags.values()) | frozenset(worker_names(text)))
     if serving_at is not None:
         file_scan.__dict__["serving_at"] = serving_at  # the cached property's value, read once already
     return file_scan
+
+
+def _ray_ranks(ray: list[int], lines: tuple[ParsedLine, ...], first: int) -> tuple[dict[int, int], frozenset[int]]:
+    """pid → rank of the Ray workers that print figures: the global rank a worker's own parallel_state
+    line states (`rank 0 in world size 4 is assigned as …`), else the next rank not stated, in the
+    order the workers first print a figure, from `first` (FileScan.ray_ranks)."""
+    stated: dict[int, int] = {}
+    for p in lines:
+        if p.line.pid in ray:
+            for f in p.facts:
+                if f.kind is FactKind.PARALLEL_RANKS:
+                    stated.setdefault(p.line.pid, f.value[2])
+    if len(set(stated.values())) != len(stated):
+        stated = {}  # two workers that claim one rank: a paste of several boots; none is trusted
+    free = (r for r in itertools.count(first) if r not in stated.values())
+    return {pid: stated[pid] if pid in stated else next(free) for pid in ray}, frozenset(stated)
 
 
 MAX_CUT_RUNS = 4096

@@ -468,9 +468,10 @@ it serves): printed only by a boot that finished, so a failure before one in the
 while it served (vllm#23582: a worker died, 5 s later the stats line with 46 requests running)."""
 SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
            "Starting vLLM API server", "num_gpu_blocks is: ", STATS, '"GET /health HTTP/1.1" 200',
-           '"POST /v1/')
+           '"POST /v1/', "Processed prompts: ")
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
-requests served): a failure after the first of them is not the boot's. One before them is only where
+requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
+start): a failure after the first of them is not the boot's. One before them is only where
 failure_timeline shows, on logged lines, that startup went on past it (SERVER_UP, first_logged)."""
 SERVER_UP = tuple(m for m in SERVING if m not in (BOOT_DONE, "EngineCore encountered a fatal error"))
 """The API server's lines once every engine started, or a request it served."""
