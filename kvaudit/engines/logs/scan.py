@@ -508,8 +508,12 @@ def last_logged(text: str, marker: str) -> int:
 
 def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
     """Where the log shows the boot had finished: the first SERVING line, in the text or in a run
-    of lines cut at a fixed column (read joined); else past its end. One pass per marker; the
-    runs are a paste's, a few KiB."""
-    found = [i for m in SERVING if (i := text.find(m)) >= 0]
-    found += [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
-    return min(found) if found else len(text) + 1
+    of lines cut at a fixed column (read joined); else past its end. One pass per marker, each only
+    up to the first found so far (a marker the log lacks costs a pass over the whole text); the runs
+    are a paste's, a few KiB."""
+    first = len(text) + 1
+    for m in SERVING:
+        if (i := text.find(m, 0, first - 1 + len(m))) >= 0:
+            first = i
+    found = [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
+    return min([first, *found])
