@@ -67,18 +67,24 @@ _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 """What str.splitlines breaks a line at."""
 
 
-_MARKED_FIGURE = re.compile(r"(\*\*|`)(-?[0-9][0-9,._]{0,40}(?: ?(?:GiB|MiB|GB|MB|tokens))?)\1")
+_FIGURE = r"(-?[0-9][0-9,._]{0,40}(?: ?(?:GiB|MiB|GB|MB|tokens|seconds))?)"
+_MARKED_FIGURE = re.compile(r"(\*\*|`)" + _FIGURE + r"\1")
 """A figure a person set in bold or as code in a Markdown post (vllm PR 2031: `# GPU blocks: **20865**`)."""
+_TAGGED_FIGURE = re.compile(r"<(strong|b|code|em)>" + _FIGURE + r"<\\?/\1>")
+"""The same in a web page's HTML, `/` escaped where the page came as JSON (a blog's `Model loading took
+<strong>48.5 GiB<\\/strong>`)."""
 
 
 def plain_text(text: str) -> str:
     """A pasted line as vLLM wrote it: with the HTML character references of a copied web page read
     (`&#39;` is `'`), then without colour sequences (strip_colours: `&#27;[31m` is one too), and its
-    figures without the Markdown a post may have set them in (`**20865**`)."""
+    figures without the Markdown or HTML a post may have set them in (`**20865**`, `<strong>48.5 GiB</strong>`)."""
     if "&" in text:
         text = _ENTITY.sub(_character, text)
     text = strip_colours(text)
     if "**" in text or "`" in text:
         text = _MARKED_FIGURE.sub(r"\2", text)
+    if "<" in text:
+        text = _TAGGED_FIGURE.sub(r"\2", text)
     return text
 

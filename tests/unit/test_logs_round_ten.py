@@ -275,3 +275,22 @@ def test_a_ray_workers_own_rank_line_places_its_figures() -> None:
     assert [w for w in report.warnings if w.startswith("Ray workers")] == [
         "Ray workers `(RayWorkerWrapper pid=…, ip=…)` name no rank: their figures are given to rank 1 in the order "
         "the workers first print one, which need not be vLLM's rank order"]
+
+
+def test_ray_workers_with_one_pid_on_two_nodes_are_two_ranks() -> None:
+    """A gpt-oss-120b TP 4 boot over Ray (dennislee22/vLLM-benchmarking): `pid=345, ip=10.42.11.243` and `pid=345,
+    ip=10.42.9.225` are two workers; read as one, TP 4 showed 3 ranks and one node's KV line on the other's rank.
+    .243 and pid 1273 state ranks 1 and 0; .225 and .224 take 2 and 3 in the order they print."""
+    report = _log("ray_same_pid_two_nodes.log")
+    assert [r.rank for r in report.ranks] == [0, 1, 2, 3]
+    assert [r.owners.get("kv_cache") for r in report.ranks] == [None, round(45.32 * 2**30), round(45.32 * 2**30), None]
+    assert [r.owners.get("graph_pool") for r in report.ranks] == [None, None, None, round(1.88 * 2**30)]
+
+
+@pytest.mark.parametrize("closing", ["</strong>", "<\\/strong>"])
+def test_figures_a_web_page_set_in_html_bold_are_read(closing: str) -> None:
+    """A blog's page (its WordPress JSON escapes `/`): `Model loading took <strong>48.5 GiB<\\/strong> memory`."""
+    text = (f"Model loading took <strong>48.5 GiB{closing} memory and <strong>10.090812 seconds{closing}<br />\n"
+            f"Available KV cache memory: <strong>21.5 GiB{closing}\n")
+    rank = report_from_log_text(text, "x").ranks[0]
+    assert (rank.owners["weights"], rank.owners["kv_cache"]) == (round(48.5 * 2**30), round(21.5 * 2**30))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -119,6 +120,14 @@ def _innermost(segment: str, tag: re.Match[str]) -> re.Match[str]:
     return tag
 
 
+def process_key(tag: re.Match[str]) -> int:
+    """The process a tag names: its pid, and where Ray names the node (`pid=345, ip=10.42.9.225`) the
+    node as well, above 2**32: containers on two nodes start their workers at the same low pids (a
+    gpt-oss-120b TP 4 boot over four Ray nodes had pid 345 on two of them, read as one worker)."""
+    pid = int(tag.group(2))
+    return pid if tag.group(3) is None else pid + (zlib.crc32(tag.group(3).encode()) + 1) * 2**32
+
+
 def parse_line(segment: str, pos: int) -> LogLine:
     segment = plain_text(segment)
     head = segment[:TAG_SEARCH_CHARS]
@@ -127,10 +136,10 @@ def parse_line(segment: str, pos: int) -> LogLine:
         tag = _innermost(segment, tag)
         rest = _HEAD.match(segment, tag.end())
         if rest is not None:
-            return LogLine(pos, int(tag.group(2)), tag.group(1), _level(rest.group(1)), rest.group(3),
+            return LogLine(pos, process_key(tag), tag.group(1), _level(rest.group(1)), rest.group(3),
                            segment[rest.end():].strip())
         # Older releases prefixed raw worker stdout/stderr too (tracebacks, prints).
-        return LogLine(pos, int(tag.group(2)), tag.group(1), None, None, segment[tag.end():].strip())
+        return LogLine(pos, process_key(tag), tag.group(1), None, None, segment[tag.end():].strip())
     rest = _UNTAGGED_HEAD.search(head)
     if rest is not None:
         return LogLine(pos, None, None, _level(rest.group(1)), rest.group(3), segment[rest.end():].strip())
@@ -158,7 +167,7 @@ def tag_of(segment: str) -> tuple[str, int] | None:
     if m is None:
         return None
     m = _innermost(segment, m)
-    return m.group(1), int(m.group(2))
+    return m.group(1), process_key(m)
 
 
 def looks_like_vllm(text: str) -> bool:
