@@ -294,3 +294,35 @@ def test_figures_a_web_page_set_in_html_bold_are_read(closing: str) -> None:
             f"Available KV cache memory: <strong>21.5 GiB{closing}\n")
     rank = report_from_log_text(text, "x").ranks[0]
     assert (rank.owners["weights"], rank.owners["kv_cache"]) == (round(48.5 * 2**30), round(21.5 * 2**30))
+
+
+# Real pastes, round eleven: whole log files committed to repositories, and dead boots from issue threads.
+
+def test_a_080_namespace_is_read_past_its_enum_values() -> None:
+    """jayashan10/Deepseek-qwen-deployment's vllm_server.log (0.8.5): `config_format=<ConfigFormat.AUTO: 'auto'>`
+    comes early in the Namespace; reading stopped there and lost every knob after it (gmu 0.9 among them)."""
+    config = _log("namespace_080_enum.log").config
+    assert (config.model, config.gpu_memory_utilization) == ("/opt/llm/deepseek-r1-14b", 0.9)
+
+
+def test_rocms_triton_attention_backend_is_named() -> None:
+    """amdgoose/arno_vllm_chat's log: `[rocm.py:463] Using Triton Attention backend.`"""
+    text = "(EngineCore_DP0 pid=508942) INFO 03-08 08:22:34 [rocm.py:463] Using Triton Attention backend.\n" + _LOADED
+    assert report_from_log_text(text, "x").engine.attention_backend == "Triton Attention"
+
+
+def test_a_torch_distributed_ranks_traceback_frames_are_a_dead_boot_in_their_phase() -> None:
+    """rl-swarm#314: `[rank0]:   File "…/llm_engine.py", line 434, in _initialize_kv_caches` … `initialize_cache`,
+    the exception line cut: no failure was read, and "no rank's memory is known"."""
+    failure = _log("rank0_frames_kv.log").failure
+    assert failure is not None and (failure.kind.value, failure.phase.value if failure.phase else None) == (
+        "crash", "kv")
+    assert failure.message.startswith("traceback frames a torch.distributed rank printed ([rank0]:)")
+
+
+@pytest.mark.parametrize("name", ["ray_run_workers_init_device.log", "nccl_model_parallel_group.log"])
+def test_a_death_in_the_workers_device_and_group_setup_is_in_the_baseline_phase(name: str) -> None:
+    """nccl#1657: `self._run_workers("init_device")` (a worker method called by its name); gpustack#835:
+    frames `ensure_model_parallel_initialized` → `initialize_model_parallel` (NCCL's communicator setup)."""
+    failure = _log(name).failure
+    assert failure is not None and failure.phase is not None and failure.phase.value == "baseline"

@@ -764,9 +764,19 @@ ERROR_LEVELS = ("ERROR", "CRITICAL")
 
 def error_frame_facts(level: str | None, msg: str) -> Iterable[Fact]:
     """A crash whose cause is not shown, where an ERROR record's message is a traceback frame
-    (`File "…", line N, in name`, or its path alone where the paste cut the line)."""
+    (`File "…", line N, in name`, or its path alone where the paste cut the line), or where a
+    torch.distributed rank's stderr is (`[rank0]:   File "…"`: torchrun prefixes what a rank prints
+    to stderr, and an uncaught exception's traceback is what a dying rank prints; rl-swarm#314)."""
     if level in ERROR_LEVELS and _FRAME_RECORD.match(msg):
         yield Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, ERROR_FRAME_TEXT, priority=BARE))
+    elif level is None and (m := _RANK_FRAME.match(msg)):
+        yield Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, RANK_FRAME_TEXT.format(m.group(1)),
+                                                 priority=BARE))
+
+
+_RANK_FRAME = re.compile(r'\[rank(\d{1,6})\]:\s{1,8}File "')
+RANK_FRAME_TEXT = ("traceback frames a torch.distributed rank printed ([rank{}]:): the process died; the exception "
+                   "line that says why is not in the log")
 
 
 # --------------------------------------------------------------------------------------------
@@ -775,6 +785,9 @@ def error_frame_facts(level: str | None, msg: str) -> Iterable[Fact]:
 PHASE_OF_CALL: dict[str, Phase] = {
     # worker_base / gpu_worker / V0 worker methods and the engine-side calls that wrap them.
     "init_device": Phase.BASELINE, "init_worker_distributed_environment": Phase.BASELINE,
+    # distributed/parallel_state.py, which init_worker_distributed_environment calls: the groups and
+    # their communicators (NCCL's ncclCommInitRank) made (gpustack#835)
+    "ensure_model_parallel_initialized": Phase.BASELINE, "initialize_model_parallel": Phase.BASELINE,
     "load_model": Phase.LOAD,
     # model_executor/model_loader: the model built (its layers made in its __init__) and its weights read
     "initialize_model": Phase.LOAD, "make_layers": Phase.LOAD, "load_weights": Phase.LOAD,
@@ -812,8 +825,10 @@ _FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,8
 
 
 _STARTUP_CALLS = "|".join(PHASE_OF_CALL)
-SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + r")\("
-"""A call of a startup method in a line of code (scan.py looks for it in an excerpt)."""
+SOURCE_CALL_HEAD = (r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + r")\("
+                    r"|(_run_workers|collective_rpc)\([ \t]{0,4}[\"'](" + _STARTUP_CALLS + r")[\"']")
+"""A call of a startup method in a line of code, or by its name through an executor (`_RPC_CALL`)
+(scan.py looks for it in an excerpt)."""
 # The source line a traceback prints under each frame is the call in progress in it, so a call of a
 # startup method there places the failure as the next frame would: where a paste cut that frame
 # (modal-examples#1318, vllm#17822's journalctl lines, vllm-ascend#8440:
@@ -824,8 +839,15 @@ _SOURCE_CALL = re.compile(r"(?:^|, in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:[\
                           r"(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
 
 
+# The executors call a worker method by its name: `self._run_workers("init_device")` (V0, Ray),
+# `self.collective_rpc("initialize_cache", …)` (V0 0.7–0.10, V1): the source line names the phase.
+_RPC_CALL = re.compile(r"\b(?:_run_workers|collective_rpc)\([ \t]{0,4}[\"'](" + _STARTUP_CALLS + r")[\"']")
+
+
 def _call_phase(msg: str) -> Iterable[Fact]:
     for m in _SOURCE_CALL.finditer(msg):
+        yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(1)])
+    if m := _RPC_CALL.search(msg):
         yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(1)])
     if m := _METHOD.search(msg):
         if (phase := PHASE_OF_CALL.get(m.group(1))) is not None:
@@ -1105,7 +1127,8 @@ _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
 _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
                       r"|Using ([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
-                      r"|Using (Flash ?Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA) backend")
+                      r"|Using (Flash ?Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA|Triton Attention)"
+                      r" backend")  # ROCm: "Using Triton Attention backend."
 # A shell dump of the environment, or vLLM's own `VLLM_CPU_OMP_THREADS_BIND='auto', …` detail line.
 _ENV = re.compile(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]{1,80})=('[^']{0,200}'|\"[^\"]{0,200}\"|[^\s,;]{0,200})")
 

@@ -87,19 +87,24 @@ NAMESPACE = "Namespace("
 """vLLM 0.4–0.8's api_server printed its parsed command line, defaults included: `args: Namespace(
 subparser='serve', model_tag='M', …, tensor_parallel_size=2, …)` (vllm#15105)."""
 _NS_PAIR = re.compile(r"(\w{1,80})=(" + _VALUE + ")")
+_NS_OPAQUE = re.compile(r"\w{1,80}=<[^<>\n]{1,300}>")
 
 
 def namespace_pairs(text: str) -> dict[str, Any]:
-    """The plain `key=value` pairs of a Namespace repr, read one after another from its start. The
-    first value that is no plain literal (an object's repr, a string longer than a literal is read)
-    ends the reading, as does a paste's cut: where that value ends is not known, and a `, key=`
-    inside it is no knob."""
+    """The plain `key=value` pairs of a Namespace repr, read one after another from its start. An
+    enum's or a function's repr (`config_format=<ConfigFormat.AUTO: 'auto'>`, early in 0.8's) is
+    passed over: it ends at its `>`. Any other value that is no plain literal (an object's repr, a
+    string longer than a literal is read) ends the reading, as does a paste's cut: where that value
+    ends is not known, and a `, key=` inside it is no knob."""
     out: dict[str, Any] = {}
     i = len(NAMESPACE)
-    while (m := _NS_PAIR.match(text, i)) is not None and text.startswith((", ", ")"), m.end()):
-        if (value := _literal(m.group(2))) is _BAD:
+    while True:
+        if (m := _NS_PAIR.match(text, i)) is not None and text.startswith((", ", ")"), m.end()):
+            if (value := _literal(m.group(2))) is _BAD:
+                break
+            out.setdefault(m.group(1), value)
+        elif (m := _NS_OPAQUE.match(text, i)) is None or not text.startswith((", ", ")"), m.end()):
             break
-        out.setdefault(m.group(1), value)
         i = m.end() + 2
     return out
 
