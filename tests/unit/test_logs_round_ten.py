@@ -326,3 +326,12 @@ def test_a_death_in_the_workers_device_and_group_setup_is_in_the_baseline_phase(
     frames `ensure_model_parallel_initialized` → `initialize_model_parallel` (NCCL's communicator setup)."""
     failure = _log(name).failure
     assert failure is not None and failure.phase is not None and failure.phase.value == "baseline"
+
+
+def test_a_log_cut_before_any_kv_figure_warns_that_startup_did_not_finish() -> None:
+    """The README: an excerpt that ends before startup finished is read as far as it goes, with a warning
+    (round eleven: a log cut after `torch.compile`, before KV sizing, had none)."""
+    report = report_from_log_text(_LOADED, "x")
+    assert report.failure is None and report.verdict.value == "unknown"
+    assert any(w.startswith("the log ends before startup finished") and "read as far as it goes" in w
+               for w in report.warnings)

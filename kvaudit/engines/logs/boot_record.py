@@ -169,8 +169,9 @@ class LogBoot:
         kv_sized = (tokens, derived) != (None, None) or fits or any(  # a KV size stated, even with no tokens
             f.value > 0 for r in boot.ranks.values() for kind in (FactKind.KV_AVAILABLE, FactKind.KV_FIXED)
             for f in r.facts.get(kind, ()))
-        if failure is None and kv_sized and not any(s.startup_finished for s in self.scans):
-            warnings.append(UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED)
+        if failure is None and not any(s.startup_finished for s in self.scans):
+            warnings.append((UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED) if kv_sized
+                            else UNFINISHED_BEFORE_KV)
         if derived is not None and fits is None and failure is None and config.max_model_len is not None:
             # a shorter product is only a finding when the block size is known
             fits = True if derived.tokens >= config.max_model_len else (False if derived.stated_block_size else None)
@@ -191,6 +192,10 @@ UNFINISHED = (f"{UNFINISHED_HEAD}: the warmup and CUDA graph capture that follow
               f"boot can still fail there")
 """A log cut after its KV lines (gpustack#1897: the KV fit, then the boot ran out of memory past
 the paste's end): its verdict says what the KV lines say, and this says what they cannot."""
+UNFINISHED_BEFORE_KV = f"{UNFINISHED_HEAD}: it is read as far as it goes, and what startup did after it is not known"
+"""A log that ends, no failure in it, with no KV size read (a paste of a boot's start, or of lines
+from its middle; the README's promise: an excerpt that ends early is read as far as it goes, with a
+warning)."""
 UNFINISHED_PAST_CAPTURE = (f"{UNFINISHED_HEAD}: it shows the CUDA graph capture after KV sizing finished, not the "
                            f"rest of startup")
 """The same, where the capture after the KV lines is in the log (vllm PR 57047: `Graph capturing
