@@ -335,3 +335,24 @@ def test_a_log_cut_before_any_kv_figure_warns_that_startup_did_not_finish() -> N
     assert report.failure is None and report.verdict.value == "unknown"
     assert any(w.startswith("the log ends before startup finished") and "read as far as it goes" in w
                for w in report.warnings)
+
+
+def test_a_ranks_frames_name_the_rank_and_a_users_own_frames_are_no_dead_boot() -> None:
+    """The second review's reproducers: `[rank3]:  File "…/vllm/…"` in an untagged TP 4 log is rank 3's crash,
+    not rank 0's; `[rank0]:  File "/home/u/train.py" … in load_model` is a user's script, not vLLM dying."""
+    failure = _log("rank3_frames_tp4.log").failure
+    assert failure is not None and (failure.kind.value, failure.rank) == ("crash", 3)
+    assert _log("rank0_user_frames_no_marker.log").failure is None
+
+
+def test_a_dying_ray_worker_that_stated_its_rank_is_that_rank() -> None:
+    """The second review's reproducer: `pid=345, ip=10.0.0.3` states rank 2 and dies of OOM; the failure had no rank."""
+    failure = _log("ray_ip_dies.log").failure
+    assert failure is not None and (failure.kind.value, failure.rank) == ("oom", 2)
+
+
+def test_a_ray_worker_that_states_two_ranks_is_ranked_by_order_again() -> None:
+    """The second review's reproducer: one worker states rank 1, then (a second boot in the paste) rank 0: no
+    stated rank is trusted, and the note says the ranks are kvaudit's order."""
+    report = _log("ray_two_boots_one_worker.log")
+    assert any(w.startswith("Ray workers") and "need not be vLLM's rank order" in w for w in report.warnings)

@@ -771,10 +771,11 @@ def error_frame_facts(level: str | None, msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, ERROR_FRAME_TEXT, priority=BARE))
     elif level is None and (m := _RANK_FRAME.match(msg)):
         yield Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, RANK_FRAME_TEXT.format(m.group(1)),
-                                                 priority=BARE))
+                                                 rank=int(m.group(1)), priority=BARE))
 
 
-_RANK_FRAME = re.compile(r'\[rank(\d{1,6})\]:\s{1,8}File "')
+_RANK_FRAME = re.compile(r'\[rank(\d{1,6})\]:\s{1,8}File "[^"\n]{0,400}/vllm/')
+"""A rank's frame in vLLM's own code: a user's script's frames are not vLLM's startup dying."""
 RANK_FRAME_TEXT = ("traceback frames a torch.distributed rank printed ([rank{}]:): the process died; the exception "
                    "line that says why is not in the log")
 
@@ -826,7 +827,7 @@ _FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,8
 
 _STARTUP_CALLS = "|".join(PHASE_OF_CALL)
 SOURCE_CALL_HEAD = (r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + r")\("
-                    r"|(_run_workers|collective_rpc)\([ \t]{0,4}[\"'](" + _STARTUP_CALLS + r")[\"']")
+                    r"|(_run_workers|collective_rpc)\( {0,4}" + '["\']' + "(" + _STARTUP_CALLS + ")" + '["\']')
 """A call of a startup method in a line of code, or by its name through an executor (`_RPC_CALL`)
 (scan.py looks for it in an excerpt)."""
 # The source line a traceback prints under each frame is the call in progress in it, so a call of a

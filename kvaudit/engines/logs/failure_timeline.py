@@ -130,13 +130,17 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             for f in boot.engine.get(FactKind.GRAPH_CAPTURE_FRAME, [])):
         phase = Phase.CAPTURE
     rank, tag = rank_of_proc(scan, root.pid, parallel_sizes(boot.scans, boot.engine))
-    if root.pid is not None and root.pid in scan.ray_ranks:
+    if root.pid is not None and root.pid in scan.ray_stated:
+        rank = scan.ray_ranks[root.pid]  # the worker's own parallel_state line stated it
+    elif root.pid is not None and root.pid in scan.ray_ranks:
         rank = None  # the order kvaudit numbered Ray's workers in is not vLLM's rank
     elif tag.ray:
         rank = None
     elif value.kind is FailureKind.WORKER_DIED and tag.role is not Role.WORKER and not tag.dp \
             and (died := _DIED_WORKER.search(value.message)) is not None:
         rank = int(died.group(1))  # the monitor names the worker that died by its rank (vllm PR 38895)
+    elif root.pid is None and value.rank is not None:
+        rank = value.rank  # torch.distributed's `[rank3]:` prefix on the frames
     elif rank is None and (world_size == 1 or untagged(boot)):
         rank = 0
     feasible = None

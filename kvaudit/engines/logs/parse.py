@@ -161,14 +161,15 @@ def _ray_ranks(ray: list[int], lines: tuple[ParsedLine, ...], first: int) -> tup
     """pid → rank of the Ray workers that print figures: the global rank a worker's own parallel_state
     line states (`rank 0 in world size 4 is assigned as …`), else the next rank not stated, in the
     order the workers first print a figure, from `first` (FileScan.ray_ranks)."""
-    stated: dict[int, int] = {}
+    claims: dict[int, set[int]] = {}
     for p in lines:
         if p.line.pid in ray:
             for f in p.facts:
                 if f.kind is FactKind.PARALLEL_RANKS:
-                    stated.setdefault(p.line.pid, f.value[2])
-    if len(set(stated.values())) != len(stated):
-        stated = {}  # two workers that claim one rank: a paste of several boots; none is trusted
+                    claims.setdefault(p.line.pid, set()).add(f.value[2])
+    stated = {pid: min(ranks) for pid, ranks in claims.items()}
+    if any(len(ranks) > 1 for ranks in claims.values()) or len(set(stated.values())) != len(stated):
+        stated = {}  # a worker with two ranks, or two with one: a paste of several boots; none is trusted
     free = (r for r in itertools.count(first) if r not in stated.values())
     return {pid: stated[pid] if pid in stated else next(free) for pid in ray}, frozenset(stated)
 
