@@ -826,10 +826,13 @@ _FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,8
 
 
 _STARTUP_CALLS = "|".join(PHASE_OF_CALL)
-SOURCE_CALL_HEAD = (r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + r")\("
-                    r"|(_run_workers|collective_rpc)\( {0,4}" + '["\']' + "(" + _STARTUP_CALLS + ")" + '["\']')
-"""A call of a startup method in a line of code, or by its name through an executor (`_RPC_CALL`)
-(scan.py looks for it in an excerpt)."""
+# The executors call a worker method by its name: `self._run_workers("init_device")` (V0, Ray),
+# `self.collective_rpc("initialize_cache", …)` (V0 0.7–0.10, V1): the source line names the phase.
+# (A POSIX ERE as well: the ingest benchmark greps for it.)
+_RPC_CALL_HEAD = r"(_run_workers|collective_rpc)\( {0,4}" + '["\']' + "(" + _STARTUP_CALLS + ")" + '["\']'
+SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + r")\(|" + _RPC_CALL_HEAD
+"""A call of a startup method in a line of code, or by its name through an executor (scan.py looks
+for it in an excerpt)."""
 # The source line a traceback prints under each frame is the call in progress in it, so a call of a
 # startup method there places the failure as the next frame would: where a paste cut that frame
 # (modal-examples#1318, vllm#17822's journalctl lines, vllm-ascend#8440:
@@ -840,16 +843,14 @@ _SOURCE_CALL = re.compile(r"(?:^|, in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:[\
                           r"(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
 
 
-# The executors call a worker method by its name: `self._run_workers("init_device")` (V0, Ray),
-# `self.collective_rpc("initialize_cache", …)` (V0 0.7–0.10, V1): the source line names the phase.
-_RPC_CALL = re.compile(r"\b(?:_run_workers|collective_rpc)\([ \t]{0,4}[\"'](" + _STARTUP_CALLS + r")[\"']")
+_RPC_CALL = re.compile(r"\b" + _RPC_CALL_HEAD)
 
 
 def _call_phase(msg: str) -> Iterable[Fact]:
     for m in _SOURCE_CALL.finditer(msg):
         yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(1)])
     if m := _RPC_CALL.search(msg):
-        yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(1)])
+        yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(2)])
     if m := _METHOD.search(msg):
         if (phase := PHASE_OF_CALL.get(m.group(1))) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
@@ -1060,15 +1061,16 @@ def _command_value(key: str, text: str) -> float | int | None:
 
 SERVE_NEEDLE = "vllm serve "
 """A pasted `vllm serve MODEL …` (the scan's needle for one without flags)."""
-# The model is a word that is no placeholder (`<model>`, `$MODEL`, `{model}`) and no flag.
-# A redirection or pipe may follow it (`vllm serve M>serve.log`).
-_SERVED_MODEL = re.compile(r"vllm serve[ \t]+([^\s'\"`\\\-<${][^\s'\"`<>${}|;&]{0,200})(?![^\s'\"`>|;&])")
-_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?([^\s'\"`\\\-<${][^\s'\"`<>${}|;&]{0,200})"
-                         r"(?![^\s'\"`>|;&])")
+# The model is a word that is no placeholder (`<model>`, `$MODEL`, `{model}`) and no flag; a
+# redirection or pipe may follow it (`vllm serve M>serve.log`).
+_MODEL_WORD = r"([^\s'\"`\\\-<${][^\s'\"`<>${}|;&]{0,200})(?![^\s'\"`>|;&])"
+_SERVED_MODEL = re.compile(r"vllm serve[ \t]+" + _MODEL_WORD)
+_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?" + _MODEL_WORD)
 _PROMPT_ENDS = ("$", "#", ">", "%")
-_ENV_WORD = re.compile(r"[A-Za-z_]\w{0,80}=")
+_ENV_NAME = r"[A-Za-z_]\w{0,80}="
 """A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""
-_ENV_WORDS = re.compile(r"(?:[A-Za-z_]\w{0,80}=\S{0,300}[ \t]+){0,32}")
+_ENV_WORD = re.compile(_ENV_NAME)
+_ENV_WORDS = re.compile(r"(?:" + _ENV_NAME + r"\S{0,300}[ \t]+){0,32}")
 
 
 def _served_model(msg: str, start: int, end: int) -> str | None:
