@@ -565,8 +565,7 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
     verdict = node.child("verdict")
     return DiffReport(
         comparable=bool(node.bool("comparable")),
-        knob_differences=tuple(KnobDifference(k.str("knob"), k.value("a", True), k.value("b", True))
-                               for k in node.children("knob_differences")),
+        knob_differences=_knobs(node, "knob_differences"),
         environment_differences=tuple(EnvDifference(e.str("key"), e.value("a", True), e.value("b", True))
                                       for e in node.children("environment_differences")),
         owners=tuple(OwnerDelta(owner=d.enum("owner", Owner), rank=d.int("rank"), a_bytes=d.int("a_bytes"),
@@ -583,8 +582,12 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
                     for d in node.children("sites", required=False)),
         repeat=_diff_repeat(node.child("repeat", required=False, nullable=True)),
         warnings=_diff_warnings(node.child("warnings", required=False, nullable=True)),
-        one_sided_knobs=tuple(KnobDifference(k.str("knob"), k.value("a", True), k.value("b", True))
-                              for k in node.children("one_sided_knobs", required=False)) or None)
+        one_sided_knobs=_knobs(node, "one_sided_knobs", required=False) or None)
+
+
+def _knobs(node: _JsonObject, key: str, required: bool = True) -> tuple[KnobDifference, ...]:
+    return tuple(KnobDifference(k.str("knob"), k.value("a", True), k.value("b", True))
+                 for k in node.children(key, required))
 
 
 def _diff_warnings(node: _JsonObject | None) -> dict[str, tuple[str, ...]] | None:

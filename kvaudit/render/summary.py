@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 
 from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, safe_kv_bytes
 from kvaudit.plan_schema import on_cpu
-from kvaudit.schema import Capacity, DiffReport, KvSizing, Report, Source, from_log
+from kvaudit.schema import Capacity, DiffReport, KnobDifference, KvSizing, Report, Source, from_log
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
 
 SITES_SHOWN = 3
@@ -406,10 +406,9 @@ def diff_summary(diff: DiffReport) -> list[str]:
         f"verdict: {diff.verdict['a'].value} → {diff.verdict['b'].value}",
     ]
     if not diff.comparable:
-        lines.append(NOT_COMPARABLE + "; ".join(f"{k.knob} {_plain(k.a)} → {_plain(k.b)}"
-                                                for k in diff.knob_differences))
+        lines.append(NOT_COMPARABLE + _knob_changes(diff.knob_differences, _plain))
     if diff.one_sided_knobs:
-        lines.append(ONE_SIDED + "; ".join(f"{k.knob} {_stated(k.a)} → {_stated(k.b)}" for k in diff.one_sided_knobs))
+        lines.append(ONE_SIDED + _knob_changes(diff.one_sided_knobs, _stated))
     if diff.environment_differences:
         lines.append("environment: " + "; ".join(f"{e.key} {_plain(e.a)} → {_plain(e.b)}"
                                                  for e in diff.environment_differences))
@@ -466,6 +465,10 @@ def diff_repeat_lines(diff: DiffReport) -> list[str]:
         lines.append(f"the KV change ({delta:+,} tokens) is " + ("within" if abs(delta) <= widest else "beyond")
                      + f" the boot-to-boot spread ({fmt_tokens(widest)} tokens)")
     return lines
+
+
+def _knob_changes(knobs: Iterable[KnobDifference], word: Callable[[object], str]) -> str:
+    return "; ".join(f"{k.knob} {word(k.a)} → {word(k.b)}" for k in knobs)
 
 
 def _stated(value: object) -> str:
