@@ -18,6 +18,7 @@ from typing import Any
 
 from kvaudit.engines.journal import Journal
 from kvaudit.engines.probes import Probe
+from kvaudit.engines.stage_profile import StageProfiler
 from kvaudit.schema import Phase, PhaseStatus
 
 
@@ -56,17 +57,22 @@ class RankSequencer:
         if self.tracer is not None:
             self.tracer.begin(name.value)
         start = time.perf_counter()
+        profiler = StageProfiler.start(name.value)  # None unless KVAUDIT_PROFILE_DIR is set
         try:
-            yield handle
-        except STOPPED as exc:  # the boot is being stopped: no error of this rank's
-            self._record(name, start, PhaseStatus.INTERRUPTED, interrupted(exc), settle=False, facts=handle.facts)
-            raise
-        except BaseException as exc:
-            self._record(name, start, PhaseStatus.FAILED, exception_line(exc), settle=False, facts=handle.facts)
-            self.journal.write({"type": "error", "phase": name.value, "error": type(exc).__name__,
-                                "message": exception_line(exc)})
-            raise
-        self._record(name, start, handle.status, handle.detail, settle=settle, facts=handle.facts)
+            try:
+                yield handle
+            except STOPPED as exc:  # the boot is being stopped: no error of this rank's
+                self._record(name, start, PhaseStatus.INTERRUPTED, interrupted(exc), settle=False, facts=handle.facts)
+                raise
+            except BaseException as exc:
+                self._record(name, start, PhaseStatus.FAILED, exception_line(exc), settle=False, facts=handle.facts)
+                self.journal.write({"type": "error", "phase": name.value, "error": type(exc).__name__,
+                                    "message": exception_line(exc)})
+                raise
+            self._record(name, start, handle.status, handle.detail, settle=settle, facts=handle.facts)
+        finally:  # the phase's closing settle and reading are in its seconds, so in its profile too
+            if profiler is not None:
+                profiler.stop()
 
     def _record(self, name: Phase, start: float, status: PhaseStatus, detail: str | None, *, settle: bool,
                 facts: dict[str, Any]) -> None:

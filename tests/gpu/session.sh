@@ -4,6 +4,7 @@
 #   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-edits BASE [EDIT …]|plan-solve [BASE]|bench-sweep
 #   bash tests/gpu/session.sh bench-real MODEL small|default   (issue 31: kvaudit run / plain LLM at real dimensions,
 #     MODEL a folder of tests/gpu/models, graphs 1–64 or vLLM's own list; queue the four runs with queue.sh)
+#   bash tests/gpu/session.sh profile-real MODEL   (issue 31: one kvaudit boot with each phase under cProfile)
 #   bash tests/gpu/session.sh load1|load2|load-repeat[-cold|-warm]|user-path   (issue 28: verify scenarios, --repeat,
 #     the user's path)
 #   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
@@ -88,6 +89,16 @@ elif [ "$stage" = bench-real ]; then
     --cudagraph-sizes "$list" --orders ${BENCH_ORDERS:-pkkp} \
     --json "$res/h200-bench-run-$model-$sizes-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes.txt"
   stage=bench-real-$model-$sizes
+elif [ "$stage" = profile-real ]; then
+  # issue 31: where each phase's seconds go, one kvaudit boot of MODEL (graphs 1–64) with every phase of every
+  # rank under cProfile (KVAUDIT_PROFILE_DIR, kvaudit/engines/stage_profile.py): <phase>-pid<N>.txt/.pstats
+  model=${2:?model}
+  mtp=(); [ "$model" = deepseek-v3-2layer-mtp ] && mtp=(--mtp 1)
+  KVAUDIT_PROFILE_DIR=$res/profile-$model timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run \
+    --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 \
+    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-profile-$model.json" \
+    > "$res/profile-$model.txt" 2>&1
+  stage=profile-real-$model
 elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load2-contended ] || [ "$stage" = load-repeat ] || [ "$stage" = load-repeat-cold ] || [ "$stage" = load-repeat-warm ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
   # --repeat 3 --cold and --repeat 3 on the 8B (load-repeat), the plain vLLM user path (user-path)
@@ -117,4 +128,4 @@ else
   timeout ${STAGE_TIMEOUT:-570} python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 fi
 tar -czf "$OUT/results-$stage.tar.gz" -C "$OUT" results
-tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/*.jsonl "$res"/matrix-*.txt "$res"/plan*.txt "$res"/h200-contract-*.txt 2>/dev/null > "$OUT/summary-$stage.txt"
+tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/profile-*.txt "$res"/*.jsonl "$res"/matrix-*.txt "$res"/plan*.txt "$res"/h200-contract-*.txt 2>/dev/null > "$OUT/summary-$stage.txt"

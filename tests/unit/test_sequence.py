@@ -5,6 +5,8 @@ probe, and measured_ranks.fold."""
 from __future__ import annotations
 
 import json
+import os
+import pstats
 from types import SimpleNamespace
 
 import pytest
@@ -314,3 +316,51 @@ def test_fold_of_a_real_journal_round_trip(tmp_path):
     journal.write({"type": "start", "phase": "replay"})
     assert json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[0])["rank"] == 0
     assert measured_ranks.fold(0, read_journal(journal.path)).died_in is Phase.REPLAY
+
+
+# ------------------------------------------------------------------------------------------
+# KVAUDIT_PROFILE_DIR: each phase's profile, for the overhead work
+
+
+def _busy(n: int) -> int:
+    return sum(i * i for i in range(n))
+
+
+def test_with_the_profile_folder_set_each_phase_leaves_its_profile(tmp_path, monkeypatch):
+    from kvaudit.engines.stage_profile import PROFILE_ENV
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "prof"))
+    probe = FakeProbe([reading(GiB, GiB, GiB, GiB), reading(GiB, GiB, GiB, GiB)])
+    seq = RankSequencer(probe, Journal(None))
+    with seq.phase(Phase.LOAD):
+        _busy(1000)
+    with pytest.raises(ValueError), seq.phase(Phase.PROFILE):
+        raise ValueError("boom")
+    stem = tmp_path / "prof" / f"load-pid{os.getpid()}"
+    text = stem.with_suffix(".txt").read_text()
+    assert "_busy" in text and "cumulative" in text
+    assert any("_busy" in fn for _, _, fn in pstats.Stats(str(stem) + ".pstats").stats)
+    # a failed phase is profiled too, and the profiler is free for the next phase
+    assert (tmp_path / "prof" / f"profile-pid{os.getpid()}.txt").exists()
+    with seq.phase(Phase.PERSISTENT):
+        pass
+    assert (tmp_path / "prof" / f"persistent-pid{os.getpid()}.txt").exists()
+
+
+def test_without_the_profile_folder_no_phase_is_profiled(tmp_path, monkeypatch):
+    from kvaudit.engines import stage_profile
+    monkeypatch.delenv(stage_profile.PROFILE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    seq = RankSequencer(FakeProbe([reading(GiB, GiB, GiB, GiB)]), Journal(None))
+    with seq.phase(Phase.LOAD):
+        assert stage_profile.StageProfiler.start("inner") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_phase_inside_a_profiled_phase_is_not_profiled_again(tmp_path, monkeypatch):
+    from kvaudit.engines import stage_profile
+    monkeypatch.setenv(stage_profile.PROFILE_ENV, str(tmp_path))
+    outer = stage_profile.StageProfiler.start("outer")
+    assert outer is not None
+    assert stage_profile.StageProfiler.start("inner") is None
+    outer.stop()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"outer-pid{os.getpid()}.pstats", f"outer-pid{os.getpid()}.txt"]
