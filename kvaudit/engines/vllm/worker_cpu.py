@@ -178,8 +178,8 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
                 adapter.patched(sched, "max_num_seqs", 1), _no_kv_writes(runner):
             _, last = runner._dummy_run(query, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True,
                                         skip_eplb=True, profile_seq_lens=context if context != query else None)
-            with _sampler_logprobs(runner, max_logprobs(worker)):  # the first token, sampled as a real step can
-                runner._dummy_sampler_run(last)
+            with _sampler_logprobs(runner, max_logprobs(worker)), _no_precompiled_header():
+                runner._dummy_sampler_run(last)  # the first token, sampled as a real step can
             del last
             # then a decode step of that request over the whole context: the decode kernel's path
             step = int(getattr(runner, "uniform_decode_query_len", 1))
@@ -256,6 +256,17 @@ def _sampler_logprobs(runner: Any, logprobs: int) -> Iterator[None]:
         yield
         return
     with adapter.patched(runner, "sampler", _LogprobsSampler(runner.sampler, logprobs)):
+        yield
+
+
+@contextmanager
+def _no_precompiled_header() -> Iterator[None]:
+    """Inductor's C++ kernels without its precompiled header, for the probe's sampler call: with it,
+    every boot preprocessed torch's whole header set to look the header up (7.7 s of a 60 s boot of
+    the embedded model on the AMD EPYC, though the kernel itself was cached). The kernel is the same
+    code either way; the first boot compiles it once without the header, later boots load it."""
+    from torch._inductor import config
+    with config.patch(cpp_cache_precompile_headers=False):
         yield
 
 
