@@ -51,16 +51,49 @@ _PAIR = re.compile(r"""['"](\w{1,80})['"]:\s*(""" + _VALUE + ")")
 
 
 def pairs_fallback(text: str) -> dict[str, Any]:
-    """The plain `'key': value` pairs of a dict repr that is not a literal as a whole. The first
-    occurrence of a key wins: top-level keys come before the nested dicts that repeat them."""
+    """The plain `'key': value` pairs of a dict repr that is not a literal as a whole, at its top
+    level only: a nested dict's keys are not the user's flags, and a paste cut inside one
+    (`'compilation_config': {'mode': None, …, 'backend': 'inductor', …` cut at a column, real pastes
+    round twelve) left them read as `--backend inductor`. The first occurrence of a key wins."""
     out: dict[str, Any] = {}
-    for m in _PAIR.finditer(text[: LITERAL_CHARS * 5]):
-        if m.group(1) in out:
+    text = text[: LITERAL_CHARS * 5]
+    top = 1 if text.lstrip().startswith("{") else 0
+    depth, pos, quote = 0, 0, ""
+    for m in _PAIR.finditer(text):
+        depth, quote = _nesting(text, pos, m.start(), depth, quote)
+        pos = m.end()  # a pair's own flat list or dict is balanced
+        if depth != top or quote or m.group(1) in out:
             continue
         value = _literal(m.group(2))
         if value is not _BAD:
             out[m.group(1)] = value
     return out
+
+
+_STRUCTURE = re.compile(r"""[{}\[\]()'"\\]""")
+"""The characters _nesting looks at; the regex skips the rest in C."""
+
+
+def _nesting(text: str, start: int, end: int, depth: int, quote: str) -> tuple[int, str]:
+    """The bracket depth and open quote (if any) at `end`, from those at `start`: brackets inside a
+    quoted string do not count. Linear in end − start."""
+    escaped = -1
+    for m in _STRUCTURE.finditer(text, start, end):
+        i, c = m.start(), m.group()
+        if i == escaped:
+            continue
+        if quote:
+            if c == "\\":
+                escaped = i + 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "{[(":
+            depth += 1
+        elif c in "}])":
+            depth -= 1
+    return depth, quote
 
 
 _BAD = object()
