@@ -89,6 +89,11 @@ class FactKind(StrEnum):
     MODEL_LOADING = "model_loading"
     """The model a worker starts to load (`Starting to load model M...`): the model where no config
     line or command names it."""
+    LOGGED_MAX_MODEL_LEN = "logged_max_model_len"
+    """config/model.py's `Using max model len N`: the length vLLM resolved (the target model's is the first)."""
+    SET_BLOCK_SIZE = "set_block_size"
+    """The platform's `Setting attention block size to N tokens …`: the block size it set (hybrid and
+    quantized-KV pages, XPU), over what the user typed."""
     MODEL_RUNNER = "model_runner"
     ATTENTION_BACKEND = "attention_backend"
     ENV = "env"
@@ -415,7 +420,8 @@ _ACTUAL_OLD = re.compile(rf"Actual usage(?: is|:) ({SNUM}) ?GiB for (?:the )?wei
 # compile_or_warm_up_model: kv_cache_memory_bytes_to_requested_limit, then …_to_gpu_limit).
 # vllm-ascend's worker.py: "… Current KV cache memory: 7.03 GiB." (vllm-ascend#13439).
 _IN_USE = re.compile(rf"Current (?:kv cache memory in use is|KV cache memory:) ({SNUM}) ?(GiB|bytes)")
-_SUGGESTION = re.compile(r"Replace gpu_memory_utilization (?:config )?with `--kv-cache-memory=(-?\d{1,20})`")
+# A fork's MRv2 worker names the flag in full: "… with `--kv-cache-memory-bytes=8538253005` (7.95 GiB) …".
+_SUGGESTION = re.compile(r"Replace gpu_memory_utilization (?:config )?with `--kv-cache-memory(?:-bytes)?=(-?\d{1,20})`")
 # gpu_worker.py "Free memory on device ({free}/{total} GiB) on startup. Desired GPU memory
 # utilization is ({util}, {requested} GiB)."; v1/worker/utils.py request_memory raises with
 # "Free memory on device {device} (…) on startup is less than desired GPU memory utilization
@@ -1128,8 +1134,10 @@ _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1
                      r"(?: \(v([^)\s]{1,60})\))? with config: (.*)", re.DOTALL)
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
+# 0.25's platforms/cuda.py, a chosen backend: "Using %s backend." with the enum itself,
+# `Using AttentionBackendEnum.TRITON_ATTN backend.`
 _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
-                      r"|Using ([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
+                      r"|Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
                       r"|Using (Flash ?Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA|Triton Attention)"
                       r" backend")  # ROCm: "Using Triton Attention backend."
 # A shell dump of the environment, or vLLM's own `VLLM_CPU_OMP_THREADS_BIND='auto', …` detail line.
@@ -1177,6 +1185,24 @@ _LOADING_MODEL = re.compile(r"\s{0,8}" + LOADING_MODEL + r"([^\s<>${}]{1,300}?)\
 def _loading(msg: str) -> Iterable[Fact]:
     if m := _LOADING_MODEL.match(msg):  # the record's message, not a sentence that quotes it
         yield Fact(FactKind.MODEL_LOADING, m.group(1))
+
+
+# config/model.py ModelConfig: "Using max model len %s", the length vLLM resolved for a model; the
+# target's comes first, a draft model's config prints its own after it.
+MAX_MODEL_LEN_LINE = "Using max model len "
+_MAX_MODEL_LEN = re.compile(re.escape(MAX_MODEL_LEN_LINE) + rf"({INT})\b")
+# platforms/interface.py where a hybrid model's or a quantized KV's page sets the block: "Setting attention
+# block size to %d tokens to ensure that attention page size is >= mamba page size." / "… so the quantized
+# primary KV page covers …"; platforms/xpu.py "[XPU]Setting attention block size to %d tokens to ensure …".
+BLOCK_SIZE_LINE = "Setting attention block size to "
+_BLOCK_SIZE = re.compile(re.escape(BLOCK_SIZE_LINE) + rf"({INT}) tokens")
+
+
+def _resolved_sizes(msg: str) -> Iterable[Fact]:
+    if m := _MAX_MODEL_LEN.search(msg):
+        yield Fact(FactKind.LOGGED_MAX_MODEL_LEN, _int(m.group(1)))
+    if m := _BLOCK_SIZE.search(msg):
+        yield Fact(FactKind.SET_BLOCK_SIZE, _int(m.group(1)))
 
 
 # config/scheduler.py SchedulerConfig (0.6 on): "Chunked prefill is enabled with max_num_batched_tokens=%d."
@@ -1311,10 +1337,12 @@ RULES: tuple[Rule, ...] = (
          _config),
     Rule("loading", LOADING_MODEL, LOADING_MODEL + r"[^ ]+\.\.\.", _loading),
     Rule("chunked", CHUNKED_PREFILL, CHUNKED_PREFILL + "[0-9]", _chunked),
+    Rule("resolved_sizes", (MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE),
+         _ere(MAX_MODEL_LEN_LINE) + "[0-9]|" + _ere(BLOCK_SIZE_LINE) + "[0-9]", _resolved_sizes),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),
-    Rule("backend", " backend", r"Using [A-Za-z_ ]+ (attention )?backend", backend),
+    Rule("backend", " backend", r"Using [A-Za-z_. ]+ (attention )?backend", backend),
     Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
     Rule("padding", PADDING_LINE, PADDING_LINE, _padding),
     Rule("stream_capture", STREAM_CAPTURE, "|".join(STREAM_CAPTURE), _stream_capture),

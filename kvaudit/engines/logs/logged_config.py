@@ -37,7 +37,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         typed = command.get("gpu_memory_utilization")
         merged["gpu_memory_utilization"] = (printed[0] if printed
                                             else typed if isinstance(typed, float) and 0 < typed <= 1 else None)
-    merged["max_model_len"] = (_served_length(engine) or merged.get("max_model_len")
+    merged["max_model_len"] = (_served_length(engine) or resolved.get("max_model_len")
+                               or engine_first(engine, FactKind.LOGGED_MAX_MODEL_LEN) or known.get("max_model_len")
                                or (command.get("max_model_len") or None))
     if merged.get("model") is None and isinstance(command.get("model"), str):
         merged["model"] = command["model"]  # `vllm serve MODEL` pasted at a line's start
@@ -47,6 +48,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         merged["kv_cache_dtype"] = command["kv_cache_dtype"]
     if "block_size" not in merged and command.get("block_size"):
         merged["block_size"] = command["block_size"]
+    if (block := engine_last(engine, FactKind.SET_BLOCK_SIZE)) is not None:
+        merged["block_size"] = block  # the platform set it over what was typed
     if merged.get("enforce_eager") is None and "enforce_eager" in command:
         merged["enforce_eager"] = command["enforce_eager"]
     if merged.get("enforce_eager") is None and engine.get(FactKind.EAGER):

@@ -56,6 +56,7 @@ from itertools import islice
 
 from kvaudit.engines.failures import CAUSES, KILLED
 from kvaudit.engines.logs.facts import (
+    BLOCK_SIZE_LINE,
     CHUNKED_PREFILL,
     CUT_ERROR_HEAD,
     EAGER_LINE,
@@ -64,6 +65,7 @@ from kvaudit.engines.logs.facts import (
     KV_BLOCK_WORDS,
     KWARG_NEEDLES,
     LOADING_MODEL,
+    MAX_MODEL_LEN_LINE,
     NAMESPACE_ARGS,
     PADDING_LINE,
     PARALLEL_STATE_LINE,
@@ -80,11 +82,13 @@ _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner
 # first character lets the regex engine skip to each `V` and check the words in C.
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
-_PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL, CHUNKED_PREFILL)
+_PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL, CHUNKED_PREFILL, MAX_MODEL_LEN_LINE,
+            BLOCK_SIZE_LINE)
 """Lines printed before anything is loaded that hold no character the other passes look for: V0's
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
 banner's `version 0.19.1`, V0's `vLLM API server version 0.6.3`, its `args: Namespace(…)`, a
-worker's `Starting to load model M...` and the scheduler's `Chunked prefill is enabled with …`."""
+worker's `Starting to load model M...`, the scheduler's `Chunked prefill is enabled with …`, the
+model config's `Using max model len N` and the platform's `Setting attention block size to N tokens`."""
 
 
 def prelude_limit(text: str, first_hit: int) -> int:
@@ -112,7 +116,8 @@ _SOURCE_CALL_RX = re.compile(SOURCE_CALL_HEAD)
 _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
-                    "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED)
+                    "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
+                    BLOCK_SIZE_LINE)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -122,7 +127,8 @@ enforce_eager; an excerpt may hold the one line and not the other. vLLM's paddin
 note, read in an excerpt only: in a whole log it would cost a pass of its own; so is the second
 line of a CUDA error raised in a stream capture (a whole log has its first, an `Error: ` line), and
 parallel_state's rank assignment (a whole log's worker names say the layout), and the shell's
-`Killed` (a line of its own, which no vLLM record holds)."""
+`Killed` (a line of its own, which no vLLM record holds). The platform's block size line is in the
+prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 _TRACEBACK = "Traceback (most recent call last)"

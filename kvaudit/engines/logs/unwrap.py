@@ -61,6 +61,10 @@ _HEAD_MARK = re.compile(
     + r"|" + SHELL_JOB_NOTICE                                    # a shell's job notice: `run.sh: line 3: 1234 Killed …`
     + r"|vllm serve |python3? -m vllm\."                        # a pasted command (`I ran:` then `vllm serve M …`)
     + r"|Traceback \(most recent|File \"|During handling of|The above exception")
+_ELISION = re.compile(r"[ \t]*(?:\.{3,}|…+|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)|<(?:snip|\.{3}|…)>)[ \t]*")
+"""A line that is only the paste's mark of lines left out (`...`, `…`, `[...]`, `<snip>`): it ends
+the record above it, whose message is not the mark (vllm-ascend paste, round twelve:
+`EngineCore failed to start. ...`)."""
 _CONNECTORS = frozenset(
     "a an the of for to is are was were be than with by in on at as from which that and or but if when "
     "memory least".split())
@@ -215,7 +219,7 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
     """Whether `line` continues the record headed by `head` whose last line is `prev`. `width`
     gives the excerpt's wrap width and `still_open` whether the record holds an unfinished
     message of vLLM's (each asked only when nothing else decides)."""
-    if _blank(line) or is_head(line):
+    if _blank(line) or is_head(line) or _ELISION.fullmatch(line):
         return False
     if _indent(line) > _indent(head):
         return True
