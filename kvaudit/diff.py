@@ -131,7 +131,8 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites,
         repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None,
         warnings={"a": a.warnings, "b": b.warnings} if a.warnings or b.warnings else None,
-        one_sided_knobs=tuple(one_sided) or None)
+        one_sided_knobs=tuple(one_sided) or None,
+        failures={"a": a.failure, "b": b.failure} if a.failure is not None or b.failure is not None else None)
 
 
 def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:

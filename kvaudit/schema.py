@@ -674,6 +674,9 @@ class DiffReport:
     """Extension: knobs one side states and a log on the other side does not (null there; a run's
     null is vLLM's default, which it knows). `comparable` holds as far as both sides state their
     knobs; these are what it could not compare. Absent when there are none."""
+    failures: Mapping[str, Failure | None] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: {`a`, `b`}: each side's own `failure` (null on a side that did not fail): a boot
+    that died is not a short excerpt, though both may have no verdict. Absent when neither failed."""
 
 
 @dataclass(frozen=True)

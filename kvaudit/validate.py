@@ -487,9 +487,7 @@ def report_from_json(data: Any, where: str = "report") -> Report:
             AccuracyEntry(owner=a.enum("owner", Owner), rank=a.int("rank"), planted_bytes=a.int("planted_bytes"),
                           measured_bytes=a.int("measured_bytes")) for a in node.children("accuracy", required=False)),
         verdict=node.enum("verdict", Verdict),
-        failure=None if failure is None else Failure(
-            phase=failure.enum("phase", Phase, nullable=True), rank=failure.int("rank"),
-            kind=failure.enum("kind", FailureKind), message=failure.str("message") or ""),
+        failure=_failure(failure),
         verdict_reason=node.str("verdict_reason", required=False) or "",
         warnings=node.strings("warnings"), kvaudit_version=node.str("kvaudit_version", required=False),
         nodes=_nodes(node), repeat=_repeat(node.child("repeat", required=False, nullable=True)),
@@ -582,7 +580,22 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
                     for d in node.children("sites", required=False)),
         repeat=_diff_repeat(node.child("repeat", required=False, nullable=True)),
         warnings=_diff_warnings(node.child("warnings", required=False, nullable=True)),
-        one_sided_knobs=_knobs(node, "one_sided_knobs", required=False) or None)
+        one_sided_knobs=_knobs(node, "one_sided_knobs", required=False) or None,
+        failures=_diff_failures(node.child("failures", required=False, nullable=True)))
+
+
+def _failure(node: _JsonObject | None) -> Failure | None:
+    return None if node is None else Failure(
+        phase=node.enum("phase", Phase, nullable=True), rank=node.int("rank"),
+        kind=node.enum("kind", FailureKind), message=node.str("message") or "")
+
+
+def _diff_failures(node: _JsonObject | None) -> dict[str, Failure | None] | None:
+    if node is None:
+        return None
+    if set(node.data) != {"a", "b"}:
+        raise BadInputError(f"{node.where}: expected exactly the keys a and b")
+    return {side: _failure(node.child(side, nullable=True)) for side in ("a", "b")}
 
 
 def _knobs(node: _JsonObject, key: str, required: bool = True) -> tuple[KnobDifference, ...]:
