@@ -226,9 +226,10 @@ def _ray_notes(boot: Boot) -> list[str]:
     folded = boot.engine.get(FactKind.RAY_FOLDED, [])
     if folded:
         most = max(f.value for f in folded)
-        with_figures = sorted({f.value for f in folded
-                               if any(g.file == f.file and g.pos == f.pos and g.kind in RANK_KINDS
-                                      for r in boot.ranks.values() for gs in r.facts.values() for g in gs)})
+        # one count per folded memory line: two lines folded 8x each are 16 workers' lines, not 8
+        with_figures = [f.value for f in folded
+                        if any(g.file == f.file and g.pos == f.pos and g.kind in RANK_KINDS
+                               for r in boot.ranks.values() for gs in r.facts.values() for g in gs)]
         notes.append(f"Ray folded lines of other workers (`[repeated {most}x across cluster]`): each such line stands "
                      f"for that many more workers; Ray folds lines that differ only in their numbers, so the folded "
                      f"workers' figures are not in the log and no rank is given them"

@@ -97,6 +97,14 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
         key = KEYS[dim]
         seen = sorted({getattr(t, dim) for t in workers if getattr(t, dim) is not None})
         at_least = max(seen[-1] + 1, 2) if seen else 1  # a suffix at all means a group of 2 or more
+        word = "worker"
+        why = "vLLM adds the suffix only when the group has 2 or more ranks"
+        cores = sorted({t.dp for t in tags if t.role is Role.ENGINE and t.dp is not None}) if dim == "dp" else []
+        if cores and cores[-1] > 0:
+            # one engine core per DP rank; every engine core is `EngineCore_DP0` at DP 1 too, so only a
+            # higher one bounds DP (vllm-ascend#3022: `EngineCore_DP1`)
+            at_least, word, why = max(at_least, cores[-1] + 1), "process", "one engine core per DP rank"
+            seen = sorted(set(seen) | set(cores))
         value, source = next(((int(v), where) for where, knobs in stated
                               if isinstance(v := knobs.get(key), int) and not isinstance(v, bool) and v > 0),
                              (None, None))
@@ -110,10 +118,9 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
             elif not seen and defaults:
                 value, source = 1, "vLLM's default (no line states it)"
         if value is None and seen:  # DP only bounded: an engine of its own per rank, perhaps on another node
-            notes.append(f"{key}: ≥ {at_least}, size not stated (worker names show "
+            notes.append(f"{key}: ≥ {at_least}, size not stated ({word} names show "
                          f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
-                         f"{' …' if len(seen) > 8 else ''}; vLLM adds the suffix only when the group has 2 "
-                         f"or more ranks)")
+                         f"{' …' if len(seen) > 8 else ''}; {why})")
         if value is not None and value < at_least:
             notes.append(f"{key} {value} ({source}) is below what the worker names show (≥ {at_least})")
         sizes[dim] = Size(value, at_least, source)
