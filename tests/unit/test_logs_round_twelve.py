@@ -1,0 +1,112 @@
+"""Real pastes, round twelve (stop 46): each test names the thread or file its log came from."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvaudit.diff import diff_reports
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.render.summary import diff_summary
+from kvaudit.schema import FailureKind, to_jsonable
+from kvaudit.validate import diff_from_json
+
+_DATA = Path(__file__).parent / "data" / "round_twelve"
+
+
+def _log(name: str):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8"), name)
+
+
+@pytest.mark.parametrize("name", ["kv_bytes_suggestion_fork.log", "kv_bytes_suggestion_wrapped.log"])
+def test_a_suggestion_that_names_the_flag_in_full_is_read(name: str) -> None:
+    """A fork's MRv2 worker (DeepSeek-V4, TP 2): `Replace gpu_memory_utilization config with
+    `--kv-cache-memory-bytes=8538253005` (7.95 GiB)`, on one line and folded at 100 columns."""
+    (rank,) = _log(name).ranks
+    assert rank.vllm_suggested_kv_cache_memory_bytes == 8538253005
+
+
+@pytest.mark.parametrize("name, size", [
+    ("hybrid_block_size.log", 800),    # sostrowsk/dgx-spark-local-llm qwen38-int4.log, the engine core's line
+    ("hybrid_block_wrapped.log", 2128),  # eugr/spark-vllm-docker#237, a worker's line after loading, folded
+    ("xpu_block_size.log", 2048),      # intel/llm-scaler#615: `[XPU]Setting attention block size to 2048 tokens`
+])
+def test_the_block_size_the_platform_set_is_the_configs(name: str, size: int) -> None:
+    assert _log(name).config.block_size == size
+
+
+def test_the_set_block_size_wins_over_the_typed_one() -> None:
+    text = ("INFO 08-21 10:24:45 [arg_utils.py:1] non-default args: {'model': 'm', 'block_size': 16}\n"
+            + (_DATA / "hybrid_block_size.log").read_text(encoding="utf-8"))
+    assert report_from_log_text(text, "x").config.block_size == 800
+
+
+def test_the_attention_backend_in_its_enum_form_is_read() -> None:
+    """sostrowsk/dgx-spark-local-llm gemma4-int4.log (0.25.1): `Using AttentionBackendEnum.TRITON_ATTN backend.`"""
+    assert _log("backend_enum_triton.log").engine.attention_backend == "TRITON_ATTN"
+
+
+def test_the_model_configs_max_model_len_line_is_read() -> None:
+    """LMCache#1088 (0.9.2), a paste that ends before loading: `[config.py:1472] Using max model len 40960`."""
+    assert _log("max_model_len_line.log").config.max_model_len == 40960
+
+
+def test_the_targets_max_model_len_comes_before_a_draft_models() -> None:
+    """sostrowsk/dgx-spark-local-llm: the target's `Using max model len 65536`, then the draft's 1048576."""
+    text = ("(APIServer pid=2) INFO 08-01 18:02:55 [model.py:1776] Using max model len 65536\n"
+            "(APIServer pid=2) INFO 08-01 18:02:56 [model.py:1776] Using max model len 1048576\n")
+    assert report_from_log_text(text, "x").config.max_model_len == 65536
+
+
+def test_a_pastes_elision_mark_is_not_the_failures_message() -> None:
+    """eugr/spark-vllm-docker#296: `EngineCore failed to start.` and then the user's `...`."""
+    failure = _log("elided_after_failure.log").failure
+    assert failure is not None and failure.message == "EngineCore failed to start."
+
+
+def test_a_diff_says_which_side_died() -> None:
+    """vllm#9630 against vllm#10569: the second boot died in its profile run, cut before its exception
+    line. Both verdicts alone (ok → unknown) read as a short excerpt; the failure says what it was."""
+    a, b = _log("dead_pair_a.log"), _log("dead_pair_b.log")
+    diff = diff_reports(a, b, "a.log", "b.log")
+    assert diff.failures is not None and diff.failures["a"] is None
+    assert diff.failures["b"] == b.failure and b.failure is not None and b.failure.kind is FailureKind.CRASH
+    lines = diff_summary(diff)
+    assert [line for line in lines if line.startswith("failed (")] == [
+        "failed (b.log): crash on rank 0: Traceback (most recent call last): the boot died; its exception line "
+        "is not in the log"]
+    assert diff_from_json(to_jsonable(diff)).failures == diff.failures  # the contract round-trips
+    assert "failures" not in to_jsonable(diff_reports(a, a))  # absent when neither side failed
+
+
+def test_a_dominant_owner_that_moved_little_of_the_kv_change_says_what_is_unstated() -> None:
+    """sostrowsk/dgx-spark-local-llm, two boots of Laguna-S INT4 (0.25.1): KV −0.58 GiB, of which the graph
+    estimate's +0.05 GiB is all either log states; activation and non-torch memory are in neither."""
+    diff = diff_reports(_log("laguna_boot_a.log"), _log("laguna_boot_b.log"))
+    (line,) = [line for line in diff_summary(diff) if line.startswith("dominant owner")]
+    assert line == ("dominant owner: graph_pool; it moved +0.05 GiB of KV's -0.58 GiB: the rest is in owners not "
+                    "known on both sides (persistent, activation_peak, non_torch, torch_other)")
+    # where the owner moved at least half of it (KV −0.08 GiB), no such note
+    text = (_DATA / "laguna_boot_b.log").read_text(encoding="utf-8").replace("35.06 GiB", "35.56 GiB")
+    close = diff_reports(_log("laguna_boot_a.log"), report_from_log_text(text, "b"))
+    (line,) = [line for line in diff_summary(close) if line.startswith("dominant owner")]
+    assert line == "dominant owner: graph_pool"
+
+
+def test_each_folded_memory_line_is_counted() -> None:
+    """vllm-ascend#6678, Ray over two nodes: each node's weights line folds 8 more workers
+    (`[repeated 8x across cluster]`): 16 workers' lines, not the one count 8x."""
+    (note,) = [w for w in _log("ray_two_nodes_folded.log").warnings if "Ray folded lines" in w]
+    assert note.endswith("(memory lines folded: 8x, 8x)")
+
+
+def test_the_engine_cores_names_bound_dp() -> None:
+    """vllm-ascend#3022: `(EngineCore_DP1 pid=…) ERROR … Worker failed with error 'kv_cache must be a tuple'`
+    and `(EngineCore_DP0 pid=…)`: one engine core per DP rank, so DP is 2 or more."""
+    report = _log("dp_engine_cores.log")
+    assert ("data_parallel_size: ≥ 2, size not stated (process names show _DP0, _DP1; one engine core per DP "
+            "rank)") in report.warnings
+    # every engine core is EngineCore_DP0 at DP 1 too: that name alone bounds nothing
+    alone = report_from_log_text("(EngineCore_DP0 pid=1) ERROR 09-19 02:54:06 [core.py:1] EngineCore failed to "
+                                 "start.\n", "x")
+    assert not any(w.startswith("data_parallel_size") for w in alone.warnings)
