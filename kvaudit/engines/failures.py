@@ -64,10 +64,12 @@ CPU_KV_SHORT = "on kv cache allocation is less than requested memory for kv"
 figure shows no byte was left for KV (the log engine reads the figure)."""
 
 KILLED = "Killed"
+"""The shell's word for a process SIGKILL ended (scan.py looks for its line in an excerpt)."""
 SHELL_JOB_NOTICE = r"[^\s:]{0,200}(?:\.sh|\bsh|bash|zsh): line \d{1,7}: +\d{1,9} +"
 """bash's and sh's notice of a job a signal ended: `./serve.sh: line 12: 48213 Killed   vllm serve …`,
 `/bin/sh: line 1: 7 Killed …`, `bash: line 1: …` (a script's name or the shell's)."""
-"""The shell's word for a process SIGKILL ended (scan.py looks for its line in an excerpt)."""
+TRACEBACK = "Traceback (most recent call last)"
+"""A Python traceback's header: the boot died, and its exception line follows (or the paste cut it)."""
 
 CAUSES: tuple[Cause, ...] = (
     # kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "models's".
@@ -172,7 +174,7 @@ CAUSES: tuple[Cause, ...] = (
     # CPython's faulthandler (a crash in C code: a segfault, an abort).
     Cause("Fatal Python error", FailureKind.CRASH, None, 1, log_only=True),
     # A traceback whose exception line the excerpt does not hold: the boot died, the cause is cut off.
-    Cause("Traceback (most recent call last)", FailureKind.CRASH, None, BARE, log_only=True),
+    Cause(TRACEBACK, FailureKind.CRASH, None, BARE, log_only=True),
     # Any other exception line, as a traceback ends: "subprocess.CalledProcessError: Command …".
     Cause("Error: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Error: "), log_only=True),
     Cause("Exception: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Exception: "),

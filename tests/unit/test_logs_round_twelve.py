@@ -110,3 +110,30 @@ def test_the_engine_cores_names_bound_dp() -> None:
     alone = report_from_log_text("(EngineCore_DP0 pid=1) ERROR 09-19 02:54:06 [core.py:1] EngineCore failed to "
                                  "start.\n", "x")
     assert not any(w.startswith("data_parallel_size") for w in alone.warnings)
+
+
+_CUT = ("the traceback after `EngineCore failed to start.` ends before its exception line: what failed is not in "
+        "the log (the lines after it say)")
+
+
+def test_a_traceback_cut_in_its_frames_says_the_cause_is_not_in_the_log() -> None:
+    """vllm#10569's shape (jetson-containers#1568, vllm-ascend#3479 and #8621 alike): `EngineCore failed to
+    start.`, the traceback's frames, and the paste ends."""
+    assert _CUT in _log("traceback_cut_in_frames.log").warnings
+
+
+@pytest.mark.parametrize("last", [
+    "(EngineCore_DP0 pid=3132) ERROR 10-15 16:32:16 [core.py:708] AssertionError",
+    "(EngineCore_DP0 pid=3132) ERROR 10-15 16:32:16 [core.py:708] KeyError: 'model.layers.0.mlp'",
+    "(EngineCore_DP0 pid=3132) ERROR 10-15 16:32:16 [core.py:708] Exception: WorkerProc initialization failed",
+])
+def test_a_traceback_with_its_exception_line_is_not_cut(last: str) -> None:
+    text = (_DATA / "traceback_cut_in_frames.log").read_text(encoding="utf-8") + last + "\n"
+    assert _CUT not in report_from_log_text(text, "x").warnings
+
+
+def test_a_text_that_goes_on_past_the_frame_window_says_nothing_of_a_cut() -> None:
+    from kvaudit.engines.logs.scan import FRAME_WINDOW
+    other = "(APIServer pid=1) INFO 10-15 16:32:17 [api_server.py:1] waiting\n"
+    text = (_DATA / "traceback_cut_in_frames.log").read_text(encoding="utf-8") + other * (FRAME_WINDOW // len(other) + 1)
+    assert _CUT not in report_from_log_text(text, "x").warnings

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, cause_of, error_text
+from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, TRACEBACK, cause_of, error_text
 from kvaudit.engines.logs.knobs import NAMESPACE
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
@@ -726,7 +726,7 @@ def _failure(msg: str) -> Iterable[Fact]:
     text = error_text(msg, cause, LOG_MESSAGE_CHARS)
     echo = False
     if cause.priority == BARE:
-        text = "Traceback (most recent call last): the boot died; its exception line is not in the log"
+        text = f"{TRACEBACK}: the boot died; its exception line is not in the log"
     else:
         echo = (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at) is not None
     yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo))

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import re
 
-from kvaudit.engines.failures import BARE, GENERIC, Candidate, Evidence, decide_failure
+from kvaudit.engines.failures import BARE, GENERIC, TRACEBACK, Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
-from kvaudit.engines.logs.lines import Role, proc_tag
+from kvaudit.engines.logs.lines import Role, parse_line, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
-from kvaudit.engines.logs.scan import BOOT_DONE, SERVER_UP, STATS, first_logged, last_logged, logged
-from kvaudit.engines.logs.unwrap import bounds
+from kvaudit.engines.logs.scan import BOOT_DONE, FRAME_WINDOW, SERVER_UP, STATS, first_logged, last_logged, logged
+from kvaudit.engines.logs.unwrap import bounds, next_span
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
 
@@ -147,7 +147,38 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     if value.kind is FailureKind.DOES_NOT_FIT:
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
         feasible = lens[0] if lens else (0 if no_kv_memory else None)  # not one token fits
+    if value.priority == GENERIC and cut_before_exception(scan.text, root.pos):
+        notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
+                         f"failed is not in the log (the lines after it say)"]
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+
+
+_EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception|Interrupt|Exit|Warning)\b")
+"""A traceback's last line, its exception: `RuntimeError: …`, `Exception: …`, `AssertionError`,
+`KeyboardInterrupt`."""
+
+
+def cut_before_exception(text: str, at: int) -> bool:
+    """Whether the first traceback within FRAME_WINDOW after offset `at` (the report of a failure
+    printed elsewhere: `EngineCore failed to start.`) shows frames and then the text ends with no
+    exception line of that process: the paste cut the cause off (real pastes round twelve: four
+    excerpts that end in the frames). A text that goes on past the window says nothing either way."""
+    header = text.find(TRACEBACK, at, at + FRAME_WINDOW)
+    if header < 0 or len(text) > header + FRAME_WINDOW:
+        return False
+    start, end = bounds(text, header)
+    who = parse_line(text[start:end], start).pid
+    frames = False
+    while (span := next_span(text, end)) is not None:
+        start, end = span
+        line = parse_line(text[start:end], start)
+        if line.pid != who or not line.msg or line.msg.startswith(TRACEBACK):
+            continue
+        if line.msg.startswith('File "'):
+            frames = True
+        elif _EXCEPTION_LINE.match(line.msg):
+            return False
+    return frames
 
 
 STARTUP_FAILED = ("Engine core initialization failed", "EngineCore failed to start", "Engine process failed to start")

@@ -54,7 +54,7 @@ import re
 from dataclasses import dataclass
 from itertools import islice
 
-from kvaudit.engines.failures import CAUSES, KILLED
+from kvaudit.engines.failures import CAUSES, KILLED, TRACEBACK
 from kvaudit.engines.logs.facts import (
     BLOCK_SIZE_LINE,
     CHUNKED_PREFILL,
@@ -105,7 +105,7 @@ _ERROR = "Error"
 _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
 V0's `Error executing method 'determine_num_available_blocks'`."""
-_LONG_NEEDLES = ("Traceback (most recent call last)",)
+_LONG_NEEDLES = (TRACEBACK,)
 _CUT_ERROR_RX = re.compile(CUT_ERROR_HEAD + r"(?=[\r\n]|\Z)")
 """facts.CUT_ERROR_RECORD as the scan finds it: an ERROR record's level and time at a line's end,
 its `[file.py:N]` not closed."""
@@ -131,7 +131,6 @@ parallel_state's rank assignment (a whole log's worker names say the layout), an
 prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
-_TRACEBACK = "Traceback (most recent call last)"
 FRAME_WINDOW = 1 << 16
 """How far after a traceback header its frames are looked for, in a whole log."""
 MAX_NEEDLE_LINES = 256
@@ -241,7 +240,7 @@ def scan(text: str) -> Candidates:
     headers = []
     for needle in _long_needles(text):
         lines = _needle_lines(text, needle, found)
-        if needle == _TRACEBACK:
+        if needle == TRACEBACK:
             headers = lines
     if len(text) <= EXCERPT_CHARS:
         for rx in _ERROR_RECORDS:  # each at most MAX_NEEDLE_LINES lines
@@ -338,7 +337,7 @@ def scan_exhaustive(text: str) -> Candidates:
     catalogue = dict.fromkeys(_CATALOGUE_NEEDLES, 0)  # excerpt-only logged catalogue lines kept per anchor
     window = min(len(text), COMMAND_WINDOW)
     needle_lines = dict.fromkeys(_long_needles(text) + _COMMAND_NEEDLES, 0)
-    headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if _TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
+    headers = [m.start() for m in re.finditer(r"[^\r\n]+", text) if TRACEBACK in m.group(0)][:MAX_NEEDLE_LINES]
     windows = _frame_windows(text, headers)
     for m in re.finditer(r"[^\r\n]+", text):
         seg = m.group(0)

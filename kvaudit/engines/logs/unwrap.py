@@ -146,7 +146,8 @@ def bounds(text: str, i: int) -> tuple[int, int]:
     return line_start(text, i), line_end(text, i)  # type: ignore[return-value]
 
 
-def _next_span(text: str, end: int) -> tuple[int, int] | None:
+def next_span(text: str, end: int) -> tuple[int, int] | None:
+    """The physical line after the one that ends at `end`; None at the text's end or past MAX_JOIN_LINE."""
     if end >= len(text):
         return None
     start = end + 2 if text.startswith("\r\n", end) else end + 1
@@ -245,12 +246,12 @@ def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
             break
         lengths.append(len(clean(text[span[0]:span[1]])))
         span = _prev_span(text, span[0])
-    span = _next_span(text, last[1])
+    span = next_span(text, last[1])
     for _ in range(WIDTH_WINDOW):
         if span is None:
             break
         lengths.append(len(clean(text[span[0]:span[1]])))
-        span = _next_span(text, span[1])
+        span = next_span(text, span[1])
     widest = max(lengths, default=0)
     return widest if lengths.count(widest) >= 2 else 0
 
@@ -288,7 +289,7 @@ def record_at(text: str, start: int, end: int, width_hint: int | None = None) ->
     head = prev_line = current
     parts = [current]
     while True:
-        nxt_span = _next_span(text, spans[-1][1])
+        nxt_span = next_span(text, spans[-1][1])
         if nxt_span is None:
             break
         nxt = clean(text[nxt_span[0]:nxt_span[1]])
@@ -321,7 +322,7 @@ def _wrapped_at_spaces(text: str, spans: list[tuple[int, int]], width: int) -> b
 
 
 def _next_line_is_head_or_blank(text: str, end: int) -> bool:
-    nxt = _next_span(text, end)
+    nxt = next_span(text, end)
     if nxt is None:
         return True
     line = clean(text[nxt[0]:nxt[1]])
