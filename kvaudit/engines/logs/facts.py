@@ -1137,7 +1137,8 @@ _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1
 # 0.25's platforms/cuda.py, a chosen backend: "Using %s backend." with the enum itself,
 # `Using AttentionBackendEnum.TRITON_ATTN backend.`
 _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
-                      r"|Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
+                      r"|Using ([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
+                      r"|Using AttentionBackendEnum\.([A-Z][A-Z0-9_]{1,40}) backend\."
                       r"|Using (Flash ?Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA|Triton Attention)"
                       r" backend")  # ROCm: "Using Triton Attention backend."
 # A shell dump of the environment, or vLLM's own `VLLM_CPU_OMP_THREADS_BIND='auto', …` detail line.
@@ -1190,19 +1191,20 @@ def _loading(msg: str) -> Iterable[Fact]:
 # config/model.py ModelConfig: "Using max model len %s", the length vLLM resolved for a model; the
 # target's comes first, a draft model's config prints its own after it.
 MAX_MODEL_LEN_LINE = "Using max model len "
-_MAX_MODEL_LEN = re.compile(re.escape(MAX_MODEL_LEN_LINE) + rf"({INT})\b")
+_MAX_MODEL_LEN = re.compile(r"\s{0,8}" + re.escape(MAX_MODEL_LEN_LINE) + rf"({INT})\b")
 # platforms/interface.py where a hybrid model's or a quantized KV's page sets the block: "Setting attention
 # block size to %d tokens to ensure that attention page size is >= mamba page size." / "… so the quantized
 # primary KV page covers …"; platforms/xpu.py "[XPU]Setting attention block size to %d tokens to ensure …".
 BLOCK_SIZE_LINE = "Setting attention block size to "
-_BLOCK_SIZE = re.compile(re.escape(BLOCK_SIZE_LINE) + rf"({INT}) tokens")
+_BLOCK_SIZE = re.compile(r"\s{0,8}(?:\[XPU\])?" + re.escape(BLOCK_SIZE_LINE) + rf"({INT}) tokens")
 
 
 def _resolved_sizes(msg: str) -> Iterable[Fact]:
-    if m := _MAX_MODEL_LEN.search(msg):
-        yield Fact(FactKind.LOGGED_MAX_MODEL_LEN, _int(m.group(1)))
-    if m := _BLOCK_SIZE.search(msg):
-        yield Fact(FactKind.SET_BLOCK_SIZE, _int(m.group(1)))
+    # the record's message, not a sentence that quotes it
+    if (m := _MAX_MODEL_LEN.match(msg)) and (n := _int(m.group(1))) > 0:
+        yield Fact(FactKind.LOGGED_MAX_MODEL_LEN, n)
+    if (m := _BLOCK_SIZE.match(msg)) and (n := _int(m.group(1))) > 0:
+        yield Fact(FactKind.SET_BLOCK_SIZE, n)
 
 
 # config/scheduler.py SchedulerConfig (0.6 on): "Chunked prefill is enabled with max_num_batched_tokens=%d."

@@ -58,15 +58,16 @@ def pairs_fallback(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     text = text[: LITERAL_CHARS * 5]
     top = 1 if text.lstrip().startswith("{") else 0
-    depth, pos, quote = 0, 0, ""
+    depth, pos, quote, esc = 0, 0, "", -1
     for m in _PAIR.finditer(text):
-        depth, quote = _nesting(text, pos, m.start(), depth, quote)
-        pos = m.end()  # a pair's own flat list or dict is balanced
+        depth, quote, esc = _nesting(text, pos, m.start(), depth, quote, esc)
+        pos = m.start()  # a pair not taken is scanned as text: its value may be no balanced literal
         if depth != top or quote or m.group(1) in out:
             continue
         value = _literal(m.group(2))
         if value is not _BAD:
             out[m.group(1)] = value
+            pos = m.end()  # a literal's brackets and quotes are balanced
     return out
 
 
@@ -74,10 +75,9 @@ _STRUCTURE = re.compile(r"""[{}\[\]()'"\\]""")
 """The characters _nesting looks at; the regex skips the rest in C."""
 
 
-def _nesting(text: str, start: int, end: int, depth: int, quote: str) -> tuple[int, str]:
-    """The bracket depth and open quote (if any) at `end`, from those at `start`: brackets inside a
-    quoted string do not count. Linear in end − start."""
-    escaped = -1
+def _nesting(text: str, start: int, end: int, depth: int, quote: str, escaped: int) -> tuple[int, str, int]:
+    """The bracket depth, open quote (if any) and escaped offset at `end`, from those at `start`:
+    brackets inside a quoted string do not count. Linear in end − start."""
     for m in _STRUCTURE.finditer(text, start, end):
         i, c = m.start(), m.group()
         if i == escaped:
@@ -93,7 +93,7 @@ def _nesting(text: str, start: int, end: int, depth: int, quote: str) -> tuple[i
             depth += 1
         elif c in "}])":
             depth -= 1
-    return depth, quote
+    return depth, quote, escaped
 
 
 _BAD = object()

@@ -122,7 +122,7 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
                          f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
                          f"{' …' if len(seen) > 8 else ''}; {why})")
         if value is not None and value < at_least:
-            notes.append(f"{key} {value} ({source}) is below what the worker names show (≥ {at_least})")
+            notes.append(f"{key} {value} ({source}) is below what the {word} names show (≥ {at_least})")
         sizes[dim] = Size(value, at_least, source)
     notes.extend(_rank_numbers_assumed(named, sizes))
     return Layout(sizes, tuple(notes))

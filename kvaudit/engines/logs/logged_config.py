@@ -37,8 +37,10 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         typed = command.get("gpu_memory_utilization")
         merged["gpu_memory_utilization"] = (printed[0] if printed
                                             else typed if isinstance(typed, float) and 0 < typed <= 1 else None)
+    typed = known.get("max_model_len")
     merged["max_model_len"] = (_served_length(engine) or resolved.get("max_model_len")
-                               or engine_first(engine, FactKind.LOGGED_MAX_MODEL_LEN) or known.get("max_model_len")
+                               or (typed if isinstance(typed, int) and typed > 0 else None)  # not -1 (auto)
+                               or engine_first(engine, FactKind.LOGGED_MAX_MODEL_LEN) or typed
                                or (command.get("max_model_len") or None))
     if merged.get("model") is None and isinstance(command.get("model"), str):
         merged["model"] = command["model"]  # `vllm serve MODEL` pasted at a line's start

@@ -220,8 +220,10 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
     """Whether `line` continues the record headed by `head` whose last line is `prev`. `width`
     gives the excerpt's wrap width and `still_open` whether the record holds an unfinished
     message of vLLM's (each asked only when nothing else decides)."""
-    if _blank(line) or is_head(line) or _ELISION.fullmatch(line):
+    if _blank(line) or is_head(line):
         return False
+    if _ELISION.fullmatch(line):  # unless a fixed-column cut fell right before a message's own `...`
+        return len(prev) >= MIN_WRAP_WIDTH and len(prev) == width()
     if _indent(line) > _indent(head):
         return True
     first = line.lstrip()[:1]

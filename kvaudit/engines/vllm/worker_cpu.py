@@ -266,6 +266,9 @@ def _no_precompiled_header() -> Iterator[None]:
     the embedded model on the AMD EPYC, though the kernel itself was cached). The kernel is the same
     code either way; the first boot compiles it once without the header, later boots load it."""
     from torch._inductor import config
+    if not hasattr(config, "cpp_cache_precompile_headers"):  # a torch without the setting has no header
+        yield
+        return
     with config.patch(cpp_cache_precompile_headers=False):
         yield
 
