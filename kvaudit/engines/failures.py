@@ -175,6 +175,12 @@ CAUSES: tuple[Cause, ...] = (
     Cause("Fatal Python error", FailureKind.CRASH, None, 1, log_only=True),
     # A traceback whose exception line the excerpt does not hold: the boot died, the cause is cut off.
     Cause(TRACEBACK, FailureKind.CRASH, None, BARE, log_only=True),
+    # A process told to stop: a signal handler's `sys.exit(signum)` (Ray's sigterm_handler: `SystemExit: 15`
+    # while vLLM waited for a placement group), V0's MQLLMEngine handler `KeyboardInterrupt: MQLLMEngine terminated`.
+    Cause("SystemExit: 15", FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}SystemExit: 15\b"), log_only=True,
+          means="exit 15, from a handler of SIGTERM: the process was told to stop"),
+    Cause("KeyboardInterrupt", FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}KeyboardInterrupt\b"),
+          log_only=True, means="the process was interrupted (SIGINT, or a stop of vLLM's own)"),
     # Any other exception line, as a traceback ends: "subprocess.CalledProcessError: Command …".
     Cause("Error: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Error: "), log_only=True),
     Cause("Exception: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Exception: "),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 
@@ -30,6 +31,10 @@ def rank_name(rank: int | None, index: int) -> str:
     return f"rank {rank}" if rank is not None else f"ranks[{index}]"
 
 
+_OUTER_SIZES = (("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"))
+"""Parallel sizes a report keeps in its config's extra args: in the headline where above 1."""
+
+
 def headline(report: Report) -> str:
     c, e = report.config, report.engine
     parts = [f"kvaudit {report.source.value}"]
@@ -38,8 +43,11 @@ def headline(report: Report) -> str:
                      + (f" ({', '.join(x for x in (e.model_runner, e.attention_backend) if x)})"
                         if e.model_runner or e.attention_backend else ""))
     if c.model:
-        parts.append(c.model.rstrip("/").rsplit("/", 1)[-1])
+        parts.append(model_name(c.model))
+    extra = c.extra_args or {}
     knobs = [f"tp {c.tensor_parallel_size}" if c.tensor_parallel_size else "",
+             *(f"{short} {extra[key]}" for short, key in _OUTER_SIZES
+               if isinstance(extra.get(key), int) and extra[key] > 1),
              f"dcp {c.decode_context_parallel_size}" if (c.decode_context_parallel_size or 1) > 1 else "",
              f"{c.speculative_method} {c.num_speculative_tokens}" if c.speculative_method else "",
              f"gmu {c.gpu_memory_utilization}" if c.gpu_memory_utilization is not None else "",
@@ -49,6 +57,15 @@ def headline(report: Report) -> str:
     if report.environment.device_name:
         parts.append(report.environment.device_name)
     return " · ".join(p for p in parts if p)
+
+
+def model_name(model: str) -> str:
+    """A model's name in a headline: its folder's, with the folders above it where that is only a
+    version (Kaggle's `…/qwen-3/transformers/8b/1` is `qwen-3/transformers/8b/1`, not `1`)."""
+    parts = model.rstrip("/").split("/")
+    if len(parts) > 1 and re.fullmatch(r"v?\d{1,6}", parts[-1]):
+        return "/".join(parts[-4:])
+    return parts[-1]
 
 
 def _headroom(report: Report) -> str:

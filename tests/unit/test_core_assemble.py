@@ -108,6 +108,9 @@ SAMPLES = {
     "not supported": "NotImplementedError: FP8 KV cache with MLA is not supported on this backend",
     CPU_KV_SHORT: "ValueError: Available memory on node 0 (1.0/8.0 GiB) on kv cache allocation is less than "
                       "requested memory for kv (2.0 GiB)",
+    # exception lines of their own, not inside another exception's message
+    "SystemExit: 15": "SystemExit: 15",
+    "KeyboardInterrupt": "KeyboardInterrupt: MQLLMEngine terminated",
 }
 
 

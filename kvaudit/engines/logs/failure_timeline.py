@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from kvaudit.engines.failures import BARE, GENERIC, TRACEBACK, Candidate, Evidence, decide_failure
+from kvaudit.engines.failures import BARE, GENERIC, LOG_MESSAGE_CHARS, TRACEBACK, Candidate, Evidence, decide_failure
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import Role, parse_line, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
@@ -104,7 +104,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             during.append(f)
     # a traceback's header says "its exception line is not in the log": not where that file has one
     stated = {f.file for f in after if f.value.priority < BARE}
-    notes = sorted({f"after startup finished: {f.value.message}" for f in after
+    notes = sorted({f"after startup finished: {_after_message(by_file[f.file].text, f)}" for f in after
                     if f.value.priority < BARE or f.file not in stated}
                    | {f"before startup finished, which it then did (not this boot's failure): {f.value.message}"
                       for f in survived if f.value.priority < GENERIC})
@@ -166,10 +166,17 @@ def cut_before_exception(text: str, at: int) -> bool:
     header = text.find(TRACEBACK, at, at + FRAME_WINDOW)
     if header < 0 or len(text) > header + FRAME_WINDOW:
         return False
+    frames, exception = traceback_end(text, header)
+    return frames and exception is None
+
+
+def traceback_end(text: str, header: int) -> tuple[bool, str | None]:
+    """(whether frames follow, the exception line) of the traceback whose header is at offset
+    `header`, read from the lines of the header's process up to FRAME_WINDOW on."""
     start, end = bounds(text, header)
     who = parse_line(text[start:end], start).pid
-    frames = False
-    while (span := next_span(text, end)) is not None:
+    frames, stop = False, header + FRAME_WINDOW
+    while (span := next_span(text, end)) is not None and span[0] < stop:
         start, end = span
         line = parse_line(text[start:end], start)
         if line.pid != who or not line.msg or line.msg.startswith(TRACEBACK):
@@ -177,8 +184,17 @@ def cut_before_exception(text: str, at: int) -> bool:
         if line.msg.startswith('File "'):
             frames = True
         elif _EXCEPTION_LINE.match(line.msg):
-            return False
-    return frames
+            return frames, line.msg[:LOG_MESSAGE_CHARS]
+    return frames, None
+
+
+def _after_message(text: str, f: Located) -> str:
+    """A failure after startup finished, in words: a bare traceback's own exception line where the
+    log holds one the catalogue does not read (V0's shutdown: `Exception ignored in: …`, then
+    `KeyboardInterrupt: MQLLMEngine terminated`), not "the boot died"."""
+    if f.value.priority == BARE and (line := traceback_end(text, f.pos)[1]) is not None:
+        return f"a traceback ending in `{line}`"
+    return f.value.message
 
 
 STARTUP_FAILED = ("Engine core initialization failed", "EngineCore failed to start", "Engine process failed to start")

@@ -65,6 +65,12 @@ _ELISION = re.compile(r"[ \t]*(?:\.{3,}|…+|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)
 """A line that is only the paste's mark of lines left out (`...`, `…`, `[...]`, `<snip>`): it ends
 the record above it, whose message is not the mark (vllm-ascend paste, round twelve:
 `EngineCore failed to start. ...`)."""
+_PROGRESS = re.compile(r"[ \t]{0,8}(?:\|?[^|\n]{0,60}\|[ \t]{0,4})?\d{1,9}/\d{1,9} \[\d{1,4}:\d\d(?::\d\d)?<")
+"""A tqdm bar's redraw as a line of its own (`  | 26/35 [00:20<00:06,  1.34it/s]Capturing CUDA graph
+shapes: …`, where a terminal's carriage returns became line breaks; a frame's ` | ` cleaned off or
+not): it continues no record
+(real pastes round thirteen, a 0.7.2 log: it was glued to `RuntimeError: Engine process failed to
+start. …`)."""
 _CONNECTORS = frozenset(
     "a an the of for to is are was were be than with by in on at as from which that and or but if when "
     "memory least".split())
@@ -221,6 +227,8 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
     gives the excerpt's wrap width and `still_open` whether the record holds an unfinished
     message of vLLM's (each asked only when nothing else decides)."""
     if _blank(line) or is_head(line):
+        return False
+    if _PROGRESS.match(line):  # a progress bar's redraw, not the record's words
         return False
     if _ELISION.fullmatch(line):  # unless a fixed-column cut fell right before a message's own `...`
         return len(prev) >= MIN_WRAP_WIDTH and len(prev) == width()

@@ -1,0 +1,48 @@
+"""Real pastes, round thirteen (stop 46): whole log files committed to repositories, each test
+naming its file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.render.summary import headline
+from kvaudit.schema import FailureKind
+
+_DATA = Path(__file__).parent / "data" / "round_thirteen"
+
+
+def _log(name: str):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8"), name)
+
+
+def test_a_sigterm_while_ray_waits_is_an_interrupted_boot() -> None:
+    """agent-distillation's vllm.log (0.8.5.post1): Ray's sigterm_handler ends the wait for a placement
+    group with `SystemExit: 15`; before, the logged `15` was read as the message, the exception line as absent."""
+    failure = _log("ray_sigterm_system_exit.log").failure
+    assert failure is not None and failure.kind is FailureKind.INTERRUPTED
+    assert failure.message == "SystemExit: 15: exit 15, from a handler of SIGTERM: the process was told to stop"
+
+
+def test_a_traceback_after_startup_is_named_by_its_own_exception_line() -> None:
+    """distributed_agent_gc's vllm.log (0.7.2): after startup and an orderly shutdown, `Exception ignored
+    in: …` and its traceback end in `KeyboardInterrupt: MQLLMEngine terminated`: not "the boot died"."""
+    report = _log("shutdown_keyboard_interrupt.log")
+    assert report.failure is None
+    notes = [w for w in report.warnings if w.startswith("after startup finished")]
+    # the raw traceback's lines are no logged record, so the catalogue does not read its last line; the note does
+    assert notes == ["after startup finished: a traceback ending in `KeyboardInterrupt: MQLLMEngine terminated`"]
+
+
+def test_the_headline_names_pp_and_a_versioned_model_folder() -> None:
+    """MapCoder's vllm.log (0.6.3.post1, pipeline_parallel_size=4 on the engine line) and an
+    EXACT submission's vllm_server.log (Kaggle's `/kaggle/input/models/qwen-lm/qwen-3/transformers/8b/1`)."""
+    assert " · tp 1 pp 4 " in headline(_log("pp4_engine_line.log")) + " "
+    assert " · qwen-3/transformers/8b/1 · " in headline(_log("kaggle_model_path.log"))
+
+
+def test_a_progress_bars_redraw_is_not_the_failures_words() -> None:
+    """distributed_agent_gc's vllm_new_setup.log (0.7.2): ` | 26/35 [00:20<00:06,  1.34it/s]Capturing …`
+    right after `RuntimeError: Engine process failed to start. …` was glued to its message."""
+    failure = _log("progress_bar_after_error.log").failure
+    assert failure is not None
+    assert failure.message == "RuntimeError: Engine process failed to start. See stack trace for the root cause."
