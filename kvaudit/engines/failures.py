@@ -70,6 +70,9 @@ SHELL_JOB_NOTICE = r"[^\s:]{0,200}(?:\.sh|\bsh|bash|zsh): line \d{1,7}: +\d{1,9}
 `/bin/sh: line 1: 7 Killed …`, `bash: line 1: …` (a script's name or the shell's)."""
 TRACEBACK = "Traceback (most recent call last)"
 """A Python traceback's header: the boot died, and its exception line follows (or the paste cut it)."""
+EXCEPTION_NAME = r"(?:[A-Za-z_][\w.]{0,80})?(?:Error|Exception|Warning|Interrupt|Exit)"
+"""A Python exception's name, as a traceback's last line starts: `RuntimeError`, `torch.OutOfMemoryError`,
+`Exception`, `KeyboardInterrupt`, `SystemExit`."""
 
 CAUSES: tuple[Cause, ...] = (
     # kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "models's".

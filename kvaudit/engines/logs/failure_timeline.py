@@ -19,7 +19,16 @@ from __future__ import annotations
 
 import re
 
-from kvaudit.engines.failures import BARE, GENERIC, LOG_MESSAGE_CHARS, TRACEBACK, Candidate, Evidence, decide_failure
+from kvaudit.engines.failures import (
+    BARE,
+    EXCEPTION_NAME,
+    GENERIC,
+    LOG_MESSAGE_CHARS,
+    TRACEBACK,
+    Candidate,
+    Evidence,
+    decide_failure,
+)
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import Role, parse_line, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
@@ -153,9 +162,8 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
 
 
-_EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception|Interrupt|Exit|Warning)\b")
-"""A traceback's last line, its exception: `RuntimeError: …`, `Exception: …`, `AssertionError`,
-`KeyboardInterrupt`."""
+_EXCEPTION_LINE = re.compile(EXCEPTION_NAME + r"\b")
+"""A traceback's last line, its exception: `RuntimeError: …`, `Exception: …`, `AssertionError`."""
 
 
 def cut_before_exception(text: str, at: int) -> bool:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvaudit.engines.failures import SHELL_JOB_NOTICE
+from kvaudit.engines.failures import EXCEPTION_NAME, SHELL_JOB_NOTICE
 from kvaudit.engines.logs.lines import has_prefix
 
 MAX_RECORD_LINES = 16
@@ -57,7 +57,7 @@ _HEAD_MARK = re.compile(
     + r"|\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s"                       # a clock time (a retyped or dmesg line)
     + r"|\[[^\]\s]{1,200}\.py:\d{1,7}\]"                      # [file.py:N]
     + r"|\[rank\d{1,6}\]:"                                    # torch.distributed's prefix
-    + r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
+    + r"|" + EXCEPTION_NAME + r"(?::|$)"
     + r"|" + SHELL_JOB_NOTICE                                    # a shell's job notice: `run.sh: line 3: 1234 Killed …`
     + r"|vllm serve |python3? -m vllm\."                        # a pasted command (`I ran:` then `vllm serve M …`)
     + r"|Traceback \(most recent|File \"|During handling of|The above exception")
