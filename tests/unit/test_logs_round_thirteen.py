@@ -46,3 +46,20 @@ def test_a_progress_bars_redraw_is_not_the_failures_words() -> None:
     failure = _log("progress_bar_after_error.log").failure
     assert failure is not None
     assert failure.message == "RuntimeError: Engine process failed to start. See stack trace for the root cause."
+
+
+def test_a_file_whose_records_go_back_in_time_says_two_boots_may_share_it() -> None:
+    """distributed_agent_gc's vllm_new_setup.log (0.7.2): a boot that died at 14:47:42 waiting for a Ray
+    placement group and one whose graph capture finished at 14:10:42, written into one file at once."""
+    report = _log("two_boots_one_file.log")
+    assert ("two_boots_one_file.log: the records go back in time, from 04-18 14:47:42 to 04-18 14:10:42: two boots "
+            "may have written into this file at once, or two logs were joined, and its figures and failure may mix "
+            "them") in report.warnings
+
+
+def test_ray_folded_lines_late_with_their_first_times_are_no_second_boot() -> None:
+    text = ("(RayWorkerWrapper pid=6, ip=10.5.1.70) INFO 08-07 10:36:23 model_runner.py:692] Loading model weights "
+            "took 24.4023 GB\n"
+            "(RayWorkerWrapper pid=6, ip=10.5.1.70) INFO 08-07 10:27:36 model_runner.py:692] Loading model weights "
+            "took 24.4023 GB [repeated 30x across cluster]\n")
+    assert not any("back in time" in w for w in report_from_log_text(text, "x").warnings)

@@ -149,12 +149,43 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
     ray_ranks, ray_stated = _ray_ranks(ray, lines, 0 if ray and _is_v1(text) else 1)
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
-                         ray_ranks, ray_stated, _split_note(where, split) + _cut_notes(where, cuts),
+                         ray_ranks, ray_stated,
+                         _split_note(where, split) + _cut_notes(where, cuts) + _time_goes_back(where, text, lines),
                          cuts.runs,
                          frozenset(tags.values()) | frozenset(worker_names(text)))
     if serving_at is not None:
         file_scan.__dict__["serving_at"] = serving_at  # the cached property's value, read once already
     return file_scan
+
+
+_RECORD_TIME = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
+TIME_BACK_S = 300
+"""How far back a record's time may go before the file is said to hold two boots: Ray prints its
+workers' lines a little late (its folded `[repeated Nx across cluster]` lines minutes late, with
+the first one's time: those are not looked at), and clocks of two nodes differ by seconds."""
+
+
+def _time_goes_back(where: str, text: str, lines: tuple[ParsedLine, ...]) -> tuple[str, ...]:
+    """A note where the records that state facts go back in time by more than TIME_BACK_S (vLLM's
+    `MM-DD HH:MM:SS`, the year's turn aside): two boots wrote into one file at once, or two files
+    were joined, and the figures and the failure may mix them (real pastes round thirteen: a death
+    at 14:47:42, then a graph capture at 14:10:42 and a startup that finished)."""
+    latest: tuple[int, str] | None = None
+    for p in lines:
+        if any(f.kind is FactKind.RAY_FOLDED for f in p.facts):
+            continue  # Ray prints a folded line late, with the first one's time
+        m = _RECORD_TIME.search(text, p.line.pos, min(p.line.pos + TAG_SEARCH_CHARS, len(text)))
+        if m is None:
+            continue
+        month, day, hour, minute, second = map(int, m.groups())
+        t = (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
+        if latest is not None and t < latest[0] - TIME_BACK_S and not (month == 1 and latest[1].startswith("12-")):
+            return (f"{where}: the records go back in time, from {latest[1]} to {m.group(0)}: two boots may have "
+                    f"written into this file at once, or two logs were joined, and its figures and failure may mix "
+                    f"them",)
+        if latest is None or t > latest[0]:
+            latest = (t, m.group(0))
+    return ()
 
 
 def _ray_ranks(ray: list[int], lines: tuple[ParsedLine, ...], first: int) -> tuple[dict[int, int], frozenset[int]]:
