@@ -64,7 +64,7 @@ def model_name(model: str) -> str:
     version (Kaggle's `…/qwen-3/transformers/8b/1` is `qwen-3/transformers/8b/1`, not `1`)."""
     parts = model.rstrip("/").split("/")
     if len(parts) > 1 and re.fullmatch(r"v?\d{1,6}", parts[-1]):
-        return "/".join(parts[-4:])
+        return "/".join(p for p in parts[-4:] if p)
     return parts[-1]
 
 

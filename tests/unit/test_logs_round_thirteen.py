@@ -63,3 +63,43 @@ def test_ray_folded_lines_late_with_their_first_times_are_no_second_boot() -> No
             "(RayWorkerWrapper pid=6, ip=10.5.1.70) INFO 08-07 10:27:36 model_runner.py:692] Loading model weights "
             "took 24.4023 GB [repeated 30x across cluster]\n")
     assert not any("back in time" in w for w in report_from_log_text(text, "x").warnings)
+
+
+# ------------------------------------------------------------------------------------------
+# The second review of this stop's reading (a reviewer's reproducers, each wrong before its fix)
+
+_CUT = "ends before its exception line"
+
+
+def test_exception_lines_of_other_shapes_end_a_traceback() -> None:
+    """`triton.runtime.errors.OutOfResources: …` and `torch._dynamo.exc.Unsupported: …`: a dotted name
+    and `: `, which the catalogue does not read, are the traceback's end all the same."""
+    for name in ("review_out_of_resources.log", "review_dynamo_unsupported.log"):
+        report = _log(name)
+        assert report.failure is not None and not any(_CUT in w for w in report.warnings), name
+
+
+def test_a_long_line_of_another_process_does_not_hide_the_exception_line() -> None:
+    """An API server's 4 KB args line between the engine core's frames and its exception line."""
+    assert not any(_CUT in w for w in _log("review_long_line_in_traceback.log").warnings)
+
+
+def test_ray_may_print_a_workers_exception_line_under_another_worker() -> None:
+    assert not any(_CUT in w for w in _log("review_ray_dedup_exception.log").warnings)
+
+
+def test_a_bar_redraw_that_keeps_its_blocks_is_not_the_failures_words() -> None:
+    failure = _log("review_bar_with_blocks.log").failure
+    assert failure is not None
+    assert failure.message == "RuntimeError: Engine process failed to start. See stack trace for the root cause."
+
+
+def test_a_ray_node_on_another_clock_or_a_day_month_log_is_no_second_boot() -> None:
+    for name in ("review_ray_node_other_zone.log", "review_day_month.log"):
+        assert not any("back in time" in w for w in _log(name).warnings), name
+
+
+def test_a_versioned_model_folder_at_the_root_keeps_no_empty_part() -> None:
+    from kvaudit.render.summary import model_name
+    assert (model_name("/ckpt/1"), model_name("data/run/checkpoints/2"), model_name("/m/Qwen3-8B/")) == \
+           ("ckpt/1", "data/run/checkpoints/2", "Qwen3-8B")

@@ -18,6 +18,7 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from kvaudit.engines.failures import (
     BARE,
@@ -30,10 +31,10 @@ from kvaudit.engines.failures import (
     decide_failure,
 )
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
-from kvaudit.engines.logs.lines import Role, parse_line, proc_tag
+from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, Role, parse_line, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import BOOT_DONE, FRAME_WINDOW, SERVER_UP, STATS, first_logged, last_logged, logged
-from kvaudit.engines.logs.unwrap import bounds, next_span
+from kvaudit.engines.logs.unwrap import bounds, line_end
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
 
@@ -162,8 +163,14 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
 
 
-_EXCEPTION_LINE = re.compile(EXCEPTION_NAME + r"\b")
-"""A traceback's last line, its exception: `RuntimeError: …`, `Exception: …`, `AssertionError`."""
+_EXCEPTION_LINE = re.compile(r"(?!Exception ignored in\b)(?:[A-Za-z_][\w.]{0,200}: |" + EXCEPTION_NAME + r"\s*$)")
+"""A traceback's last line, its exception: a dotted name and `: ` (`RuntimeError: …`,
+`triton.runtime.errors.OutOfResources: …`, `torch._dynamo.exc.Unsupported: …`), or an exception's
+name alone (`AssertionError`, `KeyboardInterrupt`). Not `Exception ignored in: …`, which heads a
+traceback, and not a sentence: its first word is followed by a space."""
+_SAME_KIND = ("RayWorkerWrapper",)
+"""Process names whose lines Ray may print under another worker of the same name (its dedup): an
+exception line of any of them ends the traceback."""
 
 
 def cut_before_exception(text: str, at: int) -> bool:
@@ -181,19 +188,30 @@ def cut_before_exception(text: str, at: int) -> bool:
 def traceback_end(text: str, header: int) -> tuple[bool, str | None]:
     """(whether frames follow, the exception line) of the traceback whose header is at offset
     `header`, read from the lines of the header's process up to FRAME_WINDOW on."""
-    start, end = bounds(text, header)
-    who = parse_line(text[start:end], start).pid
+    first, last = bounds(text, header)
+    head = parse_line(text[first:last], first)
     frames, stop = False, header + FRAME_WINDOW
-    while (span := next_span(text, end)) is not None and span[0] < stop:
-        start, end = span
-        line = parse_line(text[start:end], start)
-        if line.pid != who or not line.msg or line.msg.startswith(TRACEBACK):
+    for start, end in _lines_after(text, last, stop):
+        line = parse_line(text[start:min(end, start + TAG_SEARCH_CHARS + LOG_MESSAGE_CHARS)], start)
+        same = line.pid == head.pid or (line.tag is not None and line.tag == head.tag and line.tag in _SAME_KIND)
+        if not same or not line.msg or line.msg.startswith(TRACEBACK):
             continue
         if line.msg.startswith('File "'):
             frames = True
         elif _EXCEPTION_LINE.match(line.msg):
             return frames, line.msg[:LOG_MESSAGE_CHARS]
     return frames, None
+
+
+def _lines_after(text: str, end: int, stop: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each physical line after the one that ends at `end`, up to offset `stop`,
+    however long each is (another process's args dump may stand between a traceback's lines)."""
+    while end < len(text):
+        start = end + 2 if text.startswith("\r\n", end) else end + 1
+        if start >= stop or start > len(text):
+            return
+        end = line_end(text, start)  # type: ignore[assignment] - no limit: always a position
+        yield start, end
 
 
 def _after_message(text: str, f: Located) -> str:

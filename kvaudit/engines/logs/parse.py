@@ -159,6 +159,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
 
 
 _RECORD_TIME = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
+_RAY_IP = re.compile(r"\bip=([\w.:\-]{1,64})[)\]]")
 TIME_BACK_S = 300
 """How far back a record's time may go before the file is said to hold two boots: Ray prints its
 workers' lines a little late (its folded `[repeated Nx across cluster]` lines minutes late, with
@@ -170,21 +171,24 @@ def _time_goes_back(where: str, text: str, lines: tuple[ParsedLine, ...]) -> tup
     `MM-DD HH:MM:SS`, the year's turn aside): two boots wrote into one file at once, or two files
     were joined, and the figures and the failure may mix them (real pastes round thirteen: a death
     at 14:47:42, then a graph capture at 14:10:42 and a startup that finished)."""
-    latest: tuple[int, str] | None = None
+    latest: dict[str, tuple[int, str]] = {}  # per node: a Ray node's clock may differ, or its zone
     for p in lines:
         if any(f.kind is FactKind.RAY_FOLDED for f in p.facts):
             continue  # Ray prints a folded line late, with the first one's time
-        m = _RECORD_TIME.search(text, p.line.pos, min(p.line.pos + TAG_SEARCH_CHARS, len(text)))
-        if m is None:
+        head = text[p.line.pos:min(p.line.pos + TAG_SEARCH_CHARS, len(text))]
+        m = _RECORD_TIME.search(head)
+        if m is None or not 1 <= int(m.group(1)) <= 12:
             continue
+        node = ip.group(1) if (ip := _RAY_IP.search(head, 0, m.start())) else ""
         month, day, hour, minute, second = map(int, m.groups())
         t = (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
-        if latest is not None and t < latest[0] - TIME_BACK_S and not (month == 1 and latest[1].startswith("12-")):
-            return (f"{where}: the records go back in time, from {latest[1]} to {m.group(0)}: two boots may have "
+        last = latest.get(node)
+        if last is not None and t < last[0] - TIME_BACK_S and not (month == 1 and last[1].startswith("12-")):
+            return (f"{where}: the records go back in time, from {last[1]} to {m.group(0)}: two boots may have "
                     f"written into this file at once, or two logs were joined, and its figures and failure may mix "
                     f"them",)
-        if latest is None or t > latest[0]:
-            latest = (t, m.group(0))
+        if last is None or t > last[0]:
+            latest[node] = (t, m.group(0))
     return ()
 
 

@@ -65,7 +65,7 @@ _ELISION = re.compile(r"[ \t]*(?:\.{3,}|…+|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)
 """A line that is only the paste's mark of lines left out (`...`, `…`, `[...]`, `<snip>`): it ends
 the record above it, whose message is not the mark (vllm-ascend paste, round twelve:
 `EngineCore failed to start. ...`)."""
-_PROGRESS = re.compile(r"[ \t]{0,8}(?:\|?[^|\n]{0,60}\|[ \t]{0,4})?\d{1,9}/\d{1,9} \[\d{1,4}:\d\d(?::\d\d)?<")
+_PROGRESS = re.compile(r"[ \t]{0,8}(?:[^|\n]{0,60}\|){0,2}[ \t]{0,4}\d{1,9}/\d{1,9} \[\d{1,4}:\d\d(?::\d\d)?<")
 """A tqdm bar's redraw as a line of its own (`  | 26/35 [00:20<00:06,  1.34it/s]Capturing CUDA graph
 shapes: …`, where a terminal's carriage returns became line breaks; a frame's ` | ` cleaned off or
 not): it continues no record
