@@ -593,9 +593,14 @@ def _failure(node: _JsonObject | None) -> Failure | None:
 def _diff_failures(node: _JsonObject | None) -> dict[str, Failure | None] | None:
     if node is None:
         return None
+    _two_sides(node)
+    return {side: _failure(node.child(side, nullable=True)) for side in ("a", "b")}
+
+
+def _two_sides(node: _JsonObject) -> None:
+    """A diff's per-side object: the keys a and b, and no other."""
     if set(node.data) != {"a", "b"}:
         raise BadInputError(f"{node.where}: expected exactly the keys a and b")
-    return {side: _failure(node.child(side, nullable=True)) for side in ("a", "b")}
 
 
 def _knobs(node: _JsonObject, key: str, required: bool = True) -> tuple[KnobDifference, ...]:
@@ -606,8 +611,7 @@ def _knobs(node: _JsonObject, key: str, required: bool = True) -> tuple[KnobDiff
 def _diff_warnings(node: _JsonObject | None) -> dict[str, tuple[str, ...]] | None:
     if node is None:
         return None
-    if set(node.data) != {"a", "b"}:
-        raise BadInputError(f"{node.where}: expected exactly the keys a and b")
+    _two_sides(node)
     for side in ("a", "b"):
         if not isinstance(node.data[side], list):
             raise BadInputError(f"{node.where}.{side}: expected a list of strings")

@@ -18,7 +18,6 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 from kvaudit.engines.failures import (
     BARE,
@@ -34,7 +33,7 @@ from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, Role, parse_line, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import BOOT_DONE, FRAME_WINDOW, SERVER_UP, STATS, first_logged, last_logged, logged
-from kvaudit.engines.logs.unwrap import bounds, line_end
+from kvaudit.engines.logs.unwrap import bounds, next_span
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
 
@@ -190,8 +189,10 @@ def traceback_end(text: str, header: int) -> tuple[bool, str | None]:
     `header`, read from the lines of the header's process up to FRAME_WINDOW on."""
     first, last = bounds(text, header)
     head = parse_line(text[first:last], first)
-    frames, stop = False, header + FRAME_WINDOW
-    for start, end in _lines_after(text, last, stop):
+    frames, stop, end = False, header + FRAME_WINDOW, last
+    # each line however long: another process's args dump may stand between a traceback's lines
+    while (span := next_span(text, end, limit=None)) is not None and span[0] < stop:
+        start, end = span
         line = parse_line(text[start:min(end, start + TAG_SEARCH_CHARS + LOG_MESSAGE_CHARS)], start)
         same = line.pid == head.pid or (line.tag is not None and line.tag == head.tag and line.tag in _SAME_KIND)
         if not same or not line.msg or line.msg.startswith(TRACEBACK):
@@ -201,17 +202,6 @@ def traceback_end(text: str, header: int) -> tuple[bool, str | None]:
         elif _EXCEPTION_LINE.match(line.msg):
             return frames, line.msg[:LOG_MESSAGE_CHARS]
     return frames, None
-
-
-def _lines_after(text: str, end: int, stop: int) -> Iterator[tuple[int, int]]:
-    """(start, end) of each physical line after the one that ends at `end`, up to offset `stop`,
-    however long each is (another process's args dump may stand between a traceback's lines)."""
-    while end < len(text):
-        start = end + 2 if text.startswith("\r\n", end) else end + 1
-        if start >= stop or start > len(text):
-            return
-        end = line_end(text, start)  # type: ignore[assignment] - no limit: always a position
-        yield start, end
 
 
 def _after_message(text: str, f: Located) -> str:

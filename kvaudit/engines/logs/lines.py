@@ -33,7 +33,9 @@ _TAG = re.compile(r"[(\[]([A-Za-z][\w.\-]{0,80}(?: [\w.=\-]{1,40}){0,3}) pid=(\d
 _NEXT_TAG = re.compile(r"[ \t]{0,4}[(\[]([A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3}) pid=(\d{1,10})"
                        r"(?:, ip=([\w.:\-]{1,64}))?[)\]]")
 MAX_NESTED_TAGS = 8
-_RECORD_HEAD = (r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,9})?\s+"
+RECORD_TIME = r"\d\d-\d\d \d\d:\d\d:\d\d"
+"""vLLM's record time, `MM-DD HH:MM:SS` (a fraction may follow)."""
+_RECORD_HEAD = (r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(" + RECORD_TIME + r")(?:[.,]\d{1,9})?\s+"
                 r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]")
 """vLLM's record head: `INFO 08-04 07:35:11 [core.py:515]` (V0: `core.py:515]`, no opening bracket)."""
 _HEAD = re.compile(r"\s*" + _RECORD_HEAD + r"\s?")
@@ -44,7 +46,7 @@ _UNTAGGED_HEAD = re.compile(_RECORD_HEAD + r"\s?")
 # (`18:03:00  (Worker_TP0) INFO [gpu_model_runner.py:5332] …`, spark-vllm-docker#336).
 _BARE_HEAD = re.compile(
     r"\s{0,8}(?:\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?(?:\([A-Za-z][\w.\-]{0,80}\)\s+)?"
-    r"(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?"
+    r"(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:" + RECORD_TIME + r"(?:[.,]\d{1,9})?\s+)?"
     r"\[([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
 
 TAG_SEARCH_CHARS = 400

@@ -22,6 +22,7 @@ from kvaudit.engines.logs.facts import (
 )
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import (
+    RECORD_TIME,
     TAG_SEARCH_CHARS,
     LogLine,
     looks_like_vllm,
@@ -158,7 +159,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     return file_scan
 
 
-_RECORD_TIME = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
+_RECORD_TIME = re.compile(r"\b" + RECORD_TIME + r"\b")
 _RAY_IP = re.compile(r"\bip=([\w.:\-]{1,64})[)\]]")
 TIME_BACK_S = 300
 """How far back a record's time may go before the file is said to hold two boots: Ray prints its
@@ -177,10 +178,10 @@ def _time_goes_back(where: str, text: str, lines: tuple[ParsedLine, ...]) -> tup
             continue  # Ray prints a folded line late, with the first one's time
         head = text[p.line.pos:min(p.line.pos + TAG_SEARCH_CHARS, len(text))]
         m = _RECORD_TIME.search(head)
-        if m is None or not 1 <= int(m.group(1)) <= 12:
+        if m is None or not 1 <= int(m.group(0)[:2]) <= 12:
             continue
         node = ip.group(1) if (ip := _RAY_IP.search(head, 0, m.start())) else ""
-        month, day, hour, minute, second = map(int, m.groups())
+        month, day, hour, minute, second = map(int, re.split(r"[- :]", m.group(0)))
         t = (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
         last = latest.get(node)
         if last is not None and t < last[0] - TIME_BACK_S and not (month == 1 and last[1].startswith("12-")):

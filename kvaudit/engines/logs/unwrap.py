@@ -152,14 +152,15 @@ def bounds(text: str, i: int) -> tuple[int, int]:
     return line_start(text, i), line_end(text, i)  # type: ignore[return-value]
 
 
-def next_span(text: str, end: int) -> tuple[int, int] | None:
-    """The physical line after the one that ends at `end`; None at the text's end or past MAX_JOIN_LINE."""
+def next_span(text: str, end: int, limit: int | None = MAX_JOIN_LINE) -> tuple[int, int] | None:
+    """The physical line after the one that ends at `end`; None at the text's end or where it is
+    longer than `limit` (None: however long)."""
     if end >= len(text):
         return None
     start = end + 2 if text.startswith("\r\n", end) else end + 1
     if start > len(text):
         return None
-    stop = line_end(text, start, MAX_JOIN_LINE)
+    stop = line_end(text, start, limit)
     return None if stop is None else (start, stop)
 
 
