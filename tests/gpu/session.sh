@@ -2,9 +2,10 @@
 # One stage of the H200 proof, run through the device tool (see README "GPU proof"):
 #   bash tests/gpu/session.sh selftest|vllm1|vllm2|real1|real2|bench|trace|trace-selftest|contract
 #   bash tests/gpu/session.sh matrix [MODEL …]|plan|plan-edits BASE [EDIT …]|plan-solve [BASE]|bench-sweep
-#   bash tests/gpu/session.sh bench-real MODEL small|default   (issue 31: kvaudit run / plain LLM at real dimensions,
+#   bash tests/gpu/session.sh bench-real MODEL small|default [gc-on]   (issue 31: kvaudit run / plain LLM at real dimensions,
 #     MODEL a folder of tests/gpu/models, graphs 1–64 or vLLM's own list; queue the four runs with queue.sh)
 #   bash tests/gpu/session.sh profile-real MODEL   (issue 31: one kvaudit boot with each phase under cProfile)
+#   bash tests/gpu/session.sh gc-check MODEL   (issue 31: one kvaudit boot with its gc sections checked)
 #   bash tests/gpu/session.sh load1|load2|load-repeat[-cold|-warm]|user-path   (issue 28: verify scenarios, --repeat,
 #     the user's path)
 #   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
@@ -80,15 +81,17 @@ elif [ "$stage" = bench-sweep ]; then
     --dummy-weights --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
     --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders ${BENCH_ORDERS:-ks} --json "$res/h200-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
 elif [ "$stage" = bench-real ]; then
-  model=${2:?model} sizes=${3:?small|default}
+  model=${2:?model} sizes=${3:?small|default}  # [gc-on]
   [ "$sizes" = small ] && list=1,2,4,8,16,24,32,48,64 || list=default
+  # a fourth argument `gc-on`: the same benchmark with kvaudit's gc sections on (KVAUDIT_GC_SECTIONS, issue 31)
+  gc=""; [ "${4:-}" = gc-on ] && { export KVAUDIT_GC_SECTIONS=on; gc=-gc-on; }
   mtp=(); [ "$model" = deepseek-v3-2layer-mtp ] && mtp=(--mtp 1)
   ver=$(python3 -c 'import vllm; print(vllm.__version__)')
   timeout ${STAGE_TIMEOUT:-1500} python3 tests/benchmarks/bench_run.py --model "tests/gpu/models/$model" --dummy-weights \
     "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
     --cudagraph-sizes "$list" --orders ${BENCH_ORDERS:-pkkp} \
-    --json "$res/h200-bench-run-$model-$sizes-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes.txt"
-  stage=bench-real-$model-$sizes
+    --json "$res/h200-bench-run-$model-$sizes$gc-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes$gc.txt"
+  stage=bench-real-$model-$sizes$gc
 elif [ "$stage" = profile-real ]; then
   # issue 31: where each phase's seconds go, one kvaudit boot of MODEL (graphs 1–64) with every phase of every
   # rank under cProfile (KVAUDIT_PROFILE_DIR, kvaudit/engines/stage_profile.py): <phase>-pid<N>.txt/.pstats
@@ -99,6 +102,18 @@ elif [ "$stage" = profile-real ]; then
     --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-profile-$model.json" \
     > "$res/profile-$model.txt" 2>&1
   stage=profile-real-$model
+elif [ "$stage" = gc-check ]; then
+  # issue 31: kvaudit's collections inside its own sections (kvaudit/engines/gc_sections.py), checked: one boot of
+  # MODEL with KVAUDIT_GC_SECTIONS=check, whose notes count what a full collection found after each young one
+  # (0 everywhere: the sections are exact on this path); then compare its KV with a plain `kvaudit run`'s
+  model=${2:?model}
+  mtp=(); [ "$model" = deepseek-v3-2layer-mtp ] && mtp=(--mtp 1)
+  KVAUDIT_GC_SECTIONS=check timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run \
+    --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 \
+    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-gc-check-$model.json" \
+    > "$res/gc-check-$model.txt" 2>&1
+  grep -o 'gc check ([^)]*): [^;]*; [^"]*missed' "$res/h200-gc-check-$model.json" | tee "$res/gc-check-$model-notes.txt"
+  stage=gc-check-$model
 elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load2-contended ] || [ "$stage" = load-repeat ] || [ "$stage" = load-repeat-cold ] || [ "$stage" = load-repeat-warm ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
   # --repeat 3 --cold and --repeat 3 on the 8B (load-repeat), the plain vLLM user path (user-path)

@@ -4,9 +4,9 @@ probe is made."""
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
+from kvaudit.engines import gc_sections
 from kvaudit.engines.probes import DeviceFacts, Reading
 from kvaudit.engines.probes.nvml import nvml_driver
 from kvaudit.engines.probes.snapshot import allocator_snapshot, pool_totals
@@ -30,7 +30,7 @@ class CudaProbe:
     def settle(self) -> None:
         """What vLLM does at its measurement points: collect garbage, return cached blocks."""
         self.sync()
-        gc.collect()
+        gc_sections.collect()
         self.torch.cuda.empty_cache()
 
     def graph_pool_bytes(self) -> int:

@@ -4,11 +4,11 @@ baseline (concurrent workers on the same node would otherwise land in this rank'
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 from pathlib import Path
 
+from kvaudit.engines import gc_sections
 from kvaudit.engines.probes import DeviceFacts, Reading
 
 _KB = 1024
@@ -113,7 +113,7 @@ class HostProbe:
         pass
 
     def settle(self) -> None:
-        gc.collect()
+        gc_sections.collect()
 
     def reset_peak(self) -> None:
         try:

@@ -1,0 +1,119 @@
+"""gc_sections: a section's collections walk only what was made inside it (issue 31's overhead
+work), keep a cycle that holds an older object until the section ends, and in check mode count
+what a full collection finds after each of them."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from kvaudit.engines import gc_sections
+
+
+class Node:
+    """A gc-tracked object that can hold itself in a cycle."""
+
+    def __init__(self) -> None:
+        self.me: Node | None = None
+
+
+def cycle() -> tuple[Node, weakref.ref[Node]]:
+    node = Node()
+    node.me = node
+    return node, weakref.ref(node)
+
+
+@pytest.fixture(autouse=True)
+def unfrozen():
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_unknown_or_unset_mode_is_off(monkeypatch):
+    monkeypatch.delenv(gc_sections.GC_SECTIONS_ENV, raising=False)
+    assert gc_sections.mode() == "off"
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "fast")
+    assert gc_sections.mode() == "off"
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, " Check ")
+    assert gc_sections.mode() == "check"
+
+
+def test_off_freezes_nothing(monkeypatch):
+    monkeypatch.delenv(gc_sections.GC_SECTIONS_ENV, raising=False)
+    with gc_sections.section("off") as tally:
+        assert tally is None
+        assert gc.get_freeze_count() == 0
+
+
+def test_a_cycle_made_inside_is_collected_inside(monkeypatch):
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "on")
+    with gc_sections.section("young"):
+        assert gc.get_freeze_count() > 0
+        node, ref = cycle()
+        del node
+        gc_sections.collect()
+        assert ref() is None
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_cycle_older_than_the_section_waits_for_its_end(monkeypatch):
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "on")
+    node, ref = cycle()
+    with gc_sections.section("old"):
+        del node
+        gc_sections.collect()
+        assert ref() is not None  # frozen with the heap: the section's collection does not walk it
+    gc.collect()
+    assert ref() is None
+
+
+def test_check_counts_what_the_sections_collections_missed(monkeypatch):
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
+    notes: list[str] = []
+    node, ref = cycle()
+    with gc_sections.section("old", notes.append) as tally:
+        assert tally is not None
+        del node
+        gc_sections.collect()
+        assert ref() is None  # the check's full collection freed it: readings stay exact
+        assert gc.get_freeze_count() > 0  # and the heap is frozen again for the next one
+        gc_sections.collect()
+    assert tally.collections == 2 and tally.missed >= 1  # the node (and its __dict__ where it has one)
+    assert notes == ["gc check (old): 2 collections inside the section; "
+                     f"a full collection after each found {tally.missed} objects they missed"]
+
+
+def test_check_finds_nothing_where_only_young_cycles_die(monkeypatch):
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
+    notes: list[str] = []
+    with gc_sections.section("young", notes.append) as tally:
+        node, ref = cycle()
+        del node
+        gc_sections.collect()
+        assert ref() is None
+    assert tally is not None and (tally.collections, tally.missed) == (1, 0)
+    assert notes[0].endswith("found 0 objects they missed")
+
+
+def test_a_frozen_heap_is_left_as_it_was(monkeypatch):
+    """vLLM freezes the heap itself (freeze_gc_heap, its capture context): a section opened then
+    does nothing, and its end does not unfreeze what vLLM froze."""
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "on")
+    gc.freeze()
+    with gc_sections.section("inside vLLM's") as tally:
+        assert tally is None
+    assert gc.get_freeze_count() > 0
+
+
+def test_a_section_inside_another_does_nothing(monkeypatch):
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
+    notes: list[str] = []
+    with gc_sections.section("outer", notes.append):
+        with gc_sections.section("inner", notes.append) as inner:
+            assert inner is None
+        assert gc.get_freeze_count() > 0
+    assert [n.split(")")[0] for n in notes] == ["gc check (outer"]
+    assert gc.get_freeze_count() == 0
