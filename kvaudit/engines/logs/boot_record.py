@@ -203,15 +203,17 @@ finished in 6 secs, took 0.22 GiB`, then the paste ends)."""
 
 
 def _captured_after_kv(boot: Boot) -> bool:
-    """Whether a file shows the graph capture finished (facts.GRAPH_CAPTURE) after its KV size, block
-    count or auto-fit (Model Runner V2 prints the same line for its graph estimate before KV sizing)."""
+    """Whether a file shows the graph capture finished (facts.GRAPH_CAPTURE, or GRAPH_USAGE: the
+    worker's `Free memory on device … for CUDAGraph memory` summary, printed after its capture) after
+    its KV size, block count or auto-fit (Model Runner V2 prints the capture line for its graph
+    estimate before KV sizing too). Real pastes round fourteen: four ranks' summaries, then the end."""
     sized = [(f.file, f.pos) for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])]
     sized += [(f.file, f.pos) for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_BLOCKS, [])]
     first: dict[int, int] = {}
     for file, pos in sized:
         first[file] = min(pos, first.get(file, pos))
-    return any(f.file in first and f.pos > first[f.file]
-               for r in boot.ranks.values() for f in r.facts.get(FactKind.GRAPH_CAPTURE, []))
+    return any(f.file in first and f.pos > first[f.file] for r in boot.ranks.values()
+               for kind in (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_USAGE) for f in r.facts.get(kind, []))
 
 
 def _ray_notes(boot: Boot) -> list[str]:

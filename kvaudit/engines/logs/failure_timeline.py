@@ -32,7 +32,16 @@ from kvaudit.engines.failures import (
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, Role, parse_line, proc_tag
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
-from kvaudit.engines.logs.scan import BOOT_DONE, FRAME_WINDOW, SERVER_UP, STATS, first_logged, last_logged, logged
+from kvaudit.engines.logs.scan import (
+    BOOT_DONE,
+    FRAME_WINDOW,
+    SERVER_UP,
+    SERVING,
+    STATS,
+    first_logged,
+    last_logged,
+    logged,
+)
 from kvaudit.engines.logs.unwrap import bounds, next_span
 from kvaudit.schema import PHASE_ORDER, Failure, FailureKind, Phase
 from kvaudit.units import fmt_gib
@@ -102,6 +111,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         if f.file not in boot_done:
             boot_done[f.file] = scan.serving_at
             served[f.file] = last_logged(scan.text, STATS)
+            boot_done[f.file] = _server_up_at(scan.text, boot_done[f.file])
         line = scan.text[slice(*bounds(scan.text, f.pos))]
         if line.lstrip(" \t\ufeff").startswith("#") and not logged(line):
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
@@ -160,6 +170,23 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
                          f"failed is not in the log (the lines after it say)"]
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+
+
+_API_SERVER = ("(APIServer pid=", "[APIServer pid=", "api_server.py:", "vLLM API server version")
+"""Signs of `vllm serve`'s API server process, whose own start follows the engine's."""
+
+
+def _server_up_at(text: str, serving_at: int) -> int:
+    """Where startup finished for the failures: `serving_at` (scan.serving_from), except where that
+    is the engine's BOOT_DONE in a log of `vllm serve` (an _API_SERVER sign before it): the server
+    still builds its app after the engine starts (tokenizer, chat template, tool parsers), and a
+    failure there is the boot's, so startup finishes at the first other SERVING line after it, else
+    past the end (real pastes round fourteen: gpt-oss-120b on 0.15.1, `openai_harmony.HarmonyError` after
+    the engine's init line, no `Application startup complete`, the workers told to exit)."""
+    if not text.startswith(BOOT_DONE, serving_at) or not any(0 <= text.find(m, 0, serving_at) for m in _API_SERVER):
+        return serving_at
+    found = [i for m in SERVING if m != BOOT_DONE and (i := text.find(m, serving_at)) >= 0]
+    return min(found) if found else len(text) + 1
 
 
 _EXCEPTION_LINE = re.compile(r"(?!Exception ignored in\b)(?:[A-Za-z_][\w.]{0,200}: |" + EXCEPTION_NAME + r"\s*$)")

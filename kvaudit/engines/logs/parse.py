@@ -34,6 +34,7 @@ from kvaudit.engines.logs.lines import (
 from kvaudit.engines.logs.scan import (
     EXCERPT_CHARS,
     FOLLOWERS,
+    LOGGED_HEAD_CHARS,
     Candidates,
     next_line_of,
     scan,
@@ -114,6 +115,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     split = 0
     if len(text) <= EXCERPT_CHARS:  # a paste (a whole log file keeps one record a line)
         text, split = split_joined_records(text)
+    text, restart = _last_server_start(where, text)
     cuts = fixed_column_cuts(text)
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
     cands = _with_cut_runs(text, cands, cuts)
@@ -151,7 +153,8 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     ray_ranks, ray_stated = _ray_ranks(ray, lines, 0 if ray and _is_v1(text) else 1)
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
                          ray_ranks, ray_stated,
-                         _split_note(where, split) + _cut_notes(where, cuts) + _time_goes_back(where, text, lines),
+                         restart + _split_note(where, split) + _cut_notes(where, cuts)
+                         + _time_goes_back(where, text, lines),
                          cuts.runs,
                          frozenset(tags.values()) | frozenset(worker_names(text)))
     if serving_at is not None:
@@ -324,6 +327,36 @@ def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLi
         return p
     logged = dataclasses.replace(bare[0].value, message=said[:LOG_MESSAGE_CHARS] + LOGGED_WITH)
     return ParsedLine(p.line, tuple(Fact(f.kind, logged) if f is bare[0] else f for f in p.facts))
+
+
+SERVER_START = ("vLLM API server version", "vLLM server version", "▀▄▀ █  version")
+"""`vllm serve`'s first line, once per start of the server: api_server.py's up to 0.11, then
+entrypoints' `vLLM server version …, serving model …` or its logo's version line (read where each
+of the logo's lines is logged, as vLLM's 0.1x print it; 0.34's logo is one multi-line record)."""
+
+
+def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
+    """The text from the last start of `vllm serve` on, and a note, where the file holds more than
+    one (logged SERVER_START lines, not all of one process): a script that starts the server again
+    after it died appends each start to one file, and the figures of the starts must not mix (real
+    pastes round fourteen: a start refused at 18:29 by the free-memory check, 13.58 GiB free, then
+    one at 18:36 that finished with 14.66 GiB free; the first's figure was read as the second's)."""
+    found: dict[int, int | None] = {}
+    for marker in SERVER_START:
+        i = text.find(marker)
+        while i >= 0:
+            start, end = bounds(text, i)
+            line = parse_line(text[start:min(end, start + LOGGED_HEAD_CHARS)], start)
+            if line.level is not None:
+                found[start] = line.pid
+            i = text.find(marker, end)
+    starts = sorted(found.items())
+    if len(starts) < 2 or len({pid for _, pid in starts}) == 1 and starts[0][1] is not None:
+        return text, ()
+    at = starts[-1][0]
+    line = text.count("\n", 0, at) + 1
+    return text[at:], (f"{where}: {len(starts)} starts of `vllm serve` (its version line); the report reads "
+                       f"the last, from line {line} on: the earlier ones' figures and failures are not in it",)
 
 
 def _split_note(where: str, split: int) -> tuple[str, ...]:

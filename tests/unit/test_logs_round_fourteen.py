@@ -1,0 +1,64 @@
+"""Real pastes, round fourteen (stop 47): committed log files and public excerpts, each test naming
+its source."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
+from kvaudit.schema import FailureKind, Verdict
+
+_DATA = Path(__file__).parent / "data" / "round_fourteen"
+
+
+def _text(name: str) -> str:
+    return (_DATA / name).read_text(encoding="utf-8")
+
+
+def test_the_api_server_dying_after_the_engine_started_is_the_boots_failure() -> None:
+    """parallelworks/activate-rag-vllm's vllm.out (0.15.1, gpt-oss-120b TP2): the engine's init line,
+    then the API server's traceback (`openai_harmony.HarmonyError`), no `Application startup
+    complete`, the workers told to exit. Before, this read `ok` with the crash as a note."""
+    report = report_from_log_text(_text("gpt_oss_harmony_after_engine.log"), "x")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.message.startswith("openai_harmony.HarmonyError: invalid tiktoken vocab file")
+    assert report.verdict is not Verdict.OK
+    assert not [w for w in report.warnings if w.startswith("after startup finished")]
+
+
+def test_a_failure_after_the_server_came_up_stays_a_note() -> None:
+    """The same file with the server's `Application startup complete.` before the traceback: the
+    boot finished, and what failed after it is a note."""
+    text = _text("gpt_oss_harmony_after_engine.log").replace(
+        "Traceback (most recent call last):",
+        "INFO:     Application startup complete.\n\x1b[0;36m(APIServer pid=21)\x1b[0;0m Traceback (most recent call last):", 1)
+    report = report_from_log_text(text, "x")
+    assert report.failure is None and report.verdict is Verdict.OK
+    assert [w for w in report.warnings if w.startswith("after startup finished: openai_harmony.HarmonyError")]
+
+
+def test_two_starts_of_the_server_in_one_file_are_read_as_the_last() -> None:
+    """mrpid12org/imageworks's nohup.out (0.10.2): a start refused by the free-memory check (13.58
+    GiB free), `vLLM server exited with status 1`, then a start that finished with 14.66 GiB free.
+    Before, the first start's free memory was read as the second's (headroom -0.01 GiB for +1.07)."""
+    report = report_from_log_text(_text("two_serve_starts.log"), "x")
+    assert report.failure is None and report.verdict is Verdict.OK
+    assert report.ranks[0].free_at_start_bytes == round(14.66 * 2**30)
+    assert ("x: 2 starts of `vllm serve` (its version line); the report reads the last, from line 8 on: the "
+            "earlier ones' figures and failures are not in it") in report.warnings
+
+
+def test_one_start_gets_no_note_of_starts() -> None:
+    second = "".join(_text("two_serve_starts.log").splitlines(keepends=True)[7:])
+    report = report_from_log_text(second, "x")
+    assert report.ranks[0].free_at_start_bytes == round(14.66 * 2**30)
+    assert not [w for w in report.warnings if "starts of `vllm serve`" in w]
+
+
+def test_the_workers_memory_summary_shows_the_capture_done() -> None:
+    """kubesimplify's blog post (0.27.1, Qwen3-235B-A22B FP8, TP4): the excerpt ends on each rank's
+    `Free memory on device … 0.32 GiB for CUDAGraph memory` line, which the worker prints after its
+    capture: the warning must not say the capture is missing."""
+    report = report_from_log_text(_text("graph_summary_then_end.log"), "x")
+    assert UNFINISHED_PAST_CAPTURE in report.warnings
+    assert UNFINISHED not in report.warnings
