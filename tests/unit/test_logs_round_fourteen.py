@@ -62,3 +62,15 @@ def test_the_workers_memory_summary_shows_the_capture_done() -> None:
     report = report_from_log_text(_text("graph_summary_then_end.log"), "x")
     assert UNFINISHED_PAST_CAPTURE in report.warnings
     assert UNFINISHED not in report.warnings
+
+
+def test_a_start_that_prints_its_version_twice_is_one_start() -> None:
+    """A start may print its version line and the logo's version line (0.1x logs each logo line):
+    one process's run of them is one start."""
+    lines = _text("two_serve_starts.log").splitlines(keepends=True)
+    logo = "\x1b[1;36m(APIServer pid={pid})\x1b[0;0m INFO 09-30 18:28:54 [utils.py:325]  █ ▀▄▀ █  version 0.10.2\n"
+    text = "".join([lines[0], logo.format(pid=941339), *lines[1:8], logo.format(pid=943457), *lines[8:]])
+    report = report_from_log_text(text, "x")
+    assert [w.split(";")[0] for w in report.warnings if "starts of `vllm serve`" in w] == [
+        "x: 2 starts of `vllm serve` (its version line)"]
+    assert report.ranks[0].free_at_start_bytes == round(14.66 * 2**30)

@@ -35,6 +35,7 @@ from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_pr
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
     FRAME_WINDOW,
+    SERVER_START,
     SERVER_UP,
     SERVING,
     STATS,
@@ -172,7 +173,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
 
 
-_API_SERVER = ("(APIServer pid=", "[APIServer pid=", "api_server.py:", "vLLM API server version")
+_API_SERVER = ("(APIServer pid=", "[APIServer pid=", "api_server.py:", *SERVER_START)
 """Signs of `vllm serve`'s API server process, whose own start follows the engine's."""
 
 

@@ -35,6 +35,7 @@ from kvaudit.engines.logs.scan import (
     EXCERPT_CHARS,
     FOLLOWERS,
     LOGGED_HEAD_CHARS,
+    SERVER_START,
     Candidates,
     next_line_of,
     scan,
@@ -329,12 +330,6 @@ def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLi
     return ParsedLine(p.line, tuple(Fact(f.kind, logged) if f is bare[0] else f for f in p.facts))
 
 
-SERVER_START = ("vLLM API server version", "vLLM server version", "▀▄▀ █  version")
-"""`vllm serve`'s first line, once per start of the server: api_server.py's up to 0.11, then
-entrypoints' `vLLM server version …, serving model …` or its logo's version line (read where each
-of the logo's lines is logged, as vLLM's 0.1x print it; 0.34's logo is one multi-line record)."""
-
-
 def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     """The text from the last start of `vllm serve` on, and a note, where the file holds more than
     one (logged SERVER_START lines, not all of one process): a script that starts the server again
@@ -350,7 +345,9 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
             if line.level is not None:
                 found[start] = line.pid
             i = text.find(marker, end)
-    starts = sorted(found.items())
+    # one start may print two of the markers (a version line and the logo): a process's run is one
+    ordered = sorted(found.items())
+    starts = [(at, pid) for n, (at, pid) in enumerate(ordered) if n == 0 or pid is None or pid != ordered[n - 1][1]]
     if len(starts) < 2 or len({pid for _, pid in starts}) == 1 and starts[0][1] is not None:
         return text, ()
     at = starts[-1][0]

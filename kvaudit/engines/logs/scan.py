@@ -465,6 +465,12 @@ def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tu
     return bounds(text, min(found)) if found else None
 
 
+SERVER_START = ("vLLM API server version", "vLLM server version", "▀▄▀ █  version")
+"""`vllm serve`'s first line, once per start of the server: api_server.py's up to 0.11, then
+entrypoints' `vLLM server version …, serving model …` or its logo's version line (read where each
+of the logo's lines is logged, as vLLM's 0.1x print it; 0.34's logo is one multi-line record)."""
+
+
 BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
 """v1/engine/core.py `_initialize_kv_caches`' last line: after it, a failure is not the boot's."""
 STATS = "Avg prompt throughput"
