@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
-from kvaudit.schema import FailureKind, Verdict
+from kvaudit.schema import FailureKind, Owner, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_fourteen"
 
@@ -74,3 +74,17 @@ def test_a_start_that_prints_its_version_twice_is_one_start() -> None:
     assert [w.split(";")[0] for w in report.warnings if "starts of `vllm serve`" in w] == [
         "x: 2 starts of `vllm serve` (its version line)"]
     assert report.ranks[0].free_at_start_bytes == round(14.66 * 2**30)
+
+
+def test_an_estimate_vllm_did_not_charge_leaves_the_pool_to_the_capture() -> None:
+    """sridhar1804/local-ai's logs/vllm.log (0.19.1, Phi-3-mini): `Estimated CUDA graph memory: 0.51
+    GiB total`, then "In v0.19, CUDA graph memory profiling will be enabled by default … To try it
+    now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1": not charged when KV was sized; the capture
+    took 0.46 GiB. Before, the pool read 0.51 (the larger) with nothing said."""
+    report = report_from_log_text(_text("estimate_not_charged_0191.log"), "x")
+    rank = report.ranks[0]
+    assert rank.graph_pool_estimate_bytes == round(0.51 * 2**30)  # the log's estimate, as the contract keeps it
+    assert rank.owners[Owner.GRAPH_POOL] == rank.graph_pool_actual_bytes == round(0.46 * 2**30)
+    assert ("rank 0: vLLM profiled 0.51 GiB of CUDA graph memory but did not charge it when it sized the KV cache "
+            "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off); capture took 0.46 GiB: those bytes were not "
+            "budgeted") in report.warnings

@@ -140,7 +140,11 @@ class LogBoot:
             give_check_figures_to_rank_0(boot)
         notes += give_autofit_figure(boot, world)
         runner = _runner(boot)
-        disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0"
+        # the graph estimate profiled, not charged: the variable at 0, or before 0.19 its default
+        # ("In v0.19, CUDA graph memory profiling will be enabled by default …", FactKind.ADVISORY_DISABLED)
+        disabled = _env(boot).get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS") == "0" or any(
+            r.has(FactKind.ADVISORY_DISABLED) for r in boot.ranks.values()) or bool(
+            boot.engine.get(FactKind.ADVISORY_DISABLED))
         rank_notes: list[str] = []
         version = engine_first(boot.engine, FactKind.VERSION)
         after_warmup = extensible.sized_after_warmup(boot.ranks, version, disabled, config.gpu_memory_utilization)

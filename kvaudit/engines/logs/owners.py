@@ -181,8 +181,17 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         # what the sizing kept free for the warmup's transients (vLLM's "Actual usage" peak is the profile's)
         activation = _first_known(r.last(FactKind.KV_KEPT_TRANSIENT), activation)
         suggested = None  # computed at GMU 1.0 against the device's total in this mode (extensible.note)
+    # the estimate profiled and printed, not charged when the KV cache was sized (gpu_worker.py: cg_applied 0):
+    # the pool is what the capture took, where the log shows it (else, as always, the larger of the two)
+    not_charged = no_estimate and bool(graphs.estimate) and not after_warmup
+    if not_charged:
+        notes.append(f"rank {rank}: vLLM profiled {fmt_gib(graphs.estimate)} of CUDA graph memory but did not "
+                     f"charge it when it sized the KV cache (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off)"
+                     + (f"; capture took {fmt_gib(graphs.actual)}: those bytes were not budgeted"
+                        if graphs.actual else ""))
     readings = {Owner.WEIGHTS: r.first(FactKind.WEIGHTS), Owner.ACTIVATION_PEAK: activation,
-                Owner.NON_TORCH: r.last(FactKind.NON_TORCH), Owner.KV_CACHE: kv_cache}
+                Owner.NON_TORCH: r.last(FactKind.NON_TORCH), Owner.KV_CACHE: kv_cache,
+                Owner.GRAPH_POOL: graphs.actual if not_charged else None}
     for owner in NEVER_NEGATIVE:  # a garbled or doctored figure: no memory is below zero
         if (value := readings[owner]) is not None and value < 0:
             notes.append(f"rank {rank}: the log states {owner.value} {fmt_gib(value)}, below zero, which no memory "
