@@ -88,3 +88,24 @@ def test_an_estimate_vllm_did_not_charge_leaves_the_pool_to_the_capture() -> Non
     assert ("rank 0: vLLM profiled 0.51 GiB of CUDA graph memory but did not charge it when it sized the KV cache "
             "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off); capture took 0.46 GiB: those bytes were not "
             "budgeted") in report.warnings
+
+
+def test_a_restart_that_states_nothing_yet_leaves_the_start_that_died() -> None:
+    """Round fifteen, a `journalctl -u vllm-assistant` paste (0.15.1): the start dies at KV sizing
+    (3.0 GiB needed, 1.87 available), systemd restarts the service, and the paste ends on the new
+    start's banner. Read from the last start on, the report had nothing; it reads the one that died."""
+    report = report_from_log_text(_text("journal_restart_after_death.log"), "x")
+    assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT
+    assert report.capacity.max_feasible_model_len == 10224
+    assert ("x: 2 starts of `vllm serve` (its version line); the report reads start 1, lines 1–8, the last that "
+            "states a memory figure or a failure: the later ones' lines state neither") in report.warnings
+
+
+def test_records_shortened_to_level_and_colon_are_read() -> None:
+    """Round fifteen, a deployment hand-off note (PP=2, a nightly): the traceback's records keep the
+    process tag and `ERROR:` only (`(Worker_PP1 pid=297) ERROR: torch.AcceleratorError: …`). Before,
+    no failure was read from them."""
+    report = report_from_log_text(_text("level_colon_records.log"), "x")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.message == "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    assert report.failure.rank == 1

@@ -39,6 +39,9 @@ _RECORD_HEAD = (r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(" + RECORD_TIME + 
                 r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]")
 """vLLM's record head: `INFO 08-04 07:35:11 [core.py:515]` (V0: `core.py:515]`, no opening bracket)."""
 _HEAD = re.compile(r"\s*" + _RECORD_HEAD + r"\s?")
+_LEVEL_COLON = re.compile(r"\s?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL): ")
+"""A tagged record whose head the paste shortened to the level and a colon (`(Worker_PP1 pid=297)
+ERROR: torch.AcceleratorError: …`, real pastes round fifteen), as Python logging's own `LEVEL:`."""
 _UNTAGGED_HEAD = re.compile(_RECORD_HEAD + r"\s?")
 
 # A pasted excerpt often keeps only `[file.py:N] message`, or the level and file without a time;
@@ -140,6 +143,9 @@ def parse_line(segment: str, pos: int) -> LogLine:
         if rest is not None:
             return LogLine(pos, process_key(tag), tag.group(1), _level(rest.group(1)), rest.group(3),
                            segment[rest.end():].strip())
+        if (short := _LEVEL_COLON.match(segment, tag.end())) is not None:
+            return LogLine(pos, process_key(tag), tag.group(1), _level(short.group(1)), None,
+                           segment[short.end():].strip())
         # Older releases prefixed raw worker stdout/stderr too (tracebacks, prints).
         return LogLine(pos, process_key(tag), tag.group(1), None, None, segment[tag.end():].strip())
     rest = _UNTAGGED_HEAD.search(head)

@@ -350,10 +350,24 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     starts = [(at, pid) for n, (at, pid) in enumerate(ordered) if n == 0 or pid is None or pid != ordered[n - 1][1]]
     if len(starts) < 2 or len({pid for _, pid in starts}) == 1 and starts[0][1] is not None:
         return text, ()
-    at = starts[-1][0]
-    line = text.count("\n", 0, at) + 1
-    return text[at:], (f"{where}: {len(starts)} starts of `vllm serve` (its version line); the report reads "
-                       f"the last, from line {line} on: the earlier ones' figures and failures are not in it",)
+    edges = [at for at, _ in starts] + [len(text)]
+    # the last start that states a figure or a failure: a restart the paste ends in (systemd's, seconds
+    # after the death, its banner the last lines: round fifteen) has not got to either yet
+    chosen = next((n for n in range(len(starts) - 1, 0, -1) if _states_anything(text[edges[n]:edges[n + 1]])), 0)
+    at, end = edges[chosen], edges[chosen + 1]
+    first, last = text.count("\n", 0, at) + 1, text.count("\n", 0, end) + (end == len(text))
+    if chosen == len(starts) - 1:
+        return text[at:], (f"{where}: {len(starts)} starts of `vllm serve` (its version line); the report reads "
+                           f"the last, from line {first} on: the earlier ones' figures and failures are not in it",)
+    earlier = ", and the earlier ones' figures and failures are not in it" if chosen else ""
+    return text[at:end], (f"{where}: {len(starts)} starts of `vllm serve` (its version line); the report reads start "
+                          f"{chosen + 1}, lines {first}–{last}, the last that states a memory figure or a failure: "
+                          f"the later ones' lines state neither{earlier}",)
+
+
+def _states_anything(text: str) -> bool:
+    """Whether a start's lines state a memory figure or a failure (read as a file of their own)."""
+    return any(f.kind in RANK_KINDS or f.kind is FactKind.FAILURE for p in parse_file(text, "").lines for f in p.facts)
 
 
 def _split_note(where: str, split: int) -> tuple[str, ...]:
