@@ -170,6 +170,12 @@ enable_chunked_prefill are extensions."""
 COMPARED_KNOBS = tuple(k for k in MODELLED_KEYS if k != "load_format")
 """The knobs `kvaudit diff` compares: a run on dummy weights is comparable with one on real weights."""
 
+OUTER_PARALLEL_SIZES = (("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"),
+                        ("pcp", "prefill_context_parallel_size"))
+"""Parallel sizes a report keeps in its config's extra args (short name, key), where above 1: the
+headline shows them and `kvaudit diff` compares them beside COMPARED_KNOBS (absent from a run's: 1;
+from a log's: not stated)."""
+
 _FIELD_TYPES = typing.get_type_hints(AuditConfig)
 
 

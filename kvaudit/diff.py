@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from kvaudit.config import COMPARED_KNOBS
+from kvaudit.config import COMPARED_KNOBS, OUTER_PARALLEL_SIZES
 from kvaudit.errors import FindingError, UsageError
 from kvaudit.schema import (
     NON_KV_OWNERS,
@@ -64,7 +64,21 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
             av, bv = av.rstrip("/").rsplit("/", 1)[-1], bv.rstrip("/").rsplit("/", 1)[-1]
         if av != bv:
             out.append(KnobDifference(knob, _plain(getattr(a.config, knob)), _plain(getattr(b.config, knob))))
+    for _, key in OUTER_PARALLEL_SIZES:  # extra args: a log that does not say is unknown, a run's absent is 1
+        av, bv = (_outer_size(r, key) for r in (a, b))
+        if av is None or bv is None:
+            if (av is None) != (bv is None):
+                one_sided.append(KnobDifference(key, av, bv))
+        elif av != bv:
+            out.append(KnobDifference(key, av, bv))
     return out, one_sided
+
+
+def _outer_size(report: Report, key: str) -> int | None:
+    value = (report.config.extra_args or {}).get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None if report.source is Source.LOG else 1
 
 
 def _plain(v: Any) -> Any:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 
 from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, safe_kv_bytes
+from kvaudit.config import OUTER_PARALLEL_SIZES
 from kvaudit.plan_schema import on_cpu
 from kvaudit.schema import (
     NON_KV_OWNERS,
@@ -31,10 +32,6 @@ def rank_name(rank: int | None, index: int) -> str:
     return f"rank {rank}" if rank is not None else f"ranks[{index}]"
 
 
-_OUTER_SIZES = (("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"))
-"""Parallel sizes a report keeps in its config's extra args: in the headline where above 1."""
-
-
 def headline(report: Report) -> str:
     c, e = report.config, report.engine
     parts = [f"kvaudit {report.source.value}"]
@@ -46,7 +43,7 @@ def headline(report: Report) -> str:
         parts.append(model_name(c.model))
     extra = c.extra_args or {}
     knobs = [f"tp {c.tensor_parallel_size}" if c.tensor_parallel_size else "",
-             *(f"{short} {extra[key]}" for short, key in _OUTER_SIZES
+             *(f"{short} {extra[key]}" for short, key in OUTER_PARALLEL_SIZES
                if isinstance(extra.get(key), int) and extra[key] > 1),
              f"dcp {c.decode_context_parallel_size}" if (c.decode_context_parallel_size or 1) > 1 else "",
              f"{c.speculative_method} {c.num_speculative_tokens}" if c.speculative_method else "",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvaudit.diff import diff_reports
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
-from kvaudit.schema import FailureKind, Owner, Verdict
+from kvaudit.schema import FailureKind, KnobDifference, Owner, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_fourteen"
 
@@ -109,3 +110,19 @@ def test_records_shortened_to_level_and_colon_are_read() -> None:
     assert report.failure is not None and report.failure.kind is FailureKind.CRASH
     assert report.failure.message == "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
     assert report.failure.rank == 1
+
+
+def test_diff_compares_pipeline_parallel_sizes() -> None:
+    """Round fifteen: a blog's PP=2 excerpt (`--pipeline-parallel-size 2`, Worker_PP0/PP1) against
+    another setup: `kvaudit diff` named tp and max_model_len and never pp. Two logs that state two
+    sizes are not comparable; a log that does not state it is listed as one-sided."""
+    pp2 = report_from_log_text(_text("pp2_blog_excerpt.log"), "a")
+    pp4 = report_from_log_text(_text("pp2_blog_excerpt.log").replace("--pipeline-parallel-size 2",
+                                                                      "--pipeline-parallel-size 4"), "b")
+    assert pp2.config.extra_args["pipeline_parallel_size"] == 2
+    assert pp4.config.extra_args["pipeline_parallel_size"] == 4
+    both = diff_reports(pp2, pp4)
+    assert KnobDifference("pipeline_parallel_size", 2, 4) in both.knob_differences and not both.comparable
+    unstated = report_from_log_text(_text("two_serve_starts.log"), "c")
+    one = diff_reports(pp2, unstated)
+    assert KnobDifference("pipeline_parallel_size", 2, None) in (one.one_sided_knobs or ())

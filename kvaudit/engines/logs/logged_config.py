@@ -5,7 +5,7 @@ parallel sizes (layout.py: stated, implied by the worker names, or only bounded 
 
 from __future__ import annotations
 
-from kvaudit.config import AuditConfig
+from kvaudit.config import OUTER_PARALLEL_SIZES, AuditConfig
 from kvaudit.engines.logs.facts import FactKind, in_log_range
 from kvaudit.engines.logs.knobs import knobs_from_args, non_default_args
 from kvaudit.engines.logs.layout import Layout
@@ -66,8 +66,7 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         "enable_chunked_prefill", "load_format")}
     # A knob no engine runs with (a garbled or doctored line) is not known.
     fields = {k: v if in_log_range(v) else None for k, v in fields.items()}
-    for dim, key in (("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"),
-                     ("pcp", "prefill_context_parallel_size")):
+    for dim, key in OUTER_PARALLEL_SIZES:
         value = boot_sizes.size(dim)
         if value is not None and value != 1 and key not in extra:
             extra[key] = value
