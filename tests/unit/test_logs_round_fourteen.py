@@ -126,3 +126,23 @@ def test_diff_compares_pipeline_parallel_sizes() -> None:
     unstated = report_from_log_text(_text("two_serve_starts.log"), "c")
     one = diff_reports(pp2, unstated)
     assert KnobDifference("pipeline_parallel_size", 2, None) in (one.one_sided_knobs or ())
+
+
+def test_two_compose_services_are_two_vllms() -> None:
+    """Round fifteen, a `docker compose logs` paste of two services (qwen3.5-9b started with 2.43 GiB
+    of KV; qwen3.5-4b died with -8.59 GiB), both `EngineCore_DP0 pid=132` in their own containers:
+    read as one rank, the report said "-8.59 GiB … = 39,072 tokens" and no failure."""
+    report = report_from_log_text(_text("compose_two_services.log"), "x")
+    assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT
+    assert report.ranks[0].owners[Owner.WEIGHTS] == round(3.85 * 2**30)
+    assert ("x: the lines of 2 docker compose services (qwen3.5-9b, qwen3.5-4b), each a vLLM of its own; the report "
+            "reads qwen3.5-4b's, the first that states a failure: pass qwen3.5-9b's lines on their own "
+            "(`docker compose logs qwen3.5-9b`)") in report.warnings
+
+
+def test_one_boot_across_compose_services_is_not_split() -> None:
+    """A headless node's workers under a service of their own name each rank's process apart: one boot."""
+    text = _text("compose_two_services.log").replace("qwen3.5-4b  | (EngineCore_DP0 pid=132)",
+                                                     "node-b      | (Worker_DP1 pid=77)")
+    report = report_from_log_text(text, "x")
+    assert not [w for w in report.warnings if "docker compose services" in w]

@@ -25,6 +25,7 @@ from kvaudit.engines.logs.lines import (
     RECORD_TIME,
     TAG_SEARCH_CHARS,
     LogLine,
+    has_prefix,
     looks_like_vllm,
     parse_line,
     proc_tag,
@@ -116,6 +117,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     split = 0
     if len(text) <= EXCERPT_CHARS:  # a paste (a whole log file keeps one record a line)
         text, split = split_joined_records(text)
+    text, service = _one_compose_service(where, text)
     text, restart = _last_server_start(where, text)
     cuts = fixed_column_cuts(text)
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
@@ -154,7 +156,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     ray_ranks, ray_stated = _ray_ranks(ray, lines, 0 if ray and _is_v1(text) else 1)
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
                          ray_ranks, ray_stated,
-                         restart + _split_note(where, split) + _cut_notes(where, cuts)
+                         service + restart + _split_note(where, split) + _cut_notes(where, cuts)
                          + _time_goes_back(where, text, lines),
                          cuts.runs,
                          frozenset(tags.values()) | frozenset(worker_names(text)))
@@ -363,6 +365,47 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     return text[at:end], (f"{where}: {len(starts)} starts of `vllm serve` (its version line); the report reads start "
                           f"{chosen + 1}, lines {first}–{last}, the last that states a memory figure or a failure: "
                           f"the later ones' lines state neither{earlier}",)
+
+
+_COMPOSE = re.compile(r"(?:\x1b\[[\d;]{0,16}m)?([A-Za-z0-9][\w.\-]{0,63}) +\|(?:\x1b\[[\d;]{0,16}m)? ")
+"""`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured)."""
+
+
+def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
+    """One service's lines and a note, where `docker compose` lines of more than one service hold
+    vLLM records and two show one process name and pid: each container numbers its own processes,
+    so those are vLLMs of their own, not one boot (a boot that spans services, a headless node's
+    workers, names each rank's process apart) (real pastes round fifteen: qwen3.5-9b started, then
+    qwen3.5-4b died with -8.59 GiB for KV, both as EngineCore_DP0 pid=132). The service read is the
+    first whose lines state a failure, else the first that states a memory figure, else the first;
+    lines with no service prefix stay with it."""
+    lines = text.splitlines(keepends=True)
+    owner: list[str | None] = []
+    services: dict[str, None] = {}
+    printers: dict[tuple[str, int], set[str]] = {}  # (process name, pid) → the services it prints under
+    for line in lines:
+        m = _COMPOSE.match(line)
+        owner.append(m.group(1) if m is not None else None)
+        if m is None or not has_prefix(line[m.end():]):
+            continue  # not a vLLM record (another container's line, a raw traceback line)
+        services.setdefault(m.group(1))
+        if (tag := tag_of(line[m.end():])) is not None:
+            printers.setdefault(tag, set()).add(m.group(1))
+    # one boot may span services (a headless node's workers, each rank its own process name): two
+    # vLLMs show as one process name and pid under two services (each container numbers its own:
+    # both API servers are pid 1)
+    if len(services) < 2 or not any(len(s) > 1 for s in printers.values()):
+        return text, ()
+    texts = {name: "".join(line for line, o in zip(lines, owner) if o in (name, None)) for name in services}
+    facts = {name: {f.kind for p in parse_file(t, "").lines for f in p.facts} for name, t in texts.items()}
+    chosen = next((n for n in services if FactKind.FAILURE in facts[n]),
+                  next((n for n in services if facts[n] & RANK_KINDS), next(iter(services))))
+    others = [n for n in services if n != chosen]
+    return texts[chosen], (f"{where}: the lines of {len(services)} docker compose services ({', '.join(services)}), "
+                           f"each a vLLM of its own; the report reads {chosen}'s, the first that "
+                           + ("states a failure" if FactKind.FAILURE in facts[chosen] else "states a memory figure"
+                              if facts[chosen] & RANK_KINDS else "prints")
+                           + f": pass {', '.join(others)}'s lines on their own (`docker compose logs {others[0]}`)",)
 
 
 def _states_anything(text: str) -> bool:
