@@ -146,3 +146,11 @@ def test_one_boot_across_compose_services_is_not_split() -> None:
                                                      "node-b      | (Worker_DP1 pid=77)")
     report = report_from_log_text(text, "x")
     assert not [w for w in report.warnings if "docker compose services" in w]
+
+
+def test_grep_line_numbers_that_skip_are_separate_lines() -> None:
+    """Round fifteen, `journalctl … | grep -n` (0.15.1): `9:Feb 26 … ValueError: Free memory on device
+    …`, then `67:` and `70:` systemd lines, which were glued onto the failure's message."""
+    failure = report_from_log_text(_text("grep_n_journal.log"), "x").failure
+    assert failure is not None and failure.kind is FailureKind.STARTUP_MEMORY
+    assert failure.message.endswith("Decrease GPU memory utilization or reduce GPU memory used by other processes.")

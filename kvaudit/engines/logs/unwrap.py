@@ -65,6 +65,10 @@ _ELISION = re.compile(r"[ \t]*(?:\.{3,}|…+|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)
 """A line that is only the paste's mark of lines left out (`...`, `…`, `[...]`, `<snip>`): it ends
 the record above it, whose message is not the mark (vllm-ascend paste, round twelve:
 `EngineCore failed to start. ...`)."""
+_GREP_LINE = re.compile(r"[ \t]{0,4}(\d{1,9})[:-](?=\S)")
+"""`grep -n`'s line number before each line it prints (`-` on a context line): two lines whose
+numbers are not consecutive were not next to each other in the file (real pastes round fifteen:
+`9:Feb 26 … ValueError: …`, then `67:Feb 26 … systemd[1669]: … Main process exited`)."""
 _PROGRESS = re.compile(r"[ \t]{0,8}(?:[^|\n]{0,60}\|){0,2}[ \t]{0,4}\d{1,9}/\d{1,9} \[\d{1,4}:\d\d(?::\d\d)?<")
 """A tqdm bar's redraw as a line of its own (`  | 26/35 [00:20<00:06,  1.34it/s]Capturing CUDA graph
 shapes: …`, where a terminal's carriage returns became line breaks; a frame's ` | ` cleaned off or
@@ -230,6 +234,9 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
     if _blank(line) or is_head(line):
         return False
     if _PROGRESS.match(line):  # a progress bar's redraw, not the record's words
+        return False
+    if (number := _GREP_LINE.match(line)) and (before := _GREP_LINE.match(prev)) \
+            and int(number.group(1)) != int(before.group(1)) + 1:
         return False
     if _ELISION.fullmatch(line):  # unless a fixed-column cut fell right before a message's own `...`
         return len(prev) >= MIN_WRAP_WIDTH and len(prev) == width()
