@@ -154,3 +154,21 @@ def test_grep_line_numbers_that_skip_are_separate_lines() -> None:
     failure = report_from_log_text(_text("grep_n_journal.log"), "x").failure
     assert failure is not None and failure.kind is FailureKind.STARTUP_MEMORY
     assert failure.message.endswith("Decrease GPU memory utilization or reduce GPU memory used by other processes.")
+
+
+def test_ray_folding_a_bars_redraws_counts_no_workers() -> None:
+    """Round fifteen, an AMD blog's Ray TP=2 boot (0.9.2, ROCm): `Capturing CUDA graphs: 51%|… 34/67
+    […] [repeated 34x across cluster]` folds one bar's redraws; both workers' KV lines are in the
+    log. The note said 34 more workers' figures were missing."""
+    report = report_from_log_text(_text("ray_bar_redraws_folded.log"), "x")
+    assert not [w for w in report.warnings if w.startswith("Ray folded lines")]
+    assert len(report.ranks) == 2
+
+
+def test_ray_folding_a_logged_line_still_counts_workers() -> None:
+    text = _text("ray_bar_redraws_folded.log").replace(
+        "Capturing CUDA graphs:  51%|█████     | 34/67 [00:10<00:09,  3.34it/s] [repeated 34x across cluster]",
+        "(RayWorkerWrapper pid=304442) INFO 07-25 02:40:06 [pynccl.py:69] vLLM is using nccl==2.21.5 "
+        "[repeated 34x across cluster]")
+    report = report_from_log_text(text, "x")
+    assert [w for w in report.warnings if w.startswith("Ray folded lines of other workers (`[repeated 34x")]

@@ -878,10 +878,14 @@ def _call_phase(msg: str) -> Iterable[Fact]:
 # "[repeated Nx across cluster]", ignoring the words with digits in them: the folded workers'
 # figures may differ and are not in the log.
 _RAY_FOLDED = re.compile(r"\[repeated (\d{1,9})x across cluster\]")
+# A progress bar's redraws are folded too, one worker's as much as many (real pastes round fifteen:
+# `Capturing CUDA graphs:  51%|█████ | 34/67 [00:10<00:09,  3.34it/s] [repeated 34x across cluster]`
+# on a TP=2 boot whose two workers' figures are both in the log): that count is no count of workers.
+_BAR_REDRAW = re.compile(r"\d{1,9}/\d{1,9} \[\d{1,4}:\d\d")
 
 
 def _ray(msg: str) -> Iterable[Fact]:
-    if m := _RAY_FOLDED.search(msg):
+    if (m := _RAY_FOLDED.search(msg)) and not _BAR_REDRAW.search(msg, 0, m.start()):
         yield Fact(FactKind.RAY_FOLDED, int(m.group(1)))
 
 
