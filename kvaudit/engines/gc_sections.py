@@ -11,13 +11,16 @@ The readings are exact where no such cycle dies inside the section, which is why
 off unless `KVAUDIT_GC_SECTIONS` says otherwise:
 
 - `on`: the sections run;
-- `check`: they run, and each collection inside is followed by a full one whose finds are
-  counted (objects the section's collection missed); the section's note says how many. Zero at
-  every collection of a boot proves that boot's path; the readings stay exact either way.
+- `check`: they run, and each settle's collection inside is followed by a full one whose finds
+  are counted (objects the section's collection missed), and so is the section's end (vLLM's own
+  collections inside are checked there); the section's note says how many. Zero at every check
+  of a boot proves that boot's path; the readings stay exact either way.
 
 vLLM's own capture context unfreezes the whole heap on its way out
 (gc_utils.freeze_gc_for_cudagraph_capture): from there to the section's end the collections are
-full again. A section opened while the heap is frozen (by vLLM, or an outer section) does nothing.
+full again. A section opened while the heap is frozen (by vLLM, or an outer section) does nothing;
+its end unfreezes the whole heap, so nothing inside it may freeze the heap to keep it frozen (no
+vLLM 0.34 path in a section does).
 """
 
 from __future__ import annotations
@@ -71,15 +74,19 @@ def section(name: str, note: Callable[[str], None] | None = None) -> Iterator[Ta
         yield None
         return
     gc.collect()
-    gc.freeze()
     tally = Tally()
-    _open, _checking = tally, chosen == "check"
+    checking = chosen == "check"
     try:
-        yield tally if _checking else None
+        gc.freeze()
+        _open, _checking = tally, checking
+        yield tally if checking else None
     finally:
-        checking = _checking
         _open, _checking = None, False
         gc.unfreeze()
-        if checking and note is not None:
-            note(f"gc check ({name}): {tally.collections} collections inside the section; "
+    if checking:
+        # and at the end: a section may hold no settle of kvaudit's, only vLLM's own collections
+        tally.missed += gc.collect()
+        tally.collections += 1
+        if note is not None:
+            note(f"gc check ({name}): {tally.collections} collections checked, the section's end included; "
                  f"a full collection after each found {tally.missed} objects they missed")

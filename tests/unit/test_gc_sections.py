@@ -81,8 +81,8 @@ def test_check_counts_what_the_sections_collections_missed(monkeypatch):
         assert ref() is None  # the check's full collection freed it: readings stay exact
         assert gc.get_freeze_count() > 0  # and the heap is frozen again for the next one
         gc_sections.collect()
-    assert tally.collections == 2 and tally.missed >= 1  # the node (and its __dict__ where it has one)
-    assert notes == ["gc check (old): 2 collections inside the section; "
+    assert tally.collections == 3 and tally.missed >= 1  # the node (and its __dict__ where it has one)
+    assert notes == ["gc check (old): 3 collections checked, the section's end included; "
                      f"a full collection after each found {tally.missed} objects they missed"]
 
 
@@ -94,8 +94,22 @@ def test_check_finds_nothing_where_only_young_cycles_die(monkeypatch):
         del node
         gc_sections.collect()
         assert ref() is None
-    assert tally is not None and (tally.collections, tally.missed) == (1, 0)
+    assert tally is not None and (tally.collections, tally.missed) == (2, 0)
     assert notes[0].endswith("found 0 objects they missed")
+
+
+def test_the_end_checks_a_section_with_no_settle(monkeypatch):
+    """vLLM's own gc.collect() inside a section (its profiling teardown) walks only what is young
+    too: the section's end checks what that missed."""
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
+    notes: list[str] = []
+    node, ref = cycle()
+    with gc_sections.section("warmup", notes.append) as tally:
+        del node
+        gc.collect()  # not a settle: unchecked
+        assert ref() is not None
+    assert ref() is None
+    assert tally is not None and tally.collections == 1 and tally.missed >= 1
 
 
 def test_a_frozen_heap_is_left_as_it_was(monkeypatch):

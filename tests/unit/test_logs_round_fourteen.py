@@ -172,3 +172,36 @@ def test_ray_folding_a_logged_line_still_counts_workers() -> None:
         "[repeated 34x across cluster]")
     report = report_from_log_text(text, "x")
     assert [w for w in report.warnings if w.startswith("Ray folded lines of other workers (`[repeated 34x")]
+
+
+def test_a_containers_restart_is_a_start_of_its_own() -> None:
+    """Review: in a container every start's API server is pid 1; two starts of one pid, each with
+    its own version line, are two starts (the refused one's 13.58 GiB free was read)."""
+    report = report_from_log_text(_text("review_docker_restart_pid1.log"), "x")
+    assert report.ranks[0].free_at_start_bytes == round(14.66 * 2**30)
+    assert [w for w in report.warnings if w.startswith("x: 2 starts of `vllm serve`")]
+
+
+def test_vllm_034s_logo_marks_a_start() -> None:
+    """Review: 0.34 prints its logo as one multi-line record, the version line unlogged."""
+    report = report_from_log_text(_text("review_two_starts_034_logo.log"), "x")
+    assert report.ranks[0].free_at_start_bytes == round(14.66 * 2**30)
+    assert [w for w in report.warnings if w.startswith("x: 2 starts of `vllm serve`")]
+
+
+def test_an_error_long_after_the_engine_started_is_no_boot_failure() -> None:
+    """Review: with no line that says the server is up (an excerpt, `--uvicorn-log-level warning`),
+    a request's template error 75 min after the engine's init line struck while the server served."""
+    report = report_from_log_text(_text("review_excerpt_ok_boot_then_request_error.log"), "x")
+    assert report.failure is None and report.verdict is Verdict.OK
+    assert [w for w in report.warnings if w.startswith("after startup finished: jinja2.exceptions.TemplateError")]
+
+
+def test_vllm_034s_server_line_says_it_is_up() -> None:
+    """Review: 0.34's `Starting vLLM server on http://…` (entry.py) is the server up: a request's
+    error 10 s after it (inside the minute the server may take to start) is no boot failure."""
+    text = _text("review_034_started_then_request_error.log").replace("11:30:02", "10:42:31")
+    assert "10:42:31" in text
+    report = report_from_log_text(text, "x")
+    assert report.failure is None
+    assert [w for w in report.warnings if w.startswith("after startup finished: jinja2.exceptions.TemplateError")]

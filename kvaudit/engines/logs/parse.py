@@ -36,6 +36,7 @@ from kvaudit.engines.logs.scan import (
     EXCERPT_CHARS,
     FOLLOWERS,
     LOGGED_HEAD_CHARS,
+    LOGO_MARK,
     SERVER_START,
     Candidates,
     next_line_of,
@@ -334,23 +335,29 @@ def _with_logged_message(text: str, p: ParsedLine, parsed: Mapping[int, ParsedLi
 
 def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     """The text from the last start of `vllm serve` on, and a note, where the file holds more than
-    one (logged SERVER_START lines, not all of one process): a script that starts the server again
-    after it died appends each start to one file, and the figures of the starts must not mix (real
+    one (logged SERVER_START lines; one process's two different markers within _START_LINES are one
+    start): a script or a container that starts the server again after it died appends each start
+    to one file, and the figures of the starts must not mix (real
     pastes round fourteen: a start refused at 18:29 by the free-memory check, 13.58 GiB free, then
     one at 18:36 that finished with 14.66 GiB free; the first's figure was read as the second's)."""
-    found: dict[int, int | None] = {}
+    found: dict[int, tuple[int | None, str]] = {}
     for marker in SERVER_START:
         i = text.find(marker)
         while i >= 0:
             start, end = bounds(text, i)
             line = parse_line(text[start:min(end, start + LOGGED_HEAD_CHARS)], start)
+            if line.level is None and marker == LOGO_MARK:
+                line = _logo_head(text, start) or line
             if line.level is not None:
-                found[start] = line.pid
+                found[start] = (line.pid, marker)
             i = text.find(marker, end)
-    # one start may print two of the markers (a version line and the logo): a process's run is one
+    # one start may print two of the markers (a version line and the logo, a few lines apart); a
+    # container's restart prints the same one again, as the same pid (1)
     ordered = sorted(found.items())
-    starts = [(at, pid) for n, (at, pid) in enumerate(ordered) if n == 0 or pid is None or pid != ordered[n - 1][1]]
-    if len(starts) < 2 or len({pid for _, pid in starts}) == 1 and starts[0][1] is not None:
+    starts = [(at, pid) for n, (at, (pid, marker)) in enumerate(ordered)
+              if n == 0 or pid is None or pid != ordered[n - 1][1][0] or marker == ordered[n - 1][1][1]
+              or text.count("\n", ordered[n - 1][0], at) > _START_LINES]
+    if len(starts) < 2:
         return text, ()
     edges = [at for at, _ in starts] + [len(text)]
     # the last start that states a figure or a failure: a restart the paste ends in (systemd's, seconds
@@ -367,7 +374,9 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
                           f"the later ones' lines state neither{earlier}",)
 
 
-_COMPOSE = re.compile(r"(?:\x1b\[[\d;]{0,16}m)?([A-Za-z0-9][\w.\-]{0,63}) +\|(?:\x1b\[[\d;]{0,16}m)? ")
+_COMPOSE_PREFIX = r"(?:\x1b\[[\d;]{0,16}m)?([A-Za-z0-9][\w.\-]{0,63}) +\|(?:\x1b\[[\d;]{0,16}m)? "
+_COMPOSE = re.compile(_COMPOSE_PREFIX)
+_ANY_COMPOSE = re.compile("^" + _COMPOSE_PREFIX, re.MULTILINE)
 """`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured)."""
 
 
@@ -379,6 +388,8 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     qwen3.5-4b died with -8.59 GiB for KV, both as EngineCore_DP0 pid=132). The service read is the
     first whose lines state a failure, else the first that states a memory figure, else the first;
     lines with no service prefix stay with it."""
+    if _ANY_COMPOSE.search(text) is None:
+        return text, ()  # the usual case: no line of the file has the prefix
     lines = text.splitlines(keepends=True)
     owner: list[str | None] = []
     services: dict[str, None] = {}
@@ -406,6 +417,25 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
                            + ("states a failure" if FactKind.FAILURE in facts[chosen] else "states a memory figure"
                               if facts[chosen] & RANK_KINDS else "prints")
                            + f": pass {', '.join(others)}'s lines on their own (`docker compose logs {others[0]}`)",)
+
+
+_START_LINES = 20
+"""How many lines one start's banner (its version line, its logo) spans at most."""
+
+
+def _logo_head(text: str, start: int) -> LogLine | None:
+    """The logged record a logo line belongs to, where the logo is one multi-line record (0.34:
+    `(APIServer pid=1) INFO … [startup.py:38] ` with nothing after it, then the logo's lines)."""
+    at = start
+    for _ in range(3):
+        if at == 0:
+            return None
+        first, _end = bounds(text, at - 1)
+        line = parse_line(text[first:min(at - 1, first + LOGGED_HEAD_CHARS)], first)
+        if line.level is not None:
+            return line if not line.msg else None
+        at = first
+    return None
 
 
 def _states_anything(text: str) -> bool:

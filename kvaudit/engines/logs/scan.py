@@ -465,10 +465,12 @@ def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tu
     return bounds(text, min(found)) if found else None
 
 
-SERVER_START = ("vLLM API server version", "vLLM server version", "▀▄▀ █  version")
+LOGO_MARK = "▀▄▀"
+"""The middle of vLLM's logo's version line, its colours aside (entrypoints/common/startup.py)."""
+SERVER_START = ("vLLM API server version", "vLLM server version", LOGO_MARK)
 """`vllm serve`'s first line, once per start of the server: api_server.py's up to 0.11, then
-entrypoints' `vLLM server version …, serving model …` or its logo's version line (read where each
-of the logo's lines is logged, as vLLM's 0.1x print it; 0.34's logo is one multi-line record)."""
+entrypoints' `vLLM server version …, serving model …` or its logo's version line (`█ ▀▄▀ █  version
+0.15.1`: each of the logo's lines logged in 0.1x, the logo one multi-line record in 0.34)."""
 
 
 BOOT_DONE = "init engine (profile, create kv cache, warmup model) took"
@@ -478,8 +480,8 @@ STATS = "Avg prompt throughput"
 it serves): printed only by a boot that finished, so a failure before one in the same file struck
 while it served (vllm#23582: a worker died, 5 s later the stats line with 46 requests running)."""
 SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
-           "Starting vLLM API server", "num_gpu_blocks is: ", STATS, '"GET /health HTTP/1.1" 200',
-           '"POST /v1/', "Processed prompts: ")
+           "Starting vLLM API server", "Starting vLLM server on", "num_gpu_blocks is: ", STATS,
+           '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ")
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
 start): a failure after the first of them is not the boot's. One before them is only where
