@@ -68,6 +68,9 @@ KILLED = "Killed"
 SHELL_JOB_NOTICE = r"[^\s:]{0,200}(?:\.sh|\bsh|bash|zsh): line \d{1,7}: +\d{1,9} +"
 """bash's and sh's notice of a job a signal ended: `./serve.sh: line 12: 48213 Killed   vllm serve …`,
 `/bin/sh: line 1: 7 Killed …`, `bash: line 1: …` (a script's name or the shell's)."""
+NCCL_WATCHDOG = "Watchdog caught collective operation timeout"
+"""torch's ProcessGroupNCCL line when a collective hangs past its timeout (scan.py looks for it in an
+excerpt: torch's own log line, no vLLM record)."""
 TRACEBACK = "Traceback (most recent call last)"
 """A Python traceback's header: the boot died, and its exception line follows (or the paste cut it)."""
 EXCEPTION_NAME = r"(?:[A-Za-z_][\w.]{0,80})?(?:Error|Exception|Warning|Interrupt|Exit)"
@@ -135,6 +138,11 @@ CAUSES: tuple[Cause, ...] = (
     # cores, VLLM_ENGINE_READY_TIMEOUT_S (600 s) after their start: "Timed out waiting for engines to
     # send initial message on input socket." (vllm PR 35616), 0.34 "… for engine core processes to start."
     Cause("Timed out waiting for engine", FailureKind.TIMEOUT, None, 1),
+    # torch's ProcessGroupNCCL watchdog: a collective hung past its timeout, and the watchdog takes
+    # the process down (SIGABRT, exit -6): the cause of the workers' deaths that follow (real pastes
+    # round fifteen, vllm#6042: `Worker VllmWorkerProcess pid 1159 died, exit code: -6` printed first).
+    Cause(NCCL_WATCHDOG, FailureKind.TIMEOUT, None, 0,
+          means="a collective (NCCL) hung past its timeout and the watchdog took the process down"),
     # core_client / engine utils: the generic tail every failed boot prints.
     Cause("Engine core initialization failed", FailureKind.CRASH, None, GENERIC),
     Cause("WorkerProc initialization failed", FailureKind.CRASH, None, GENERIC),

@@ -205,3 +205,13 @@ def test_vllm_034s_server_line_says_it_is_up() -> None:
     report = report_from_log_text(text, "x")
     assert report.failure is None
     assert [w for w in report.warnings if w.startswith("after startup finished: jinja2.exceptions.TemplateError")]
+
+
+def test_an_nccl_watchdog_timeout_is_the_cause_of_the_deaths() -> None:
+    """Round fifteen, vllm#6042 (V0): `Worker VllmWorkerProcess pid 1159 died, exit code: -6`, then
+    torch's `[Rank 0] Watchdog caught collective operation timeout: … ALLREDUCE … ran for 600059
+    milliseconds`: the hung collective is why the worker died (the watchdog's SIGABRT, -6)."""
+    failure = report_from_log_text(_text("nccl_watchdog_worker_died.log"), "x").failure
+    assert failure is not None and failure.kind is FailureKind.TIMEOUT
+    assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE" in failure.message
+    assert failure.message.endswith("a collective (NCCL) hung past its timeout and the watchdog took the process down")

@@ -54,7 +54,7 @@ import re
 from dataclasses import dataclass
 from itertools import islice
 
-from kvaudit.engines.failures import CAUSES, KILLED, TRACEBACK
+from kvaudit.engines.failures import CAUSES, KILLED, NCCL_WATCHDOG, TRACEBACK
 from kvaudit.engines.logs.facts import (
     BLOCK_SIZE_LINE,
     CHUNKED_PREFILL,
@@ -117,7 +117,7 @@ _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
-                    BLOCK_SIZE_LINE)
+                    BLOCK_SIZE_LINE, NCCL_WATCHDOG)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -128,7 +128,8 @@ note, read in an excerpt only: in a whole log it would cost a pass of its own; s
 line of a CUDA error raised in a stream capture (a whole log has its first, an `Error: ` line), and
 parallel_state's rank assignment (a whole log's worker names say the layout), and the shell's
 `Killed` (a line of its own, which no vLLM record holds). The platform's block size line is in the
-prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve)."""
+prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve).
+torch's NCCL watchdog line is no vLLM record either (round fifteen)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 FRAME_WINDOW = 1 << 16
