@@ -7,7 +7,7 @@ from pathlib import Path
 from kvaudit.diff import diff_reports
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
-from kvaudit.schema import FailureKind, KnobDifference, Owner, Verdict
+from kvaudit.schema import FailureKind, KnobDifference, Owner, Phase, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_fourteen"
 
@@ -215,3 +215,12 @@ def test_an_nccl_watchdog_timeout_is_the_cause_of_the_deaths() -> None:
     assert failure is not None and failure.kind is FailureKind.TIMEOUT
     assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE" in failure.message
     assert failure.message.endswith("a collective (NCCL) hung past its timeout and the watchdog took the process down")
+
+
+def test_a_condensed_tracebacks_source_line_places_the_failure() -> None:
+    """Round fourteen, a gfx906 fork's devlog (engine 0.28.0rc2): its traceback condensed to
+    `vllm/v1/worker/gpu_worker.py:573 in determine_available_memory` / `-> self.model_runner.profile_run()`.
+    A full traceback's `File "…", line N, in …` gave the profile; this gave no phase."""
+    failure = report_from_log_text(_text("condensed_traceback.log"), "x").failure
+    assert failure is not None and failure.phase is Phase.PROFILE
+    assert failure.message == "RuntimeError: Worker failed with error 'Constraints violated (L['query_start_loc'].size()[0])'"

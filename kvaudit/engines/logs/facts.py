@@ -842,11 +842,13 @@ for it in an excerpt)."""
 # The source line a traceback prints under each frame is the call in progress in it, so a call of a
 # startup method there places the failure as the next frame would: where a paste cut that frame
 # (modal-examples#1318, vllm#17822's journalctl lines, vllm-ascend#8440:
-# `    available_gpu_memory = self.model_executor.determine_available_memory()`). Only a statement
-# calling the method reads so, at the start of a record or right after its frame's header (a bare
-# traceback's lines joined into one record), not a person's sentence that names it.
-_SOURCE_CALL = re.compile(r"(?:^|, in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:[\w.,\[\] ]{1,120}=[ \t]*)?"
-                          r"(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
+# `    available_gpu_memory = self.model_executor.determine_available_memory()`; a condensed
+# traceback's `gpu_worker.py:573 in determine_available_memory` / `-> self.model_runner.profile_run()`,
+# real pastes round fourteen). Only a statement calling the method reads so, at the start of a
+# record or right after its frame's header (a bare traceback's lines joined into one record), not a
+# person's sentence that names it.
+_SOURCE_CALL = re.compile(r"(?:^|(?:, |\.py:\d{1,7} )in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:-> )?"
+                          r"(?:[\w.,\[\] ]{1,120}=[ \t]*)?(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
 
 
 _RPC_CALL = re.compile(r"\b" + _RPC_CALL_HEAD)
