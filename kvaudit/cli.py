@@ -139,8 +139,9 @@ def diff(a: Annotated[Path, typer.Argument(metavar="A", help="The run that boote
                                                         "or prom: the page or the metrics); - is stdout.")] = None,
          fmt: FormatOpt = Format.TABLE, width: WidthOpt = None,
          fail_on_kv_drop: Annotated[Optional[str], typer.Option(
-             "--fail-on-kv-drop", metavar="BYTES",
-             help="Exit 1 when KV on the binding rank fell by more than this (4096, 512MiB, 1.5GiB).")] = None,
+             "--fail-on-kv-drop", metavar="SIZE|N%",
+             help="Exit 1 when KV on the binding rank fell by more than this (4096, 512MiB, 1.5GiB, or 5% of "
+                  "A's KV).")] = None,
          ) -> None:
     """Per-owner deltas per rank, the dominant owner, knob and environment differences, KV change."""
     from kvaudit.diff import check_kv_drop, diff_reports, kv_drop_limit, side_labels

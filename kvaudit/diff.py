@@ -3,6 +3,8 @@ whether the knobs are comparable, what changed in the environment, and what happ
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -156,11 +158,17 @@ def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:
                  and (d.a_bytes is None) != (d.b_bytes is None))
 
 
-def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
-    """The CI gate. KV on the binding rank fell by more than limit_bytes, or B never reached KV
-    sizing while A did → a finding (exit 1). A side that states no KV bytes of a sizing it did
-    reach (a log that gives KV tokens only), or an A that never sized KV, leaves the gate nothing
-    to judge → a usage error (exit 2): a gate never passes silently."""
+@dataclass(frozen=True)
+class KvDropShare:
+    """`--fail-on-kv-drop 5%`: a share of A's KV bytes (0 to 1) instead of a size."""
+    share: float
+
+
+def check_kv_drop(diff: DiffReport, limit: int | KvDropShare) -> None:
+    """The CI gate. KV on the binding rank fell by more than the limit (bytes, or a share of A's KV
+    bytes), or B never reached KV sizing while A did → a finding (exit 1). A side that states no KV
+    bytes of a sizing it did reach (a log that gives KV tokens only), or an A that never sized KV,
+    leaves the gate nothing to judge → a usage error (exit 2): a gate never passes silently."""
     delta = diff.capacity["kv_available_delta_bytes"]
     if delta is None:
         a, b = (_kv_bytes_missing(diff.capacity[side], diff.verdict[side]) for side in "ab")
@@ -168,9 +176,14 @@ def check_kv_drop(diff: DiffReport, limit_bytes: int) -> None:
             raise FindingError(f"{diff.b_name} has no KV figure ({diff.verdict['b'].value}): {NEVER_SIZED}")
         name, why = (diff.a_name, a) if a is not None else (diff.b_name, b)
         raise UsageError(f"--fail-on-kv-drop compares KV in bytes, and {name} has none to compare: {why}")
+    if isinstance(limit, KvDropShare):
+        base = diff.capacity["a"].kv_available_bytes  # known: the delta is
+        limit_bytes, allowed = int(limit.share * base), f"{limit.share:.2%} of {fmt_bytes(base)}"
+    else:
+        limit_bytes, allowed = limit, fmt_bytes(limit)
     if -delta > limit_bytes:
         raise FindingError(f"KV cache fell by {fmt_bytes(-delta)} ({diff.a_name} → {diff.b_name}), more than the "
-                           f"allowed {fmt_bytes(limit_bytes)}"
+                           f"allowed {allowed}"
                            + (f"; dominant owner: {diff.dominant_owner.value}" if diff.dominant_owner else ""))
 
 
@@ -194,11 +207,21 @@ MAX_SIZE_CHARS = 40
 Python is asked to convert thousands of digits (it refuses past 4300, with a ValueError)."""
 
 
-def kv_drop_limit(text: str) -> int:
-    """`--fail-on-kv-drop`'s value in bytes; anything else is a usage error (exit 2)."""
+_SHARE = re.compile(r"\s*(\d{1,3}(?:\.\d{1,6})?)\s*%\s*")
+
+
+def kv_drop_limit(text: str) -> int | KvDropShare:
+    """`--fail-on-kv-drop`'s value: a size in bytes, or a share of A's KV (`5%`, 0–100 %); anything
+    else is a usage error (exit 2)."""
     if len(text) > MAX_SIZE_CHARS:
-        raise UsageError(f"--fail-on-kv-drop takes a size such as 4096, 512MiB or 1.5GiB; got {len(text)} "
-                         f"characters")
+        raise UsageError(f"--fail-on-kv-drop takes a size such as 4096, 512MiB or 1.5GiB, or a share such as 5%; got "
+                         f"{len(text)} characters")
+    if "%" in text:
+        m = _SHARE.fullmatch(text)
+        if m is None or float(m.group(1)) > 100:
+            raise UsageError(f"--fail-on-kv-drop: cannot read {text!r} as a share of A's KV: give 0% to 100%, "
+                             f"such as 5% or 2.5%")
+        return KvDropShare(float(m.group(1)) / 100)
     return parse_bytes(text)
 
 

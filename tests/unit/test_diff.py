@@ -249,6 +249,20 @@ def test_fail_on_kv_drop_gate_exit_codes(tmp_path, cli, drop, limit, code):
         assert result.stderr == ""
 
 
+def test_the_gate_takes_a_share_of_as_kv(tmp_path, cli):
+    """`--fail-on-kv-drop 5%`, as a user tried it (real pastes round sixteen): a share of A's KV bytes."""
+    data = real_json("run1")
+    kv = data["capacity"]["kv_available_bytes"]
+    a, b = pair(tmp_path, kv // 20 + 1)                 # fell by one byte more than 5 %
+    result = cli("diff", str(a), str(b), "--fail-on-kv-drop", "5%", "--width", "100")
+    assert result.code == 1 and "more than the allowed 5.00% of" in result.stderr
+    a, b = pair(tmp_path, kv // 20 - 1)                 # a little less than 5 %
+    assert cli("diff", str(a), str(b), "--fail-on-kv-drop", "5 %", "--width", "100").code == 0
+    for bad in ("150%", "five%", "%"):
+        refused = cli("diff", str(a), str(b), "--fail-on-kv-drop", bad)
+        assert refused.code == 2 and "as a share of A's KV" in refused.stderr and refused.stdout == ""
+
+
 def test_a_bad_gate_size_is_a_usage_error(tmp_path, cli):
     a, b = pair(tmp_path, 0)
     result = cli("diff", str(a), str(b), "--fail-on-kv-drop", "lots")
