@@ -341,16 +341,18 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     pastes round fourteen: a start refused at 18:29 by the free-memory check, 13.58 GiB free, then
     one at 18:36 that finished with 14.66 GiB free; the first's figure was read as the second's)."""
     found: dict[int, tuple[int | None, str]] = {}
-    for marker in SERVER_START:
-        i = text.find(marker)
+    versions = tuple(m for m in SERVER_START if m != LOGO_MARK)
+    for needle in (_VERSION_NEEDLE, LOGO_MARK):  # one pass each over the text (two of the phrases share one)
+        i = text.find(needle)
         while i >= 0:
             start, end = bounds(text, i)
+            marker = LOGO_MARK if needle == LOGO_MARK else next((m for m in versions if m in text[start:end]), None)
             line = parse_line(text[start:min(end, start + LOGGED_HEAD_CHARS)], start)
             if line.level is None and marker == LOGO_MARK:
                 line = _logo_head(text, start) or line
-            if line.level is not None:
+            if marker is not None and line.level is not None:
                 found[start] = (line.pid, marker)
-            i = text.find(marker, end)
+            i = text.find(needle, end)
     # one start may print two of the markers (a version line and the logo, a few lines apart); a
     # container's restart prints the same one again, as the same pid (1)
     ordered = sorted(found.items())
@@ -376,7 +378,26 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
 
 _COMPOSE_PREFIX = r"(?:\x1b\[[\d;]{0,16}m)?([A-Za-z0-9][\w.\-]{0,63}) +\|(?:\x1b\[[\d;]{0,16}m)? "
 _COMPOSE = re.compile(_COMPOSE_PREFIX)
-_ANY_COMPOSE = re.compile("^" + _COMPOSE_PREFIX, re.MULTILINE)
+COMPOSE_SAMPLE = 50
+"""How many lines with a process tag are looked at for the compose prefix before a file is said
+to have none: `docker compose logs` prefixes every line, so the first tagged ones carry it."""
+
+
+def _compose_lines(text: str) -> bool:
+    """Whether one of the first COMPOSE_SAMPLE lines with a process tag (` pid=`) has the compose
+    prefix: one search a line, not a regex tried at every offset of a 200 MB log."""
+    i = text.find(" pid=")
+    for _ in range(COMPOSE_SAMPLE):
+        if i < 0:
+            return False
+        start = line_start(text, i) or 0
+        if _COMPOSE.match(text, start, start + 200):
+            return True
+        end = text.find("\n", i)
+        if end < 0:
+            return False
+        i = text.find(" pid=", end)
+    return False
 """`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured)."""
 
 
@@ -388,8 +409,8 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     qwen3.5-4b died with -8.59 GiB for KV, both as EngineCore_DP0 pid=132). The service read is the
     first whose lines state a failure, else the first that states a memory figure, else the first;
     lines with no service prefix stay with it."""
-    if _ANY_COMPOSE.search(text) is None:
-        return text, ()  # the usual case: no line of the file has the prefix
+    if not _compose_lines(text):
+        return text, ()  # the usual case
     lines = text.splitlines(keepends=True)
     owner: list[str | None] = []
     services: dict[str, None] = {}
@@ -419,6 +440,8 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
                            + f": pass {', '.join(others)}'s lines on their own (`docker compose logs {others[0]}`)",)
 
 
+_VERSION_NEEDLE = "server version"
+"""What SERVER_START's version lines share (`vLLM API server version`, `vLLM server version`)."""
 _START_LINES = 20
 """How many lines one start's banner (its version line, its logo) spans at most."""
 

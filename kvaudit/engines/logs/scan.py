@@ -466,7 +466,7 @@ def next_line_of(text: str, pid: int, after: int, stop: int | None = None) -> tu
     return bounds(text, min(found)) if found else None
 
 
-LOGO_MARK = "▀▄▀"
+LOGO_MARK = "█ ▀▄▀ █"
 """The middle of vLLM's logo's version line, its colours aside (entrypoints/common/startup.py)."""
 SERVER_START = ("vLLM API server version", "vLLM server version", LOGO_MARK)
 """`vllm serve`'s first line, once per start of the server: api_server.py's up to 0.11, then
