@@ -355,8 +355,8 @@ def test_a_kv_drop_gate_of_5000_digits_is_a_usage_error():
     Path(path).write_bytes(dump(BASES["run1"], ascii_only=True))
     result = run_cli("diff", path, path, "--fail-on-kv-drop", "9" * 5000)
     assert result.code == 2
-    assert result.stderr_lines == ["kvaudit: error: --fail-on-kv-drop takes a size such as 4096, 512MiB or 1.5GiB; "
-                                   "got 5000 characters"]
+    assert result.stderr_lines == ["kvaudit: error: --fail-on-kv-drop takes a size such as 4096, 512MiB or 1.5GiB, "
+                                   "or a share such as 5%; got 5000 characters"]
 
 
 ESCAPES = st.sampled_from(["\x1b[31mred", "\x1b]0;title\x07", "\x1b[2J\x1b[H", "a\x9b31mb", "\u202eevil",

@@ -224,3 +224,25 @@ def test_a_condensed_tracebacks_source_line_places_the_failure() -> None:
     failure = report_from_log_text(_text("condensed_traceback.log"), "x").failure
     assert failure is not None and failure.phase is Phase.PROFILE
     assert failure.message == "RuntimeError: Worker failed with error 'Constraints violated (L['query_start_loc'].size()[0])'"
+
+
+def test_tpu_inferences_hbm_statistics_are_read() -> None:
+    """Round sixteen, tpu-inference#2803: `Memory statistics | total_hbm_limit_gb=94.75GiB |
+    total_hbm_limit_cap_gb=80.53GiB | total_hbm_used_gb=16.58GiB | total_hbm_avail_gb=63.95GiB`:
+    the limit, the request, what is used before KV and the KV budget. Before: no figure known."""
+    report = report_from_log_text(_text("tpu_hbm_statistics.log"), "x")
+    rank = report.ranks[0]
+    assert rank.device_total_bytes == round(94.75 * 2**30) and rank.requested_bytes == round(80.53 * 2**30)
+    assert rank.kv_available_bytes == round(63.95 * 2**30)
+    assert report.capacity.kv_tokens == 465_664
+
+
+def test_gaudi_blocks_are_128_tokens_where_no_size_is_given() -> None:
+    """Round sixteen, Gaudi's vllm-fork docs (Llama-3.1-8B): `# HPU blocks: 4107` beside `64.17 GiB
+    reserved for KV cache` (16 MiB a block: 128 tokens); read at vLLM's 16, the tokens were 65,712.
+    Its `init_cache_engine took …` line ends the startup."""
+    report = report_from_log_text(_text("gaudi_v0_blocks.log"), "x")
+    assert report.capacity.kv_tokens == 4107 * 128
+    assert report.ranks[0].kv_available_bytes == round(64.17 * 2**30)
+    assert report.config.gpu_memory_utilization == 0.9
+    assert not [w for w in report.warnings if w.startswith("the log ends before startup finished")]

@@ -88,10 +88,12 @@ def _tokens_from_blocks(boot: Boot, block_size: int | None) -> _DerivedTokens | 
     else:
         return None
     implied = None if block_size else _implied_block_size(boot, blocks)
-    size = block_size or implied or DEFAULT_BLOCK_SIZE
+    platform = engine_last(boot.engine, FactKind.PLATFORM_BLOCK_SIZE)
+    size = block_size or implied or platform or DEFAULT_BLOCK_SIZE
     basis = ("the block size in the log" if block_size
              else "the block size the log's maximum concurrency implies: concurrency × max_model_len ÷ blocks"
-             if implied else "vLLM's default block size; the log states none")
+             if implied else "the platform's default block size (its block count names the device); the log "
+             "states none" if platform else "vLLM's default block size; the log states none")
     return _DerivedTokens(blocks * size, bool(block_size or implied),
                           f"tokens derived from the block count, as the log states no token count: {blocks:,} {what} × "
                           f"{size} tokens a block ({basis})")

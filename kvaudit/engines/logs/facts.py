@@ -112,6 +112,9 @@ class FactKind(StrEnum):
     PARALLEL_RANKS = "parallel_ranks"
     """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}, global rank) from parallel_state.py's
     `rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 1, …`."""
+    PLATFORM_BLOCK_SIZE = "platform_block_size"
+    """The block size a platform's fork uses where none is given (Gaudi's vllm-fork: 128), from the
+    device word of its block count line (`# HPU blocks: N`)."""
     KV_BLOCKS_TOTAL = "kv_blocks_total"
     """v1/metrics/loggers.py `num_gpu_blocks is: N`: the engine's blocks, summed over DP engines."""
     KV_MEASURED = "kv_measured"
@@ -518,6 +521,10 @@ device_name (`cuda`, `rocm`, …, vLLM 0.7–0.10; the sllm-store ROCm guide's `
 KV_BLOCK_WORDS = tuple(f" {device} blocks: " for device in KV_BLOCK_DEVICES)
 """The words after the `#` of that line, as the scan and the phase timeline look for them."""
 _BLOCKS = re.compile(rf"(?:{'|'.join(KV_BLOCK_DEVICES)}) blocks: ({CINT})")
+HPU_BLOCK_SIZE = 128
+"""Gaudi's default block size (HabanaAI/vllm-fork and vllm-gaudi: 128 where vLLM's CUDA default is
+16). Real pastes round sixteen: `# HPU blocks: 4107` beside `64.17 GiB reserved for KV cache` is 16 MiB
+a block, 128 tokens of Llama-3.1-8B; read at 16, the tokens were 8× too few."""
 
 
 def _profile(msg: str) -> Iterable[Fact]:
@@ -530,6 +537,8 @@ def _profile(msg: str) -> Iterable[Fact]:
     if "blocks: " in msg and (m := _BLOCKS.search(msg)):
         blocks = _int(m.group(1))
         yield Fact(FactKind.KV_BLOCKS, blocks)
+        if m.group(0)[:3].upper() == "HPU":
+            yield Fact(FactKind.PLATFORM_BLOCK_SIZE, HPU_BLOCK_SIZE)
         if blocks == 0:
             # Not one block: no byte for KV. V0 raises "No available memory for the cache blocks"
             # next (llm_engine.py _initialize_kv_caches / worker raise_if_cache_size_invalid), which a
@@ -602,6 +611,38 @@ def _npu(msg: str) -> Iterable[Fact]:
     if m := _NPU_AVAILABLE.search(msg):
         yield Fact(FactKind.KV_AVAILABLE, int(m.group(1)))
         yield Fact(FactKind.DEVICE_TOTAL, int(m.group(2)))
+
+
+# tpu-inference's TPUWorker.determine_available_memory (vLLM on TPU, real pastes round sixteen):
+# "Memory statistics | total_hbm_limit_gb=94.75GiB | total_hbm_limit_cap_gb=80.53GiB |
+# total_hbm_used_gb=16.58GiB | total_hbm_avail_gb=63.95GiB": the worker's chips' HBM, summed: the
+# limit, the limit × gpu_memory_utilization (the request), what is in use before KV (the weights and
+# the rest), and what is left of the request for KV.
+_TPU_HBM = re.compile(rf"total_hbm_limit_gb=({SNUM}) ?GiB \| total_hbm_limit_cap_gb=({SNUM}) ?GiB \| "
+                      rf"total_hbm_used_gb=({SNUM}) ?GiB \| total_hbm_avail_gb=({SNUM}) ?GiB")
+TPU_HBM_LINE = "total_hbm_limit_gb="
+
+
+def _tpu(msg: str) -> Iterable[Fact]:
+    if m := _TPU_HBM.search(msg):
+        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+        yield Fact(FactKind.REQUESTED, _gib(m.group(2)))
+        yield Fact(FactKind.NON_KV_TOTAL, _gib(m.group(3)))
+        yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(4)))
+
+
+# HabanaAI/vllm-fork's habana_worker.py (Gaudi, V0): "Free device memory: 79.22 GiB, 71.3 GiB usable
+# (gpu_memory_utilization=0.9), 7.13 GiB reserved for HPUGraphs (VLLM_GRAPH_RESERVED_MEM=0.1), 64.17
+# GiB reserved for KV cache": the free memory after the profile, that × utilization, the graphs'
+# share of it and the rest, the KV cache (real pastes round sixteen).
+_HPU_FREE = re.compile(rf"Free device memory: {SNUM} ?GiB, {SNUM} ?GiB usable \(gpu_memory_utilization=({NUM})\)"
+                       rf".{{0,200}}?({SNUM}) ?GiB reserved for KV cache")
+
+
+def _hpu(msg: str) -> Iterable[Fact]:
+    if m := _HPU_FREE.search(msg):
+        yield Fact(FactKind.GMU, float(m.group(1)))
+        yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(2)))
 
 
 # v1/metrics/loggers.py log_engine_initialized, the API server once the engines are up: "Engine %03d:
@@ -1319,6 +1360,8 @@ RULES: tuple[Rule, ...] = (
          r"^(total_gpu_memory|the current vLLM instance can use|non_torch_memory|PyTorch activation peak memory"
          r"|available_kv_cache_memory)[[:space:]]", _profile_table),
     Rule("npu", ", total memory: ", r"Available memory: [0-9]+, total memory: ", _npu),
+    Rule("tpu", TPU_HBM_LINE, TPU_HBM_LINE, _tpu),
+    Rule("hpu", "reserved for KV cache", r"GiB reserved for KV cache", _hpu),
     Rule("num_gpu_blocks", "num_gpu_blocks is: ", r"num_gpu_blocks is: ", _num_gpu_blocks),
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
     Rule("cpu", ("set (",), r"(Auto|Explicitly) set \([0-9.-]+/[0-9.]+\) GiB for KV cache", _cpu),

@@ -480,9 +480,12 @@ STATS = "Avg prompt throughput"
 """The API server's periodic stats line (`Engine 000: Avg prompt throughput: …`, every 10 s while
 it serves): printed only by a boot that finished, so a failure before one in the same file struck
 while it served (vllm#23582: a worker died, 5 s later the stats line with 46 requests running)."""
+HPU_INIT_DONE = "init_cache_engine took"
+"""Gaudi's V0 executor's last startup line (HabanaAI/vllm-fork habana_executor.py: `init_cache_engine
+took 64.26 GiB of device memory …`, after its HPU graph warmup; real pastes round sixteen)."""
 SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
            "Starting vLLM API server", "Starting vLLM server on", "num_gpu_blocks is: ", STATS,
-           '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ")
+           '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE)
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
 start): a failure after the first of them is not the boot's. One before them is only where
