@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvaudit.diff import diff_reports
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_PAST_CAPTURE
+from kvaudit.errors import BadInputError
 from kvaudit.schema import FailureKind, KnobDifference, Owner, Phase, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_fourteen"
@@ -246,3 +249,13 @@ def test_gaudi_blocks_are_128_tokens_where_no_size_is_given() -> None:
     assert report.ranks[0].kv_available_bytes == round(64.17 * 2**30)
     assert report.config.gpu_memory_utilization == 0.9
     assert not [w for w in report.warnings if w.startswith("the log ends before startup finished")]
+
+
+def test_a_traceback_of_another_programs_frames_is_no_vllm_log() -> None:
+    """Round sixteen, sglang-jax#408: a traceback whose frames are all `sgl_jax/srt/…`, ending in a
+    TPU out-of-memory error, was read as a vLLM crash; SGLang's other logs are refused already."""
+    with pytest.raises(BadInputError, match="neither a kvaudit report nor a vLLM log"):
+        report_from_log_text(_text("sglang_jax_traceback.log"), "x")
+    # the same frames with one in vLLM's own code are a vLLM boot's
+    text = _text("sglang_jax_traceback.log").replace("sglang-jax/python/sgl_jax/srt/mem_cache", "vllm/v1/worker", 1)
+    assert report_from_log_text(text, "x").failure is not None

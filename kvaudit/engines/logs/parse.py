@@ -149,7 +149,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
             parsed[line.pos] = ParsedLine(line, facts)
     serving_at = _add_closing_error(text, parsed, cuts)
     lines = tuple(_with_logged_message(text, parsed[k], parsed) for k in sorted(parsed))
-    is_vllm = seen_vllm or bool(lines) or looks_like_vllm(text)
+    is_vllm = seen_vllm or looks_like_vllm(text) or (bool(lines) and not _foreign_traceback(text))
     tags = _final_tags(text, lines)
     v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
@@ -464,6 +464,27 @@ def _logo_head(text: str, start: int) -> LogLine | None:
 def _states_anything(text: str) -> bool:
     """Whether a start's lines state a memory figure or a failure (read as a file of their own)."""
     return any(f.kind in RANK_KINDS or f.kind is FactKind.FAILURE for p in parse_file(text, "").lines for f in p.facts)
+
+
+FRAMES_LOOKED_AT = 200
+"""How many traceback frames _foreign_traceback reads at most."""
+
+
+def _foreign_traceback(text: str) -> bool:
+    """Whether the text's traceback frames are all another program's: with no line of vLLM's logger
+    in it, a traceback with none of its first FRAMES_LOOKED_AT frames in a `vllm` path is not a vLLM
+    boot's, whatever its exception says (real pastes round sixteen: SGLang-JAX's `sgl_jax/srt/…`
+    frames and a TPU out-of-memory error were read as a vLLM crash)."""
+    i, frames = text.find('File "'), 0
+    while i >= 0 and frames < FRAMES_LOOKED_AT:
+        end = text.find('"', i + 6, i + 1000)
+        if end < 0:
+            return False
+        if "vllm" in text[i + 6:end].lower():
+            return False
+        frames += 1
+        i = text.find('File "', end)
+    return frames > 0
 
 
 def _split_note(where: str, split: int) -> tuple[str, ...]:
