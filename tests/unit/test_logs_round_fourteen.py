@@ -259,3 +259,13 @@ def test_a_traceback_of_another_programs_frames_is_no_vllm_log() -> None:
     # the same frames with one in vLLM's own code are a vLLM boot's
     text = _text("sglang_jax_traceback.log").replace("sglang-jax/python/sgl_jax/srt/mem_cache", "vllm/v1/worker", 1)
     assert report_from_log_text(text, "x").failure is not None
+
+
+def test_the_xpu_workers_profile_lines_are_read() -> None:
+    """Round sixteen, ALCF Aurora's vLLM page (Intel Data Center GPU Max): `total GPU memory: 65520.00
+    MB` (MiB: a 64 GiB tile), `peak memory usage is 13552.69 MB`, `non-torch mem is 426.94 MB`. Before,
+    only the weights were read."""
+    rank = report_from_log_text(_text("xpu_profile_lines.log"), "x").ranks[0]
+    assert rank.device_total_bytes == 65520 * 2**20
+    assert rank.owners[Owner.NON_TORCH] == round(426.94 * 2**20)
+    assert rank.owners[Owner.ACTIVATION_PEAK] == round(13552.69 * 2**20) - round(12.5533 * 2**30)

@@ -631,6 +631,26 @@ def _tpu(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(4)))
 
 
+# xpu_worker.py (Intel XPU, vLLM ~0.11; real pastes round sixteen): "Before memory profiling run, total
+# GPU memory: 65520.00 MB, model load takes 12870.74 MB, free gpu memory is 52435.44 MB." and "After
+# memory profiling run, peak memory usage is 13552.69 MB,torch mem is 12870.74 MB, non-torch mem is
+# 426.94 MB, free gpu memory is 51896.32 MB." Its MB are MiB (bytes / 2**20: the load's 12870.74 is
+# the 12.55 GiB `Model loading took` states, with what loading left besides the weights); the peak
+# is torch's, the weights included.
+_XPU_BEFORE = re.compile(rf"Before memory profiling run, total GPU memory: ({NUM}) MB")
+_XPU_AFTER = re.compile(rf"After memory profiling run, peak memory usage is ({NUM}) MB, ?torch mem is {NUM} MB, "
+                        rf"non-torch mem is ({SNUM}) MB")
+XPU_PROFILE_LINE = "memory profiling run, "
+
+
+def _xpu(msg: str) -> Iterable[Fact]:
+    if m := _XPU_BEFORE.search(msg):
+        yield Fact(FactKind.DEVICE_TOTAL, _mib(m.group(1)))
+    if m := _XPU_AFTER.search(msg):
+        yield Fact(FactKind.TORCH_PEAK_TOTAL, _mib(m.group(1)))
+        yield Fact(FactKind.NON_TORCH, _mib(m.group(2)))
+
+
 # HabanaAI/vllm-fork's habana_worker.py (Gaudi, V0): "Free device memory: 79.22 GiB, 71.3 GiB usable
 # (gpu_memory_utilization=0.9), 7.13 GiB reserved for HPUGraphs (VLLM_GRAPH_RESERVED_MEM=0.1), 64.17
 # GiB reserved for KV cache": the free memory after the profile, that × utilization, the graphs'
@@ -1361,6 +1381,7 @@ RULES: tuple[Rule, ...] = (
          r"|available_kv_cache_memory)[[:space:]]", _profile_table),
     Rule("npu", ", total memory: ", r"Available memory: [0-9]+, total memory: ", _npu),
     Rule("tpu", TPU_HBM_LINE, TPU_HBM_LINE, _tpu),
+    Rule("xpu", XPU_PROFILE_LINE, r"(Before|After) memory profiling run, ", _xpu),
     Rule("hpu", "reserved for KV cache", r"GiB reserved for KV cache", _hpu),
     Rule("num_gpu_blocks", "num_gpu_blocks is: ", r"num_gpu_blocks is: ", _num_gpu_blocks),
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
