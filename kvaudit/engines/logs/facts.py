@@ -602,34 +602,32 @@ def _profile_table(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.GMU, float(m.group(1)))
 
 
+def _figures(*lines: tuple[re.Pattern[str], tuple[tuple[FactKind, Callable[[str], int | float]], ...]]
+             ) -> Callable[[str], Iterable[Fact]]:
+    """A rule's reader for lines that each state their figures in groups, in order: for each
+    (pattern, ((kind, unit), …)) whose pattern the message holds, group N is read by the Nth unit."""
+    def read(msg: str) -> Iterable[Fact]:
+        for rx, fields in lines:
+            if m := rx.search(msg):
+                yield from (Fact(kind, unit(m.group(n))) for n, (kind, unit) in enumerate(fields, 1))
+    return read
+
+
 # vllm-ascend worker.py determine_available_memory (NPU): "Available memory: {bytes}, total memory:
 # {bytes}" (f-string of two ints).
 _NPU_AVAILABLE = re.compile(r"Available memory: (\d{1,20}), total memory: (\d{1,20})")
-
-
-def _npu(msg: str) -> Iterable[Fact]:
-    if m := _NPU_AVAILABLE.search(msg):
-        yield Fact(FactKind.KV_AVAILABLE, int(m.group(1)))
-        yield Fact(FactKind.DEVICE_TOTAL, int(m.group(2)))
-
+_npu = _figures((_NPU_AVAILABLE, ((FactKind.KV_AVAILABLE, int), (FactKind.DEVICE_TOTAL, int))))
 
 # tpu-inference's TPUWorker.determine_available_memory (vLLM on TPU, real pastes round sixteen):
 # "Memory statistics | total_hbm_limit_gb=94.75GiB | total_hbm_limit_cap_gb=80.53GiB |
 # total_hbm_used_gb=16.58GiB | total_hbm_avail_gb=63.95GiB": the worker's chips' HBM, summed: the
 # limit, the limit × gpu_memory_utilization (the request), what is in use before KV (the weights and
 # the rest), and what is left of the request for KV.
-_TPU_HBM = re.compile(rf"total_hbm_limit_gb=({SNUM}) ?GiB \| total_hbm_limit_cap_gb=({SNUM}) ?GiB \| "
-                      rf"total_hbm_used_gb=({SNUM}) ?GiB \| total_hbm_avail_gb=({SNUM}) ?GiB")
 TPU_HBM_LINE = "total_hbm_limit_gb="
-
-
-def _tpu(msg: str) -> Iterable[Fact]:
-    if m := _TPU_HBM.search(msg):
-        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
-        yield Fact(FactKind.REQUESTED, _gib(m.group(2)))
-        yield Fact(FactKind.NON_KV_TOTAL, _gib(m.group(3)))
-        yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(4)))
-
+_tpu = _figures((re.compile(rf"total_hbm_limit_gb=({SNUM}) ?GiB \| total_hbm_limit_cap_gb=({SNUM}) ?GiB \| "
+                            rf"total_hbm_used_gb=({SNUM}) ?GiB \| total_hbm_avail_gb=({SNUM}) ?GiB"),
+                 ((FactKind.DEVICE_TOTAL, _gib), (FactKind.REQUESTED, _gib), (FactKind.NON_KV_TOTAL, _gib),
+                  (FactKind.KV_AVAILABLE, _gib))))
 
 # xpu_worker.py (Intel XPU, vLLM ~0.11; real pastes round sixteen): "Before memory profiling run, total
 # GPU memory: 65520.00 MB, model load takes 12870.74 MB, free gpu memory is 52435.44 MB." and "After
@@ -637,32 +635,20 @@ def _tpu(msg: str) -> Iterable[Fact]:
 # 426.94 MB, free gpu memory is 51896.32 MB." Its MB are MiB (bytes / 2**20: the load's 12870.74 is
 # the 12.55 GiB `Model loading took` states, with what loading left besides the weights); the peak
 # is torch's, the weights included.
-_XPU_BEFORE = re.compile(rf"Before memory profiling run, total GPU memory: ({NUM}) MB")
-_XPU_AFTER = re.compile(rf"After memory profiling run, peak memory usage is ({NUM}) MB, ?torch mem is {NUM} MB, "
-                        rf"non-torch mem is ({SNUM}) MB")
 XPU_PROFILE_LINE = "memory profiling run, "
-
-
-def _xpu(msg: str) -> Iterable[Fact]:
-    if m := _XPU_BEFORE.search(msg):
-        yield Fact(FactKind.DEVICE_TOTAL, _mib(m.group(1)))
-    if m := _XPU_AFTER.search(msg):
-        yield Fact(FactKind.TORCH_PEAK_TOTAL, _mib(m.group(1)))
-        yield Fact(FactKind.NON_TORCH, _mib(m.group(2)))
-
+_xpu = _figures((re.compile(rf"Before memory profiling run, total GPU memory: ({NUM}) MB"),
+                 ((FactKind.DEVICE_TOTAL, _mib),)),
+                (re.compile(rf"After memory profiling run, peak memory usage is ({NUM}) MB, ?torch mem is {NUM} MB, "
+                            rf"non-torch mem is ({SNUM}) MB"),
+                 ((FactKind.TORCH_PEAK_TOTAL, _mib), (FactKind.NON_TORCH, _mib))))
 
 # HabanaAI/vllm-fork's habana_worker.py (Gaudi, V0): "Free device memory: 79.22 GiB, 71.3 GiB usable
 # (gpu_memory_utilization=0.9), 7.13 GiB reserved for HPUGraphs (VLLM_GRAPH_RESERVED_MEM=0.1), 64.17
 # GiB reserved for KV cache": the free memory after the profile, that × utilization, the graphs'
 # share of it and the rest, the KV cache (real pastes round sixteen).
-_HPU_FREE = re.compile(rf"Free device memory: {SNUM} ?GiB, {SNUM} ?GiB usable \(gpu_memory_utilization=({NUM})\)"
-                       rf".{{0,200}}?({SNUM}) ?GiB reserved for KV cache")
-
-
-def _hpu(msg: str) -> Iterable[Fact]:
-    if m := _HPU_FREE.search(msg):
-        yield Fact(FactKind.GMU, float(m.group(1)))
-        yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(2)))
+_hpu = _figures((re.compile(rf"Free device memory: {SNUM} ?GiB, {SNUM} ?GiB usable \(gpu_memory_utilization=({NUM})\)"
+                            rf".{{0,200}}?({SNUM}) ?GiB reserved for KV cache"),
+                 ((FactKind.GMU, float), (FactKind.KV_AVAILABLE, _gib))))
 
 
 # v1/metrics/loggers.py log_engine_initialized, the API server once the engines are up: "Engine %03d:
