@@ -30,7 +30,7 @@ from kvaudit.engines.failures import (
     decide_failure,
 )
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
-from kvaudit.engines.logs.lines import RECORD_TIME, TAG_SEARCH_CHARS, Role, parse_line, proc_tag
+from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
@@ -192,7 +192,7 @@ def _server_up_at(text: str, serving_at: int) -> int:
     found = [i for m in SERVING if m != BOOT_DONE and (i := text.find(m, serving_at)) >= 0]
     up = min(found) if found else len(text) + 1
     # a record stamped more than SERVER_START_S after the engine's line: the server was up by then
-    for m in _RECORD_TIME.finditer(text, serving_at, up):
+    for m in RECORD_TIME_RX.finditer(text, serving_at, up):
         if (t := _seconds(m.group(0))) is not None and t - done > SERVER_START_S:
             return bounds(text, m.start())[0]
     return up
@@ -203,17 +203,12 @@ SERVER_START_S = 60
 round-fourteen crash came 5 s after it). A failure later than that, with no line saying the server
 came up (`--uvicorn-log-level warning`, an excerpt), struck while it served (review: a request's
 template error 75 min after a good start)."""
-_RECORD_TIME = re.compile(r"\b" + RECORD_TIME + r"\b")
 
 
 def _seconds(text: str) -> int | None:
-    """The first vLLM record time in `text`, in seconds within the year (months of 31 days: only
-    differences of a few minutes are read)."""
-    m = _RECORD_TIME.search(text)
-    if m is None or not 1 <= int(m.group(0)[:2]) <= 12:
-        return None
-    month, day, hour, minute, second = map(int, re.split(r"[- :]", m.group(0)[:14]))
-    return (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
+    """The first vLLM record time in `text`, in seconds (lines.record_seconds)."""
+    m = RECORD_TIME_RX.search(text)
+    return None if m is None else record_seconds(m.group(0))
 
 
 _EXCEPTION_LINE = re.compile(r"(?!Exception ignored in\b)(?:[A-Za-z_][\w.]{0,200}: |" + EXCEPTION_NAME + r"\s*$)")

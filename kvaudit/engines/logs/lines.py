@@ -35,6 +35,16 @@ _NEXT_TAG = re.compile(r"[ \t]{0,4}[(\[]([A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,4
 MAX_NESTED_TAGS = 8
 RECORD_TIME = r"\d\d-\d\d \d\d:\d\d:\d\d"
 """vLLM's record time, `MM-DD HH:MM:SS` (a fraction may follow)."""
+RECORD_TIME_RX = re.compile(r"\b" + RECORD_TIME + r"\b")
+
+
+def record_seconds(stamp: str) -> int | None:
+    """A record time (`MM-DD HH:MM:SS`) in seconds within its year, months taken as 31 days: only
+    differences of minutes are read from it. None for a month outside 1–12 (no record time)."""
+    month, day, hour, minute, second = map(int, re.split(r"[- :]", stamp[:14]))
+    if not 1 <= month <= 12:
+        return None
+    return (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
 _RECORD_HEAD = (r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(" + RECORD_TIME + r")(?:[.,]\d{1,9})?\s+"
                 r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]")
 """vLLM's record head: `INFO 08-04 07:35:11 [core.py:515]` (V0: `core.py:515]`, no opening bracket)."""

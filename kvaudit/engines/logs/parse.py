@@ -22,13 +22,14 @@ from kvaudit.engines.logs.facts import (
 )
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import (
-    RECORD_TIME,
+    RECORD_TIME_RX,
     TAG_SEARCH_CHARS,
     LogLine,
     has_prefix,
     looks_like_vllm,
     parse_line,
     proc_tag,
+    record_seconds,
     split_joined_records,
     tag_of,
 )
@@ -166,7 +167,6 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     return file_scan
 
 
-_RECORD_TIME = re.compile(r"\b" + RECORD_TIME + r"\b")
 _RAY_IP = re.compile(r"\bip=([\w.:\-]{1,64})[)\]]")
 TIME_BACK_S = 300
 """How far back a record's time may go before the file is said to hold two boots: Ray prints its
@@ -184,14 +184,13 @@ def _time_goes_back(where: str, text: str, lines: tuple[ParsedLine, ...]) -> tup
         if any(f.kind is FactKind.RAY_FOLDED for f in p.facts):
             continue  # Ray prints a folded line late, with the first one's time
         head = text[p.line.pos:min(p.line.pos + TAG_SEARCH_CHARS, len(text))]
-        m = _RECORD_TIME.search(head)
-        if m is None or not 1 <= int(m.group(0)[:2]) <= 12:
+        m = RECORD_TIME_RX.search(head)
+        if m is None or (t := record_seconds(m.group(0))) is None:
             continue
         node = ip.group(1) if (ip := _RAY_IP.search(head, 0, m.start())) else ""
-        month, day, hour, minute, second = map(int, re.split(r"[- :]", m.group(0)))
-        t = (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
         last = latest.get(node)
-        if last is not None and t < last[0] - TIME_BACK_S and not (month == 1 and last[1].startswith("12-")):
+        if last is not None and t < last[0] - TIME_BACK_S and not (m.group(0).startswith("01-")
+                                                                    and last[1].startswith("12-")):
             return (f"{where}: the records go back in time, from {last[1]} to {m.group(0)}: two boots may have "
                     f"written into this file at once, or two logs were joined, and its figures and failure may mix "
                     f"them",)
@@ -378,6 +377,7 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
 
 _COMPOSE_PREFIX = r"(?:\x1b\[[\d;]{0,16}m)?([A-Za-z0-9][\w.\-]{0,63}) +\|(?:\x1b\[[\d;]{0,16}m)? "
 _COMPOSE = re.compile(_COMPOSE_PREFIX)
+"""`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured)."""
 COMPOSE_SAMPLE = 50
 """How many lines with a process tag are looked at for the compose prefix before a file is said
 to have none: `docker compose logs` prefixes every line, so the first tagged ones carry it."""
@@ -398,7 +398,6 @@ def _compose_lines(text: str) -> bool:
             return False
         i = text.find(" pid=", end)
     return False
-"""`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured)."""
 
 
 def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
