@@ -69,7 +69,8 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
     for _, key in OUTER_PARALLEL_SIZES:  # extra args: a log that does not say is unknown, a run's absent is 1
         av, bv = (_outer_size(r, key) for r in (a, b))
         if av is None or bv is None:
-            if (av is None) != (bv is None):
+            # a log keeps a size only above 1: against a run's 1 its silence says nothing
+            if (av is None) != (bv is None) and (av or bv or 0) > 1:
                 one_sided.append(KnobDifference(key, av, bv))
         elif av != bv:
             out.append(KnobDifference(key, av, bv))

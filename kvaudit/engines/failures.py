@@ -139,9 +139,9 @@ CAUSES: tuple[Cause, ...] = (
     # send initial message on input socket." (vllm PR 35616), 0.34 "… for engine core processes to start."
     Cause("Timed out waiting for engine", FailureKind.TIMEOUT, None, 1),
     # torch's ProcessGroupNCCL watchdog: a collective hung past its timeout, and the watchdog takes
-    # the process down (SIGABRT, exit -6): the cause of the workers' deaths that follow (real pastes
-    # round fifteen, vllm#6042: `Worker VllmWorkerProcess pid 1159 died, exit code: -6` printed first).
-    Cause(NCCL_WATCHDOG, FailureKind.TIMEOUT, None, 0,
+    # the process down (SIGABRT, exit -6). Ranked as a worker's death, so an earlier crash that hung
+    # the collective stays the cause; a death it brings is placed after it (failure_timeline).
+    Cause(NCCL_WATCHDOG, FailureKind.TIMEOUT, None, 1,
           means="a collective (NCCL) hung past its timeout and the watchdog took the process down"),
     # core_client / engine utils: the generic tail every failed boot prints.
     Cause("Engine core initialization failed", FailureKind.CRASH, None, GENERIC),

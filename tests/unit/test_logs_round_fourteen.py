@@ -247,15 +247,20 @@ def test_gaudi_blocks_are_128_tokens_where_no_size_is_given() -> None:
     report = report_from_log_text(_text("gaudi_v0_blocks.log"), "x")
     assert report.capacity.kv_tokens == 4107 * 128
     assert report.ranks[0].kv_available_bytes == round(64.17 * 2**30)
-    assert report.config.gpu_memory_utilization == 0.9
+    # its `gpu_memory_utilization=0.9` is a share of the free memory, not the device's: not the config's
+    assert report.config.gpu_memory_utilization is None
     assert not [w for w in report.warnings if w.startswith("the log ends before startup finished")]
 
 
 def test_a_traceback_of_another_programs_frames_is_no_vllm_log() -> None:
     """Round sixteen, sglang-jax#408: a traceback whose frames are all `sgl_jax/srt/…`, ending in a
     TPU out-of-memory error, was read as a vLLM crash; SGLang's other logs are refused already."""
-    with pytest.raises(BadInputError, match="neither a kvaudit report nor a vLLM log"):
+    with pytest.raises(BadInputError, match=r"x: a traceback in sgl_jax's code \(`/home/gcpuser/.*/memory_pool.py`\), "
+                                            r"with no line of vLLM's: kvaudit reads vLLM's logs"):
         report_from_log_text(_text("sglang_jax_traceback.log"), "x")
+    # a user's own script's frames name no server: read (the review's torch OOM in a script of one's own)
+    own = _text("sglang_jax_traceback.log").replace("sglang-jax/python/sgl_jax/srt", "myproject/app")
+    assert report_from_log_text(own, "x").failure is not None
     # the same frames with one in vLLM's own code are a vLLM boot's
     text = _text("sglang_jax_traceback.log").replace("sglang-jax/python/sgl_jax/srt/mem_cache", "vllm/v1/worker", 1)
     assert report_from_log_text(text, "x").failure is not None
@@ -264,8 +269,27 @@ def test_a_traceback_of_another_programs_frames_is_no_vllm_log() -> None:
 def test_the_xpu_workers_profile_lines_are_read() -> None:
     """Round sixteen, ALCF Aurora's vLLM page (Intel Data Center GPU Max): `total GPU memory: 65520.00
     MB` (MiB: a 64 GiB tile), `peak memory usage is 13552.69 MB`, `non-torch mem is 426.94 MB`. Before,
-    only the weights were read."""
+    only the weights were read; the review caught the peak's non-torch counted twice."""
     rank = report_from_log_text(_text("xpu_profile_lines.log"), "x").ranks[0]
     assert rank.device_total_bytes == 65520 * 2**20
     assert rank.owners[Owner.NON_TORCH] == round(426.94 * 2**20)
-    assert rank.owners[Owner.ACTIVATION_PEAK] == round(13552.69 * 2**20) - round(12.5533 * 2**30)
+    # the line's peak holds the non-torch memory too (xpu_worker.py): weights + activation + non-torch = peak
+    assert rank.owners[Owner.ACTIVATION_PEAK] == round(13552.69 * 2**20) - round(426.94 * 2**20) - round(12.5533 * 2**30)
+
+
+def test_a_crash_before_the_watchdog_stays_the_cause() -> None:
+    """Review: rank 1's illegal memory access hung the collective; rank 0's watchdog fired ten minutes
+    later. The crash is the cause, the timeout its consequence."""
+    failure = report_from_log_text(_text("review_nccl_watchdog_after_crash.log"), "x").failure
+    assert failure is not None and failure.kind is FailureKind.CRASH and failure.rank == 1
+    assert "illegal memory access" in failure.message
+
+
+def test_a_log_against_a_run_lists_no_parallel_size_it_does_not_state() -> None:
+    """Review: a log keeps pp/dp/pcp only above 1, a run's absent is 1: its silence against a run's 1
+    is no one-sided knob (every log-against-run diff listed all three)."""
+    from kvaudit.engines.inputs import load_report
+    examples = Path(__file__).parents[2] / "configs" / "examples"
+    result = diff_reports(load_report(examples / "cpu-batch512.vllm.log"), load_report(examples / "cpu-batch512.json"))
+    sizes = {"pipeline_parallel_size", "data_parallel_size", "prefill_context_parallel_size"}
+    assert not [k for k in (result.one_sided_knobs or ()) + result.knob_differences if k.knob in sizes]

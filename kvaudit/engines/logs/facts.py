@@ -623,32 +623,40 @@ _npu = _figures((_NPU_AVAILABLE, ((FactKind.KV_AVAILABLE, int), (FactKind.DEVICE
 # total_hbm_used_gb=16.58GiB | total_hbm_avail_gb=63.95GiB": the worker's chips' HBM, summed: the
 # limit, the limit × gpu_memory_utilization (the request), what is in use before KV (the weights and
 # the rest), and what is left of the request for KV.
+# Each field is read on its own: newer releases add others (`kv_connector_hbm_reserve_gb=…`).
 TPU_HBM_LINE = "total_hbm_limit_gb="
-_tpu = _figures((re.compile(rf"total_hbm_limit_gb=({SNUM}) ?GiB \| total_hbm_limit_cap_gb=({SNUM}) ?GiB \| "
-                            rf"total_hbm_used_gb=({SNUM}) ?GiB \| total_hbm_avail_gb=({SNUM}) ?GiB"),
-                 ((FactKind.DEVICE_TOTAL, _gib), (FactKind.REQUESTED, _gib), (FactKind.NON_KV_TOTAL, _gib),
-                  (FactKind.KV_AVAILABLE, _gib))))
+_tpu = _figures(*((re.compile(rf"\btotal_hbm_{key}_gb=({SNUM}) ?GiB"), ((kind, _gib),)) for key, kind in (
+    ("limit", FactKind.DEVICE_TOTAL), ("limit_cap", FactKind.REQUESTED), ("used", FactKind.NON_KV_TOTAL),
+    ("avail", FactKind.KV_AVAILABLE))))
 
 # xpu_worker.py (Intel XPU, vLLM ~0.11; real pastes round sixteen): "Before memory profiling run, total
 # GPU memory: 65520.00 MB, model load takes 12870.74 MB, free gpu memory is 52435.44 MB." and "After
 # memory profiling run, peak memory usage is 13552.69 MB,torch mem is 12870.74 MB, non-torch mem is
 # 426.94 MB, free gpu memory is 51896.32 MB." Its MB are MiB (bytes / 2**20: the load's 12870.74 is
-# the 12.55 GiB `Model loading took` states, with what loading left besides the weights); the peak
-# is torch's, the weights included.
+# the 12.55 GiB `Model loading took` states, with what loading left besides the weights). Its peak is
+# torch's allocated peak, the weights included, plus the non-torch memory where that is above 0
+# (xpu_worker.py: `peak_memory += non_torch_allocations`): torch's peak is the difference.
 XPU_PROFILE_LINE = "memory profiling run, "
-_xpu = _figures((re.compile(rf"Before memory profiling run, total GPU memory: ({NUM}) MB"),
-                 ((FactKind.DEVICE_TOTAL, _mib),)),
-                (re.compile(rf"After memory profiling run, peak memory usage is ({NUM}) MB, ?torch mem is {NUM} MB, "
-                            rf"non-torch mem is ({SNUM}) MB"),
-                 ((FactKind.TORCH_PEAK_TOTAL, _mib), (FactKind.NON_TORCH, _mib))))
+_XPU_BEFORE = re.compile(rf"Before memory profiling run, total GPU memory: ({NUM}) MB")
+_XPU_AFTER = re.compile(rf"After memory profiling run, peak memory usage is ({NUM}) MB, ?torch mem is {NUM} MB, "
+                        rf"non-torch mem is ({SNUM}) MB")
+
+
+def _xpu(msg: str) -> Iterable[Fact]:
+    yield from _figures((_XPU_BEFORE, ((FactKind.DEVICE_TOTAL, _mib),)))(msg)
+    if m := _XPU_AFTER.search(msg):
+        peak, non_torch = _mib(m.group(1)), _mib(m.group(2))
+        yield Fact(FactKind.TORCH_PEAK_TOTAL, peak - max(non_torch, 0))
+        yield Fact(FactKind.NON_TORCH, non_torch)
 
 # HabanaAI/vllm-fork's habana_worker.py (Gaudi, V0): "Free device memory: 79.22 GiB, 71.3 GiB usable
 # (gpu_memory_utilization=0.9), 7.13 GiB reserved for HPUGraphs (VLLM_GRAPH_RESERVED_MEM=0.1), 64.17
 # GiB reserved for KV cache": the free memory after the profile, that × utilization, the graphs'
-# share of it and the rest, the KV cache (real pastes round sixteen).
-_hpu = _figures((re.compile(rf"Free device memory: {SNUM} ?GiB, {SNUM} ?GiB usable \(gpu_memory_utilization=({NUM})\)"
+# share of it and the rest, the KV cache (real pastes round sixteen). Its utilization is a share of
+# the free memory, not of the device as vLLM's is: it is not read as the config's (the review).
+_hpu = _figures((re.compile(rf"Free device memory: {SNUM} ?GiB, {SNUM} ?GiB usable \(gpu_memory_utilization={NUM}\)"
                             rf".{{0,200}}?({SNUM}) ?GiB reserved for KV cache"),
-                 ((FactKind.GMU, float), (FactKind.KV_AVAILABLE, _gib))))
+                 ((FactKind.KV_AVAILABLE, _gib),)))
 
 
 # v1/metrics/loggers.py log_engine_initialized, the API server once the engines are up: "Engine %03d:

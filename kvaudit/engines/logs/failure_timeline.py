@@ -24,6 +24,7 @@ from kvaudit.engines.failures import (
     EXCEPTION_NAME,
     GENERIC,
     LOG_MESSAGE_CHARS,
+    NCCL_WATCHDOG,
     TRACEBACK,
     Candidate,
     Evidence,
@@ -135,6 +136,11 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
                             for f in during)
     assert chosen is not None  # `during` is not empty
     root = chosen.item
+    if root.value.kind is FailureKind.WORKER_DIED:
+        # a worker's death is how a hung collective ends (the NCCL watchdog's SIGABRT), and its line
+        # comes first (real pastes round fifteen, vllm#6042: `… pid 1159 died, exit code: -6`, then
+        # `Watchdog caught collective operation timeout … ran for 600059 milliseconds`)
+        root = next((f for f in during if NCCL_WATCHDOG in f.value.message), root)
     no_kv_memory = _no_kv_memory(boot, root)
     value: FailureFact = no_kv_memory or root.value
     scan = by_file[root.file]

@@ -25,6 +25,7 @@ from kvaudit.engines.logs.lines import (
     RECORD_TIME_RX,
     TAG_SEARCH_CHARS,
     LogLine,
+    Role,
     has_prefix,
     looks_like_vllm,
     parse_line,
@@ -150,7 +151,10 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
             parsed[line.pos] = ParsedLine(line, facts)
     serving_at = _add_closing_error(text, parsed, cuts)
     lines = tuple(_with_logged_message(text, parsed[k], parsed) for k in sorted(parsed))
-    is_vllm = seen_vllm or looks_like_vllm(text) or (bool(lines) and not _foreign_traceback(text))
+    is_vllm = seen_vllm or looks_like_vllm(text) or bool(lines)
+    if is_vllm and not seen_vllm and (other := _other_programs_traceback(text)) is not None:
+        raise BadInputError(f"{where}: a traceback in {other[0]}'s code (`{other[1]}`), with no line of vLLM's: "
+                            f"kvaudit reads vLLM's logs")
     tags = _final_tags(text, lines)
     v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
@@ -339,7 +343,7 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     to one file, and the figures of the starts must not mix (real
     pastes round fourteen: a start refused at 18:29 by the free-memory check, 13.58 GiB free, then
     one at 18:36 that finished with 14.66 GiB free; the first's figure was read as the second's)."""
-    found: dict[int, tuple[int | None, str]] = {}
+    found: dict[int, tuple[int | None, str, str | None]] = {}
     versions = tuple(m for m in SERVER_START if m != LOGO_MARK)
     for needle in (_VERSION_NEEDLE, LOGO_MARK):  # one pass each over the text (two of the phrases share one)
         i = text.find(needle)
@@ -350,20 +354,25 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
             if line.level is None and marker == LOGO_MARK:
                 line = _logo_head(text, start) or line
             if marker is not None and line.level is not None:
-                found[start] = (line.pid, marker)
+                service = m.group(1) if (m := _COMPOSE.match(text, start, end)) else None
+                found[start] = (line.pid, marker, service)
             i = text.find(needle, end)
     # one start may print two of the markers (a version line and the logo, a few lines apart); a
-    # container's restart prints the same one again, as the same pid (1)
+    # container's restart prints the same one again, as the same pid (1); two compose services'
+    # servers (one boot's DP ranks, external load balancing) start side by side, not one after another
     ordered = sorted(found.items())
-    starts = [(at, pid) for n, (at, (pid, marker)) in enumerate(ordered)
-              if n == 0 or pid is None or pid != ordered[n - 1][1][0] or marker == ordered[n - 1][1][1]
-              or text.count("\n", ordered[n - 1][0], at) > _START_LINES]
+    starts = [(at, pid) for n, (at, (pid, marker, service)) in enumerate(ordered)
+              if n == 0 or service == ordered[n - 1][1][2] and (
+                  pid is None or pid != ordered[n - 1][1][0] or marker == ordered[n - 1][1][1]
+                  or text.count("\n", ordered[n - 1][0], at) > _START_LINES)]
     if len(starts) < 2:
         return text, ()
     edges = [at for at, _ in starts] + [len(text)]
     # the last start that states a figure or a failure: a restart the paste ends in (systemd's, seconds
     # after the death, its banner the last lines: round fifteen) has not got to either yet
-    chosen = next((n for n in range(len(starts) - 1, 0, -1) if _states_anything(text[edges[n]:edges[n + 1]])), 0)
+    newest = range(len(starts) - 1, max(len(starts) - 1 - MAX_STARTS_READ, 0), -1)
+    chosen = next((n for n in newest if _states_anything(text[edges[n]:edges[n + 1]])),
+                  len(starts) - 1 - MAX_STARTS_READ if len(starts) > MAX_STARTS_READ else 0)
     at, end = edges[chosen], edges[chosen + 1]
     first, last = text.count("\n", 0, at) + 1, text.count("\n", 0, end) + (end == len(text))
     if chosen == len(starts) - 1:
@@ -378,6 +387,9 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
 _COMPOSE_PREFIX = r"(?:\x1b\[[\d;]{0,16}m)?([A-Za-z0-9][\w.\-]{0,63}) +\|(?:\x1b\[[\d;]{0,16}m)? "
 _COMPOSE = re.compile(_COMPOSE_PREFIX)
 """`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured)."""
+MAX_SERVICES = 8
+"""More docker compose services than this holding vLLM records are not told apart (each is read
+once more on its own): such a file is read whole, as before."""
 COMPOSE_SAMPLE = 50
 """How many lines with a process tag are looked at for the compose prefix before a file is said
 to have none: `docker compose logs` prefixes every line, so the first tagged ones carry it."""
@@ -420,27 +432,35 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
         if m is None or not has_prefix(line[m.end():]):
             continue  # not a vLLM record (another container's line, a raw traceback line)
         services.setdefault(m.group(1))
-        if (tag := tag_of(line[m.end():])) is not None:
+        tag = tag_of(line[m.end():])
+        # the API server is pid 1 in every container, one boot's DP ranks behind their own servers too
+        if tag is not None and proc_tag(tag[0]).role is not Role.FRONTEND:
             printers.setdefault(tag, set()).add(m.group(1))
-    # one boot may span services (a headless node's workers, each rank its own process name): two
-    # vLLMs show as one process name and pid under two services (each container numbers its own:
-    # both API servers are pid 1)
-    if len(services) < 2 or not any(len(s) > 1 for s in printers.values()):
+    # one boot may span services (a headless node's workers, DP ranks: each rank's processes named
+    # apart): two vLLMs show as one engine or worker name and pid under two services
+    if not 1 < len(services) <= MAX_SERVICES or not any(len(s) > 1 for s in printers.values()):
         return text, ()
-    texts = {name: "".join(line for line, o in zip(lines, owner) if o in (name, None)) for name in services}
-    facts = {name: {f.kind for p in parse_file(t, "").lines for f in p.facts} for name, t in texts.items()}
+    texts: dict[str, list[str]] = {name: [] for name in services}
+    for line, name in zip(lines, owner):
+        for kept in ((texts[name],) if name in texts else texts.values() if name is None else ()):
+            kept.append(line)
+    facts = {name: {f.kind for p in parse_file("".join(t), "").lines for f in p.facts} for name, t in texts.items()}
     chosen = next((n for n in services if FactKind.FAILURE in facts[n]),
                   next((n for n in services if facts[n] & RANK_KINDS), next(iter(services))))
     others = [n for n in services if n != chosen]
-    return texts[chosen], (f"{where}: the lines of {len(services)} docker compose services ({', '.join(services)}), "
-                           f"each a vLLM of its own; the report reads {chosen}'s, the first that "
-                           + ("states a failure" if FactKind.FAILURE in facts[chosen] else "states a memory figure"
-                              if facts[chosen] & RANK_KINDS else "prints")
-                           + f": pass {', '.join(others)}'s lines on their own (`docker compose logs {others[0]}`)",)
+    why = ("states a failure" if FactKind.FAILURE in facts[chosen]
+           else "states a memory figure" if facts[chosen] & RANK_KINDS else "prints")
+    return "".join(texts[chosen]), (f"{where}: the lines of {len(services)} docker compose services "
+                                    f"({', '.join(services)}), each a vLLM of its own; the report reads {chosen}'s, "
+                                    f"the first that {why}: pass {', '.join(others)}'s lines on their own "
+                                    f"(`docker compose logs {others[0]}`)",)
 
 
 _VERSION_NEEDLE = "server version"
 """What SERVER_START's version lines share (`vLLM API server version`, `vLLM server version`)."""
+MAX_STARTS_READ = 8
+"""How many of the newest starts are read on their own for a figure or a failure (a crash loop may
+append thousands); past them the report reads the one before them."""
 _START_LINES = 20
 """How many lines one start's banner (its version line, its logo) spans at most."""
 
@@ -466,24 +486,31 @@ def _states_anything(text: str) -> bool:
 
 
 FRAMES_LOOKED_AT = 200
-"""How many traceback frames _foreign_traceback reads at most."""
+"""How many traceback frames _other_programs_traceback reads at most."""
+OTHER_SERVERS = ("sgl_jax", "sglang", "sgl_kernel", "lmdeploy", "tensorrt_llm", "text_generation_server",
+                 "llama_cpp", "mlc_llm", "exllamav2")
+"""Path parts of other LLM servers' code, whose tracebacks people paste beside vLLM's."""
 
 
-def _foreign_traceback(text: str) -> bool:
-    """Whether the text's traceback frames are all another program's: with no line of vLLM's logger
-    in it, a traceback with none of its first FRAMES_LOOKED_AT frames in a `vllm` path is not a vLLM
-    boot's, whatever its exception says (real pastes round sixteen: SGLang-JAX's `sgl_jax/srt/…`
-    frames and a TPU out-of-memory error were read as a vLLM crash)."""
-    i, frames = text.find('File "'), 0
+def _other_programs_traceback(text: str) -> tuple[str, str] | None:
+    """(the program, a frame's path) where the text's traceback frames (its first FRAMES_LOOKED_AT)
+    are in another LLM server's code (OTHER_SERVERS) and none in vLLM's or its TPU backend's: no vLLM
+    boot (real pastes round sixteen: SGLang-JAX's `sgl_jax/srt/…` frames and a TPU out-of-memory error
+    were read as a vLLM crash). A user's own script's frames name no server: the text is read."""
+    i, frames, other = text.find('File "'), 0, None
     while i >= 0 and frames < FRAMES_LOOKED_AT:
         end = text.find('"', i + 6, i + 1000)
         if end < 0:
-            return False
-        if "vllm" in text[i + 6:end].lower():
-            return False
+            break
+        path = text[i + 6:end]
+        parts = set(re.split(r"[/\\.\-]", path.lower()))
+        if parts & {"vllm", "tpu_inference"}:
+            return None
+        if other is None and (name := next((n for n in OTHER_SERVERS if n in parts), None)):
+            other = (name, path)
         frames += 1
         i = text.find('File "', end)
-    return frames > 0
+    return other
 
 
 def _split_note(where: str, split: int) -> tuple[str, ...]:
