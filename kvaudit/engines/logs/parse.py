@@ -47,7 +47,7 @@ from kvaudit.engines.logs.scan import (
     segment_hits,
     serving_from,
 )
-from kvaudit.engines.logs.unwrap import Cuts, bounds, fixed_column_cuts, joined, line_start, record_at
+from kvaudit.engines.logs.unwrap import Cuts, bounds, fixed_column_cuts, joined, line_start, prev_span, record_at
 from kvaudit.errors import BadInputError
 from kvaudit.schema import FailureKind
 
@@ -444,7 +444,7 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     for line, name in zip(lines, owner):
         for kept in ((texts[name],) if name in texts else texts.values() if name is None else ()):
             kept.append(line)
-    facts = {name: {f.kind for p in parse_file("".join(t), "").lines for f in p.facts} for name, t in texts.items()}
+    facts = {name: _fact_kinds("".join(t)) for name, t in texts.items()}
     chosen = next((n for n in services if FactKind.FAILURE in facts[n]),
                   next((n for n in services if facts[n] & RANK_KINDS), next(iter(services))))
     others = [n for n in services if n != chosen]
@@ -468,21 +468,26 @@ _START_LINES = 20
 def _logo_head(text: str, start: int) -> LogLine | None:
     """The logged record a logo line belongs to, where the logo is one multi-line record (0.34:
     `(APIServer pid=1) INFO … [startup.py:38] ` with nothing after it, then the logo's lines)."""
-    at = start
+    span = prev_span(text, start)
     for _ in range(3):
-        if at == 0:
+        if span is None:
             return None
-        first, _end = bounds(text, at - 1)
-        line = parse_line(text[first:min(at - 1, first + LOGGED_HEAD_CHARS)], first)
+        line = parse_line(text[span[0]:min(span[1], span[0] + LOGGED_HEAD_CHARS)], span[0])
         if line.level is not None:
             return line if not line.msg else None
-        at = first
+        span = prev_span(text, span[0])
     return None
 
 
+def _fact_kinds(text: str) -> set[FactKind]:
+    """What a part of a file states, read as a file of its own (a start, a compose service's lines)."""
+    return {f.kind for p in parse_file(text, "").lines for f in p.facts}
+
+
 def _states_anything(text: str) -> bool:
-    """Whether a start's lines state a memory figure or a failure (read as a file of their own)."""
-    return any(f.kind in RANK_KINDS or f.kind is FactKind.FAILURE for p in parse_file(text, "").lines for f in p.facts)
+    """Whether a start's lines state a memory figure or a failure."""
+    kinds = _fact_kinds(text)
+    return bool(kinds & RANK_KINDS) or FactKind.FAILURE in kinds
 
 
 FRAMES_LOOKED_AT = 200

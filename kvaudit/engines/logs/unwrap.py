@@ -168,7 +168,9 @@ def next_span(text: str, end: int, limit: int | None = MAX_JOIN_LINE) -> tuple[i
     return None if stop is None else (start, stop)
 
 
-def _prev_span(text: str, start: int) -> tuple[int, int] | None:
+def prev_span(text: str, start: int) -> tuple[int, int] | None:
+    """The physical line before the one starting at `start` (None at the text's start, or past
+    MAX_JOIN_LINE characters)."""
     if start == 0:
         return None
     stop = start - 2 if start >= 2 and text.startswith("\r\n", start - 2) else start - 1
@@ -263,7 +265,7 @@ def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
         if span is None:
             break
         lengths.append(len(clean(text[span[0]:span[1]])))
-        span = _prev_span(text, span[0])
+        span = prev_span(text, span[0])
     span = next_span(text, last[1])
     for _ in range(WIDTH_WINDOW):
         if span is None:
@@ -286,7 +288,7 @@ def record_at(text: str, start: int, end: int, width_hint: int | None = None) ->
     for _ in range(MAX_RECORD_LINES):
         if _blank(current) or is_head(current):
             break
-        prev = _prev_span(text, first[0])
+        prev = prev_span(text, first[0])
         if prev is None:
             break
         prev_line = clean(text[prev[0]:prev[1]])
