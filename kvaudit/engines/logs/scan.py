@@ -246,7 +246,8 @@ def scan(text: str) -> Candidates:
     if len(text) <= EXCERPT_CHARS:
         for rx in _ERROR_RECORDS:  # each at most MAX_NEEDLE_LINES lines
             for m in islice(rx.finditer(text), MAX_NEEDLE_LINES):
-                found.setdefault(*bounds(text, m.start()))
+                # the match's last character: a source call's may start on the line break before it
+                found.setdefault(*bounds(text, m.end() - 1))
         for needle in _CATALOGUE_NEEDLES:
             _needle_lines(text, needle, found, logged_only=True)
     kept = [0]
