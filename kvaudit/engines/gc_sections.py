@@ -70,7 +70,12 @@ def section(name: str, note: Callable[[str], None] | None = None) -> Iterator[Ta
     (noted through `note` at the end), else None. Nothing where off or the heap is frozen already."""
     global _open, _checking
     chosen = mode()
-    if chosen == "off" or _open is not None or gc.get_freeze_count():
+    frozen = gc.get_freeze_count()
+    if chosen == "off" or _open is not None or frozen:
+        if chosen != "off" and _open is None and note is not None:
+            # said, so that a boot whose sections never open shows why (H100, vLLM 0.34, 2026-12-06:
+            # three boots with `check` gave no section's note)
+            note(f"gc sections ({name}): not opened, the heap was frozen already ({frozen} objects)")
         yield None
         return
     gc.collect()

@@ -117,9 +117,11 @@ def test_a_frozen_heap_is_left_as_it_was(monkeypatch):
     does nothing, and its end does not unfreeze what vLLM froze."""
     monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "on")
     gc.freeze()
-    with gc_sections.section("inside vLLM's") as tally:
+    notes: list[str] = []
+    with gc_sections.section("inside vLLM's", notes.append) as tally:
         assert tally is None
     assert gc.get_freeze_count() > 0
+    assert len(notes) == 1 and notes[0].startswith("gc sections (inside vLLM's): not opened, the heap was frozen")
 
 
 def test_a_section_inside_another_does_nothing(monkeypatch):
