@@ -194,8 +194,8 @@ class LogBoot:
 
 UNFINISHED_HEAD = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup model) "
                    "took` or server line)")
-UNFINISHED = (f"{UNFINISHED_HEAD}: the warmup and CUDA graph capture that follow KV sizing are not in it, and a "
-              f"boot can still fail there")
+UNFINISHED = (f"{UNFINISHED_HEAD}: the warmup and graph capture (on a TPU, the precompilation) that follow KV "
+              f"sizing are not in it, and a boot can still fail there")
 """A log cut after its KV lines (gpustack#1897: the KV fit, then the boot ran out of memory past
 the paste's end): its verdict says what the KV lines say, and this says what they cannot."""
 UNFINISHED_BEFORE_KV = f"{UNFINISHED_HEAD}: it is read as far as it goes, and what startup did after it is not known"
