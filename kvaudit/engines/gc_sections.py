@@ -50,6 +50,18 @@ class Tally:
 
 _open: Tally | None = None
 _checking = False
+INTERPRETER_FROZEN = gc.get_freeze_count()
+"""What was frozen when this module was imported (in vLLM's worker, before vLLM could freeze anything):
+the interpreter's own. CPython 3.12 starts with objects frozen (375 in 3.12.1, the GPU machine's
+Python; 0 in 3.11 and 3.13), so a non-zero count alone is no freeze of vLLM's: read that way,
+no section opened on the H100 (vLLM 0.34.0, 2026-12-06e). A count above this one is."""
+
+
+def frozen_by_another() -> int:
+    """The objects frozen beyond the interpreter's own (vLLM's freeze_gc_heap, its capture context,
+    a section open already); 0 where none."""
+    count = gc.get_freeze_count()
+    return count if count > INTERPRETER_FROZEN else 0
 
 
 def collect() -> None:
@@ -70,11 +82,10 @@ def section(name: str, note: Callable[[str], None] | None = None) -> Iterator[Ta
     (noted through `note` at the end), else None. Nothing where off or the heap is frozen already."""
     global _open, _checking
     chosen = mode()
-    frozen = gc.get_freeze_count()
+    frozen = frozen_by_another()
     if chosen == "off" or _open is not None or frozen:
         if chosen != "off" and _open is None and note is not None:
-            # said, so that a boot whose sections never open shows why (H100, vLLM 0.34, 2026-12-06:
-            # three boots with `check` gave no section's note)
+            # said, so that a boot whose sections never open shows why
             note(f"gc sections ({name}): not opened, the heap was frozen already ({frozen} objects)")
         yield None
         return

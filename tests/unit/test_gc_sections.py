@@ -133,3 +133,28 @@ def test_a_section_inside_another_does_nothing(monkeypatch):
         assert gc.get_freeze_count() > 0
     assert [n.split(")")[0] for n in notes] == ["gc check (outer"]
     assert gc.get_freeze_count() == 0
+
+
+def test_the_interpreters_own_freeze_is_no_freeze_of_vllms(monkeypatch):
+    """CPython 3.12 starts with objects frozen (375 in 3.12.1, the GPU machine's Python): that
+    count is the baseline, and only a freeze beyond it keeps a section closed. Read as vLLM's, it
+    kept every section closed on the H100 (2026-12-06e)."""
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
+    gc.freeze()  # as the interpreter's start does in 3.12
+    monkeypatch.setattr(gc_sections, "INTERPRETER_FROZEN", gc.get_freeze_count())
+    assert gc_sections.frozen_by_another() == 0
+    notes: list[str] = []
+    node, ref = cycle()
+    with gc_sections.section("warmup", notes.append) as tally:
+        assert tally is not None
+        del node
+        gc_sections.collect()
+    assert ref() is None
+    assert [n.split(")")[0] for n in notes] == ["gc check (warmup"]
+    # a freeze beyond the interpreter's (vLLM's freeze_gc_heap) still keeps a section closed
+    monkeypatch.setattr(gc_sections, "INTERPRETER_FROZEN", 1)
+    gc.freeze()
+    assert gc_sections.frozen_by_another() == gc.get_freeze_count() > 1
+    with gc_sections.section("after vLLM's freeze", notes.append) as closed:
+        assert closed is None
+    assert notes[-1].startswith("gc sections (after vLLM's freeze): not opened")
