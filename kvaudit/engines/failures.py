@@ -46,6 +46,9 @@ class Cause:
     rank's own error) leaves it out. Such lines show that a boot died, not why."""
     means: str = ""
     """What the line means where its words do not say (appended to the failure's message)."""
+    needs_death: bool = False
+    """A warning that names a cause only where the log shows the boot died (torch's allocator retries
+    after it): alone, a note (failure_timeline.log_failure)."""
 
     def matches(self, line: str) -> bool:
         return self.anchor in line and (self.pattern is None or self.pattern.search(line) is not None)
@@ -71,6 +74,12 @@ SHELL_JOB_NOTICE = r"[^\s:]{0,200}(?:\.sh|\bsh|bash|zsh): line \d{1,7}: +\d{1,9}
 NCCL_WATCHDOG = "Watchdog caught collective operation timeout"
 """torch's ProcessGroupNCCL line when a collective hangs past its timeout (scan.py looks for it in an
 excerpt: torch's own log line, no vLLM record)."""
+TORCH_ALLOC_OOM = "memory allocation failed with OOM on device"
+"""torch's caching allocator's warning when the driver refuses it memory (`[rank0]:[W922 05:15:28] memory
+allocation failed with OOM on device 0 while trying to allocate 2097152 bytes (free: 2031616, total:
+23661248512)`): it then frees its cache and retries, so the line is an OOM only where the boot died
+after it (real pastes round seventeen: a death in graph capture; a boot that served on after it). scan.py
+looks for it in an excerpt: torch's own line, no vLLM record."""
 TRACEBACK = "Traceback (most recent call last)"
 """A Python traceback's header: the boot died, and its exception line follows (or the paste cut it)."""
 EXCEPTION_NAME = r"(?:[A-Za-z_][\w.]{0,80})?(?:Error|Exception|Warning|Interrupt|Exit)"
@@ -117,6 +126,7 @@ CAUSES: tuple[Cause, ...] = (
     # "Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which …").
     # torch prints "has a total capacity of" in this message only.
     Cause("has a total capacity of", FailureKind.OOM, None, 0),
+    Cause(TORCH_ALLOC_OOM, FailureKind.OOM, None, 0, log_only=True, needs_death=True),
     # The NVIDIA kernel driver refusing an allocation (`NVRM: … Out of memory [NV_ERR_NO_MEMORY]`,
     # from dmesg): on a unified-memory GB10 (DGX Spark) the device's out-of-memory shows only there.
     Cause("NV_ERR_NO_MEMORY", FailureKind.OOM, None, 0),
@@ -229,6 +239,9 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     before = None
     for m in _EXCEPTION.finditer(msg, max(at - 200, 0), max(at, 0)):
         before = m
+    if cause.needs_death and at >= 0:
+        before = None  # a warning's own words: a paste may have joined it to the lines above it
+        msg = msg[at:]
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
     first = f"{first}: {cause.means}" if cause.means else first
     return first if len(first) <= limit else first[: limit - 1] + "…"

@@ -27,7 +27,7 @@ from kvaudit.engines.logs.ranks import (
     untagged,
 )
 from kvaudit.record import BootRecord, Stated
-from kvaudit.schema import Engine, Environment, Failure, FailureKind, Source
+from kvaudit.schema import Engine, Environment, Failure, FailureKind, Phase, Source
 
 
 def _runner(boot: Boot) -> str | None:
@@ -254,14 +254,22 @@ def _kv_needed(boot: Boot, failure: Failure | None) -> int | None:
     return engine_first(boot.engine, FactKind.KV_NEEDED)
 
 
+_AFTER_KV_CHECK = (Phase.KV, Phase.CAPTURE)
+"""Where a failure other than the check's own may come after the check passed: its KV size line then
+still says the length fits (real pastes round seventeen: a kernel's JIT build failing in the warmup
+after `GPU KV cache size: 1,629,520 tokens` does not undo the fit)."""
+
+
 def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -> bool | None:
     """vLLM prints the KV size line only after every rank passed `_check_enough_kv_cache_memory`
     at the final max_model_len, so a boot that printed it and did not fail fits; a boot whose
     check said how much one request needs failed it."""
     if failure is not None and failure.kind is FailureKind.DOES_NOT_FIT and _kv_needed(boot, failure) is not None:
         return False
-    if failure is not None or config.max_model_len is None:
+    if config.max_model_len is None:
         return None
+    if failure is not None and (failure.kind is FailureKind.DOES_NOT_FIT or failure.phase not in _AFTER_KV_CHECK):
+        return None  # the check's own failure, one before it, or one whose place in the boot is not known
     if boot.engine.get(FactKind.KV_TOKENS) or boot.engine.get(FactKind.AUTOFIT):
         return True  # auto-fit chose the length that every worker's KV holds (and the check then passed)
     # V0 0.6.4 printed the concurrency without a KV size line: at least one request fits when it is ≥ 1.

@@ -167,6 +167,8 @@ class FailureFact:
     echo: bool = False
     """The raise's source line a traceback echoes: an exception line of the same priority, if the
     log shows one, says it better (failure_timeline orders it after them)."""
+    needs_death: bool = False
+    """Its cause's (failures.Cause.needs_death): the boot's failure only beside a sign that it died."""
 
 
 def _gib(text: str) -> int:
@@ -200,7 +202,8 @@ class Rule:
 
 # V1 gpu_model_runner.py load_model: info_once "Model loading took %s GiB memory and %.6f seconds"
 # (rank 0 only); V2 gpu/model_runner.py: the same, per worker; U/N V2 and V0 said "… GiB and …".
-_LOAD = re.compile(rf"Model loading took ({SNUM}) (?:GiB|GB)(?: memory)? and ({NUM}) seconds")
+# Pastes and notes drop the time often (`Model loading took 81.8 GiB memory`: real pastes round seventeen).
+_LOAD = re.compile(rf"Model loading took ({SNUM}) (?:GiB|GB)(?: memory)?(?: and ({NUM}) seconds)?")
 # V0 worker/model_runner.py: "Loading model weights took 2.3463 GB" (GB meant GiB there); 0.3
 # printed MiB as "MB" (`model_memory_usage / float(2**20)`: "Loading model weights took 244.61 MB").
 _LOAD_V0 = re.compile(rf"Loading model weights took ({SNUM}) (GB|MB)\b")
@@ -214,7 +217,8 @@ _LOAD_HPU = re.compile(rf"(?:Loading model weights took in total|Pre-loading mod
 def _load(msg: str) -> Iterable[Fact]:
     if m := _LOAD.search(msg):
         yield Fact(FactKind.WEIGHTS, _gib(m.group(1)))
-        yield Fact(FactKind.LOAD_SECONDS, float(m.group(2)))
+        if m.group(2) is not None:
+            yield Fact(FactKind.LOAD_SECONDS, float(m.group(2)))
     elif m := _LOAD_HPU.search(msg):
         yield Fact(FactKind.WEIGHTS, _gib(m.group(1)))
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(3)))
@@ -761,6 +765,8 @@ def _startup(msg: str) -> Iterable[Fact]:
 
 # torch's OOM message: "GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free."
 _OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which")
+# torch's allocator warning (failures.TORCH_ALLOC_OOM): "… (free: 2031616, total: 23661248512)", in bytes
+_ALLOC_OOM_TOTAL = re.compile(r"while trying to allocate \d{1,20} bytes \(free: \d{1,20}, total: (\d{1,20})\)")
 
 
 _RAISE = re.compile(r"\braise [A-Za-z_][\w.]{0,80}\(")
@@ -784,9 +790,12 @@ def _failure(msg: str) -> Iterable[Fact]:
         text = f"{TRACEBACK}: the boot died; its exception line is not in the log"
     else:
         echo = (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at) is not None
-    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo))
+    yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo,
+                                             needs_death=cause.needs_death))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+    elif kind is FailureKind.OOM and (m := _ALLOC_OOM_TOTAL.search(msg)):
+        yield Fact(FactKind.DEVICE_TOTAL, int(m.group(1)))
 
 
 # An ERROR record the paste cut off after its level and time, its `[file.py:N]` never closed
@@ -1138,6 +1147,10 @@ _ENV_NAME = r"[A-Za-z_]\w{0,80}="
 """A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""
 _ENV_WORD = re.compile(_ENV_NAME)
 _ENV_WORDS = re.compile(r"(?:" + _ENV_NAME + r"\S{0,300}[ \t]+){0,32}")
+_EXECUTABLE_PATH = re.compile(r"(?:[^\s'\"`]{0,300}/(?=vllm[ \t]))?")
+"""The path a command names vLLM by: `/home/u/venv/bin/vllm serve MODEL` (real pastes round seventeen)."""
+_PATH_HEAD = re.compile(r"[^\s'\"`]{0,300}/\Z")
+"""The same path before the command's run (_command_runs starts a run at the word `vllm`)."""
 
 
 def _served_model(msg: str, start: int, end: int) -> str | None:
@@ -1145,6 +1158,9 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
     where the command starts its line (after a shell prompt and the environment it sets at most,
     `user@host:~$ CUDA_VISIBLE_DEVICES=0,1 vllm serve …`): a person's sentence that names `vllm serve
     X` states no model of this boot."""
+    head = msg[max(start - 300, 0):start]
+    if (path := _PATH_HEAD.search(head)) is not None:
+        start -= len(head) - path.start()  # the path vLLM is named by (`/home/u/venv/bin/vllm serve …`)
     words = msg[max(start - 4096, 0):start].split()
     while words and _ENV_WORD.match(words[-1]):
         words.pop()
@@ -1154,6 +1170,7 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
         return None
     run = msg[start:min(end, 100_000)]
     run = run[_ENV_WORDS.match(run).end():]  # where the command's run starts at the variables it sets
+    run = run[_EXECUTABLE_PATH.match(run).end():]
     m = _SERVED_MODEL.match(run) or _MODEL_FLAG.search(run)
     return m.group(1) if m else None
 
@@ -1192,7 +1209,7 @@ NAMESPACE_ARGS = "args: " + NAMESPACE
 # V0 (llm_engine.py): "Initializing an LLM engine (v0.5.4) with config: …", before 0.4 without the version,
 # 0.7.3–0.10 "Initializing a V0 LLM engine (v0.7.4.dev390+gdebd6bbf) with config: …" (vllm#12529).
 _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1 )LLM engine"
-                     r"(?: \(v([^)\s]{1,60})\))? with config: (.*)", re.DOTALL)
+                     r"(?: \(v([^)\s]{1,200})\))? with config: (.*)", re.DOTALL)
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
 # 0.25's platforms/cuda.py, a chosen backend: "Using %s backend." with the enum itself,
@@ -1200,8 +1217,9 @@ _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1
 _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
                       r"|Using ([A-Z][A-Z0-9_]{1,40}_(?:MLA|ATTN)) backend\."
                       r"|Using AttentionBackendEnum\.([A-Z][A-Z0-9_]{1,40}) backend\."
-                      r"|Using (Flash ?Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA|Triton Attention)"
-                      r" backend")  # ROCm: "Using Triton Attention backend."
+                      r"|Using (Flash ?Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA|Triton Attention"
+                      r"|Sparse MLA) backend"  # ROCm: "Using Triton Attention backend.", "Using Sparse MLA backend."
+                      r"|Using (Triton) backend on V1 engine")  # cuda.py 0.8–0.10
 # A shell dump of the environment, or vLLM's own `VLLM_CPU_OMP_THREADS_BIND='auto', …` detail line.
 _ENV = re.compile(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]{1,80})=('[^']{0,200}'|\"[^\"]{0,200}\"|[^\s,;]{0,200})")
 
@@ -1236,7 +1254,9 @@ def _non_default(msg: str) -> str | None:
 
 # The start-up banner (entrypoints/utils.py, 0.11 and later) draws the logo in block characters
 # and prints "version X" beside it; V0's api_server printed "vLLM API server version X".
-_BANNER_VERSION = re.compile(r"(?:vLLM API server version|[█▀▄]\s{1,8}version) (\d{1,3}\.\d{1,4}[\w.+\-]{0,60})")
+# A fork's local version may be long (`0.26.1rc0+glm53.flash.nvfp4.luke.clean.r1.vllme75bcfd.b12x58a046f`, 61
+# characters after `0.26`: real pastes round seventeen).
+_BANNER_VERSION = re.compile(r"(?:vLLM API server version|[█▀▄]\s{1,8}version) (\d{1,3}\.\d{1,4}[\w.+\-]{0,200})")
 
 
 # V0 worker/model_runner.py and V1 gpu_model_runner.py load_model: "Starting to load model %s..."

@@ -82,8 +82,21 @@ _PROFILING_CAPTURE = ("Capturing CUDA graphs", "Graph capturing finished")
 estimate lines are gone): one of these after the profile and before KV is sizing's graphs phase."""
 
 
+_REAL_FULL_CAPTURE = re.compile(r"Capturing CUDA graphs \(FULL\):[^|\r\n]{0,40}\|[^|\r\n]{0,80}\| *\d{1,6}/(\d{1,6})")
+"""Model Runner V2's capture bar for FULL graphs: its graph estimate before KV sizing captures at most
+two of them (cudagraph_utils._FULL_GRAPH_PROFILING_SAMPLES, before the bar is drawn), so a bar over
+more is the real capture after KV (real pastes round seventeen: `(FULL):  57%|█████▋    | 20/35`, then
+torch's allocator OOM, with nothing else of the boot in the paste)."""
+
+
+def _real_full_capture(text: str, pos: int) -> bool:
+    return any(int(m.group(1)) > 2 for m in _REAL_FULL_CAPTURE.finditer(text, 0, pos))
+
+
 def _timeline_phase(text: str, pos: int) -> Phase | None:
     """The furthest phase a milestone printed before `pos` shows (None: no milestone)."""
+    if _real_full_capture(text, pos):
+        return Phase.CAPTURE
     for name, marks in reversed(_MILESTONES):
         if any(text.find(m, 0, pos) >= 0 for m in marks):
             if name is Phase.KV and any(text.find(m, 0, pos) >= 0 for m in _CAPTURE_MARKS):
@@ -129,6 +142,11 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
                     if f.value.priority < BARE or f.file not in stated}
                    | {f"before startup finished, which it then did (not this boot's failure): {f.value.message}"
                       for f in survived if f.value.priority < GENERIC})
+    if during and all(f.value.needs_death for f in during):
+        # a warning the allocator recovers from (torch's OOM warning), and nothing that shows a death
+        notes += sorted({f"no failure: {f.value.message.rstrip('.')}: nothing after it in the log shows the boot "
+                         f"died (torch's allocator frees its cache and retries after this warning)" for f in during})
+        return None, None, notes
     if not during:
         return None, None, notes
     # a raise's echoed source line after the exception lines of its priority (FailureFact.echo)

@@ -174,8 +174,11 @@ def knobs_from_args(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     for key in _STR_KEYS:
         if isinstance(args.get(key), str):
             known[key] = args[key]
-    if "model" not in known and isinstance(args.get("model_tag"), str):
-        known["model"] = args["model_tag"]  # `vllm serve MODEL` stores the positional here
+    tag = args.get("model_tag")
+    if isinstance(tag, str) and ("model" not in known or "".join(known["model"].split()) == tag != known["model"]):
+        # `vllm serve MODEL` stores the positional here; where `model` differs from it by a blank alone,
+        # a paste's wrap split the model's name (`'model': 'Qwe` / `n2-7B-Instruct'`: real pastes round seventeen)
+        known["model"] = tag
     if (v := _int(args.get("max_model_len"))) is not None and v > 0:
         known["max_model_len"] = v  # -1 asks for auto-fit: the length comes from the auto-fit line
     gmu = args.get("gpu_memory_utilization")
@@ -222,6 +225,10 @@ _ENGINE_MODEL = re.compile(r"^model='((?:[^'\\]|\\.){0,2000})'")
 _ENGINE_EAGER = re.compile(r"enforce_eager=(True|False)(?=,|$)")
 _ENGINE_KV_DTYPE = re.compile(r"kv_cache_dtype=([\w.]{1,40})(?=,|$)")
 _ENGINE_LOAD = re.compile(r"load_format=([\w.]{1,40})(?=,|$)")
+# SchedulerConfig's flag as the config line prints it: `chunked_prefill_enabled=True` (0.6–0.2x),
+# `enable_chunked_prefill=True` (0.22); real pastes round seventeen (logs from 0.9.2 to 0.23.0).
+_ENGINE_CHUNKED = {key: re.compile(rf"{key}=(True|False)(?=,|$)")
+                   for key in ("chunked_prefill_enabled", "enable_chunked_prefill")}
 # SpeculativeConfig.__repr__ (vllm/config/speculative.py):
 # "SpeculativeConfig(method='mtp', model=…, num_spec_tokens=1)". Matched only where the key is
 # (found with str.find), so a line that repeats the key costs one bounded match per repeat.
@@ -246,6 +253,9 @@ def knobs_from_engine_line(config: str) -> dict[str, Any]:
         known["model"] = m.group(1)
     if m := _field(config, "enforce_eager", _ENGINE_EAGER):
         known["enforce_eager"] = m.group(1) == "True"
+    for key, rx in _ENGINE_CHUNKED.items():
+        if m := _field(config, key, rx):
+            known["enable_chunked_prefill"] = m.group(1) == "True"
     if m := _field(config, "kv_cache_dtype", _ENGINE_KV_DTYPE):
         known["kv_cache_dtype"] = m.group(1)
     if m := _field(config, "load_format", _ENGINE_LOAD):
@@ -263,10 +273,12 @@ def knobs_from_engine_line(config: str) -> dict[str, Any]:
 
 
 def _field(config: str, key: str, rx: re.Pattern[str]) -> re.Match[str] | None:
-    """`key=value` at the start of the config or after `, ` (found with str.find: linear)."""
+    """`key=value` at the start of the config or after `, ` (found with str.find: linear), or after a
+    person's `... ` / `… ` where the paste left keys out (real pastes round seventeen)."""
     i = config.find(key + "=")
     while i >= 0:
-        if (i == 0 or config.startswith(", ", i - 2)) and (m := rx.match(config, i)):
+        if (i == 0 or config.startswith(", ", i - 2) or config.startswith("... ", i - 4)
+                or config.startswith("… ", i - 2)) and (m := rx.match(config, i)):
             return m
         i = config.find(key + "=", i + 1)
     return None

@@ -31,6 +31,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
     merged = {**known, **resolved}
     if (batched := engine_last(engine, FactKind.BATCHED_TOKENS)) is not None:
         merged["max_num_batched_tokens"] = batched  # the scheduler's own line: the value it resolved
+        # …which it prints only with chunked prefill on (`Chunked prefill is enabled with …`)
+        merged.setdefault("enable_chunked_prefill", True)
     command = command_args(engine)
     if "gpu_memory_utilization" not in merged:
         printed = [f.value for f in engine.get(FactKind.GMU, []) if 0 < f.value <= 1]

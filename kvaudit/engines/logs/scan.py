@@ -54,7 +54,7 @@ import re
 from dataclasses import dataclass
 from itertools import islice
 
-from kvaudit.engines.failures import CAUSES, KILLED, NCCL_WATCHDOG, TRACEBACK
+from kvaudit.engines.failures import CAUSES, KILLED, NCCL_WATCHDOG, TORCH_ALLOC_OOM, TRACEBACK
 from kvaudit.engines.logs.facts import (
     BLOCK_SIZE_LINE,
     CHUNKED_PREFILL,
@@ -117,7 +117,7 @@ _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
-                    BLOCK_SIZE_LINE, NCCL_WATCHDOG)
+                    BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -129,7 +129,8 @@ line of a CUDA error raised in a stream capture (a whole log has its first, an `
 parallel_state's rank assignment (a whole log's worker names say the layout), and the shell's
 `Killed` (a line of its own, which no vLLM record holds). The platform's block size line is in the
 prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve).
-torch's NCCL watchdog line is no vLLM record either (round fifteen)."""
+torch's NCCL watchdog line is no vLLM record either (round fifteen), nor is its allocator's OOM warning
+(round seventeen)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 FRAME_WINDOW = 1 << 16
@@ -484,9 +485,12 @@ while it served (vllm#23582: a worker died, 5 s later the stats line with 46 req
 HPU_INIT_DONE = "init_cache_engine took"
 """Gaudi's V0 executor's last startup line (HabanaAI/vllm-fork habana_executor.py: `init_cache_engine
 took 64.26 GiB of device memory …`, after its HPU graph warmup; real pastes round sixteen)."""
+SPEC_METRICS = "SpecDecoding metrics"
+"""The API server's speculative-decoding stats (v1/spec_decode/metrics.py), logged only for drafts it
+ran for requests (real pastes round seventeen: a DFlash boot's only line after startup)."""
 SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
            "Starting vLLM API server", "Starting vLLM server on", "num_gpu_blocks is: ", STATS,
-           '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE)
+           '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS)
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
 start): a failure after the first of them is not the boot's. One before them is only where
@@ -531,7 +535,14 @@ def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
     are a paste's, a few KiB."""
     first = len(text) + 1
     for m in SERVING:
-        if (i := text.find(m, 0, first - 1 + len(m))) >= 0:
+        i = text.find(m, 0, first - 1 + len(m))
+        for _ in range(MAX_NEEDLE_LINES):
+            if i <= 0 or text[i - 1] != "`":
+                break
+            # a person's sentence quoting the line in backticks (real pastes round seventeen: "`Application
+            # startup complete` had still not been printed"): vLLM prints none so
+            i = text.find(m, i + 1, first - 1 + len(m))
+        if i >= 0 and not (i > 0 and text[i - 1] == "`"):
             first = i
     found = [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
     return min([first, *found])

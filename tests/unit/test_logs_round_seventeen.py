@@ -1,0 +1,137 @@
+"""Real pastes, round seventeen (stop 48): the newest public logs (vLLM 0.27–0.31, forks) and whole
+log files committed to repositories (0.9–0.23), each test naming its source. The data are the
+smallest excerpts of the real files that show each finding (tests/unit/data/round_seventeen)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvaudit.diff import diff_reports
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.boot_record import UNFINISHED
+from kvaudit.schema import FailureKind, Phase, Verdict
+
+_DATA = Path(__file__).parent / "data" / "round_seventeen"
+
+
+def _report(name: str, text: str | None = None):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8") if text is None else text, name)
+
+
+def test_torchs_allocator_oom_before_a_dead_boot_is_its_cause_in_the_capture() -> None:
+    """A gemma-4 write-up (GMU 0.75 block): MRv2's FULL capture bar at 20/35, torch's allocator
+    warning `memory allocation failed with OOM on device 0 …`, then `Engine core initialization
+    failed`. Before, a crash with no phase: the warning was no cause, and the bar no phase. The
+    graph estimate before KV captures two FULL graphs at most, so a bar over 35 is the real capture."""
+    report = _report("torch_alloc_oom_in_full_capture.log")
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase, report.failure.rank) == (FailureKind.OOM, Phase.CAPTURE, 0)
+    assert report.failure.message == ("memory allocation failed with OOM on device 0 while trying to allocate "
+                                      "2097152 bytes (free: 2031616, total: 23661248512)")
+    assert report.ranks[0].device_total_bytes == 23661248512
+    assert report.verdict is Verdict.FAIL
+    # a bar over two FULL graphs, the same lines otherwise: still the capture; over two, no phase is known
+    two = _report("x", (_DATA / "torch_alloc_oom_in_full_capture.log").read_text().replace("20/35", "2/2"))
+    assert two.failure is not None and two.failure.phase is None
+
+
+def test_torchs_allocator_oom_alone_is_a_note_not_a_death() -> None:
+    """An article's T4 line (gemma-4 26B, vLLM 0.30.0), pasted alone. Before, `not a vLLM log` (exit
+    2). The allocator frees its cache and retries after this warning, so alone it shows no death."""
+    report = _report("torch_alloc_oom_alone.log")
+    assert report.failure is None and report.verdict is Verdict.UNKNOWN
+    assert report.ranks[0].device_total_bytes == 15636037632
+    assert ("no failure: memory allocation failed with OOM on device 0 while trying to allocate 253755392 bytes "
+            "(free: 191627264, total: 15636037632): nothing after it in the log shows the boot died (torch's "
+            "allocator frees its cache and retries after this warning)") in report.warnings
+
+
+def test_torchs_allocator_oom_in_a_boot_that_served_is_no_failure() -> None:
+    """A 95 GiB card's notes (hybrid MoE, kv_cache_memory_bytes 5 GiB): the AutoTuner's allocator
+    warning at graph capture, then requests served. The boot's weights are read from `Model loading
+    took 81.8 GiB memory`, which states no time (before, the weights were unknown)."""
+    report = _report("torch_alloc_oom_then_served.log")
+    assert report.failure is None and report.verdict is Verdict.OK
+    assert report.ranks[0].owners["weights"] == round(81.8 * 2**30)
+    assert _report("model_loading_no_seconds.log").ranks[0].owners["weights"] == round(81.8 * 2**30)
+
+
+def test_a_command_that_names_vllm_by_its_path_states_the_model() -> None:
+    """A TP4 Kimi-Linear write-up: `/home/…/vllm_env/bin/vllm serve moonshotai/Kimi-Linear-48B-A3B-Instruct \\`.
+    Before, TP 4 was read from the command and the model not."""
+    report = _report("serve_by_path.log")
+    assert report.config.model == "moonshotai/Kimi-Linear-48B-A3B-Instruct"
+    assert report.config.tensor_parallel_size == 4
+    # a sentence that names a path before `vllm serve` states no model (as before)
+    assert _report("x", "I ran /usr/bin/vllm serve foo/bar and it died\n" + (
+        _DATA / "model_loading_no_seconds.log").read_text()).config.model is None
+
+
+def test_a_forks_long_version_is_read_whole() -> None:
+    """A GLM fork's banner: `version 0.26.1rc0+glm53.flash.nvfp4.luke.clean.r1.vllme75bcfd.b12x58a046f`
+    (61 characters after `0.26`); before, its last character was cut."""
+    report = _report("long_fork_version.log")
+    assert report.engine.version == "0.26.1rc0+glm53.flash.nvfp4.luke.clean.r1.vllme75bcfd.b12x58a046f"
+
+
+def test_speculative_decoding_metrics_show_the_boot_served() -> None:
+    """The same fork (TP3/EP3, DFlash depth 7): a worker's memory line, then the API server's
+    `SpecDecoding metrics` for drafts it ran. Before, "the log ends before startup finished"."""
+    report = _report("spec_metrics_served.log")
+    assert not [w for w in report.warnings if w.startswith(UNFINISHED.split(":")[0])]
+
+
+def test_a_sentence_quoting_the_startup_line_is_no_sign_the_server_came_up() -> None:
+    """An RTX PRO 6000 write-up: the "Actual usage" lines, then "… `Application startup complete` had
+    still not been printed …". Before, the quote hid the warning that the log ends before startup."""
+    report = _report("startup_complete_in_prose.log")
+    assert [w for w in report.warnings if w.startswith(UNFINISHED.split(":")[0])]
+
+
+def test_a_failure_after_the_kv_size_line_keeps_the_fit() -> None:
+    """A WSL write-up (0.27.1): `GPU KV cache size: 1,629,520 tokens`, then the warmup's JIT build
+    failing (`Could not find nvcc`). vLLM prints the size line only once every rank passed the KV
+    check at the final max_model_len (2048), so the length fits; before, the fit was unknown."""
+    report = _report("kv_fits_then_warmup_crash.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.capacity.max_model_len_fits is True
+    assert report.verdict is Verdict.UNKNOWN  # a crash says nothing of memory: as before
+
+
+def test_chunked_prefill_is_read_from_the_scheduler_and_the_engine_line() -> None:
+    """zjpzhao/vllm-qwen3vl-cu118-t4 (0.11.0): logs/verify_qwen3vl_ptxas118.log states chunked
+    prefill on (`Chunked prefill is enabled with max_num_batched_tokens=8192.`, and
+    `chunked_prefill_enabled=True` on the engine line), verify_qwen3vl_cutlass.log off (`non-default
+    args`). Before, only the args were read, and the diff called the pair comparable as far as
+    both state their knobs."""
+    on = _report("chunked_prefill_scheduler_line.log")
+    assert (on.config.enable_chunked_prefill, on.config.max_num_batched_tokens) == (True, 8192)
+    engine_only = (_DATA / "chunked_prefill_scheduler_line.log").read_text().split("\n", 1)[1]
+    assert _report("x", engine_only).config.enable_chunked_prefill is True
+    off = _report("chunked_prefill_off_args.log")
+    assert off.config.enable_chunked_prefill is False
+    diff = diff_reports(on, off)
+    assert not diff.comparable
+    assert [d.knob for d in diff.knob_differences] == ["enable_chunked_prefill"]
+
+
+def test_two_more_attention_backend_lines() -> None:
+    """fpolica91/triton-example's ROCm log (0.16.0): `Using Sparse MLA backend.`; dennislee22's
+    gpt-oss-120b log (0.10.1.1): `Using Triton backend on V1 engine.`. Before, neither was read."""
+    assert _report("rocm_sparse_mla_backend.log").engine.attention_backend == "Sparse MLA"
+    assert _report("v1_triton_backend.log").engine.attention_backend == "Triton"
+
+
+def test_a_model_name_split_by_a_wrap_is_taken_from_model_tag() -> None:
+    """dennislee22/vLLM-benchmarking (0.10.1.1), two logs' `non-default args` folded inside the model's
+    name (`'model': 'Qwe` / `n2-7B-Instruct'`), `'model_tag': 'Qwen2-7B-Instruct'` whole on the line
+    before. Before, `Qwe n2-7B-Instruct` against `Qwen 2-7B-Instruct`: "NOT comparable: model"."""
+    a, b = _report("args_model_split_by_wrap_a.log"), _report("args_model_split_by_wrap_b.log")
+    assert a.config.model == b.config.model == "Qwen2-7B-Instruct"
+    assert "model" not in [d.knob for d in diff_reports(a, b).knob_differences]
+
+
+def test_engine_config_keys_after_a_persons_elision_are_read() -> None:
+    """A mocked-driver write-up (0.30.0): the engine line shortened by hand, `… max_seq_len=2048, ...
+    tensor_parallel_size=1, ... kv_cache_dtype=auto, …`. Before, kv_cache_dtype was not read."""
+    report = _report("engine_line_with_elisions.log")
+    assert (report.config.kv_cache_dtype, report.config.max_model_len) == ("auto", 2048)
