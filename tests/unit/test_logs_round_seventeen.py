@@ -135,3 +135,19 @@ def test_engine_config_keys_after_a_persons_elision_are_read() -> None:
     tensor_parallel_size=1, ... kv_cache_dtype=auto, …`. Before, kv_cache_dtype was not read."""
     report = _report("engine_line_with_elisions.log")
     assert (report.config.kv_cache_dtype, report.config.max_model_len) == ("auto", 2048)
+
+
+def test_lines_picked_out_of_order_say_nothing_of_the_graph_estimate() -> None:
+    """An A100 write-up (0.31.0, MRv2): its "Actual usage" line (17:00:41) pasted before its
+    `Available KV cache memory` line (17:00:33). Before, a graph estimate of 0 was inferred from
+    the advisory missing after the KV line, with a warning that 0.23 GiB of capture went unbudgeted;
+    the paste shows no line after the KV line, so the estimate, and the activation, are not known."""
+    report = _report("reordered_usage_then_kv.log")
+    rank = report.ranks[0]
+    assert rank.graph_pool_estimate_bytes is None and rank.owners.get("activation_peak") is None
+    assert rank.graph_pool_actual_bytes == round(0.23 * 2**30)
+    assert not [w for w in report.warnings if "reserved no CUDA graph memory" in w]
+    # in the order vLLM prints them, the same two lines still show the estimate was 0
+    usage, kv = (_DATA / "reordered_usage_then_kv.log").read_text().splitlines()
+    in_order = _report("x", f"{kv}\n{usage}\n")
+    assert in_order.ranks[0].graph_pool_estimate_bytes == 0

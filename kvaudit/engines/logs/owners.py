@@ -87,12 +87,12 @@ def _shows_where_estimate_lines_go(r: RankFacts) -> bool:
     """Whether the rank's lines cover a place where vLLM prints an estimate line when the estimate
     is > 0: the advisory right after "Available KV cache memory" (determine_available_memory), the
     pool line between the real capture and "Actual usage" (compile_or_warm_up_model). An excerpt
-    that starts at the "Actual usage" line shows neither, and says nothing of the estimate."""
-    if r.has(FactKind.KV_AVAILABLE):
-        return True
+    that starts at the "Actual usage" line shows neither, and says nothing of the estimate; nor does
+    one whose "Available KV cache memory" line comes after its "Actual usage" line (lines a person
+    picked and reordered: real pastes round seventeen, 17:00:41 before 17:00:33)."""
     usage = r.facts.get(FactKind.PEAK_WITH_GRAPHS, [])
     captures = r.facts.get(FactKind.GRAPH_CAPTURE, [])
-    return any(_at(c) < _at(u) for c in captures for u in usage[-1:])
+    return any(_at(c) < _at(u) for c in captures + r.facts.get(FactKind.KV_AVAILABLE, []) for u in usage[-1:])
 
 
 def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disabled: bool) -> _Graphs:
