@@ -151,3 +151,18 @@ def test_lines_picked_out_of_order_say_nothing_of_the_graph_estimate() -> None:
     usage, kv = (_DATA / "reordered_usage_then_kv.log").read_text().splitlines()
     in_order = _report("x", f"{kv}\n{usage}\n")
     assert in_order.ranks[0].graph_pool_estimate_bytes == 0
+
+
+def test_workers_named_with_no_rank_take_the_rank_their_own_line_states() -> None:
+    """vatsasree/MedQA_Agent's vllm.log (0.23.0, TP4): `(Worker pid=N)` workers, each with its own
+    `world_size=4 rank=R local_rank=R …` line, failing the free-memory check on cuda:0 to cuda:3.
+    Before, every figure was rank 0's, and the physical headroom (-18.50 GiB) was not the tightest
+    rank's (cuda:3: 53.76 - 72.84 = -19.08 GiB)."""
+    report = _report("unnamed_workers_world_rank.log")
+    assert [(r.rank, r.free_at_start_bytes) for r in report.ranks] == [
+        (0, round(54.34 * 2**30)), (3, round(53.76 * 2**30))]
+    assert report.capacity.physical_headroom_bytes == round(53.76 * 2**30) - round(72.84 * 2**30)
+    assert report.failure is not None and report.failure.rank == 0
+    # two workers that claim one rank (two boots pasted together): no rank is taken from the lines
+    text = (_DATA / "unnamed_workers_world_rank.log").read_text().replace("rank=3 local_rank=3", "rank=0 local_rank=0")
+    assert [r.rank for r in _report("x", text).ranks] == [0]

@@ -112,6 +112,9 @@ class FactKind(StrEnum):
     PARALLEL_RANKS = "parallel_ranks"
     """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}, global rank) from parallel_state.py's
     `rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 1, …`."""
+    WORLD_RANK = "world_rank"
+    """(world size, global rank) from parallel_state.py's init_distributed_environment line `world_size=4
+    rank=3 local_rank=3 distributed_init_method=… backend=nccl`: the rank of a worker whose name states none."""
     PLATFORM_BLOCK_SIZE = "platform_block_size"
     """The block size a platform's fork uses where none is given (Gaudi's vllm-fork: 128), from the
     device word of its block count line (`# HPU blocks: N`)."""
@@ -971,6 +974,18 @@ def _parallel_state(msg: str) -> Iterable[Fact]:
             yield Fact(FactKind.PARALLEL_RANKS, (int(m.group(2)), ranks, int(m.group(1))))
 
 
+# distributed/parallel_state.py init_distributed_environment, once a worker: "world_size=%d rank=%d
+# local_rank=%d distributed_init_method=%s backend=%s" (vLLM 0.23's `(Worker pid=N)` workers name no rank:
+# real pastes round seventeen, four workers failing the free-memory check on cuda:0 to cuda:3).
+WORLD_RANK_LINE = " local_rank="
+_WORLD_RANK = re.compile(r"\bworld_size=(\d{1,6}) rank=(\d{1,6}) local_rank=\d{1,6} distributed_init_method=")
+
+
+def _world_rank(msg: str) -> Iterable[Fact]:
+    if (m := _WORLD_RANK.search(msg)) and int(m.group(2)) < int(m.group(1)):
+        yield Fact(FactKind.WORLD_RANK, (int(m.group(1)), int(m.group(2))))
+
+
 # `vllm serve …` / `python -m vllm.entrypoints.openai.api_server …` as people paste them: the
 # parallel sizes (vllm/engine/arg_utils.py: -tp, -pp, -dp are the short forms), the length and the
 # utilisation. Read only from lines that are no vLLM log record (parse.py drops them there).
@@ -1414,6 +1429,7 @@ RULES: tuple[Rule, ...] = (
          + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("parallel_state", PARALLEL_STATE_LINE, PARALLEL_STATE_LINE, _parallel_state),
+    Rule("world_rank", WORLD_RANK_LINE, "world_size=[0-9]+ rank=[0-9]+ local_rank=", _world_rank),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp", SERVE_NEEDLE) + KWARG_NEEDLES,
          r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager|vllm serve "
          r"|(_parallel_size|max_model_len|gpu_memory_utilization|block_size)=[0-9]|enforce_eager *= *(True|False)",

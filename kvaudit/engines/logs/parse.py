@@ -86,9 +86,10 @@ class FileScan:
     alone): in the order they first print a figure of their own, from 1 under V0 (its driver, rank 0, runs in
     the engine's process) and from 0 under V1 (every worker is a Ray actor). Not vLLM's rank order,
     which the log does not state: the report says so), or the rank a worker's own parallel_state line
-    states (ray_stated)."""
+    states (ray_stated); and the rank of a worker named with no rank (`(Worker pid=N)`) whose own
+    `world_size=… rank=…` line states it."""
     ray_stated: frozenset[int] = frozenset()
-    """The pids in ray_ranks whose rank their parallel_state line states."""
+    """The pids in ray_ranks whose rank their own line states."""
     notes: tuple[str, ...] = ()
     """What the reader should know about the file itself (lines cut at a fixed column)."""
     cut_runs: tuple[tuple[int, int], ...] = ()
@@ -160,6 +161,8 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
     ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
     ray_ranks, ray_stated = _ray_ranks(ray, lines, 0 if ray and _is_v1(text) else 1)
+    unnamed = _unnamed_worker_ranks(printers, tags, lines)
+    ray_ranks, ray_stated = {**ray_ranks, **unnamed}, ray_stated | frozenset(unnamed)
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
                          ray_ranks, ray_stated,
                          service + restart + _split_note(where, split) + _cut_notes(where, cuts)
@@ -218,6 +221,30 @@ def _ray_ranks(ray: list[int], lines: tuple[ParsedLine, ...], first: int) -> tup
         stated = {}  # a worker with two ranks, or two with one: a paste of several boots; none is trusted
     free = (r for r in itertools.count(first) if r not in stated.values())
     return {pid: stated[pid] if pid in stated else next(free) for pid in ray}, frozenset(stated)
+
+
+def _unnamed_worker_ranks(printers: Mapping[int | None, None], tags: Mapping[int, str],
+                          lines: tuple[ParsedLine, ...]) -> dict[int, int]:
+    """pid → rank of the workers whose name states no rank (`(Worker pid=60651)`, vLLM 0.23) and whose own
+    `world_size=4 rank=3 local_rank=3 …` line does; none where two workers claim one rank or one two
+    (a paste of several boots)."""
+    named = {pid for pid in printers if pid is not None and pid in tags and _rankless_worker(tags[pid])}
+    claims: dict[int, set[int]] = {}
+    for p in lines:
+        if p.line.pid in named:
+            for f in p.facts:
+                if f.kind is FactKind.WORLD_RANK:
+                    claims.setdefault(p.line.pid, set()).add(f.value[1])
+    stated = {pid: min(ranks) for pid, ranks in claims.items()}
+    if any(len(ranks) > 1 for ranks in claims.values()) or len(set(stated.values())) != len(stated):
+        return {}
+    return stated
+
+
+def _rankless_worker(name: str) -> bool:
+    tag = proc_tag(name)
+    return (tag.role is Role.WORKER and not tag.ray and tag.global_rank is None
+            and all(getattr(tag, dim) is None for dim in ("tp", "pp", "dp", "pcp", "dcp", "ep")))
 
 
 MAX_CUT_RUNS = 4096

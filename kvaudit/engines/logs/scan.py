@@ -72,6 +72,7 @@ from kvaudit.engines.logs.facts import (
     SERVE_NEEDLE,
     SOURCE_CALL_HEAD,
     STREAM_CAPTURE,
+    WORLD_RANK_LINE,
     backend,
 )
 from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, parse_line
@@ -117,7 +118,7 @@ _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
-                    BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM)
+                    BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -126,7 +127,8 @@ lines Ray folds are read anyway (their marker with them), and the engine config 
 enforce_eager; an excerpt may hold the one line and not the other. vLLM's padding warning is a
 note, read in an excerpt only: in a whole log it would cost a pass of its own; so is the second
 line of a CUDA error raised in a stream capture (a whole log has its first, an `Error: ` line), and
-parallel_state's rank assignment (a whole log's worker names say the layout), and the shell's
+parallel_state's rank assignment and a worker's `world_size=… rank=…` line (a whole log's worker names
+say the layout), and the shell's
 `Killed` (a line of its own, which no vLLM record holds). The platform's block size line is in the
 prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve).
 torch's NCCL watchdog line is no vLLM record either (round fifteen), nor is its allocator's OOM warning
