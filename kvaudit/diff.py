@@ -66,6 +66,12 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
             av, bv = av.rstrip("/").rsplit("/", 1)[-1], bv.rstrip("/").rsplit("/", 1)[-1]
         if av != bv:
             out.append(KnobDifference(knob, _plain(getattr(a.config, knob)), _plain(getattr(b.config, knob))))
+    qa, qb = ((r.config.extra_args or {}) for r in (a, b))
+    if QUANTIZATION in qa and QUANTIZATION in qb:
+        if qa[QUANTIZATION] != qb[QUANTIZATION]:
+            out.append(KnobDifference(QUANTIZATION, qa[QUANTIZATION], qb[QUANTIZATION]))
+    elif (qa.get(QUANTIZATION) or qb.get(QUANTIZATION)) is not None:
+        one_sided.append(KnobDifference(QUANTIZATION, qa.get(QUANTIZATION), qb.get(QUANTIZATION)))
     for _, key in OUTER_PARALLEL_SIZES:  # extra args: a log that does not say is unknown, a run's absent is 1
         av, bv = (_outer_size(r, key) for r in (a, b))
         if av is None or bv is None:
@@ -75,6 +81,13 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
         elif av != bv:
             out.append(KnobDifference(key, av, bv))
     return out, one_sided
+
+
+QUANTIZATION = "quantization"
+"""An extra arg both sides may state (`--quantization fp8`, a log's `non-default args` or its engine line's
+`quantization=fp8` / `=None`): weights and activations follow it, so a pair that differs in it is not
+comparable (real pastes round seventeen: bf16 against fp8 halved the weights, and the diff did not say
+why). Absent, it is vLLM's choice from the checkpoint, not known."""
 
 
 def _outer_size(report: Report, key: str) -> int | None:
@@ -88,11 +101,26 @@ def _plain(v: Any) -> Any:
     return list(v) if isinstance(v, tuple) else v
 
 
+BACKEND_WORDS = {"Flash Attention": "FLASH_ATTN", "FlashAttention": "FLASH_ATTN", "FlashInfer": "FLASHINFER",
+                 "XFormers": "XFORMERS", "Torch SDPA": "TORCH_SDPA", "Triton MLA": "TRITON_MLA", "FlashMLA": "FLASHMLA",
+                 "Triton Attention": "TRITON_ATTN"}
+"""The attention backends older releases logged in words (`Using Flash Attention backend`), as the
+enum names later ones log: one backend under two spellings is no difference (real pastes round
+seventeen: 0.10.2's `Flash Attention` against 0.22.1's `FLASH_ATTN`)."""
+
+
+def _backend(name: str | None) -> str | None:
+    return BACKEND_WORDS.get(name, name) if name is not None else None
+
+
 def _environment(a: Report, b: Report) -> list[EnvDifference]:
+    backends = (a.engine.attention_backend, b.engine.attention_backend)
+    if _backend(backends[0]) == _backend(backends[1]):
+        backends = (None, None)  # the same backend, spelled as each release logs it
     pairs: list[tuple[str, Any, Any]] = [
         ("engine.version", a.engine.version, b.engine.version),
         ("engine.model_runner", a.engine.model_runner, b.engine.model_runner),
-        ("engine.attention_backend", a.engine.attention_backend, b.engine.attention_backend),
+        ("engine.attention_backend", *backends),
         # who sized the KV cache, and when: vLLM 0.34 sizes it after warmup by default
         ("engine.kv_cache_sizing", a.engine.kv_cache_sizing, b.engine.kv_cache_sizing),
     ]

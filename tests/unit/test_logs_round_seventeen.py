@@ -8,7 +8,7 @@ from pathlib import Path
 from kvaudit.diff import diff_reports
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED
-from kvaudit.schema import FailureKind, Phase, Verdict
+from kvaudit.schema import FailureKind, KnobDifference, Phase, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_seventeen"
 
@@ -166,3 +166,36 @@ def test_workers_named_with_no_rank_take_the_rank_their_own_line_states() -> Non
     # two workers that claim one rank (two boots pasted together): no rank is taken from the lines
     text = (_DATA / "unnamed_workers_world_rank.log").read_text().replace("rank=3 local_rank=3", "rank=0 local_rank=0")
     assert [r.rank for r in _report("x", text).ranks] == [0]
+
+
+def test_a_quantization_both_logs_state_is_compared() -> None:
+    """kolyangg/mlops-assignment (0.10.2, bf16: the engine line's `quantization=None`) against
+    NnamdiOdozi/mlops-assignment (0.22.1: `'quantization': 'fp8'`, `quantization=fp8`). The weights
+    halve (56.93 → 29.08 GiB); before, the diff did not say why. A side that states none is not
+    compared (`kvaudit run` leaves it to vLLM and the checkpoint)."""
+    a, b = _report("bf16_engine_line.log"), _report("fp8_args_and_engine_line.log")
+    assert (a.config.extra_args["quantization"], b.config.extra_args["quantization"]) == (None, "fp8")
+    diff = diff_reports(a, b)
+    assert KnobDifference("quantization", None, "fp8") in diff.knob_differences and not diff.comparable
+    silent = _report("x", (_DATA / "model_loading_no_seconds.log").read_text())
+    assert "quantization" not in silent.config.extra_args
+    one_sided = diff_reports(silent, b)
+    assert KnobDifference("quantization", None, "fp8") in (one_sided.one_sided_knobs or ())
+    assert "quantization" not in [d.knob for d in one_sided.knob_differences]
+
+
+def test_one_attention_backend_in_two_spellings_is_no_environment_difference() -> None:
+    """The same pair's backend lines: 0.10.2's `Using Flash Attention backend on V1 engine.`, 0.22.1's
+    `Using FLASH_ATTN attention backend out of potential backends: …`. Before, an environment
+    difference `Flash Attention → FLASH_ATTN`."""
+    old = ("(EngineCore_DP0 pid=1289229) INFO 06-16 14:13:28 [cuda.py:362] Using Flash Attention backend on V1 "
+           "engine.\n")
+    new = ("(EngineCore pid=203) INFO 06-18 09:16:28 [cuda.py:378] Using FLASH_ATTN attention backend out of "
+           "potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].\n")
+    a = _report("a", old + (_DATA / "bf16_engine_line.log").read_text())
+    b = _report("b", new + (_DATA / "fp8_args_and_engine_line.log").read_text())
+    assert (a.engine.attention_backend, b.engine.attention_backend) == ("Flash Attention", "FLASH_ATTN")
+    assert "engine.attention_backend" not in [d.key for d in diff_reports(a, b).environment_differences]
+    c = _report("c", new.replace("FLASH_ATTN attention", "FLASHINFER attention") + (
+        _DATA / "fp8_args_and_engine_line.log").read_text())
+    assert "engine.attention_backend" in [d.key for d in diff_reports(a, c).environment_differences]

@@ -29,6 +29,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
     # The engine line shows what vLLM resolved (defaults filled in, capture sizes expanded), so it
     # wins over what the user typed; gpu_memory_utilization is not on it.
     merged = {**known, **resolved}
+    if "quantization" in resolved:
+        extra["quantization"] = resolved["quantization"]  # an extra arg (diff.QUANTIZATION), as vLLM resolved it
     if (batched := engine_last(engine, FactKind.BATCHED_TOKENS)) is not None:
         merged["max_num_batched_tokens"] = batched  # the scheduler's own line: the value it resolved
         # …which it prints only with chunked prefill on (`Chunked prefill is enabled with …`)
