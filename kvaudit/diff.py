@@ -151,6 +151,12 @@ def _binding(report: Report) -> RankReport | None:
     return report.binding() or (report.ranks[0] if len(report.ranks) == 1 else None)
 
 
+def _requested(report: Report) -> int | None:
+    """The binding rank's budget (device × gmu); None where the report does not state it."""
+    rank = _binding(report)
+    return rank.requested_bytes if rank is not None else None
+
+
 def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> DiffReport:
     owners = _owner_rows(_binding(a), _binding(b), None)
     # A rank whose number is unknown (null) cannot be paired with the other side's: it counts
@@ -172,7 +178,8 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         owners=tuple(owners), dominant_owner=dominant,
         capacity={"a": ca, "b": cb,
                   "kv_available_delta_bytes": minus(cb.kv_available_bytes, ca.kv_available_bytes),
-                  "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens)},
+                  "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens),
+                  "requested_delta_bytes": minus(_requested(b), _requested(a))},
         verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites,
         repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None,
         warnings={"a": a.warnings, "b": b.warnings} if a.warnings or b.warnings else None,

@@ -656,7 +656,8 @@ class DiffReport:
     owners: tuple[OwnerDelta, ...]
     dominant_owner: Owner | None
     capacity: Mapping[str, Any]
-    """{a: Capacity, b: Capacity, kv_available_delta_bytes, kv_tokens_delta}."""
+    """{a: Capacity, b: Capacity, kv_available_delta_bytes, kv_tokens_delta, requested_delta_bytes (the
+    binding ranks' budgets, B − A; null where a side does not state its own; an extension)}."""
     verdict: Mapping[str, Verdict]
     a_name: str = "a"
     b_name: str = "b"

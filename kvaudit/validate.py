@@ -572,7 +572,10 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
         dominant_owner=node.enum("dominant_owner", Owner, nullable=True),
         capacity={"a": _capacity(cap_a) if cap_a else None, "b": _capacity(cap_b) if cap_b else None,
                   "kv_available_delta_bytes": cap.int("kv_available_delta_bytes"),
-                  "kv_tokens_delta": cap.int("kv_tokens_delta", required=False)},
+                  "kv_tokens_delta": cap.int("kv_tokens_delta", required=False),
+                  # an extension: a diff written before it says nothing of the budgets (absent, not None)
+                  **({"requested_delta_bytes": cap.int("requested_delta_bytes", required=False)}
+                     if "requested_delta_bytes" in cap.data else {})},
         verdict={"a": verdict.enum("a", Verdict), "b": verdict.enum("b", Verdict)},
         a_name=node.str("a_name", required=False) or "a", b_name=node.str("b_name", required=False) or "b",
         sites=tuple(SiteDelta(owner=d.str("owner"), site=d.str("site"), rank=d.int("rank"), phase=d.str("phase"),

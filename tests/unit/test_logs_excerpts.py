@@ -82,7 +82,8 @@ def test_the_diff_table_says_the_dominant_owner_is_among_known_deltas(cli) -> No
     line = next(x for x in result.stdout.splitlines() if x.startswith("dominant owner:"))
     assert line == ("dominant owner: weights (of the owners both sides know; unknown on one side: activation_peak, "
                     "non_torch); it moved +1.48 GiB of KV's -16.13 GiB: the rest is in owners not known on both "
-                    "sides (persistent, activation_peak, non_torch, torch_other)")
+                    "sides (persistent, activation_peak, non_torch, torch_other) or the budget (requested: device × "
+                    "gpu_memory_utilization), not known on both sides")  # v20's excerpt states no budget
 
 
 # --------------------------------------------------------------------------------------------

@@ -199,3 +199,23 @@ def test_one_attention_backend_in_two_spellings_is_no_environment_difference() -
     c = _report("c", new.replace("FLASH_ATTN attention", "FLASHINFER attention") + (
         _DATA / "fp8_args_and_engine_line.log").read_text())
     assert "engine.attention_backend" in [d.key for d in diff_reports(a, c).environment_differences]
+
+
+def test_a_budget_neither_log_states_is_named_where_kv_moved_more_than_the_owners() -> None:
+    """dennislee22/vLLM-benchmarking (0.10.1.1): Qwen2-7B TP2 at gmu 0.5 on two A100 80GB, then on two
+    A100 40GB; neither log names its device. KV fell 20.80 GiB, the graph pool rose 0.35 GiB, and the
+    note named only owners as the rest; the budget (device × gmu) is the cause."""
+    from kvaudit.render.summary import diff_summary
+    from kvaudit.schema import to_jsonable
+    from kvaudit.validate import diff_from_json
+
+    diff = diff_reports(_report("a100_80gb_gmu05.log"), _report("a100_40gb_gmu05.log"))
+    assert diff.capacity["requested_delta_bytes"] is None
+    line = next(s for s in diff_summary(diff) if s.startswith("dominant owner: graph_pool"))
+    assert line.endswith("or the budget (requested: device × gpu_memory_utilization), not known on both sides")
+    # read back from its JSON the same; a diff written before the extension names no budget
+    data = to_jsonable(diff)
+    assert next(s for s in diff_summary(diff_from_json(data)) if s.startswith("dominant")) == line
+    del data["capacity"]["requested_delta_bytes"]
+    older = next(s for s in diff_summary(diff_from_json(data)) if s.startswith("dominant"))
+    assert "budget" not in older and older.endswith("(persistent, activation_peak, non_torch, torch_other)")
