@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from kvaudit.config import AuditConfig
 from kvaudit.ledger import ALLOC_CONF_ENV, requested_bytes
 from kvaudit.schema import Capacity, Lever, NodeSummary, Owner, RankReport
-from kvaudit.units import fmt_gib, minus
+from kvaudit.units import INT64_MAX, fmt_gib, minus
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,17 @@ def _gmu_rounded_up(fraction: float) -> float:
 
 
 def binding_rank(ranks: Sequence[RankReport]) -> RankReport | None:
-    """The rank with the least KV memory (the lowest rank on a tie); None when no rank sized KV."""
+    """The rank with the least KV memory; on a tie the one whose KV cache holds the fewest bytes (a
+    log prints the available memory to 0.01 GiB and the cache in use to the byte: real pastes round
+    eighteen, two ranks at 10.64 GiB that hold 11,423,138,508 and 11,425,235,660 bytes), then the
+    lowest rank; None when no rank sized KV."""
     sized = [r for r in ranks if r.kv_available_bytes is not None]
+
+    def cache(r: RankReport) -> int:
+        held = r.owners.get(Owner.KV_CACHE)
+        return held if held is not None else INT64_MAX
     # a rank without a number (a report may leave it null) loses a tie to every numbered one
-    return min(sized, key=lambda r: (r.kv_available_bytes, r.rank is None, r.rank or 0)) if sized else None
+    return min(sized, key=lambda r: (r.kv_available_bytes, cache(r), r.rank is None, r.rank or 0)) if sized else None
 
 
 def physical_headroom(ranks: Sequence[RankReport]) -> int | None:

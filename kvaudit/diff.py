@@ -68,7 +68,7 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
             out.append(KnobDifference(knob, _plain(getattr(a.config, knob)), _plain(getattr(b.config, knob))))
     qa, qb = ((r.config.extra_args or {}) for r in (a, b))
     if QUANTIZATION in qa and QUANTIZATION in qb:
-        if qa[QUANTIZATION] != qb[QUANTIZATION]:
+        if _quantization(qa[QUANTIZATION]) != _quantization(qb[QUANTIZATION]):
             out.append(KnobDifference(QUANTIZATION, qa[QUANTIZATION], qb[QUANTIZATION]))
     elif (qa.get(QUANTIZATION) or qb.get(QUANTIZATION)) is not None:
         one_sided.append(KnobDifference(QUANTIZATION, qa.get(QUANTIZATION), qb.get(QUANTIZATION)))
@@ -90,6 +90,12 @@ comparable (real pastes round seventeen: bf16 against fp8 halved the weights, an
 why). Absent, it is vLLM's choice from the checkpoint, not known."""
 
 
+def _quantization(method: Any) -> Any:
+    """The checkpoint's format: vLLM picks a Marlin kernel for GPTQ and AWQ checkpoints where it can
+    (`gptq` typed, `gptq_marlin` resolved), the same weights."""
+    return method.removesuffix("_marlin") if isinstance(method, str) else method
+
+
 def _outer_size(report: Report, key: str) -> int | None:
     value = (report.config.extra_args or {}).get(key)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -103,7 +109,7 @@ def _plain(v: Any) -> Any:
 
 BACKEND_WORDS = {"Flash Attention": "FLASH_ATTN", "FlashAttention": "FLASH_ATTN", "FlashInfer": "FLASHINFER",
                  "XFormers": "XFORMERS", "Torch SDPA": "TORCH_SDPA", "Triton MLA": "TRITON_MLA", "FlashMLA": "FLASHMLA",
-                 "Triton Attention": "TRITON_ATTN"}
+                 "Triton Attention": "TRITON_ATTN", "Triton": "TRITON_ATTN", "Sparse MLA": "ROCM_AITER_MLA_SPARSE"}
 """The attention backends older releases logged in words (`Using Flash Attention backend`), as the
 enum names later ones log: one backend under two spellings is no difference (real pastes round
 seventeen: 0.10.2's `Flash Attention` against 0.22.1's `FLASH_ATTN`)."""

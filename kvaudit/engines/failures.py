@@ -77,9 +77,21 @@ excerpt: torch's own log line, no vLLM record)."""
 TORCH_ALLOC_OOM = "memory allocation failed with OOM on device"
 """torch's caching allocator's warning when the driver refuses it memory (`[rank0]:[W922 05:15:28] memory
 allocation failed with OOM on device 0 while trying to allocate 2097152 bytes (free: 2031616, total:
-23661248512)`): it then frees its cache and retries, so the line is an OOM only where the boot died
-after it (real pastes round seventeen: a death in graph capture; a boot that served on after it). scan.py
-looks for it in an excerpt: torch's own line, no vLLM record."""
+23661248512)`): it then frees its cache and retries, so the line is the cause only beside lines that
+say no more than that the boot died after it (an "initialization failed", a bare traceback); beside an
+exception that names its own cause, or alone, it is a note (failure_timeline.log_failure; real pastes
+round seventeen: a death in graph capture; a boot that served on after it). scan.py looks for it in an
+excerpt: torch's own line, no vLLM record."""
+WORKER_RERAISE = "Worker failed with error"
+"""The engine core's re-raise of a worker's error (multiproc_executor.py get_response: `RuntimeError: Worker
+failed with error '…', please check the stack trace above for the root cause`): it names no rank, so the
+worker's own exception line, where the log has it, is the failure (facts.FailureFact.echo; real pastes
+round eighteen: the untagged re-raise put a DP2 worker's death on rank 0)."""
+FAULTHANDLER = "Fatal Python error"
+"""CPython's faulthandler after a crash in native code (`Fatal Python error: Segmentation fault`): no vLLM
+record, so scan.py looks for it in an excerpt (real pastes round eighteen: a Ray worker's segfault)."""
+INTERRUPTED_LINE = "KeyboardInterrupt"
+"""Python's last traceback line after a ^C (scan.py looks for it in an excerpt: no vLLM record)."""
 TRACEBACK = "Traceback (most recent call last)"
 """A Python traceback's header: the boot died, and its exception line follows (or the paste cut it)."""
 EXCEPTION_NAME = r"(?:[A-Za-z_][\w.]{0,80})?(?:Error|Exception|Warning|Interrupt|Exit)"
@@ -94,6 +106,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("stored in KV cache", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
           re.compile(r"max seq len \(\S+\) is larger than the maximum number of tokens that can be stored in KV "
                      r"cache"), starts=("max seq len",)),
+    # …its head, where a paste or a search result cut it (real pastes round eighteen: `… that can be s`)
+    Cause("is larger than the maximum number of tokens that can be", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
+          re.compile(r"max seq len \(\S+\) is larger than the maximum number of tokens that can be"),
+          starts=("max seq len",)),
     Cause("No available memory for the cache blocks", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
     Cause("Cannot auto-fit max_model_len", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
     # config/compilation.py (since vllm PR 38270), once the KV cache is sized: a hybrid model's full
@@ -181,7 +197,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("died, exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
     Cause("died with exit code", FailureKind.WORKER_DIED, None, 1, log_only=True),
     # v1/executor/multiproc_executor.py collective_rpc: a worker's error, re-raised in the engine core.
-    Cause("Worker failed with error", FailureKind.CRASH, None, 1, log_only=True),
+    Cause(WORKER_RERAISE, FailureKind.CRASH, None, 1, log_only=True),
     # …its end, where the worker's error spans lines and the paste keeps the last one (vllm#26431:
     # `ValueError("type fp8e4nv not supported …")', please check the stack trace above for the root cause`).
     Cause("', please check the stack trace above for the root cause", FailureKind.CRASH, None, 1, log_only=True),
@@ -193,14 +209,14 @@ CAUSES: tuple[Cause, ...] = (
           means="the process was sent SIGKILL (the shell's word; the kernel's out-of-memory killer sends it when "
                 "host memory runs out)"),
     # CPython's faulthandler (a crash in C code: a segfault, an abort).
-    Cause("Fatal Python error", FailureKind.CRASH, None, 1, log_only=True),
+    Cause(FAULTHANDLER, FailureKind.CRASH, None, 1, log_only=True),
     # A traceback whose exception line the excerpt does not hold: the boot died, the cause is cut off.
     Cause(TRACEBACK, FailureKind.CRASH, None, BARE, log_only=True),
     # A process told to stop: a signal handler's `sys.exit(signum)` (Ray's sigterm_handler: `SystemExit: 15`
     # while vLLM waited for a placement group), V0's MQLLMEngine handler `KeyboardInterrupt: MQLLMEngine terminated`.
     Cause("SystemExit: 15", FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}SystemExit: 15\b"), log_only=True,
           means="exit 15, from a handler of SIGTERM: the process was told to stop"),
-    Cause("KeyboardInterrupt", FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}KeyboardInterrupt\b"),
+    Cause(INTERRUPTED_LINE, FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}KeyboardInterrupt\b"),
           log_only=True, means="the process was interrupted (SIGINT, or a stop of vLLM's own)"),
     # Any other exception line, as a traceback ends: "subprocess.CalledProcessError: Command …".
     Cause("Error: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Error: "), log_only=True),

@@ -105,6 +105,8 @@ SAMPLES = {
                                      "(0.50 GiB).",
     "stored in KV cache": "ValueError: The model's max seq len (8192) is larger than the maximum number of tokens that "
                           "can be stored in KV cache (4096).",
+    "is larger than the maximum number of tokens that can be": "ValueError: The model's max seq len (32768) is larger "
+                                                              "than the maximum number of tokens that can be s",
     "not supported": "NotImplementedError: FP8 KV cache with MLA is not supported on this backend",
     CPU_KV_SHORT: "ValueError: Available memory on node 0 (1.0/8.0 GiB) on kv cache allocation is less than "
                       "requested memory for kv (2.0 GiB)",

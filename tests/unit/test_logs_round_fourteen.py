@@ -174,7 +174,7 @@ def test_ray_folding_a_logged_line_still_counts_workers() -> None:
         "(RayWorkerWrapper pid=304442) INFO 07-25 02:40:06 [pynccl.py:69] vLLM is using nccl==2.21.5 "
         "[repeated 34x across cluster]")
     report = report_from_log_text(text, "x")
-    assert [w for w in report.warnings if w.startswith("Ray folded lines of other workers (`[repeated 34x")]
+    assert [w for w in report.warnings if w.startswith("Ray folded lines (`[repeated 34x")]
 
 
 def test_a_containers_restart_is_a_start_of_its_own() -> None:

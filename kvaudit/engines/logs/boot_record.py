@@ -114,6 +114,10 @@ def _implied_block_size(boot: Boot, blocks: int) -> int | None:
     length, times = concurrency
     slack = 0.005 * length / blocks + 1e-9
     near = [b for b in BLOCK_SIZES if abs(b - times * length / blocks) <= slack]
+    if not near and abs(length - times * length / blocks) <= slack:
+        # one block a request, as long as max_model_len (IBM Spyre: `# cpu blocks: 512` and 512.00x at
+        # 1152 tokens; real pastes round eighteen)
+        return length
     return near[0] if len(near) == 1 else None
 
 
@@ -240,9 +244,12 @@ def _ray_notes(boot: Boot) -> list[str]:
         with_figures = [f.value for f in folded if (f.file, f.pos) in figures]
         shown = ", ".join(f"{n}x" for n in with_figures[:8]) + (f" … ({len(with_figures)} lines)"
                                                                 if len(with_figures) > 8 else "")
-        notes.append(f"Ray folded lines of other workers (`[repeated {most}x across cluster]`): each such line stands "
-                     f"for that many more workers; Ray folds lines that differ only in their numbers, so the folded "
-                     f"workers' figures are not in the log and no rank is given them"
+        # Ray's log deduplication counts repeats of a line's shape from any process of the cluster, the
+        # printing one too (real pastes round eighteen: 11x in a world of 2, 1100x from one actor)
+        notes.append(f"Ray folded lines (`[repeated {most}x across cluster]`): each such line stands for that many "
+                     f"more lines of its shape, from other workers or the same one again; Ray folds lines that "
+                     f"differ only in their numbers, so the folded lines' figures are not in the log and no rank is "
+                     f"given them"
                      + (f" (memory lines folded: {shown})" if with_figures else ""))
     return notes
 
@@ -268,8 +275,11 @@ def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -
         return False
     if config.max_model_len is None:
         return None
-    if failure is not None and (failure.kind is FailureKind.DOES_NOT_FIT or failure.phase not in _AFTER_KV_CHECK):
-        return None  # the check's own failure, one before it, or one whose place in the boot is not known
+    if failure is not None and (failure.kind is FailureKind.DOES_NOT_FIT or failure.phase not in _AFTER_KV_CHECK
+                                or (failure.kind is FailureKind.OOM and failure.phase is Phase.KV)):
+        # the check's own failure, one before it, one whose place is not known, or an OOM allocating the
+        # cache itself (the length would "fit" a cache that never existed)
+        return None
     if boot.engine.get(FactKind.KV_TOKENS) or boot.engine.get(FactKind.AUTOFIT):
         return True  # auto-fit chose the length that every worker's KV holds (and the check then passed)
     # V0 0.6.4 printed the concurrency without a KV size line: at least one request fits when it is ≥ 1.

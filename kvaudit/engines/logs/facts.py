@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kvaudit.engines.failures import BARE, CAUSES, CPU_KV_SHORT, LOG_MESSAGE_CHARS, TRACEBACK, cause_of, error_text
+from kvaudit.engines.failures import (
+    BARE,
+    CAUSES,
+    CPU_KV_SHORT,
+    LOG_MESSAGE_CHARS,
+    TRACEBACK,
+    WORKER_RERAISE,
+    cause_of,
+    error_text,
+)
 from kvaudit.engines.logs.knobs import NAMESPACE
 from kvaudit.schema import FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
@@ -86,6 +95,9 @@ class FactKind(StrEnum):
     VERSION = "version"
     BATCHED_TOKENS = "batched_tokens"
     """config/scheduler.py's "Chunked prefill is enabled with max_num_batched_tokens=N.": the resolved value."""
+    CHUNKED_DISABLED = "chunked_disabled"
+    """A config-time line that turns chunked prefill off after the scheduler's line said it was on
+    (config.py: `Only "last" pooling supports chunked prefill and prefix caching; disabling both.`)."""
     MODEL_LOADING = "model_loading"
     """The model a worker starts to load (`Starting to load model M...`): the model where no config
     line or command names it."""
@@ -520,11 +532,12 @@ _V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB{_SEP}initial_memory_u
                          rf"non_torch_memory=({SNUM}) ?GiB{_SEP}"
                          rf"kv_cache_size=({SNUM}) ?GiB{_SEP}gpu_memory_utilization=({NUM})")
 KV_BLOCK_DEVICES = ("GPU", "gpu", "CUDA", "cuda", "ROCM", "rocm", "XPU", "xpu", "HPU", "hpu", "TPU", "tpu",
-                    "NEURON", "neuron")
+                    "NEURON", "neuron", "cpu")
 """The device word of V0's KV block count, `# <device> blocks: N, # CPU blocks: M` (executor_base.py,
 llm_engine.py): `GPU` before 0.6.4, then the platform's enum name (`CUDA`, `ROCM`, …), then its
-device_name (`cuda`, `rocm`, …, vLLM 0.7–0.10; the sllm-store ROCm guide's `# rocm blocks: 37011`).
-`CPU` is left out: it names the swap space's blocks there."""
+device_name (`cuda`, `rocm`, …, vLLM 0.7–0.10; the sllm-store ROCm guide's `# rocm blocks: 37011`), on
+vLLM's CPU platform and IBM Spyre `cpu` (`# cpu blocks: 2340, # CPU blocks: 0`: real pastes round
+eighteen). `CPU` is left out: it names the swap space's blocks there."""
 KV_BLOCK_WORDS = tuple(f" {device} blocks: " for device in KV_BLOCK_DEVICES)
 """The words after the `#` of that line, as the scan and the phase timeline look for them."""
 _BLOCKS = re.compile(rf"(?:{'|'.join(KV_BLOCK_DEVICES)}) blocks: ({CINT})")
@@ -724,6 +737,7 @@ _ESTIMATED_LEN = re.compile(rf"the estimated maximum model length is ({CINT})")
 # (N) is larger than the maximum number of tokens that can be stored in KV cache (M)."
 _V0_TOO_LONG = re.compile(rf"max seq len \(({CINT})\) is larger than the maximum number of tokens that can be "
                           rf"stored in KV cache \(({CINT})\)")
+_V0_TOO_LONG_HEAD = re.compile(rf"max seq len \(({CINT})\) is larger than the maximum number of tokens that can be")
 # v1/worker/utils.py request_memory and cpu_worker.py __init__ / determine_available_memory.
 _NODE = rf"Available memory on node ({INT}) \(({SNUM})/({SNUM}) GiB\)"
 _CPU_STARTUP = re.compile(rf"{_NODE} on startup is less than desired CPU memory utilization \(({NUM}), ({SNUM}) GiB\)")
@@ -745,6 +759,8 @@ def _kv_check(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))
         yield Fact(FactKind.KV_TOKENS, ("GPU", _int(m.group(2))))
         yield Fact(FactKind.MAX_FEASIBLE_LEN, _int(m.group(2)))
+    elif (m := _V0_TOO_LONG_HEAD.search(msg)) is not None:
+        yield Fact(FactKind.CHECKED_MODEL_LEN, _int(m.group(1)))  # its cut head: the length, not the tokens
     if any(anchor in msg for anchor in ("No available memory for the cache blocks", "Cannot auto-fit max_model_len")):
         yield Fact(FactKind.MAX_FEASIBLE_LEN, 0)  # not one token fits: the longest feasible request is 0
 
@@ -792,7 +808,8 @@ def _failure(msg: str) -> Iterable[Fact]:
     if cause.priority == BARE:
         text = f"{TRACEBACK}: the boot died; its exception line is not in the log"
     else:
-        echo = (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at) is not None
+        echo = cause.anchor == WORKER_RERAISE or (
+            (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at) is not None)
     yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo,
                                              needs_death=cause.needs_death))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
@@ -1017,7 +1034,10 @@ def command_flag(word: str) -> str | None:
                  if name.startswith(shortest) and flag.startswith(name)), None)
 
 
-_COMMAND_CONTEXT = re.compile(r"vllm|python|api_server", re.IGNORECASE)
+_COMMAND_CONTEXT = re.compile(r"(?<![A-Za-z0-9_])(?:vllm|python|api_server)", re.IGNORECASE)
+MAX_COMMAND_RUNS = 64
+"""Commands read from one line at most: a line holds a few; each run reads a few words and the 4 KiB
+before it, so a line of `vllm vllm vllm …` costs no more than 64 runs (untrusted input stays linear)."""
 # A shell word: a quoted string (a JSON value keeps its spaces) or a run of non-blanks.
 _WORD = re.compile(r"""'[^'\n]{0,2000}'|"[^"\n]{0,2000}"|`[^`\n]{0,2000}`|\S{1,2000}""")
 _FLAG_WORD = re.compile(r"-{1,2}[A-Za-z][\w.\-]{0,80}(?:=\S{0,2000})?")
@@ -1039,7 +1059,7 @@ def _command_runs(msg: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     limit = min(len(msg), 100_000)
     pos = 0
-    while (ctx := _COMMAND_CONTEXT.search(msg, pos, limit)) is not None:
+    while len(spans) < MAX_COMMAND_RUNS and (ctx := _COMMAND_CONTEXT.search(msg, pos, limit)) is not None:
         end, flags, words, value_next = ctx.end(), 0, 0, False
         for m in _WORD.finditer(msg, ctx.start(), limit):
             word = m.group(0)
@@ -1164,8 +1184,8 @@ _ENV_WORD = re.compile(_ENV_NAME)
 _ENV_WORDS = re.compile(r"(?:" + _ENV_NAME + r"\S{0,300}[ \t]+){0,32}")
 _EXECUTABLE_PATH = re.compile(r"(?:[^\s'\"`]{0,300}/(?=vllm[ \t]))?")
 """The path a command names vLLM by: `/home/u/venv/bin/vllm serve MODEL` (real pastes round seventeen)."""
-_PATH_HEAD = re.compile(r"[^\s'\"`]{0,300}/\Z")
-"""The same path before the command's run (_command_runs starts a run at the word `vllm`)."""
+_WORD_ENDS = (" ", "\t", "\n", "\r", "'", '"', "`")
+"""What ends the path before the command's run (_command_runs starts a run at the word `vllm`)."""
 
 
 def _served_model(msg: str, start: int, end: int) -> str | None:
@@ -1173,9 +1193,9 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
     where the command starts its line (after a shell prompt and the environment it sets at most,
     `user@host:~$ CUDA_VISIBLE_DEVICES=0,1 vllm serve …`): a person's sentence that names `vllm serve
     X` states no model of this boot."""
-    head = msg[max(start - 300, 0):start]
-    if (path := _PATH_HEAD.search(head)) is not None:
-        start -= len(head) - path.start()  # the path vLLM is named by (`/home/u/venv/bin/vllm serve …`)
+    if start > 0 and msg[start - 1] == "/":  # the path vLLM is named by (`/home/u/venv/bin/vllm serve …`)
+        floor = max(start - 300, 0)
+        start = max(msg.rfind(c, floor, start) for c in _WORD_ENDS) + 1 or floor
     words = msg[max(start - 4096, 0):start].split()
     while words and _ENV_WORD.match(words[-1]):
         words.pop()
@@ -1308,9 +1328,15 @@ CHUNKED_PREFILL = "Chunked prefill is enabled with max_num_batched_tokens="
 _CHUNKED_PREFILL = re.compile(re.escape(CHUNKED_PREFILL) + rf"({INT})\b")
 
 
+CHUNKED_OFF_LINE = "chunked prefill"
+_CHUNKED_OFF = re.compile(r"chunked prefill[^\r\n]{0,300}?[Dd]isabling")
+
+
 def _chunked(msg: str) -> Iterable[Fact]:
     if m := _CHUNKED_PREFILL.search(msg):
         yield Fact(FactKind.BATCHED_TOKENS, _int(m.group(1)))
+    if CHUNKED_OFF_LINE in msg and _CHUNKED_OFF.search(msg):
+        yield Fact(FactKind.CHUNKED_DISABLED, True)
 
 
 def _version(msg: str) -> Iterable[Fact]:
@@ -1416,9 +1442,9 @@ RULES: tuple[Rule, ...] = (
     Rule("b12x", "B12X sparse DCP", r"B12X sparse DCP transient", _b12x),
     Rule("cpu", ("set (",), r"(Auto|Explicitly) set \([0-9.-]+/[0-9.]+\) GiB for KV cache", _cpu),
     Rule("kv_check", ("To serve at least one request", "No available memory for the cache blocks",
-                      "Cannot auto-fit max_model_len", "stored in KV cache"),
+                      "Cannot auto-fit max_model_len", "than the maximum number of tokens that can be"),
          r"To serve at least one request|No available memory for the cache blocks|Cannot auto-fit max_model_len"
-         r"|stored in KV cache",
+         r"|than the maximum number of tokens that can be",
          _kv_check),
     Rule("startup", ("on startup is less than", "on kv cache allocation is less"),
          r"on startup is less than|on kv cache allocation is less", _startup),
@@ -1438,7 +1464,8 @@ RULES: tuple[Rule, ...] = (
          r"non-default args: |LLM engine (\(v[^)]*\) )?with config|args: Namespace\(",
          _config),
     Rule("loading", LOADING_MODEL, LOADING_MODEL + r"[^ ]+\.\.\.", _loading),
-    Rule("chunked", CHUNKED_PREFILL, CHUNKED_PREFILL + "[0-9]", _chunked),
+    Rule("chunked", (CHUNKED_PREFILL, CHUNKED_OFF_LINE), CHUNKED_PREFILL + "[0-9]|chunked prefill.*[Dd]isabling",
+         _chunked),
     Rule("resolved_sizes", (MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE),
          _ere(MAX_MODEL_LEN_LINE) + "[0-9]|" + _ere(BLOCK_SIZE_LINE) + "[0-9]", _resolved_sizes),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),

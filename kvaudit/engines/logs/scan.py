@@ -54,9 +54,18 @@ import re
 from dataclasses import dataclass
 from itertools import islice
 
-from kvaudit.engines.failures import CAUSES, KILLED, NCCL_WATCHDOG, TORCH_ALLOC_OOM, TRACEBACK
+from kvaudit.engines.failures import (
+    CAUSES,
+    FAULTHANDLER,
+    INTERRUPTED_LINE,
+    KILLED,
+    NCCL_WATCHDOG,
+    TORCH_ALLOC_OOM,
+    TRACEBACK,
+)
 from kvaudit.engines.logs.facts import (
     BLOCK_SIZE_LINE,
+    CHUNKED_OFF_LINE,
     CHUNKED_PREFILL,
     CUT_ERROR_HEAD,
     EAGER_LINE,
@@ -83,12 +92,13 @@ _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner
 # first character lets the regex engine skip to each `V` and check the words in C.
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
-_PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL, CHUNKED_PREFILL, MAX_MODEL_LEN_LINE,
-            BLOCK_SIZE_LINE)
+_PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL, CHUNKED_PREFILL, CHUNKED_OFF_LINE,
+            MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE)
 """Lines printed before anything is loaded that hold no character the other passes look for: V0's
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
 banner's `version 0.19.1`, V0's `vLLM API server version 0.6.3`, its `args: Namespace(…)`, a
-worker's `Starting to load model M...`, the scheduler's `Chunked prefill is enabled with …`, the
+worker's `Starting to load model M...`, the scheduler's `Chunked prefill is enabled with …` (and a line
+turning it off again: `… supports chunked prefill and prefix caching; disabling both.`), the
 model config's `Using max model len N` and the platform's `Setting attention block size to N tokens`."""
 
 
@@ -118,7 +128,7 @@ _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
-                    BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE)
+                    BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -132,7 +142,8 @@ say the layout), and the shell's
 `Killed` (a line of its own, which no vLLM record holds). The platform's block size line is in the
 prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve).
 torch's NCCL watchdog line is no vLLM record either (round fifteen), nor is its allocator's OOM warning
-(round seventeen)."""
+(round seventeen), nor Python's `KeyboardInterrupt` ending a traceback after a ^C (its review), nor
+faulthandler's `Fatal Python error` (round eighteen)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 FRAME_WINDOW = 1 << 16
@@ -490,9 +501,15 @@ took 64.26 GiB of device memory …`, after its HPU graph warmup; real pastes ro
 SPEC_METRICS = "SpecDecoding metrics"
 """The API server's speculative-decoding stats (v1/spec_decode/metrics.py), logged only for drafts it
 ran for requests (real pastes round seventeen: a DFlash boot's only line after startup)."""
+BENCH_DONE = " total tokens/s, "
+"""`vllm bench throughput`'s summary (`Throughput: 0.05 requests/s, 36.80 total tokens/s, 12.27 output
+tokens/s`), printed once the engine ran every request (real pastes round eighteen)."""
+METRIC_SAMPLE = '{engine="'
+"""A sample of the running server's /metrics (`vllm:prefix_cache_queries_total{engine="0",…} 35.0`)."""
 SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
            "Starting vLLM API server", "Starting vLLM server on", "num_gpu_blocks is: ", STATS,
-           '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS)
+           '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS,
+           BENCH_DONE, METRIC_SAMPLE)
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
 start): a failure after the first of them is not the boot's. One before them is only where
@@ -530,6 +547,17 @@ def last_logged(text: str, marker: str) -> int:
     return -1
 
 
+def _named_only(text: str, i: int, marker: str) -> bool:
+    """Whether the marker at `i` is only named in a person's sentence, in backticks and nothing else
+    of its line with it (real pastes round seventeen: "`Application startup complete` had still not
+    been printed"). A quote of the whole record (`` `Starting vLLM API server on http://0.0.0.0:8010`:
+    服务已成功启动 ``, round eighteen) is the log's line."""
+    if i == 0 or text[i - 1] != "`":
+        return False
+    close = text.find("`", i + len(marker), i + len(marker) + 4)
+    return close >= 0 and not text[i + len(marker):close].strip(" .:")
+
+
 def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
     """Where the log shows the boot had finished: the first SERVING line, in the text or in a run
     of lines cut at a fixed column (read joined); else past its end. One pass per marker, each only
@@ -539,12 +567,10 @@ def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
     for m in SERVING:
         i = text.find(m, 0, first - 1 + len(m))
         for _ in range(MAX_NEEDLE_LINES):
-            if i <= 0 or text[i - 1] != "`":
+            if i < 0 or not _named_only(text, i, m):
                 break
-            # a person's sentence quoting the line in backticks (real pastes round seventeen: "`Application
-            # startup complete` had still not been printed"): vLLM prints none so
             i = text.find(m, i + 1, first - 1 + len(m))
-        if i >= 0 and not (i > 0 and text[i - 1] == "`"):
+        if i >= 0 and not _named_only(text, i, m):
             first = i
     found = [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
     return min([first, *found])
