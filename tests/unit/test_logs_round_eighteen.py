@@ -106,3 +106,11 @@ def test_a_ray_fold_counts_lines_not_workers() -> None:
             "cluster]\n")
     (note,) = [w for w in _report("x", line).warnings if w.startswith("Ray folded lines")]
     assert "that many more lines of its shape, from other workers or the same one again" in note
+
+
+def test_a_pasted_commands_batch_knobs_are_read() -> None:
+    """vllm-ascend#693 (TP8, V0-style workers): `python -m vllm.entrypoints.openai.api_server … --max-num-seqs=256
+    --max-model-len=8192 --tensor-parallel-size=8 --block-size=128`. Before, max_num_seqs was not read
+    from a command (it was from `non-default args`)."""
+    report = _report("command_max_num_seqs.log")
+    assert (report.config.max_num_seqs, report.config.max_model_len, report.config.block_size) == (256, 8192, 128)

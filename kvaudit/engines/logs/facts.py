@@ -1012,7 +1012,8 @@ COMMAND_FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tenso
                  "--decode-context-parallel-size": "decode_context_parallel_size",
                  "-dcp": "decode_context_parallel_size",
                  "--max-model-len": "max_model_len", "--gpu-memory-utilization": "gpu_memory_utilization",
-                 "--block-size": "block_size"}
+                 "--block-size": "block_size", "--max-num-seqs": "max_num_seqs",
+                 "--max-num-batched-tokens": "max_num_batched_tokens"}
 # vLLM's FlexibleArgumentParser turns each `_` of a `--` flag's name into `-` before argparse reads
 # it (`--max_model_len 8192`), and argparse takes a prefix that names one flag alone (allow_abbrev:
 # `--gpu-memory-util 0.9`). Each flag's shortest prefix read here names it alone among the 430 flags

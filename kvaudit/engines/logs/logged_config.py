@@ -55,6 +55,9 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         merged["kv_cache_dtype"] = command["kv_cache_dtype"]
     if "block_size" not in merged and command.get("block_size"):
         merged["block_size"] = command["block_size"]
+    for key in ("max_num_seqs", "max_num_batched_tokens"):  # a pasted command's (real pastes round eighteen)
+        if merged.get(key) is None and isinstance(command.get(key), int) and command[key] > 0:
+            merged[key] = command[key]
     if (block := engine_last(engine, FactKind.SET_BLOCK_SIZE)) is not None:
         merged["block_size"] = block  # the platform set it over what was typed
     if merged.get("enforce_eager") is None and "enforce_eager" in command:
