@@ -114,3 +114,16 @@ def test_a_pasted_commands_batch_knobs_are_read() -> None:
     from a command (it was from `non-default args`)."""
     report = _report("command_max_num_seqs.log")
     assert (report.config.max_num_seqs, report.config.max_model_len, report.config.block_size) == (256, 8192, 128)
+
+
+def test_an_rl_trainers_exception_is_not_vllms_failure() -> None:
+    """A verl GRPO log (three vLLMHttpServer replicas): `(TaskRunner pid=49607) FileNotFoundError: … .pt`
+    (verl's checkpoint load), then vLLM's own `Engine core proc EngineCore_DP0 died unexpectedly`.
+    Before, the trainer's exception was the boot's failure. A named process that printed no vLLM
+    record, beside one that did, is another program's; alone, its exception still stands."""
+    report = _report("rl_trainer_exception.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.WORKER_DIED
+    assert [w for w in report.warnings if w.startswith("in another program's process (TaskRunner pid=49607")]
+    trainer_only = (_DATA / "rl_trainer_exception.log").read_text().splitlines()[0] + "\n"
+    alone = _report("x", trainer_only)
+    assert alone.failure is not None and alone.failure.message.startswith("FileNotFoundError")

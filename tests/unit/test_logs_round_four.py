@@ -32,7 +32,8 @@ def command_args(line: str) -> dict[str, float | int]:
 @pytest.mark.parametrize("line, args", [
     # spark-vllm-docker#388: the flags the person ran with, inside a sentence
     ("KV init can be got past. With --max-model-len 32768 --max-num-batched-tokens 2048 --gpu-memory-utilization "
-     "0.72 --speculative-config 'null':", {"max_model_len": 32768, "gpu_memory_utilization": 0.72}),
+     "0.72 --speculative-config 'null':", {"max_model_len": 32768, "max_num_batched_tokens": 2048,
+                                            "gpu_memory_utilization": 0.72}),
     ("  --gpu-memory-utilization 0.98 \\", {"gpu_memory_utilization": 0.98}),  # a continuation line (vllm#57475)
     ("- --tensor-parallel-size=2", {"tensor_parallel_size": 2}),  # a YAML list item
     ("--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 4}' -tp 4", {"tensor_parallel_size": 4}),

@@ -32,6 +32,7 @@ from kvaudit.engines.failures import (
 )
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
+from kvaudit.engines.logs.parse import FileScan
 from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
@@ -140,6 +141,17 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             survived.append(f)
         else:
             during.append(f)
+    # another program's process in the same stream (an RL trainer's driver: verl's `(TaskRunner pid=N)`
+    # raising while loading its checkpoint, then vLLM's own `Engine core proc … died unexpectedly`; real
+    # pastes round eighteen): its exception is not vLLM's failure where vLLM's own lines show one
+    foreign_pids = {index: _foreign_pids(scan) for index, scan in by_file.items()} if during else {}
+    foreign = [f for f in during if f.pid is not None and f.pid in foreign_pids[f.file]]
+    if foreign and len(foreign) < len(during):
+        during = [f for f in during if f not in foreign]
+        notes_foreign = sorted({f"in another program's process ({by_file[f.file].tags[f.pid]} pid={f.pid}, which "
+                                f"printed no vLLM record), not vLLM's failure: {f.value.message}" for f in foreign})
+    else:
+        notes_foreign = []
     # torch's allocator warning (failures.Cause.needs_death) is a cause only beside lines that say no
     # more than that the boot died (an "initialization failed", a bare traceback): an exception that
     # names its own cause (the KV check, torch's OOM error, a crash) is the boot's, the warning a note
@@ -153,7 +165,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     notes = sorted({f"after startup finished: {_after_message(by_file[f.file].text, f)}" for f in after
                     if f.value.priority < BARE or f.file not in stated}
                    | {f"before startup finished, which it then did (not this boot's failure): {f.value.message}"
-                      for f in survived if f.value.priority < GENERIC})
+                      for f in survived if f.value.priority < GENERIC}) + notes_foreign
     if warned and not any(f.value.needs_death for f in during):
         first = min(warned, key=lambda f: (f.file, f.pos)).value.message.rstrip(".")
         times = f", {len(warned)} times in all" if len(warned) > 1 else ""
@@ -208,6 +220,15 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
                          f"failed is not in the log (the lines after it say)"]
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+
+
+def _foreign_pids(scan: FileScan) -> frozenset[int]:
+    """Processes named by no vLLM role (lines.proc_tag: Role.OTHER, the name not vLLM's own) that printed
+    no vLLM record, where others did: another program sharing the stream."""
+    logged_pids = {p.line.pid for p in scan.lines if p.line.level is not None and p.line.pid is not None}
+    return frozenset(pid for pid, name in scan.tags.items()
+                     if logged_pids - {pid} and pid not in logged_pids and name
+                     and "vllm" not in name.lower() and proc_tag(name).role is Role.OTHER)
 
 
 _API_SERVER = ("(APIServer pid=", "[APIServer pid=", "api_server.py:", *SERVER_START)
