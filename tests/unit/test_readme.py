@@ -142,7 +142,7 @@ def test_the_in_and_out_commands_run_as_pasted(cli, tmp_path, monkeypatch, real_
         if argv[0] == "run":
             assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["verdict"] == "ok"
         if "--write-config" in argv:
-            text = (tmp_path / "safe.yaml").read_text(encoding="utf-8")
+            text = (tmp_path / argv[argv.index("--write-config") + 1]).read_text(encoding="utf-8")
             assert text.startswith("# Written by kvaudit ") and " from r.json (" in text.splitlines()[0]
             written = yaml.safe_load(text)
             assert written["model"] == "kvaudit/data/tiny-deepseek" and "kv-cache-memory-bytes" in written
@@ -152,4 +152,6 @@ def test_the_in_and_out_commands_run_as_pasted(cli, tmp_path, monkeypatch, real_
     from prometheus_client.parser import text_string_to_metric_families
     names = {f.name for f in text_string_to_metric_families((tmp_path / "kvaudit.prom").read_text(encoding="utf-8"))}
     assert "kvaudit_owner_bytes" in names
-    assert yaml.safe_load((tmp_path / "safe.yaml").read_text(encoding="utf-8"))["gpu-memory-utilization"] == 0.2
+    # the plan writes its own file: the measured safe.yaml stays as `run` wrote it
+    assert yaml.safe_load((tmp_path / "planned.yaml").read_text(encoding="utf-8"))["gpu-memory-utilization"] == 0.2
+    assert yaml.safe_load((tmp_path / "safe.yaml").read_text(encoding="utf-8"))["gpu-memory-utilization"] == 0.3
