@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.boot_record import UNFINISHED_HEAD
 from kvaudit.schema import FailureKind, Phase, Verdict
@@ -127,3 +129,14 @@ def test_an_rl_trainers_exception_is_not_vllms_failure() -> None:
     trainer_only = (_DATA / "rl_trainer_exception.log").read_text().splitlines()[0] + "\n"
     alone = _report("x", trainer_only)
     assert alone.failure is not None and alone.failure.message.startswith("FileNotFoundError")
+
+
+@pytest.mark.parametrize("name", ["review_s1_quoted_full_record.log", "review_s2_quoted_api_server.log",
+                                  "review_s3_bench_before.log", "review_s4_promql.log", "review_s5_named_only.log"])
+def test_a_persons_sentence_with_a_serving_marker_does_not_finish_a_dead_boot(name: str) -> None:
+    """The second review's cases: a boot that died of an OOM in its profile pass, after a person's
+    sentence that holds a serving marker (quoted mid-sentence, `Throughput: … total tokens/s` in prose,
+    a PromQL `vllm:…{engine="0"}`). Before the fix each read as unknown, the OOM a note after startup."""
+    report = _report(name)
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+    assert report.verdict is Verdict.FAIL

@@ -261,3 +261,14 @@ def test_review_cases_of_the_new_rules() -> None:
               "    sys.exit(main())\nKeyboardInterrupt\n")
     stopped = _report("x", ctrl_c)
     assert stopped.failure is not None and stopped.failure.kind is FailureKind.INTERRUPTED
+
+
+def test_the_last_allocator_warning_before_the_death_is_the_cause() -> None:
+    """The second review: of several warnings before a death that names no cause, the last one before
+    it is the one the allocator did not recover from; a warning after the death is no cause."""
+    warn = "[rank0]:[W922 05:15:28] memory allocation failed with OOM on device 0 while trying to allocate {} bytes " \
+           "(free: 2031616, total: 23661248512)\n"
+    died = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    report = _report("x", warn.format(1048576) + warn.format(2097152) + died + warn.format(4194304))
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+    assert "allocate 2097152 bytes" in report.failure.message

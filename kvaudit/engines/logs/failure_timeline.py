@@ -17,6 +17,7 @@ out of order, so the furthest phase shown is where it died; None when the log sh
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from kvaudit.engines.failures import (
@@ -37,6 +38,8 @@ from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_pr
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
     FRAME_WINDOW,
+    LOGGED_HEAD_CHARS,
+    MAX_NEEDLE_LINES,
     SERVER_START,
     SERVER_UP,
     SERVING,
@@ -124,6 +127,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     boot_done: dict[int, int] = {}
     served: dict[int, int] = {}
     during, after, survived = [], [], []
+    marks: dict[int, _Marks] = {}
     one_engine = not any(tag.role is Role.ENGINE and tag.dp for s in boot.scans
                          for tag in map(proc_tag, s.tags.values()))
     for f in facts:
@@ -137,7 +141,8 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
         if f.pos > boot_done[f.file] or f.pos < served[f.file]:
             after.append(f)
-        elif _got_past(scan.text, f, one_engine):
+        elif _got_past(marks[f.file] if f.file in marks else marks.setdefault(f.file, _Marks(scan.text)), f,
+                       one_engine):
             survived.append(f)
         else:
             during.append(f)
@@ -159,7 +164,11 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     during, after, survived = ([f for f in group if not f.value.needs_death] for group in (during, after, survived))
     died = [f for f in during if f.value.priority >= GENERIC]
     if warned and during and len(died) == len(during):
-        during += [f for f in warned if f.pos < max(d.pos for d in died) and f.file in {d.file for d in died}]
+        # per file, the last warning before its last death: the one the allocator did not recover from
+        death = {d.file: max(e.pos for e in died if e.file == d.file) for d in died}
+        before = [f for f in warned if f.file in death and f.pos < death[f.file]]
+        during += [max((f for f in before if f.file == file), key=lambda f: f.pos)
+                   for file in sorted({f.file for f in before})]
     # a traceback's header says "its exception line is not in the log": not where that file has one
     stated = {f.file for f in after if f.value.priority < BARE}
     notes = sorted({f"after startup finished: {_after_message(by_file[f.file].text, f)}" for f in after
@@ -324,16 +333,55 @@ STARTUP_FAILED = ("Engine core initialization failed", "EngineCore failed to sta
 """The front end's and the engine core's words for a startup that failed, whatever finished before."""
 
 
-def _got_past(text: str, f: Located, one_engine: bool) -> bool:
+MAX_MARKS = 4096
+"""Logged lines of one marker a file's _Marks keeps (a served log's `"POST /v1/` lines run to millions)."""
+
+
+class _Marks:
+    """Where one file's serving markers (on lines vLLM's logger printed) and startup-failure words are,
+    each found once: a paste of many failure lines searched the rest of the file again for each of
+    them (the second review of round eighteen: 1 MB of ERROR lines took 26 s)."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self._lines: dict[str, list[tuple[int, int, int | None]]] = {}
+        self.last_failed = max(text.rfind(words) for words in STARTUP_FAILED)
+
+    def _logged(self, marker: str) -> list[tuple[int, int, int | None]]:
+        """(where the marker is, its line's start, the line's pid) of each line vLLM's logger printed."""
+        if marker not in self._lines:
+            found, text = [], self.text
+            i = text.find(marker)
+            while i >= 0 and len(found) < MAX_MARKS:
+                start, end = bounds(text, i)
+                line = parse_line(text[start:min(end, start + LOGGED_HEAD_CHARS)], start)
+                if line.level is not None:
+                    found.append((i, start, line.pid))
+                i = text.find(marker, max(end, i + 1))
+            self._lines[marker] = found
+        return self._lines[marker]
+
+    def first_logged(self, marker: str, pos: int, pid: int | None = None) -> int | None:
+        """scan.first_logged's answer: the first such line from `pos` on (of process `pid`, where given),
+        among the next MAX_NEEDLE_LINES."""
+        found = self._logged(marker)
+        if len(found) == MAX_MARKS and pos > found[-1][0]:
+            return first_logged(self.text, marker, pos, pid)  # past the lines kept: searched as before
+        k = bisect.bisect_left(found, (pos, -1, None))
+        return next((start for _, start, line_pid in found[k:k + MAX_NEEDLE_LINES]
+                     if pid is None or line_pid == pid), None)
+
+
+def _got_past(marks: _Marks, f: Located, one_engine: bool) -> bool:
     """The file shows, on a line vLLM's logger printed after the failure, that startup went on past
     it: the API server up (every engine started), or `init engine … took` from the process that
     printed the failure, or from the only engine; and no startup failure's words after that (a
     data-parallel engine dying while another finishes fails the boot). A marker a person quotes,
     with no record head, shows nothing."""
-    ends = [first_logged(text, marker, f.pos) for marker in SERVER_UP]
-    done = first_logged(text, BOOT_DONE, f.pos, pid=None if one_engine else f.pid)
+    ends = [marks.first_logged(marker, f.pos) for marker in SERVER_UP]
+    done = marks.first_logged(BOOT_DONE, f.pos, pid=None if one_engine else f.pid)
     finished = min((p for p in (*ends, done) if p is not None), default=None)
-    return finished is not None and not any(text.find(words, finished) >= 0 for words in STARTUP_FAILED)
+    return finished is not None and marks.last_failed < finished
 
 
 _DIED_WORKER = re.compile(r"\bVllmWorker-(\d{1,6}) died\b")

@@ -547,15 +547,32 @@ def last_logged(text: str, marker: str) -> int:
     return -1
 
 
-def _named_only(text: str, i: int, marker: str) -> bool:
-    """Whether the marker at `i` is only named in a person's sentence, in backticks and nothing else
-    of its line with it (real pastes round seventeen: "`Application startup complete` had still not
-    been printed"). A quote of the whole record (`` `Starting vLLM API server on http://0.0.0.0:8010`:
-    服务已成功启动 ``, round eighteen) is the log's line."""
-    if i == 0 or text[i - 1] != "`":
-        return False
-    close = text.find("`", i + len(marker), i + len(marker) + 4)
-    return close >= 0 and not text[i + len(marker):close].strip(" .:")
+_SHAPED = {BENCH_DONE: re.compile(r"[ \t]*Throughput: [\d.]{1,20} requests/s, [\d.]{1,20}\Z"),
+           METRIC_SAMPLE: re.compile(r"[ \t]*vllm:[A-Za-z_:]{1,120}\Z")}
+"""Markers that count only on a line of their own shape: a person's sentence may hold the words
+(the second review of round eighteen: "… Throughput: 2.10 requests/s, 1500.30 total tokens/s …" and
+"I was watching vllm:num_requests_running{engine="0"}" before a boot that died)."""
+_BULLET = re.compile(r"[ \t]*(?:[-*•>]|\d{1,3}[.)])?[ \t]*\Z")
+"""What may come before a quoted record on its line: nothing, or a list's bullet."""
+LINE_LOOKBACK = 400
+"""How far back a marker's line start is looked for (past it, the marker is inside a long line)."""
+
+
+def _not_the_logs(text: str, i: int, marker: str) -> bool:
+    """Whether the marker at `i` is a person's words, not the log's line: a shaped marker (_SHAPED) on a
+    line of another shape, or a marker in backticks inside a sentence (real pastes round seventeen:
+    "Twenty minutes later `Application startup complete` had still not been printed"; its second review:
+    "It never prints `Starting vLLM API server 0 on …`"). A record quoted whole on a line of its own, or
+    after a list's bullet (`` - `Starting vLLM API server on http://0.0.0.0:8010`: 服务已成功启动 ``, round
+    eighteen), is the log's line."""
+    shape = _SHAPED.get(marker)
+    start = text.rfind("\n", max(0, i - LINE_LOOKBACK), i) + 1
+    if start == 0 and i > LINE_LOOKBACK:
+        return shape is not None or "`" in text[i - LINE_LOOKBACK:i]  # deep inside a long line
+    before = text[start:i]
+    if before.count("`") % 2:  # inside a quote: the log's line only where the quote opens the line
+        return _BULLET.match(before[:before.rfind("`")]) is None
+    return shape is not None and shape.match(before) is None
 
 
 def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
@@ -567,10 +584,10 @@ def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
     for m in SERVING:
         i = text.find(m, 0, first - 1 + len(m))
         for _ in range(MAX_NEEDLE_LINES):
-            if i < 0 or not _named_only(text, i, m):
+            if i < 0 or not _not_the_logs(text, i, m):
                 break
             i = text.find(m, i + 1, first - 1 + len(m))
-        if i >= 0 and not _named_only(text, i, m):
+        if i >= 0 and not _not_the_logs(text, i, m):
             first = i
     found = [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
     return min([first, *found])
