@@ -144,12 +144,8 @@ def test_the_interpreters_own_freeze_is_no_freeze_of_vllms(monkeypatch):
     monkeypatch.setattr(gc_sections, "INTERPRETER_FROZEN", gc.get_freeze_count())
     assert gc_sections.frozen_by_another() == 0
     notes: list[str] = []
-    node, ref = cycle()
-    with gc_sections.section("warmup", notes.append) as tally:
-        assert tally is not None
-        del node
-        gc_sections.collect()
-    assert ref() is None
+    with gc_sections.section("warmup", notes.append) as opened:
+        assert opened is not None and gc.get_freeze_count() > 0
     assert [n.split(")")[0] for n in notes] == ["gc check (warmup"]
     # a freeze beyond the interpreter's (vLLM's freeze_gc_heap) still keeps a section closed
     monkeypatch.setattr(gc_sections, "INTERPRETER_FROZEN", 1)

@@ -210,15 +210,7 @@ def _ray_ranks(ray: list[int], lines: tuple[ParsedLine, ...], first: int) -> tup
     """pid → rank of the Ray workers that print figures: the global rank a worker's own parallel_state
     line states (`rank 0 in world size 4 is assigned as …`), else the next rank not stated, in the
     order the workers first print a figure, from `first` (FileScan.ray_ranks)."""
-    claims: dict[int, set[int]] = {}
-    for p in lines:
-        if p.line.pid in ray:
-            for f in p.facts:
-                if f.kind is FactKind.PARALLEL_RANKS:
-                    claims.setdefault(p.line.pid, set()).add(f.value[2])
-    stated = {pid: min(ranks) for pid, ranks in claims.items()}
-    if any(len(ranks) > 1 for ranks in claims.values()) or len(set(stated.values())) != len(stated):
-        stated = {}  # a worker with two ranks, or two with one: a paste of several boots; none is trusted
+    stated = _stated_ranks(set(ray), lines, FactKind.PARALLEL_RANKS, 2)
     free = (r for r in itertools.count(first) if r not in stated.values())
     return {pid: stated[pid] if pid in stated else next(free) for pid in ray}, frozenset(stated)
 
@@ -229,12 +221,18 @@ def _unnamed_worker_ranks(printers: Mapping[int | None, None], tags: Mapping[int
     `world_size=4 rank=3 local_rank=3 …` line does; none where two workers claim one rank or one two
     (a paste of several boots)."""
     named = {pid for pid in printers if pid is not None and pid in tags and _rankless_worker(tags[pid])}
+    return _stated_ranks(named, lines, FactKind.WORLD_RANK, 1)
+
+
+def _stated_ranks(pids: set[int], lines: tuple[ParsedLine, ...], kind: FactKind, at: int) -> dict[int, int]:
+    """pid → the rank the process's own lines state (fact `kind`, the rank at index `at` of its value);
+    none where a process states two ranks or two state one: a paste of several boots, none is trusted."""
     claims: dict[int, set[int]] = {}
     for p in lines:
-        if p.line.pid in named:
+        if p.line.pid in pids:
             for f in p.facts:
-                if f.kind is FactKind.WORLD_RANK:
-                    claims.setdefault(p.line.pid, set()).add(f.value[1])
+                if f.kind is kind:
+                    claims.setdefault(p.line.pid, set()).add(f.value[at])
     stated = {pid: min(ranks) for pid, ranks in claims.items()}
     if any(len(ranks) > 1 for ranks in claims.values()) or len(set(stated.values())) != len(stated):
         return {}
