@@ -139,10 +139,11 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         line = scan.text[slice(*bounds(scan.text, f.pos))]
         if line.lstrip(" \t\ufeff").startswith("#") and not logged(line):
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
+        if f.file not in marks:
+            marks[f.file] = _Marks(scan.text)
         if f.pos > boot_done[f.file] or f.pos < served[f.file]:
             after.append(f)
-        elif _got_past(marks[f.file] if f.file in marks else marks.setdefault(f.file, _Marks(scan.text)), f,
-                       one_engine):
+        elif _got_past(marks[f.file], f, one_engine):
             survived.append(f)
         else:
             during.append(f)
