@@ -140,3 +140,18 @@ def test_a_persons_sentence_with_a_serving_marker_does_not_finish_a_dead_boot(na
     report = _report(name)
     assert report.failure is not None and report.failure.kind is FailureKind.OOM
     assert report.verdict is Verdict.FAIL
+
+
+@pytest.mark.parametrize("line, model", [
+    ("docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.10.1 --model Qwen/Qwen3-8B --max-model-len 8192",
+     "Qwen/Qwen3-8B"),
+    ("sudo -E python3 -m vllm.entrypoints.openai.api_server --model org/m -tp 2", "org/m"),
+    ("nohup vllm serve org/m --max-model-len 4096 > serve.log 2>&1 &", "org/m"),
+    ("I used docker run with vllm/vllm-openai --model org/m", None),  # a sentence names no model
+    ("we tried sudo vllm serve org/m --max-model-len 10", None),
+])
+def test_a_command_run_through_a_container_or_a_launcher_states_its_model(line: str, model: str | None) -> None:
+    """The second review: `docker run … vllm/vllm-openai … --model M`, `sudo -E python3 -m vllm…`, `nohup vllm
+    serve M` lost the model (the words before the run were no shell prompt)."""
+    text = line + "\n(EngineCore pid=7) INFO 10-02 11:02:20 [gpu_worker.py:298] Available KV cache memory: 8.00 GiB\n"
+    assert _report("x", text).config.model == model

@@ -1183,6 +1183,9 @@ _ENV_NAME = r"[A-Za-z_]\w{0,80}="
 """A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""
 _ENV_WORD = re.compile(_ENV_NAME)
 _ENV_WORDS = re.compile(r"(?:" + _ENV_NAME + r"\S{0,300}[ \t]+){0,32}")
+_LAUNCHERS = frozenset({"env", "sudo", "-E", "nohup", "exec", "time", "nice"})
+"""Words that run the command after them (`sudo -E python3 -m vllm…`, `nohup vllm serve …`)."""
+_CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl"})
 _EXECUTABLE_PATH = re.compile(r"(?:[^\s'\"`]{0,300}/(?=vllm[ \t]))?")
 """The path a command names vLLM by: `/home/u/venv/bin/vllm serve MODEL` (real pastes round seventeen)."""
 _WORD_ENDS = (" ", "\t", "\n", "\r", "'", '"', "`")
@@ -1198,9 +1201,12 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
         floor = max(start - 300, 0)
         start = max(msg.rfind(c, floor, start) for c in _WORD_ENDS) + 1 or floor
     words = msg[max(start - 4096, 0):start].split()
-    while words and _ENV_WORD.match(words[-1]):
-        words.pop()
-    if words and words[-1] == "env":
+    # a container's run names vLLM's image, its own flags before it (`docker run --gpus all -p 8000:8000
+    # vllm/vllm-openai:v0.10.1 --model M`): what came before `docker` is what must start the line
+    container = next((k for k, w in enumerate(words) if w in _CONTAINER_TOOLS and "run" in words[k + 1:k + 3]), None)
+    if container is not None:
+        words = words[:container]
+    while words and (_ENV_WORD.match(words[-1]) or words[-1] in _LAUNCHERS):
         words.pop()
     if words and not words[-1].endswith(_PROMPT_ENDS):
         return None
