@@ -6,6 +6,11 @@ exit 2 before any boot. The cache is built here from the embedded model (factori
 
 from __future__ import annotations
 
+import http.server
+import socket
+import threading
+import time
+
 import pytest
 
 pytest.importorskip("huggingface_hub")  # vLLM's dependency: without it there is nothing to boot either
@@ -59,8 +64,72 @@ def test_offline_an_id_not_in_the_cache_is_refused_before_any_boot(hub, monkeypa
         "model no such id! is neither a model folder nor a Hugging Face id (org/name)")
 
 
-def test_online_an_id_not_in_the_cache_is_vllms_to_download(hub):
-    preflight(AuditConfig(model="org/absent", max_model_len=10**9))   # nothing read, nothing refused, no network
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """The Hub's answers to a HEAD of `/{org}/{name}/resolve/{revision}/config.json`, as huggingface.co
+    gives them: 200 with the file's headers, or an error status with its `X-Error-Code`."""
+
+    ANSWERS = {"org/present": (200, None), "org/mistral-format": (404, "EntryNotFound"),
+               "org/absent": (404, "RepoNotFound"), "org/gated": (401, "GatedRepo"), "org/busy": (503, None)}
+
+    def do_HEAD(self):  # noqa: N802 - http.server's name
+        org, name, _, revision = self.path.strip("/").split("/")[:4]
+        status, code = (404, "RevisionNotFound") if revision == "v9" else self.ANSWERS[f"{org}/{name}"]
+        self.send_response(status)
+        if code:
+            self.send_header("X-Error-Code", code)
+        self.send_header("X-Repo-Commit", "0" * 40)
+        self.send_header("ETag", '"e"')
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def endpoint(hub, monkeypatch):
+    """A Hub on loopback, where huggingface_hub (and so vLLM) asks: HF_ENDPOINT."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    yield url
+    server.shutdown()
+
+
+@pytest.mark.parametrize("model", ["org/present", "org/mistral-format", "org/busy"])
+def test_online_an_id_the_hub_has_is_vllms_to_download(endpoint, model):
+    preflight(AuditConfig(model=model, max_model_len=10**9))   # nothing read from the cache, nothing refused
+
+
+def test_online_an_id_the_hub_refuses_is_refused_before_any_boot(endpoint, hub):
+    head = f"is not in the Hugging Face cache ({hub}) and {endpoint}"
+    assert refusal(AuditConfig(model="org/absent")) == (
+        f"model org/absent {head} has no such model (or it is private: set HF_TOKEN): check the id, or pass its "
+        f"folder")
+    assert refusal(AuditConfig(model="org/gated")) == (
+        f"model org/gated is not in the Hugging Face cache ({hub}) and is gated on {endpoint}: accept its terms "
+        f"there and set HF_TOKEN (or --hf-token), or pass its folder")
+    assert refusal(AuditConfig(model="org/present", extra_args={"revision": "v9"})) == (
+        f"model org/present at revision v9 {head} has no revision v9 of it: check --revision")
+
+
+def test_online_an_id_with_no_hub_to_answer_is_refused_at_once(hub, monkeypatch):
+    """Nothing listens on the port: the connection is refused (vLLM would retry ~25 s after its import)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    started = time.monotonic()
+    message = refusal(AuditConfig(model="Qwen/Qwen3-8B"))
+    assert time.monotonic() - started < 5
+    assert message.startswith(f"model Qwen/Qwen3-8B is not in the Hugging Face cache ({hub}) and {url} could not "
+                              f"be reached (")  # httpx's ConnectError, or requests' ConnectionError
+    assert message.endswith("), so vLLM could not fetch it: download it first (hf download Qwen/Qwen3-8B), point "
+                            "HF_HUB_CACHE at the cache that has it, or pass its folder")
 
 
 def test_a_config_vllm_edits_or_takes_elsewhere_is_not_judged_by_the_cached_one(hub):

@@ -118,7 +118,8 @@ any of them the check is left to vLLM, whose reason then comes back whole."""
 
 def preflight(config: AuditConfig) -> None:
     """What can be checked in this process before a 10-second vLLM import: the model folder (a
-    Hugging Face id: its config.json in the local cache, and with HF_HUB_OFFLINE that it is there),
+    Hugging Face id: its config.json in the local cache, with HF_HUB_OFFLINE that it is there, and
+    without, where it is not there, that the Hub can give it),
     --tp against the devices and the model's heads, --max-model-len against the model's limit.
     Each failure is a usage error (exit 2) that names the fix."""
     model = config.model
@@ -211,8 +212,8 @@ def _check_node_memory(gmu: float, ranks: int = 1) -> None:
 
 
 def _hub_model_config(model: str, revision: Any) -> dict[str, Any]:
-    """The config.json of a Hugging Face id, from the local Hugging Face cache only (no network), {}
-    where it is not there. With HF_HUB_OFFLINE set vLLM looks nowhere else: EngineArgs.__post_init__
+    """The config.json of a Hugging Face id, from the local Hugging Face cache only, {} where it is
+    not there (online, the Hub is asked for it once: _check_hub_reachable). With HF_HUB_OFFLINE set vLLM looks nowhere else: EngineArgs.__post_init__
     turns the id into its snapshot folder through transformers_utils.repo_utils.get_model_path
     (huggingface_hub's snapshot_download with local_files_only), so an id not in the cache is refused
     here, before the boot, as that call would refuse it after one. ModelScope ids and cloud URIs
@@ -243,7 +244,47 @@ def _hub_model_config(model: str, revision: Any) -> dict[str, Any]:
         found = huggingface_hub.try_to_load_from_cache(model, "config.json", revision=rev)
     except (HFValidationError, ValueError, OSError):
         return {}
-    return _model_config(str(Path(found).parent)) if isinstance(found, str) else {}
+    if isinstance(found, str):
+        return _model_config(str(Path(found).parent))
+    _check_hub_reachable(model, rev)
+    return {}
+
+
+UNREACHABLE = frozenset({"TransportError", "ConnectionError", "Timeout", "TimeoutException", "TimeoutError"})
+"""Exception class names (anywhere in its MRO) that mean the Hub was never answered: httpx's
+(huggingface_hub 1.x and later), requests' (before), the standard library's."""
+
+
+def _check_hub_reachable(model: str, rev: str | None) -> None:
+    """An id that is not in the cache, online: one HEAD of its config.json, with the timeout vLLM's
+    own download would use (HF_HUB_ETAG_TIMEOUT, 10 s by default), and no retries. vLLM asks the same
+    Hub after its 10-second import and retries for about 25 s more before it fails (seen here with no
+    route to huggingface.co: exit 3 after 38 s), so an id the Hub cannot give is refused now, exit 2:
+    no answer at all, no such repository (or private, or gated without a token), no such revision.
+    Everything else (no config.json, as in Mistral's own format; a server error) is vLLM's to try."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    url = huggingface_hub.hf_hub_url(model, "config.json", revision=rev)
+    at = f" at revision {rev}" if rev else ""
+    head = f"model {model}{at} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})"
+    try:
+        huggingface_hub.get_hf_file_metadata(url, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except GatedRepoError:
+        raise UsageError(f"{head} and is gated on {constants.ENDPOINT}: accept its terms there and set HF_TOKEN "
+                         f"(or --hf-token), or pass its folder") from None
+    except RepositoryNotFoundError:
+        raise UsageError(f"{head} and {constants.ENDPOINT} has no such model (or it is private: set HF_TOKEN): "
+                         f"check the id, or pass its folder") from None
+    except RevisionNotFoundError:
+        raise UsageError(f"{head} and {constants.ENDPOINT} has no revision {rev} of it: check --revision") from None
+    except Exception as exc:  # the Hub's other answers are vLLM's to meet; no answer at all is refused
+        if not UNREACHABLE.intersection(c.__name__ for c in type(exc).__mro__):
+            return
+        why = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UsageError(f"{head} and {constants.ENDPOINT} could not be reached ({type(exc).__name__}: {why}), "
+                         f"so vLLM could not fetch it: download it first (hf download {model}), point "
+                         f"HF_HUB_CACHE at the cache that has it, or pass its folder") from None
 
 
 def _model_config(model: str | None) -> dict[str, Any]:
