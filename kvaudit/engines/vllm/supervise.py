@@ -213,8 +213,9 @@ def _check_node_memory(gmu: float, ranks: int = 1) -> None:
 
 def _hub_model_config(model: str, revision: Any) -> dict[str, Any]:
     """The config.json of a Hugging Face id, from the local Hugging Face cache only, {} where it is
-    not there (online, the Hub is asked for it once: _check_hub_reachable). With HF_HUB_OFFLINE set vLLM looks nowhere else: EngineArgs.__post_init__
-    turns the id into its snapshot folder through transformers_utils.repo_utils.get_model_path
+    not there (online, the Hub is asked for it once: _check_hub_reachable). With HF_HUB_OFFLINE set
+    vLLM looks nowhere else: EngineArgs.__post_init__ turns the id into its snapshot folder through
+    transformers_utils.repo_utils.get_model_path
     (huggingface_hub's snapshot_download with local_files_only), so an id not in the cache is refused
     here, before the boot, as that call would refuse it after one. ModelScope ids and cloud URIs
     (s3://, gs://) are vLLM's alone."""
