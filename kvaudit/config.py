@@ -172,9 +172,10 @@ COMPARED_KNOBS = tuple(k for k in MODELLED_KEYS if k != "load_format")
 
 OUTER_PARALLEL_SIZES = (("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"),
                         ("pcp", "prefill_context_parallel_size"))
-"""Parallel sizes a report keeps in its config's extra args (short name, key), where above 1: the
-headline shows them and `kvaudit diff` compares them beside COMPARED_KNOBS (absent from a run's: 1;
-from a log's: not stated)."""
+"""Parallel sizes a report keeps in its config's extra args (short name, key): a run's where above 1, a
+log's wherever it states them or its worker names show them, 1 included (real pastes round nineteen: a
+PP=2 log against a PP=1 one was called comparable, the 1 not kept). The headline shows those above 1;
+`kvaudit diff` compares them beside COMPARED_KNOBS (absent from a run's: 1; from a log's: not known)."""
 
 _FIELD_TYPES = typing.get_type_hints(AuditConfig)
 

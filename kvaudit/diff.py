@@ -72,6 +72,9 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
             out.append(KnobDifference(QUANTIZATION, qa[QUANTIZATION], qb[QUANTIZATION]))
     elif (qa.get(QUANTIZATION) or qb.get(QUANTIZATION)) is not None:
         one_sided.append(KnobDifference(QUANTIZATION, qa.get(QUANTIZATION), qb.get(QUANTIZATION)))
+    da, db = (_dtype(q.get(DTYPE)) for q in (qa, qb))
+    if da is not None and db is not None and da != db:
+        out.append(KnobDifference(DTYPE, qa[DTYPE], qb[DTYPE]))
     for _, key in OUTER_PARALLEL_SIZES:  # extra args: a log that does not say is unknown, a run's absent is 1
         av, bv = (_outer_size(r, key) for r in (a, b))
         if av is None or bv is None:
@@ -88,6 +91,22 @@ QUANTIZATION = "quantization"
 `quantization=fp8` / `=None`): weights and activations follow it, so a pair that differs in it is not
 comparable (real pastes round seventeen: bf16 against fp8 halved the weights, and the diff did not say
 why). Absent, it is vLLM's choice from the checkpoint, not known."""
+
+
+DTYPE = "dtype"
+"""The weights' and activations' dtype, an extra arg (`--dtype float16`, a log's `non-default args`,
+its engine line's `dtype=torch.float32`): fp32 doubles the weights of fp16 (real pastes round
+nineteen: float16 against float32 was called comparable). Compared where both sides state it; a run
+that leaves it to the checkpoint (`auto`) or a log that does not say is not known, and not listed."""
+DTYPE_NAMES = {"half": "float16", "float": "float32"}
+"""vLLM's --dtype aliases (config/model.py _STR_DTYPE_TO_TORCH_DTYPE), as torch names the dtype."""
+
+
+def _dtype(value: Any) -> str | None:
+    if not isinstance(value, str) or value in ("auto", "None"):
+        return None
+    name = value.removeprefix("torch.")
+    return DTYPE_NAMES.get(name, name)
 
 
 def _quantization(method: Any) -> Any:

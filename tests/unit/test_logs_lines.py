@@ -165,7 +165,7 @@ def test_engine_line_knobs() -> None:
         "model": "/m/ds", "speculative_method": "mtp", "num_speculative_tokens": 1, "max_model_len": 65536,
         "load_format": "dummy", "tensor_parallel_size": 8, "pipeline_parallel_size": 2, "data_parallel_size": 1,
         "decode_context_parallel_size": 4, "enforce_eager": True, "kv_cache_dtype": "fp8_e4m3",
-        "cudagraph_capture_sizes": ()}
+        "cudagraph_capture_sizes": (), "dtype": "bfloat16"}  # `dtype=`, not the `kv_cache_dtype=` after it
 
 
 def test_owners_from_logs_never_invent_zero() -> None:

@@ -118,7 +118,8 @@ def test_records_shortened_to_level_and_colon_are_read() -> None:
 def test_diff_compares_pipeline_parallel_sizes() -> None:
     """Round fifteen: a blog's PP=2 excerpt (`--pipeline-parallel-size 2`, Worker_PP0/PP1) against
     another setup: `kvaudit diff` named tp and max_model_len and never pp. Two logs that state two
-    sizes are not comparable; a log that does not state it is listed as one-sided."""
+    sizes are not comparable; a log that does not state it is listed as one-sided. A log whose engine line
+    states 1 keeps that 1 (real pastes round nineteen: PP=2 against PP=1 was called comparable)."""
     pp2 = report_from_log_text(_text("pp2_blog_excerpt.log"), "a")
     pp4 = report_from_log_text(_text("pp2_blog_excerpt.log").replace("--pipeline-parallel-size 2",
                                                                       "--pipeline-parallel-size 4"), "b")
@@ -126,7 +127,12 @@ def test_diff_compares_pipeline_parallel_sizes() -> None:
     assert pp4.config.extra_args["pipeline_parallel_size"] == 4
     both = diff_reports(pp2, pp4)
     assert KnobDifference("pipeline_parallel_size", 2, 4) in both.knob_differences and not both.comparable
-    unstated = report_from_log_text(_text("two_serve_starts.log"), "c")
+    stated_one = report_from_log_text(_text("two_serve_starts.log"), "c")
+    assert stated_one.config.extra_args["pipeline_parallel_size"] == 1
+    assert KnobDifference("pipeline_parallel_size", 2, 1) in diff_reports(pp2, stated_one).knob_differences
+    unstated = report_from_log_text("INFO 03-18 04:59:31 [kv_cache_utils.py:1087] GPU KV cache size: 81,536 "
+                                    "tokens\n", "d")
+    assert "pipeline_parallel_size" not in unstated.config.extra_args
     one = diff_reports(pp2, unstated)
     assert KnobDifference("pipeline_parallel_size", 2, None) in (one.one_sided_knobs or ())
 

@@ -168,9 +168,9 @@ def test_a_folded_ray_line_stands_for_more_workers_whose_figures_are_not_invente
     ("$ vllm serve deepseek-ai/DeepSeek-V3 -tp=8 -pp=4 --max-model-len 32768", 8, 4),
     ("python -m vllm.entrypoints.openai.api_server --model m --tensor-parallel-size 2 \\\n"
      "  --pipeline-parallel-size 2 --gpu-memory-utilization 0.95", 2, 2),
-    ("vllm serve m -tp 4", 4, None),
+    ("vllm serve m -tp 4", 4, 1),  # no -pp: vLLM's default, kept (diff compares it)
 ])
-def test_a_pasted_command_states_the_sizes(command: str, tp: int, pp: int | None) -> None:
+def test_a_pasted_command_states_the_sizes(command: str, tp: int, pp: int) -> None:
     report = report_from_log_text(command + "\n" + tagged("Worker_TP0", KV), "x")
     assert report.config.tensor_parallel_size == tp
     assert report.config.extra_args.get("pipeline_parallel_size") == pp

@@ -256,7 +256,8 @@ def test_a_plan_of_a_log_that_asked_vllm_to_size_the_cache_itself_pins_the_bytes
     from kvaudit.plan_schema import Edits
     log = v034_boot().replace("'max_model_len': 32768}", "'max_model_len': 32768, 'enable_extensible_kv_cache': True}")
     measured = report_from_log_text(log, "v034-asked.log")
-    assert measured.config.extra_args == {"enable_extensible_kv_cache": True}
+    assert measured.config.extra_args == {"enable_extensible_kv_cache": True, "pipeline_parallel_size": 1,
+                                          "data_parallel_size": 1, "prefill_context_parallel_size": 1}
     plan = plan_report(measured, Edits(gpu_memory_utilization=0.9))
     assert "enable_extensible_kv_cache" not in plan.report.config.extra_args
     assert any("turns that off in vllm serve" in n for n in plan.notes)

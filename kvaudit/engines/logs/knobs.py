@@ -229,6 +229,8 @@ _ENGINE_LOAD = re.compile(r"load_format=([\w.]{1,40})(?=,|$)")
 # `enable_chunked_prefill=True` (0.22); real pastes round seventeen (logs from 0.9.2 to 0.23.0).
 # ModelConfig.quantization as resolved (the checkpoint's own config may set it): `quantization=fp8`, `=None`.
 _ENGINE_QUANT = re.compile(r"quantization=([\w.\-]{1,40})(?=,|$)")
+# ModelConfig.dtype as resolved: `dtype=torch.bfloat16` (`kv_cache_dtype=` is another key: _field).
+_ENGINE_DTYPE = re.compile(r"dtype=(?:torch\.)?(\w{1,20})(?=,|$)")
 _ENGINE_CHUNKED = {key: re.compile(rf"{key}=(True|False)(?=,|$)")
                    for key in ("chunked_prefill_enabled", "enable_chunked_prefill")}
 # SpeculativeConfig.__repr__ (vllm/config/speculative.py):
@@ -257,6 +259,8 @@ def knobs_from_engine_line(config: str) -> dict[str, Any]:
         known["enforce_eager"] = m.group(1) == "True"
     if m := _field(config, "quantization", _ENGINE_QUANT):
         known["quantization"] = None if m.group(1) == "None" else m.group(1)
+    if m := _field(config, "dtype", _ENGINE_DTYPE):
+        known["dtype"] = m.group(1)
     for key, rx in _ENGINE_CHUNKED.items():
         if m := _field(config, key, rx):
             known["enable_chunked_prefill"] = m.group(1) == "True"

@@ -105,9 +105,17 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
             # higher one bounds DP (vllm-ascend#3022: `EngineCore_DP1`)
             at_least, word, why = max(at_least, cores[-1] + 1), "process", "one engine core per DP rank"
             seen = sorted(set(seen) | set(cores))
-        value, source = next(((int(v), where) for where, knobs in stated
-                              if isinstance(v := knobs.get(key), int) and not isinstance(v, bool) and v > 0),
-                             (None, None))
+        given = [(int(v), where) for where, knobs in stated
+                 if isinstance(v := knobs.get(key), int) and not isinstance(v, bool) and v > 0]
+        value, source = given[0] if given else (None, None)
+        if value is not None and value < at_least and (larger := next(
+                ((v, w) for v, w in given if v >= at_least), None)) is not None:
+            # the engine line states each DP engine's own view (`data_parallel_size=1` beside
+            # `EngineCore_DP1`), where `non-default args` kept what was typed (real pastes round
+            # nineteen: `'data_parallel_size': 2`)
+            notes.append(f"{key} {value} ({source}) is below what the {word} names show (≥ {at_least}): "
+                         f"{larger[0]} ({larger[1]}) is taken")
+            value, source = larger
         if value is None and dim == "tp" and ep_tp is not None:
             value, source = ep_tp, "the expert-parallel ranks in the worker names"
         if value is None and dim != "dp":

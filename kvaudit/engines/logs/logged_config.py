@@ -29,8 +29,9 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
     # The engine line shows what vLLM resolved (defaults filled in, capture sizes expanded), so it
     # wins over what the user typed; gpu_memory_utilization is not on it.
     merged = {**known, **resolved}
-    if "quantization" in resolved:
-        extra["quantization"] = resolved["quantization"]  # an extra arg (diff.QUANTIZATION), as vLLM resolved it
+    for key in ("quantization", "dtype"):
+        if key in resolved:
+            extra[key] = resolved[key]  # an extra arg (diff.EXTRA_KNOBS), as vLLM resolved it
     if (batched := engine_last(engine, FactKind.BATCHED_TOKENS)) is not None:
         merged["max_num_batched_tokens"] = batched  # the scheduler's own line: the value it resolved
         # …which it prints only with chunked prefill on (`Chunked prefill is enabled with …`), unless a
@@ -74,9 +75,9 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         "enable_chunked_prefill", "load_format")}
     # A knob no engine runs with (a garbled or doctored line) is not known.
     fields = {k: v if in_log_range(v) else None for k, v in fields.items()}
-    for dim, key in OUTER_PARALLEL_SIZES:
+    for dim, key in OUTER_PARALLEL_SIZES:  # 1 too, where known: `kvaudit diff` compares them (config.py)
         value = boot_sizes.size(dim)
-        if value is not None and value != 1 and key not in extra:
+        if value is not None:
             extra[key] = value
     return AuditConfig(**fields, extra_args=extra), boot_sizes
 
