@@ -496,12 +496,14 @@ def owners_from_readings(readings: Mapping[Owner, int | None], *, requested: int
                          graph_pool_estimate_bytes: int | None = None,
                          graph_pool_actual_bytes: int | None = None) -> dict[Owner, int | None]:
     """Every owner key, as stated; `graph_pool`, when not stated, the larger known of the pool
-    charged at sizing and the real capture's (docs/design.md); `kv_unallocated` = requested −
+    charged at sizing and the real capture's (docs/design.md), a figure below zero being no pool
+    (vLLM's capture measured as free memory that something else freed meanwhile: the log engine
+    notes it); `kv_unallocated` = requested −
     the others when all of them are known (torch_other is an extension: a source that does not
     state it balances over the rest, as ledger.check_balance does). A null reading stays null."""
     owners: dict[Owner, int | None] = {o: readings.get(o) for o in Owner}
     if owners[Owner.GRAPH_POOL] is None:
-        known = [g for g in (graph_pool_estimate_bytes, graph_pool_actual_bytes) if g is not None]
+        known = [g for g in (graph_pool_estimate_bytes, graph_pool_actual_bytes) if g is not None and g >= 0]
         owners[Owner.GRAPH_POOL] = max(known) if known else None
     charged = [owners[o] for o in NON_KV_OWNERS if not (o is Owner.TORCH_OTHER and owners[o] is None)]
     charged.append(owners[Owner.KV_CACHE])

@@ -66,10 +66,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
                    "requested": G("71.29"), "blocks": 6001}}, gmu=0.9),
     "11-v1-0.8-pr-17122-ok.log": dict(ranks={0: {W: G("14.9889")}}, tokens=158656, max_model_len=32768,
                                       verdict="ok"),
+    # V0's workers are ranks 1, 2, … in the order of their pids, one that states no figure (493, whose
+    # lines the post cut) included: 507 is rank 2 (real pastes round nineteen).
     "12-v0-0.8-pr-14447-workers.log": dict(
-        ranks={1: {W: G("21.21"), N: G("0.20"), A: G("0.37"), "available": G("1.57"), "total": G("23.58"),
+        ranks={1: None,
+               2: {W: G("21.21"), N: G("0.20"), A: G("0.37"), "available": G("1.57"), "total": G("23.58"),
                    "requested": G("23.35")},
-               2: {W: G("21.21"), "available": G("1.57")}, 3: {W: G("21.21"), "available": G("1.57")}},
+               3: {W: G("21.21"), "available": G("1.57")}, 4: {W: G("21.21"), "available": G("1.57")}},
         gmu=0.99),
     "13-v0-11550-driver-and-worker.log": dict(
         ranks={0: {W: G("7.9692")}, 1: {"total": G("23.55"), "requested": G("21.19")}}, gmu=0.9),
@@ -98,10 +101,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "25-v1-0.27-gpustack-251-tp2.log": dict(
         ranks={0: {"available": G("6.87"), "estimate": G("0.36")}, 1: {"estimate": G("0.36")}}, gmu=0.82, tp=2),
     "26-v0-0.7-14011-tp4.log": dict(ranks={r: {W: G("15.4137")} for r in range(4)}, rank_count=4),
+    # pid 194216 states no figure and is rank 3 all the same (the order of the pids): 194217 is rank 4
     "27-v0-rocm-gcn5-4-workers.log": dict(
         ranks={1: {W: G("8.88"), N: G("0.29"), A: G("0.39"), "available": G("19.23"), "total": G("31.98")},
-               2: {W: G("8.88"), "available": G("19.23"), "total": G("31.98")},
-               3: {W: G("8.88"), "available": G("19.23")}}, gmu=0.9),
+               2: {W: G("8.88"), "available": G("19.23"), "total": G("31.98")}, 3: None,
+               4: {W: G("8.88"), "available": G("19.23")}}, gmu=0.9),
     "28-v0-0.7-13061-tp2-fails.log": dict(ranks={1: {W: G("13.9476")}}, max_model_len=131072, tokens=81536,
                                           verdict="fail", failure=("does_not_fit", "kv")),
     "29-v1-genesis-24-tp8-load.log": dict(ranks={0: {W: G("15.26")}}, runner="V1"),

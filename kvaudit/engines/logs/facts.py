@@ -345,8 +345,9 @@ def _extensible(msg: str) -> Iterable[Fact]:
 _CAPTURE = re.compile(rf"Graph capturing finished in ({NUM}) secs?, took ({SNUM}) GiB")
 # gpu_worker.py compile_or_warm_up_model, per worker, only when the estimate is > 0. The unmerged
 # wording "(actual: X GiB captured + Y GiB retained by profiling)" (docs/vllm-startup.md §5.6)
-# has the same shape.
-_POOL = re.compile(rf"CUDA graph pool memory: ({SNUM}) GiB \(actual[^)]{{0,200}}\), ({SNUM}) GiB \(estimated\)")
+# has the same shape, and so has vllm-ascend's worker.py ("[vllm-ascend] - ACL graph pool memory: 0.44 GiB
+# (actual), 0.59 GiB (estimated), difference: …"; real pastes round nineteen, vllm-ascend#10700).
+_POOL = re.compile(rf"(?:CUDA|ACL) graph pool memory: ({SNUM}) GiB \(actual[^)]{{0,200}}\), ({SNUM}) GiB \(estimated\)")
 # V1 gpu_model_runner.py profile_cudagraph_memory: "Estimated CUDA graph memory: %.2f GiB total" (a
 # person retyping it may drop the `total`: vllm#44740).
 _ESTIMATE = re.compile(rf"Estimated CUDA graph memory: ({SNUM}) GiB(?: total|$)")
@@ -1420,8 +1421,8 @@ RULES: tuple[Rule, ...] = (
          r"Auto-fit max_model_len: (reduced|full model|using)|--max-model-len auto reduced", _autofit),
     Rule("extensible", ("Memory after warmup", "Extended KV cache to", "caps this instance"),
          r"Memory after warmup: |Extended KV cache to [0-9]+ blocks|caps this instance at", _extensible),
-    Rule("graphs", ("Graph capturing finished", "CUDA graph pool memory", "CUDA graph memory: "),
-         r"Graph capturing finished in [0-9]+ secs?, took|CUDA graph pool memory: -?[0-9.]+ GiB \(actual"
+    Rule("graphs", ("Graph capturing finished", " graph pool memory: ", "CUDA graph memory: "),
+         r"Graph capturing finished in [0-9]+ secs?, took|(CUDA|ACL) graph pool memory: -?[0-9.]+ GiB \(actual"
          r"|Estimated (MRV2 )?CUDA graph memory: -?[0-9.]+ GiB", _graphs),
     Rule("per_graph", "MiB per-graph", r"MiB first-capture", _per_graph),
     Rule("advisory", ("--gpu-memory-utilization=", "profiling is disabled", "will be enabled by default"),

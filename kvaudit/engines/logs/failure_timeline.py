@@ -34,7 +34,7 @@ from kvaudit.engines.failures import (
 from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
 from kvaudit.engines.logs.parse import FileScan
-from kvaudit.engines.logs.ranks import Boot, Located, parallel_sizes, rank_of_proc, untagged
+from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
     FRAME_WINDOW,
@@ -195,13 +195,17 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         # `Watchdog caught collective operation timeout … ran for 600059 milliseconds`)
         root = next((f for f in during if NCCL_WATCHDOG in f.value.message), root)
     no_kv_memory = _no_kv_memory(boot, root)
-    value: FailureFact = no_kv_memory or root.value
+    value: FailureFact = no_kv_memory or _kv_check_cut(by_file[root.file], root) or root.value
     scan = by_file[root.file]
-    hints = [f.value for f in boot.engine.get(FactKind.PHASE_HINT, []) if f.file == root.file
+    hints = [f for f in boot.engine.get(FactKind.PHASE_HINT, []) if f.file == root.file
              and f.pos <= boot_done[root.file]]
     # The furthest phase shown anywhere before the boot finished: a traceback's frames and Ray's
-    # late worker lines may come after the line that reports the failure.
-    phase = value.phase or _furthest(_timeline_phase(scan.text, boot_done[root.file]), *hints)
+    # late worker lines may come after the line that reports the failure. Where the failing process's
+    # own frames name its calls, they say where it was, however far the others got (real pastes round
+    # nineteen: a DP=2 boot's second engine's worker died in init_device while the first one's loaded).
+    own = [h.value for h in hints if root.pid is not None and h.pid == root.pid]
+    phase = value.phase or (_furthest(*own) if own else
+                            _furthest(_timeline_phase(scan.text, boot_done[root.file]), *(h.value for h in hints)))
     # A frame in torch's graph capture (capture_end): the capture, where the log shows the boot no
     # earlier than the KV cache (the profiling capture before sizing names profile_cudagraph_memory).
     if value.phase is None and phase in (None, Phase.KV) and any(
@@ -209,7 +213,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             for f in boot.engine.get(FactKind.GRAPH_CAPTURE_FRAME, [])):
         phase = Phase.CAPTURE
     rank, tag = rank_of_proc(scan, root.pid, parallel_sizes(boot.scans, boot.engine))
-    if root.pid is not None and root.pid in scan.ray_stated:
+    engines = (boot_layout(boot.scans, boot.engine).size("dp") or 1) if tag.dp is None else 1
+    if engines > 1 and tag.provisional and root.pid not in scan.ray_stated:
+        rank = None  # a worker not yet named (`Worker pid=…`) of one of several data-parallel engines
+    elif root.pid is not None and root.pid in scan.ray_stated:
         rank = scan.ray_ranks[root.pid]  # the worker's own parallel_state line stated it
     elif root.pid is not None and root.pid in scan.ray_ranks:
         rank = None  # the order kvaudit numbered Ray's workers in is not vLLM's rank
@@ -220,8 +227,8 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         rank = int(died.group(1))  # the monitor names the worker that died by its rank (vllm PR 38895)
     elif root.pid is None and value.rank is not None:
         rank = value.rank  # torch.distributed's `[rank3]:` prefix on the frames
-    elif rank is None and (world_size == 1 or untagged(boot)):
-        rank = 0
+    elif rank is None and (world_size == 1 or untagged(boot)) and engines == 1:
+        rank = 0  # one rank, unless several data-parallel engines each have theirs (which, the name does not say)
     feasible = None
     if value.kind is FailureKind.DOES_NOT_FIT:
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
@@ -389,6 +396,31 @@ _DIED_WORKER = re.compile(r"\bVllmWorker-(\d{1,6}) died\b")
 """multiproc_executor.py's monitor: "Worker proc VllmWorker-3 died unexpectedly", the process named
 `VllmWorker-{rank}` (make_worker_process), the rank in its engine's world: the global rank where the
 engine is the only one (no DP index)."""
+
+
+KV_CHECKS = ("_check_enough_kv_cache_memory", "check_enough_kv_cache_memory")
+"""The KV check (kv_cache_utils.py, kv_cache_planning.py from 0.33): its only raises are the two
+ValueErrors that say the KV cache does not fit ("No available memory for the cache blocks", "To serve
+at least one request with the model's max seq len …")."""
+_LAST_FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}, in ([A-Za-z_]\w{0,80})')
+_FRAME_WINDOW = 2000
+"""How far before an exception line its raising frame's header is looked for (the frame's source
+lines and the records' prefixes between them)."""
+
+
+def _kv_check_cut(scan: FileScan, root: Located) -> FailureFact | None:
+    """A `ValueError` raised in the KV check whose words a paste cut before they say which (`ValueError:
+    To`, real pastes round nineteen: an 8× RTX 3090 TP8 boot, the issue's 250K context): the KV cache
+    does not fit, as either of the check's raises says. None otherwise."""
+    value: FailureFact = root.value
+    if value.kind is not FailureKind.CRASH or not value.message.startswith("ValueError"):
+        return None
+    frames = list(_LAST_FRAME.finditer(scan.text, max(0, root.pos - _FRAME_WINDOW), root.pos))
+    if not frames or frames[-1].group(1) not in KV_CHECKS:
+        return None
+    return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
+                       f"{value.message} (cut; raised in {frames[-1].group(1)}, whose only errors say the KV "
+                       f"cache does not fit)", rank=value.rank, priority=0)
 
 
 def _no_kv_memory(boot: Boot, root: Located) -> FailureFact | None:

@@ -197,6 +197,17 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
             notes.append(f"rank {rank}: the log states {owner.value} {fmt_gib(value)}, below zero, which no memory "
                          f"can be: {owner.value} left unknown")
             readings[owner] = None
+    if graphs.actual is not None and graphs.actual < 0:
+        notes.append(f"rank {rank}: vLLM measured its CUDA graph capture as {fmt_gib(graphs.actual)}, below zero: a "
+                     f"difference of free memory that something else freed during the capture (vLLM's own bug, "
+                     f"fixed by vllm PR 25683), no pool: graph_pool is "
+                     + (f"the estimate, {fmt_gib(graphs.estimate)}"
+                        if graphs.estimate is not None and graphs.estimate >= 0 else "unknown"))
+    if graphs.estimate is not None and graphs.estimate < 0 and not no_estimate:
+        notes.append(f"rank {rank}: vLLM's CUDA graph estimate is {fmt_gib(graphs.estimate)}, below zero, and vLLM "
+                     f"subtracts it when it sizes the KV cache: the cache was sized {fmt_gib(-graphs.estimate)} past "
+                     f"its budget (free memory that rose during the profiling capture, as on unified-memory GPUs: "
+                     f"vllm#44740)")
     b12x = r.last(FactKind.B12X_TRANSIENT)
     if b12x is not None:
         notes.append(f"rank {rank}: the profile peak includes {b12x / 2**20:.2f} MiB of B12X sparse DCP transient "

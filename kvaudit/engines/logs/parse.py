@@ -157,7 +157,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         raise BadInputError(f"{where}: a traceback in {other[0]}'s code (`{other[1]}`), with no line of vLLM's: "
                             f"kvaudit reads vLLM's logs")
     tags = _final_tags(text, lines)
-    v0 = sorted(pid for pid, name in tags.items() if name == V0_WORKER)
+    v0 = _v0_workers(text, tags)
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
     ray = [pid for pid in printers if pid is not None and proc_tag(tags[pid]).ray]
     ray_ranks, ray_stated = _ray_ranks(ray, lines, 0 if ray and _is_v1(text) else 1)
@@ -601,6 +601,20 @@ def _typed(line: LogLine) -> tuple[Fact, ...]:
     if line.is_vllm:
         return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)
     return tuple(f for f in facts if f.kind is not FactKind.EAGER)  # vLLM's own words, quoted by a person
+
+
+_V0_PID = re.compile(V0_WORKER + r" pid=(\d{1,9})\)")
+
+
+def _v0_workers(text: str, tags: dict[int, str]) -> list[int]:
+    """V0's worker processes in the order of their pids, the order V0 started them in (one per rank
+    from 1), each counted wherever it printed: a worker whose lines state no figure still holds its rank
+    (real pastes round nineteen, vllm#15340: pid 275 printed only its profiling time, and 277 was read
+    as rank 2, not 3)."""
+    named = {pid for pid, name in tags.items() if name == V0_WORKER}
+    if not named:
+        return []
+    return sorted(named | {int(m.group(1)) for m in _V0_PID.finditer(text)})
 
 
 def _final_tags(text: str, lines: tuple[ParsedLine, ...]) -> dict[int, str]:

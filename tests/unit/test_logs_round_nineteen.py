@@ -1,0 +1,110 @@
+"""Real pastes, round nineteen (stop 49): the tool's own users' logs (huge checkpoints, TP8/EP/DP, recent
+releases) and pairs of one model under two configs, each test naming its source; the data are the
+smallest excerpts of them that show each finding (tests/unit/data/round_nineteen)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvaudit.diff import diff_reports
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.schema import FailureKind, KnobDifference, Owner, Phase, Verdict
+
+_DATA = Path(__file__).parent / "data" / "round_nineteen"
+GiB = 1 << 30
+
+
+def _report(name: str):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8"), name)
+
+
+def test_a_kv_check_error_cut_after_its_first_word_is_still_the_kv_check() -> None:
+    """wtdcode/vllm-backport#15 (8× RTX 3090, TP8, a 250K context): the traceback ends `raise ValueError(`
+    in `_check_enough_kv_cache_memory`, then `ValueError: To`, cut. That function raises only the two
+    errors that say the KV cache does not fit. Before, a crash of unknown cause (verdict unknown)."""
+    report = _report("kv_check_cut.log")
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase) == (FailureKind.DOES_NOT_FIT, Phase.KV)
+    assert report.failure.message.startswith("ValueError: To (cut; raised in _check_enough_kv_cache_memory")
+    assert report.verdict is Verdict.FAIL
+
+
+def test_a_value_error_raised_elsewhere_stays_a_crash() -> None:
+    text = (_DATA / "kv_check_cut.log").read_text(encoding="utf-8").replace(
+        "in _check_enough_kv_cache_memory", "in _verify_quantization")
+    report = report_from_log_text(text, "x")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+
+
+def test_a_capture_measured_below_zero_is_no_graph_pool() -> None:
+    """vllm PR 25683's own description (DP ≥ 5, 0.11 dev): `Graph capturing finished in 79 secs, took -9.96
+    GiB` and `-9.96 GiB for CUDAGraph memory`, vLLM's measurement of free memory that something else freed.
+    Before, graph_pool −9.96 GiB, the owners 9.96 GiB short, no word of it."""
+    report = _report("negative_graph_capture.log")
+    (rank,) = report.ranks
+    assert rank.owners[Owner.GRAPH_POOL] is None
+    assert rank.graph_pool_actual_bytes == -round(9.96 * GiB)  # the log's own figure, as the contract keeps it
+    assert any(w.startswith(f"rank {rank.rank}: vLLM measured its CUDA graph capture as -9.96 GiB, below zero")
+               and w.endswith("graph_pool is unknown") for w in report.warnings)
+
+
+def test_a_graph_estimate_below_zero_is_said_to_oversize_the_kv_cache() -> None:
+    """vllm#44740 (GB10, 0.26.0, MTP): `Estimated CUDA graph memory: -20.50 GiB total`, which vLLM subtracts
+    from what it leaves the KV cache: 20.50 GiB too much KV (the issue's OOM). The pool is the capture's."""
+    report = _report("negative_graph_estimate.log")
+    (rank,) = report.ranks
+    assert rank.owners[Owner.GRAPH_POOL] == round(0.73 * GiB)
+    assert any("CUDA graph estimate is -20.50 GiB, below zero" in w and "sized 20.50 GiB past its budget" in w
+               for w in report.warnings)
+
+
+def test_ascends_acl_graph_pool_line_gives_the_estimate() -> None:
+    """vllm-ascend#10700 (GLM-5.1, DP × TP × EP): `[vllm-ascend] - ACL graph pool memory: 0.44 GiB (actual),
+    0.59 GiB (estimated)`, the CUDA line's twin. Before, no estimate."""
+    report = _report("ascend_acl_graph_pool.log")
+    by_rank = {r.rank: r for r in report.ranks}
+    assert by_rank[0].graph_pool_estimate_bytes == round(0.59 * GiB)
+    assert by_rank[0].graph_pool_actual_bytes == round(0.44 * GiB)
+    assert by_rank[3].graph_pool_estimate_bytes == round(0.6 * GiB)
+
+
+def test_a_v0_worker_that_states_no_figure_still_holds_its_rank() -> None:
+    """vllm#15340 (DeepSeek-R1 GGUF, V0, 4 GPUs): workers 273, 275 and 277, 275 printing only its
+    profiling time. The ranks follow the pids: 277 is rank 3. Before, rank 2."""
+    report = _report("v0_worker_without_figures.log")
+    assert sorted(r.rank for r in report.ranks) == [0, 1, 3]
+
+
+def test_the_profiling_passs_minimal_cache_is_no_kv_figure() -> None:
+    """MiniMax-M2.5#30 (Ray, two nodes): `Overriding num_gpu_blocks=0 with num_gpu_blocks_override=256`
+    beside `Profiling CUDA graph memory`: vLLM's graph profiling sizes a throwaway cache of a few blocks
+    that way (gpu_model_runner.py sets num_gpu_blocks_override to min_blocks for it): no KV figure."""
+    report = _report("profiling_blocks_override.log")
+    assert report.capacity.kv_tokens is None
+    assert all(r.owners[Owner.KV_CACHE] is None for r in report.ranks)
+
+
+def test_a_second_data_parallel_engines_worker_dying_in_init_device_is_placed_there() -> None:
+    """llm-d-planner's results (0.19.0, DP=2 on one GPU): the second engine's worker dies in `init_device`
+    (`AssertionError: DP adjusted local rank 1 is out of bounds.`) while the first one's loads 14.99 GiB.
+    Before, phase profile and rank 0 (the other engine's). `data_parallel_size=1` on the engine line is each
+    engine's own; `non-default args` kept the 2 that was typed, and EngineCore_DP1 shows it."""
+    report = _report("dp2_second_engine_worker_init_device.log")
+    assert report.failure is not None
+    assert (report.failure.phase, report.failure.rank) == (Phase.BASELINE, None)
+    assert report.config.extra_args["data_parallel_size"] == 2
+    assert any(w.startswith("data_parallel_size 1 (the engine config line) is below what the process names show "
+                            "(≥ 2): 2 (non-default args) is taken") for w in report.warnings)
+
+
+def test_two_logs_in_different_dtypes_are_not_comparable() -> None:
+    """llm-d-planner's results (0.19.0, Llama-3 8B): `--dtype float16` against `float32`; the weights double.
+    Before, comparable, with no knob named."""
+    diff = diff_reports(_report("dtype_pair_a.log"), _report("dtype_pair_b.log"))
+    assert KnobDifference("dtype", "float16", "float32") in diff.knob_differences and not diff.comparable
+
+
+def test_a_pp2_log_against_a_pp1_log_is_not_comparable() -> None:
+    """llm-d-planner's results (0.19.0, Llama-3.1-8B): the TP=1 log's engine line states
+    `pipeline_parallel_size=1`, the other's 2. Before, the 1 was not kept and the pair was comparable."""
+    diff = diff_reports(_report("pp1_engine_line.log"), _report("pp2_engine_line.log"))
+    assert KnobDifference("pipeline_parallel_size", 1, 2) in diff.knob_differences and not diff.comparable
