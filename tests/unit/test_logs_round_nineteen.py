@@ -108,3 +108,15 @@ def test_a_pp2_log_against_a_pp1_log_is_not_comparable() -> None:
     `pipeline_parallel_size=1`, the other's 2. Before, the 1 was not kept and the pair was comparable."""
     diff = diff_reports(_report("pp1_engine_line.log"), _report("pp2_engine_line.log"))
     assert KnobDifference("pipeline_parallel_size", 1, 2) in diff.knob_differences and not diff.comparable
+
+
+def test_a_request_answered_503_while_vllm_loads_is_no_sign_it_served() -> None:
+    """Freshair129/Private-Runtime-Platform's evidence log (Xinference over vLLM 0.30.0): Xinference's own
+    front end answers `"POST /v1/chat/completions HTTP/1.1" 503` while the engine loads, with its
+    `ModelNotReadyError` tracebacks. Before, the 503 counted as serving: the later tracebacks read "after
+    startup finished", though the engine's `init engine … took` came minutes later."""
+    report = _report("front_end_503_while_loading.log")
+    assert not any(w.startswith("after startup finished") for w in report.warnings)
+    assert any(w.startswith("before startup finished, which it then did") for w in report.warnings)
+    served = (_DATA / "front_end_503_while_loading.log").read_text(encoding="utf-8").replace('HTTP/1.1" 503', 'HTTP/1.1" 200')
+    assert any(w.startswith("after startup finished") for w in report_from_log_text(served, "x").warnings)

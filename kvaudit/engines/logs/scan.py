@@ -552,6 +552,9 @@ _SHAPED = {BENCH_DONE: re.compile(r"[ \t]*Throughput: [\d.]{1,20} requests/s, [\
 """Markers that count only on a line of their own shape: a person's sentence may hold the words
 (the second review of round eighteen: "… Throughput: 2.10 requests/s, 1500.30 total tokens/s …" and
 "I was watching vllm:num_requests_running{engine="0"}" before a boot that died)."""
+_REFUSED = re.compile(r'"POST /v1/[^"\n]{0,300} HTTP/[\d.]{1,3}" 5\d\d\b')
+"""A request the server answered 5xx (`"POST /v1/chat/completions HTTP/1.1" 503`): no sign that an
+engine served it (real pastes round nineteen: Xinference's own front end answers 503 while vLLM loads)."""
 _BULLET = re.compile(r"[ \t]*(?:[-*•>]|\d{1,3}[.)])?[ \t]*\Z")
 """What may come before a quoted record on its line: nothing, or a list's bullet."""
 LINE_LOOKBACK = 400
@@ -559,12 +562,15 @@ LINE_LOOKBACK = 400
 
 
 def _not_the_logs(text: str, i: int, marker: str) -> bool:
-    """Whether the marker at `i` is a person's words, not the log's line: a shaped marker (_SHAPED) on a
+    """Whether the marker at `i` is no sign the boot finished: a request answered 5xx (_REFUSED), or a
+    person's words, not the log's line: a shaped marker (_SHAPED) on a
     line of another shape, or a marker in backticks inside a sentence (real pastes round seventeen:
     "Twenty minutes later `Application startup complete` had still not been printed"; its second review:
     "It never prints `Starting vLLM API server 0 on …`"). A record quoted whole on a line of its own, or
     after a list's bullet (`` - `Starting vLLM API server on http://0.0.0.0:8010`: 服务已成功启动 ``, round
     eighteen), is the log's line."""
+    if marker == '"POST /v1/' and _REFUSED.match(text, i):
+        return True
     shape = _SHAPED.get(marker)
     start = text.rfind("\n", max(0, i - LINE_LOOKBACK), i) + 1
     if start == 0 and i > LINE_LOOKBACK:
