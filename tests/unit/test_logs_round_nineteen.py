@@ -120,3 +120,13 @@ def test_a_request_answered_503_while_vllm_loads_is_no_sign_it_served() -> None:
     assert any(w.startswith("before startup finished, which it then did") for w in report.warnings)
     served = (_DATA / "front_end_503_while_loading.log").read_text(encoding="utf-8").replace('HTTP/1.1" 503', 'HTTP/1.1" 200')
     assert any(w.startswith("after startup finished") for w in report_from_log_text(served, "x").warnings)
+
+
+def test_a_pasted_commands_length_vllm_did_not_run_is_said_and_the_logs_kept() -> None:
+    """QwenLM/Qwen3-VL#1684 (Qwen3-VL-235B, TP8 + EP, 0.11.0): the pasted `vllm serve … --max-model-len
+    128000` above vLLM's `Maximum concurrency for 100,000 tokens per request`. The log's length is kept,
+    and now the disagreement is said (before, silently)."""
+    report = _report("command_len_not_the_runs.log")
+    assert report.config.max_model_len == 100_000 and report.config.tensor_parallel_size == 8
+    assert ("the pasted command gives max_model_len 128000, and vLLM's lines show 100000: the log's is kept (the "
+            "command may be of another run)") in report.warnings

@@ -18,6 +18,7 @@ from kvaudit.engines.logs.ranks import (
     Boot,
     RankFacts,
     command_conflicts,
+    command_disagreements,
     engine_first,
     engine_last,
     gather,
@@ -173,7 +174,7 @@ class LogBoot:
         if boot.ranks and untagged(boot):
             warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
                             "one rank, rank 0")
-        warnings += _ray_notes(boot) + command_conflicts(boot.engine)
+        warnings += _ray_notes(boot) + command_conflicts(boot.engine) + command_disagreements(boot.engine, config)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
         fits = _passed_kv_check(boot, failure, config)
         kv_sized = (tokens, derived) != (None, None) or fits or any(  # a KV size stated, even with no tokens

@@ -128,6 +128,23 @@ def command_conflicts(engine: dict[FactKind, list[Located]]) -> list[str]:
             for key, values in _command_values(engine).items() if len(values) > 1]
 
 
+COMMAND_CHECKED = ("max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_dtype")
+"""The knobs whose pasted value is checked against what vLLM's own lines show."""
+
+
+def command_disagreements(engine: dict[FactKind, list[Located]], config: Any) -> list[str]:
+    """Where the one pasted command gives a knob a value vLLM's lines show it did not run with: the
+    command may be of another run, or edited after it (real pastes round nineteen: `--max-model-len
+    128000` above `Maximum concurrency for 100,000 tokens per request`)."""
+    notes = []
+    for key, typed in command_args(engine).items():
+        ran = getattr(config, key, None) if key in COMMAND_CHECKED else None
+        if ran is not None and type(ran) is type(typed) and ran != typed:
+            notes.append(f"the pasted command gives {key} {typed}, and vLLM's lines show {ran}: the log's is "
+                         f"kept (the command may be of another run)")
+    return notes
+
+
 def _command_values(engine: dict[FactKind, list[Located]]) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for f in engine.get(FactKind.COMMAND_ARG, ()):
