@@ -69,11 +69,20 @@ class _Hub(http.server.BaseHTTPRequestHandler):
     gives them: 200 with the file's headers, or an error status with its `X-Error-Code`."""
 
     ANSWERS = {"org/present": (200, None), "org/mistral-format": (404, "EntryNotFound"),
-               "org/absent": (404, "RepoNotFound"), "org/gated": (401, "GatedRepo"), "org/busy": (503, None)}
+               "org/absent": (404, "RepoNotFound"), "org/gated": (401, "GatedRepo"), "org/busy": (503, None),
+               "org/slow": (200, None)}
+    heads: list[str] = []
+    """Each HEAD asked, as `path token` (the bearer token, or -)."""
 
     def do_HEAD(self):  # noqa: N802 - http.server's name
+        auth = self.headers.get("Authorization", "")
+        self.heads.append(f"{self.path} {auth.removeprefix('Bearer ') or '-'}")
         org, name, _, revision = self.path.strip("/").split("/")[:4]
         status, code = (404, "RevisionNotFound") if revision == "v9" else self.ANSWERS[f"{org}/{name}"]
+        if name == "gated" and auth == "Bearer hf_granted":
+            status, code = 200, None
+        if name == "slow":
+            time.sleep(1.0)
         self.send_response(status)
         if code:
             self.send_header("X-Error-Code", code)
@@ -94,6 +103,9 @@ def endpoint(hub, monkeypatch):
     url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setattr(constants, "ENDPOINT", url)
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", "/nonexistent/token")
+    _Hub.heads.clear()
     yield url
     server.shutdown()
 
@@ -101,6 +113,29 @@ def endpoint(hub, monkeypatch):
 @pytest.mark.parametrize("model", ["org/present", "org/mistral-format", "org/busy"])
 def test_online_an_id_the_hub_has_is_vllms_to_download(endpoint, model):
     preflight(AuditConfig(model=model, max_model_len=10**9))   # nothing read from the cache, nothing refused
+    assert _Hub.heads == [f"/{model}/resolve/main/config.json -"]  # one HEAD, no retries
+
+
+def test_a_slow_hub_is_vllms_to_wait_for(endpoint, monkeypatch):
+    """A read timeout is an answer late, not none: vLLM's download retries, so the boot goes on."""
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 0.3)
+    preflight(AuditConfig(model="org/slow"))
+    assert len(_Hub.heads) == 1
+
+
+def test_the_token_the_boot_passes_vllm_is_the_one_the_hub_is_asked_with(endpoint):
+    """`--hf-token` after `--` stays in the config's extra args (only a serve line moves it to HF_TOKEN)."""
+    preflight(AuditConfig(model="org/gated", extra_args={"hf_token": "hf_granted"}))
+    assert _Hub.heads == ["/org/gated/resolve/main/config.json hf_granted"]
+
+
+def test_an_id_the_cache_holds_without_a_config_json_is_not_asked_of_the_hub(endpoint, hub):
+    """Mistral's own format (params.json, no config.json), downloaded before: vLLM reads it offline."""
+    snapshot = hub / "models--org--absent" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "params.json").write_text("{}", encoding="utf-8")
+    preflight(AuditConfig(model="org/absent"))
+    assert _Hub.heads == []
 
 
 def test_online_an_id_the_hub_refuses_is_refused_before_any_boot(endpoint, hub):

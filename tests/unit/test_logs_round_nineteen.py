@@ -87,13 +87,20 @@ def test_a_second_data_parallel_engines_worker_dying_in_init_device_is_placed_th
     """llm-d-planner's results (0.19.0, DP=2 on one GPU): the second engine's worker dies in `init_device`
     (`AssertionError: DP adjusted local rank 1 is out of bounds.`) while the first one's loads 14.99 GiB.
     Before, phase profile and rank 0 (the other engine's). `data_parallel_size=1` on the engine line is each
-    engine's own; `non-default args` kept the 2 that was typed, and EngineCore_DP1 shows it."""
+    engine's own (config/parallel.py reconfigure_for_independent_dp_rank); `non-default args` kept the 2
+    that was typed, and EngineCore_DP1 shows it."""
+    text = (_DATA / "dp2_second_engine_worker_init_device.log").read_text(encoding="utf-8")
     report = _report("dp2_second_engine_worker_init_device.log")
     assert report.failure is not None
     assert (report.failure.phase, report.failure.rank) == (Phase.BASELINE, None)
     assert report.config.extra_args["data_parallel_size"] == 2
-    assert any(w.startswith("data_parallel_size 1 (the engine config line) is below what the process names show "
-                            "(≥ 2): 2 (non-default args) is taken") for w in report.warnings)
+    assert not any("data_parallel_size 1" in w for w in report.warnings)
+    # without the typed size, the engine line's 1 is no deployment's size: at least 2 (the names), not known
+    untyped = report_from_log_text(text.replace("'data_parallel_size': 2, ", ""), "x")
+    assert "data_parallel_size" not in untyped.config.extra_args
+    assert untyped.failure is not None and untyped.failure.rank is None
+    assert ("data_parallel_size 1 (the engine config line) is below what the process names show (≥ 2): not known"
+            in untyped.warnings)
 
 
 def test_two_logs_in_different_dtypes_are_not_comparable() -> None:

@@ -203,7 +203,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     # late worker lines may come after the line that reports the failure. Where the failing process's
     # own frames name its calls, they say where it was, however far the others got (real pastes round
     # nineteen: a DP=2 boot's second engine's worker died in init_device while the first one's loaded).
-    own = [h.value for h in hints if root.pid is not None and h.pid == root.pid]
+    # Only a worker's: an engine core's frames span phases (its executor's calls), and a paste that
+    # cut their inner ones would move the failure back.
+    worker = root.pid is not None and root.pid in scan.tags and proc_tag(scan.tags[root.pid]).role is Role.WORKER
+    own = [h.value for h in hints if worker and h.pid == root.pid]
     phase = value.phase or (_furthest(*own) if own else
                             _furthest(_timeline_phase(scan.text, boot_done[root.file]), *(h.value for h in hints)))
     # A frame in torch's graph capture (capture_end): the capture, where the log shows the boot no
@@ -213,7 +216,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             for f in boot.engine.get(FactKind.GRAPH_CAPTURE_FRAME, [])):
         phase = Phase.CAPTURE
     rank, tag = rank_of_proc(scan, root.pid, parallel_sizes(boot.scans, boot.engine))
-    engines = (boot_layout(boot.scans, boot.engine).size("dp") or 1) if tag.dp is None else 1
+    engines = boot_layout(boot.scans, boot.engine).for_ranks("dp") if tag.dp is None else 1  # known, or at least
     if engines > 1 and tag.provisional and root.pid not in scan.ray_stated:
         rank = None  # a worker not yet named (`Worker pid=…`) of one of several data-parallel engines
     elif root.pid is not None and root.pid in scan.ray_stated:
@@ -418,6 +421,9 @@ def _kv_check_cut(scan: FileScan, root: Located) -> FailureFact | None:
     frames = list(_LAST_FRAME.finditer(scan.text, max(0, root.pos - _FRAME_WINDOW), root.pos))
     if not frames or frames[-1].group(1) not in KV_CHECKS:
         return None
+    line = scan.text[scan.text.rfind("\n", 0, frames[-1].start()) + 1:frames[-1].start()]
+    if root.pid is not None and f"pid={root.pid})" not in line:
+        return None  # another process's frame, interleaved
     return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
                        f"{value.message} (cut; raised in {frames[-1].group(1)}, whose only errors say the KV "
                        f"cache does not fit)", rank=value.rank, priority=0)

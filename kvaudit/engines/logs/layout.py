@@ -26,6 +26,8 @@ DIMS = ("tp", "pp", "pcp", "dp", "dcp")
 ARGS_NAMESPACE = "the api_server's `args: Namespace(…)`"
 """A source of stated knobs that lists every knob, defaults included: one it does not give (a paste
 cut it, or a value before it was no literal) is unknown, not vLLM's default."""
+ENGINE_LINE = "the engine config line"
+"""The source name of the engine config line's knobs (ranks.boot_layout)."""
 KEYS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "pcp": "prefill_context_parallel_size",
         "dp": "data_parallel_size", "dcp": "decode_context_parallel_size"}
 LABELS = {"tp": "TP", "pp": "PP", "pcp": "PCP", "dp": "DP", "dcp": "DCP"}
@@ -107,15 +109,13 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
             seen = sorted(set(seen) | set(cores))
         given = [(int(v), where) for where, knobs in stated
                  if isinstance(v := knobs.get(key), int) and not isinstance(v, bool) and v > 0]
+        if dim == "dp":
+            # each engine of a non-MoE model runs as an independent DP rank, its config reset to
+            # data_parallel_size 1 (config/parallel.py reconfigure_for_independent_dp_rank), which its
+            # engine line prints: the size typed is the deployment's (real pastes round nineteen:
+            # `'data_parallel_size': 2` in `non-default args`, `data_parallel_size=1` on the line)
+            given.sort(key=lambda g: g[1] == ENGINE_LINE)
         value, source = given[0] if given else (None, None)
-        if value is not None and value < at_least and (larger := next(
-                ((v, w) for v, w in given if v >= at_least), None)) is not None:
-            # the engine line states each DP engine's own view (`data_parallel_size=1` beside
-            # `EngineCore_DP1`), where `non-default args` kept what was typed (real pastes round
-            # nineteen: `'data_parallel_size': 2`)
-            notes.append(f"{key} {value} ({source}) is below what the {word} names show (≥ {at_least}): "
-                         f"{larger[0]} ({larger[1]}) is taken")
-            value, source = larger
         if value is None and dim == "tp" and ep_tp is not None:
             value, source = ep_tp, "the expert-parallel ranks in the worker names"
         if value is None and dim != "dp":
@@ -130,7 +130,10 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
                          f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
                          f"{' …' if len(seen) > 8 else ''}; {why})")
         if value is not None and value < at_least:
-            notes.append(f"{key} {value} ({source}) is below what the {word} names show (≥ {at_least})")
+            notes.append(f"{key} {value} ({source}) is below what the {word} names show (≥ {at_least})"
+                         + (": not known" if dim == "dp" else ""))
+            if dim == "dp":
+                value, source = None, None  # one engine's own view: the deployment's size is at least the names
         sizes[dim] = Size(value, at_least, source)
     notes.extend(_rank_numbers_assumed(named, sizes))
     return Layout(sizes, tuple(notes))

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.knobs import NAMESPACE, knobs_from_engine_line, non_default_args
-from kvaudit.engines.logs.layout import ARGS_NAMESPACE, Layout, layout
+from kvaudit.engines.logs.layout import ARGS_NAMESPACE, ENGINE_LINE, Layout, layout
 from kvaudit.engines.logs.layout import KEYS as LAYOUT_KEYS
 from kvaudit.engines.logs.lines import ProcTag, Role, proc_tag
 from kvaudit.engines.logs.parse import FileScan
@@ -85,7 +85,7 @@ def boot_layout(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]
     pasted command line, then the worker names of every file."""
     args_text = engine_first(engine, FactKind.NON_DEFAULT_ARGS)
     args_name = ARGS_NAMESPACE if args_text is not None and args_text.startswith(NAMESPACE) else "non-default args"
-    stated = [("the engine config line", engine_config(engine)),
+    stated = [(ENGINE_LINE, engine_config(engine)),
               (args_name, non_default_args(args_text) if args_text is not None else {}),
               ("vLLM's rank assignment lines (parallel_state)", _assigned_sizes(engine)),
               ("a pasted command line", command_args(engine))]

@@ -145,7 +145,7 @@ def preflight(config: AuditConfig) -> None:
     if any(config.extra_args.get(k) is not None for k in ("hf_overrides", "hf_config_path")):
         hf: dict[str, Any] = {}  # vLLM reads another config.json, or edits it: its heads and limits are vLLM's to check
     elif isinstance(model, str) and not Path(model).expanduser().exists():
-        hf = _hub_model_config(model, config.extra_args.get("revision"))
+        hf = _hub_model_config(model, config.extra_args.get("revision"), config.extra_args.get("hf_token"))
     else:
         hf = _model_config(model)
     heads = hf.get("num_attention_heads")
@@ -211,7 +211,7 @@ def _check_node_memory(gmu: float, ranks: int = 1) -> None:
                          f"--gmu {most} or less, or leave --gmu out for kvaudit's CPU default")
 
 
-def _hub_model_config(model: str, revision: Any) -> dict[str, Any]:
+def _hub_model_config(model: str, revision: Any, token: Any = None) -> dict[str, Any]:
     """The config.json of a Hugging Face id, from the local Hugging Face cache only, {} where it is
     not there (online, the Hub is asked for it once: _check_hub_reachable). With HF_HUB_OFFLINE set
     vLLM looks nowhere else: EngineArgs.__post_init__ turns the id into its snapshot folder through
@@ -247,22 +247,27 @@ def _hub_model_config(model: str, revision: Any) -> dict[str, Any]:
         return {}
     if isinstance(found, str):
         return _model_config(str(Path(found).parent))
-    _check_hub_reachable(model, rev)
-    return {}
+    if not (Path(constants.HF_HUB_CACHE) / ("models--" + model.replace("/", "--"))).exists():
+        _check_hub_reachable(model, rev, token if isinstance(token, (str, bool)) else None)
+    return {}  # in the cache without a config.json (Mistral's own format): vLLM's to read
 
 
-UNREACHABLE = frozenset({"TransportError", "ConnectionError", "Timeout", "TimeoutException", "TimeoutError"})
-"""Exception class names (anywhere in its MRO) that mean the Hub was never answered: httpx's
-(huggingface_hub 1.x and later), requests' (before), the standard library's."""
+UNREACHABLE = frozenset({"ConnectError", "ConnectTimeout", "ConnectionError"})
+"""Exception class names (anywhere in its MRO) that mean no connection to the Hub was made: httpx's
+(huggingface_hub 1.x and later), requests' (before; its ConnectTimeout is a ConnectionError), the
+standard library's (ConnectionRefusedError). A read timeout or a dropped connection is not among
+them: the Hub was there, and vLLM's download retries."""
 
 
-def _check_hub_reachable(model: str, rev: str | None) -> None:
-    """An id that is not in the cache, online: one HEAD of its config.json, with the timeout vLLM's
-    own download would use (HF_HUB_ETAG_TIMEOUT, 10 s by default), and no retries. vLLM asks the same
-    Hub after its 10-second import and retries for about 25 s more before it fails (seen here with no
-    route to huggingface.co: exit 3 after 38 s), so an id the Hub cannot give is refused now, exit 2:
-    no answer at all, no such repository (or private, or gated without a token), no such revision.
-    Everything else (no config.json, as in Mistral's own format; a server error) is vLLM's to try."""
+def _check_hub_reachable(model: str, rev: str | None, token: str | bool | None) -> None:
+    """An id of which the cache holds nothing, online: one HEAD of its config.json (with the token the
+    boot passes vLLM, else HF_TOKEN as huggingface_hub reads it), with the timeout vLLM's own download
+    would use (HF_HUB_ETAG_TIMEOUT, 10 s by default), and no retries. vLLM asks the same Hub after its
+    10-second import and retries for about 25 s more before it fails (seen here with no route to
+    huggingface.co: exit 3 after 38 s), so an id the Hub cannot give is refused now, exit 2: no
+    connection at all, no such repository (or private, or gated without a token), no such revision.
+    Everything else (no config.json, as in Mistral's own format; a server error; a slow answer) is
+    vLLM's to try."""
     import huggingface_hub
     from huggingface_hub import constants
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
@@ -270,7 +275,7 @@ def _check_hub_reachable(model: str, rev: str | None) -> None:
     at = f" at revision {rev}" if rev else ""
     head = f"model {model}{at} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})"
     try:
-        huggingface_hub.get_hf_file_metadata(url, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+        huggingface_hub.get_hf_file_metadata(url, token=token, timeout=constants.HF_HUB_ETAG_TIMEOUT)
     except GatedRepoError:
         raise UsageError(f"{head} and is gated on {constants.ENDPOINT}: accept its terms there and set HF_TOKEN "
                          f"(or --hf-token), or pass its folder") from None
