@@ -913,7 +913,7 @@ FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS)
 """Every call a traceback frame is kept for."""
 _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-Za-z_]\w{0,80})")
 # A traceback frame (`File "…", line N, in name`) or faulthandler's (`File "…", line N in name`).
-_FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
+FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
 
 
 _STARTUP_CALLS = "|".join(PHASE_OF_CALL)
@@ -947,7 +947,7 @@ def _call_phase(msg: str) -> Iterable[Fact]:
     if m := _METHOD.search(msg):
         if (phase := PHASE_OF_CALL.get(m.group(1))) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
-    if m := _FRAME.search(msg):
+    if m := FRAME.search(msg):
         if (phase := PHASE_OF_CALL.get(m.group(2))) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
         elif m.group(2) in GRAPH_CAPTURE_CALLS:

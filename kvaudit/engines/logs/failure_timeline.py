@@ -31,7 +31,7 @@ from kvaudit.engines.failures import (
     Evidence,
     decide_failure,
 )
-from kvaudit.engines.logs.facts import KV_BLOCK_WORDS, FactKind, FailureFact
+from kvaudit.engines.logs.facts import FRAME, KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
 from kvaudit.engines.logs.parse import FileScan
 from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
@@ -405,8 +405,7 @@ KV_CHECKS = ("_check_enough_kv_cache_memory", "check_enough_kv_cache_memory")
 """The KV check (kv_cache_utils.py, kv_cache_planning.py from 0.33): its only raises are the two
 ValueErrors that say the KV cache does not fit ("No available memory for the cache blocks", "To serve
 at least one request with the model's max seq len …")."""
-_LAST_FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}, in ([A-Za-z_]\w{0,80})')
-_FRAME_WINDOW = 2000
+_RAISE_WINDOW = 2000
 """How far before an exception line its raising frame's header is looked for (the frame's source
 lines and the records' prefixes between them)."""
 
@@ -418,14 +417,14 @@ def _kv_check_cut(scan: FileScan, root: Located) -> FailureFact | None:
     value: FailureFact = root.value
     if value.kind is not FailureKind.CRASH or not value.message.startswith("ValueError"):
         return None
-    frames = list(_LAST_FRAME.finditer(scan.text, max(0, root.pos - _FRAME_WINDOW), root.pos))
-    if not frames or frames[-1].group(1) not in KV_CHECKS:
+    frames = list(FRAME.finditer(scan.text, max(0, root.pos - _RAISE_WINDOW), root.pos))
+    if not frames or frames[-1].group(2) not in KV_CHECKS:
         return None
     line = scan.text[scan.text.rfind("\n", 0, frames[-1].start()) + 1:frames[-1].start()]
     if root.pid is not None and f"pid={root.pid})" not in line:
         return None  # another process's frame, interleaved
     return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
-                       f"{value.message} (cut; raised in {frames[-1].group(1)}, whose only errors say the KV "
+                       f"{value.message} (cut; raised in {frames[-1].group(2)}, whose only errors say the KV "
                        f"cache does not fit)", rank=value.rank, priority=0)
 
 

@@ -31,7 +31,7 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
     merged = {**known, **resolved}
     for key in ("quantization", "dtype"):
         if key in resolved:
-            extra[key] = resolved[key]  # an extra arg (diff.EXTRA_KNOBS), as vLLM resolved it
+            extra[key] = resolved[key]  # an extra arg (diff.QUANTIZATION, diff.DTYPE), as vLLM resolved it
     if (batched := engine_last(engine, FactKind.BATCHED_TOKENS)) is not None:
         merged["max_num_batched_tokens"] = batched  # the scheduler's own line: the value it resolved
         # …which it prints only with chunked prefill on (`Chunked prefill is enabled with …`), unless a
