@@ -37,10 +37,13 @@ def fmt_gib(n: int | None, *, signed: bool = False) -> str:
 
 
 def fmt_gib3(n: int | None, *, signed: bool = False) -> str:
-    """GiB with three decimals (about one MiB), no unit: table cells under a `GiB` header."""
+    """GiB with three decimals (about one MiB), no unit: table cells under a `GiB` header. A figure
+    that rounds to zero prints as zero, never `-0.000` (a rank 280 KiB over its request, within the
+    tolerance a note names, read as a sign to a newcomer)."""
     if n is None:
         return "—"
-    return f"{n / GiB:+.3f}" if signed else f"{n / GiB:.3f}"
+    value = n / GiB if round(n / GiB, 3) else 0.0
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
 
 
 def fmt_tokens(n: int | None) -> str:

@@ -150,7 +150,7 @@ def repeat_frame(report: Report) -> Frame:
         spread = cells.get((owner, rank))
         if spread is None:
             return fmt_gib3(None)
-        low, high = (fmt_gib3(b).replace("-0.000", "0.000") for b in (spread.min_bytes, spread.max_bytes))
+        low, high = (fmt_gib3(b) for b in (spread.min_bytes, spread.max_bytes))
         return low if low == high else f"{low}–{high}"
     return Frame.of([[cell(o, r) for r in ranks] for o in Owner], columns=[f"rank {r}" for r in ranks],
                     index=[o.value for o in Owner])

@@ -137,3 +137,27 @@ def test_a_pasted_commands_length_vllm_did_not_run_is_said_and_the_logs_kept() -
     assert report.config.max_model_len == 100_000 and report.config.tensor_parallel_size == 8
     assert ("the pasted command gives max_model_len 128000, and vLLM's lines show 100000: the log's is kept (the "
             "command may be of another run)") in report.warnings
+
+
+def test_a_log_flattened_onto_one_line_after_a_persons_words_is_read_record_by_record() -> None:
+    """Issue-wiki mirrors of vllm#38498 (Step-3.5-Flash-FP8, ROCm, TP8 + EP) and vllm#24943 (Qwen3-Next-80B,
+    TP8) store the issue's text on one line: `### Your current environment ### 🐛 Describe the bug … vllm serve
+    … (Worker_TP1_EP1 pid=96931) ERROR … WorkerProc hit an exception. (Worker pid=96931) …`. Two or more
+    tagged records after a person's words are a flattened log, not a sentence quoting one: each is split off,
+    the first included. Before, the first record was lost: no failure at all (#38498), or rank 4 (#24943)."""
+    for name in ("flattened_mirror_step35_tp8.log", "flattened_mirror_qwen3next_tp8.log"):
+        report = _report(name)
+        assert report.failure is not None and report.failure.kind is FailureKind.CRASH, name
+        assert report.failure.rank == 1 and report.config.tensor_parallel_size == 8, name
+
+
+def test_a_capture_past_the_estimate_vllm_charged_is_said_to_be_past_the_budget() -> None:
+    """A log viewer's export (vLLM 0.20, Qwen3.6 NVFP4): `CUDA graph pool memory: 0.67 GiB (actual), 0.45 GiB
+    (estimated)`: the KV cache was sized with 0.45 GiB charged, so 0.22 GiB is held past the budget. Before,
+    ok with no word of it. graph_pool is the capture's."""
+    report = _report("graph_pool_past_its_estimate.log")
+    (rank,) = report.ranks
+    assert rank.owners[Owner.GRAPH_POOL] == round(0.67 * GiB)
+    assert (f"rank {rank.rank}: the CUDA graph capture took 0.67 GiB, 0.22 GiB more than the 0.45 GiB vLLM charged "
+            f"for it when it sized the KV cache: that much is held past the budget (graph_pool is the capture's)"
+            in report.warnings)

@@ -522,3 +522,10 @@ def test_flags_from_a_log_are_not_called_safe():
     # a run's own report keeps its label
     run = load_report(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-mla-epyc-run.json")
     assert summary.flags_label(run) == summary.SAFE_FLAGS_LABEL
+
+
+def test_a_figure_that_rounds_to_zero_prints_as_zero_never_minus_zero() -> None:
+    """A newcomer's `kvaudit run`: `kv_unallocated │ -0.000` for a rank 280 KiB over its request (within
+    the tolerance a note names); the README's example shows `0.000`."""
+    from kvaudit.units import fmt_gib3
+    assert [fmt_gib3(-280 << 10), fmt_gib3(-280 << 10, signed=True), fmt_gib3(-2 << 20)] == ["0.000", "+0.000", "-0.002"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -77,30 +78,59 @@ _HEAD_CHARS = 260
 """The longest record head _RECORD_HEAD matches (a 200-character file name and its line number)."""
 
 
+PROSE_LEAD = 200
+"""A line whose first record head comes after more than this many characters starts with a person's
+words, not with a prefix (a container's, a viewer's, a journal's: all far shorter)."""
+
+
 def split_joined_records(text: str) -> tuple[str, int]:
     """The text with each record a viewer joined to the line before it on a line of its own, where
     that line starts with a record head (within TAG_SEARCH_CHARS: a person's sentence that quotes a
-    record keeps it), and how many were split off. One pass; each line's start looked at once."""
+    record keeps it), and how many were split off. A line that starts with a person's words (more than
+    PROSE_LEAD characters before its first head) and then holds two or more records with their process
+    tags is a whole log flattened onto it (an issue copied by a wiki mirror, real pastes round nineteen:
+    `### Your current environment … vllm serve … (Worker_TP1_EP1 pid=96931) ERROR … WorkerProc hit an
+    exception. (Worker pid=96931) …`): each of those records, the first included, is split off. One
+    pass; each line's start looked at once."""
     out: list[str] = []
-    done = seen = 0
-    line_has_head: bool | None = None
+    done = 0
+    for line, heads in _heads_by_line(text):
+        start, end, tagged = heads[0]
+        own = _UNTAGGED_HEAD.search(text, line, min(start, line + TAG_SEARCH_CHARS + _HEAD_CHARS))
+        first_at = own.start() if own is not None else end  # the line's first record head
+        cuts: list[tuple[int, int]] = []
+        if first_at - line > PROSE_LEAD and sum(t for _, _, t in heads) >= 2:
+            cuts = [(s, e) for s, e, t in heads if t]  # a flattened log after a person's words
+        elif own is not None and own.start() - line <= TAG_SEARCH_CHARS:
+            cuts = [(s, e) for s, e, _ in heads]  # the line's own head is before the first joined one
+        elif own is None and end - line <= TAG_SEARCH_CHARS:
+            cuts = [(s, e) for s, e, _ in heads[1:]]  # the first joined head is the line's own
+        for s, e in cuts:
+            out += [text[done:s], "\n"]
+            done = e
+    if not out:
+        return text, 0
+    return "".join(out) + text[done:], len(out) // 2
+
+
+def _heads_by_line(text: str) -> Iterator[tuple[int, list[tuple[int, int, bool]]]]:
+    """Each line that holds a joined record head: (its start, [(the blank before each head, the head's
+    start, whether the head has a process tag)])."""
+    line: int | None = None
+    heads: list[tuple[int, int, bool]] = []
+    seen = 0
     for m in _JOINED_HEAD.finditer(text):
         if m.start() < seen:  # the blank between a record's process tag and its level
             continue
         newline = text.rfind("\n", seen, m.start())
-        seen, first = m.end("record"), False
-        if newline >= 0 or line_has_head is None:  # the first match on a line
-            line = newline + 1 if newline >= 0 else text.rfind("\n", 0, m.start()) + 1
-            head = _UNTAGGED_HEAD.search(text, line, min(m.start(), line + TAG_SEARCH_CHARS + _HEAD_CHARS))
-            # the line's own head is before this one, or is this one (`Aug 04 … | ERROR 08-04 …`)
-            first = head is None and m.end() - line <= TAG_SEARCH_CHARS
-            line_has_head = first or (head is not None and head.start() - line <= TAG_SEARCH_CHARS)
-        if line_has_head and not first:
-            out += [text[done:m.start()], "\n"]
-            done = m.end()
-    if not out:
-        return text, 0
-    return "".join(out) + text[done:], len(out) // 2
+        seen = m.end("record")
+        if line is None or newline >= 0:
+            if heads:
+                yield line, heads  # type: ignore[misc]
+            line, heads = text.rfind("\n", 0, m.start()) + 1, []
+        heads.append((m.start(), m.end(), text[m.end()] in "(["))
+    if heads:
+        yield line, heads  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

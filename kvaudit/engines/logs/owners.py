@@ -203,6 +203,14 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
                      f"fixed by vllm PR 25683), no pool: graph_pool is "
                      + (f"the estimate, {fmt_gib(graphs.estimate)}"
                         if graphs.estimate is not None and graphs.estimate >= 0 else "unknown"))
+    over = (graphs.actual - graphs.estimate if graphs.actual is not None and graphs.estimate is not None
+            and graphs.estimate >= 0 and not no_estimate and not graphs.inferred_zero else 0)
+    if over > 0:
+        # the KV cache was sized with the estimate charged: what the capture took past it is past the budget
+        # (real pastes round nineteen: `CUDA graph pool memory: 0.67 GiB (actual), 0.45 GiB (estimated)`)
+        notes.append(f"rank {rank}: the CUDA graph capture took {fmt_gib(graphs.actual)}, {fmt_gib(over)} more than "
+                     f"the {fmt_gib(graphs.estimate)} vLLM charged for it when it sized the KV cache: that much is "
+                     f"held past the budget (graph_pool is the capture's)")
     if graphs.estimate is not None and graphs.estimate < 0 and not no_estimate:
         notes.append(f"rank {rank}: vLLM's CUDA graph estimate is {fmt_gib(graphs.estimate)}, below zero, and vLLM "
                      f"subtracts it when it sizes the KV cache: the cache was sized {fmt_gib(-graphs.estimate)} past "
