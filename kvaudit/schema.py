@@ -302,6 +302,10 @@ class RankReport:
     """Extension: the `--kv-cache-memory` vLLM itself suggests in the same boot to fit the
     requested memory (its "Actual usage …" line; 0.32 on), beside kvaudit's safe bytes; null
     where vLLM states none."""
+    vllm_consumed_bytes: int | None = None
+    """Extension, from a log: vLLM 0.28+'s `total_consumed` (its "Actual usage is X GiB for consumed
+    memory (weights + non-torch)" line; the free memory the rank lost up to the profile's end: weights,
+    persistent torch and non-torch), three owners a log does not split; null elsewhere."""
     graph_capture_transient_bytes: int | None = None
     """Extension: the profiling capture's peak outside its pool; charged to activation_peak
     only where it exceeds the replay's transient."""

@@ -161,3 +161,15 @@ def test_a_capture_past_the_estimate_vllm_charged_is_said_to_be_past_the_budget(
     assert (f"rank {rank.rank}: the CUDA graph capture took 0.67 GiB, 0.22 GiB more than the 0.45 GiB vLLM charged "
             f"for it when it sized the KV cache: that much is held past the budget (graph_pool is the capture's)"
             in report.warnings)
+
+
+def test_vllms_consumed_figure_is_kept_beside_the_owners_it_does_not_split() -> None:
+    """A Model Runner V2 startup study (TP2, a DeepSeek-V4 fork): `Actual usage is 82.69 GiB for consumed
+    memory (weights + non-torch)`: vLLM's total_consumed, weights + persistent torch + non-torch, which the
+    log does not split. Before, it was in no field, and rank 1's owners came to 10 GiB of a 92.63 GiB budget."""
+    report = _report("consumed_unsplit.log")
+    rank = next(r for r in report.ranks if r.vllm_consumed_bytes is not None)
+    assert rank.vllm_consumed_bytes == round(82.69 * GiB)
+    assert rank.owners[Owner.WEIGHTS] is None and rank.owners[Owner.NON_TORCH] is None  # not split: not guessed
+    from kvaudit.render.frames import owners_wide
+    assert "consumed (vLLM's: w+p+n)" in owners_wide(report).index

@@ -244,7 +244,8 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         graph_pool_estimate_bytes=graphs.estimate, graph_pool_actual_bytes=graphs.actual,
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=kv_blocks,
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
-        vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=suggested))
+        vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=suggested,
+        vllm_consumed_bytes=r.last(FactKind.CONSUMED)))
 
 
 T = TypeVar("T")
