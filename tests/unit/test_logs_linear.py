@@ -97,8 +97,15 @@ def ordinary_seconds() -> dict[int, float]:
                                         for name in hostile_logs(10)])
 def test_pathological_logs_cost_what_ordinary_lines_cost(name: str, size: int, ordinary_seconds) -> None:
     text = hostile_logs(size)[name]
-    # CR-only line ends are compared with the same lines ended by \n; the rest with ordinary lines
-    baseline = _ingest_seconds(text.replace("\r", "\n")) if "\r" in text else ordinary_seconds[size]
+    # CR-only line ends are compared with the same lines ended by \n, lines cut at 60 columns with the same
+    # lines uncut (each a fact line: ~15 times an ordinary line's cost, which took 0.85 of the 1.06 s the
+    # ordinary baseline allowed here and failed on a busy machine); the rest with ordinary lines
+    if "\r" in text:
+        baseline = _ingest_seconds(text.replace("\r", "\n"))
+    elif name == "every line cut at 60 columns":
+        baseline = _ingest_seconds(text.replace(KV_LINE[:60] + "\n", KV_LINE[:60]))
+    else:
+        baseline = ordinary_seconds[size]
     assert _ingest_seconds(text) <= 2 * baseline + SLACK_S
 
 

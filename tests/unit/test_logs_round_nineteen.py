@@ -173,3 +173,12 @@ def test_vllms_consumed_figure_is_kept_beside_the_owners_it_does_not_split() -> 
     assert rank.owners[Owner.WEIGHTS] is None and rank.owners[Owner.NON_TORCH] is None  # not split: not guessed
     from kvaudit.render.frames import owners_wide
     assert "consumed (vLLM's: w+p+n)" in owners_wide(report).index
+
+
+def test_one_ranks_kv_stated_twice_differently_in_an_untagged_paste_is_said_to_fold_ranks() -> None:
+    """Notes of a TP2 run on two DGX Spark (no process prefixes): `Available KV cache memory: 0.24 GiB`, then
+    `-1.42 GiB`, each worker's own. Read as one rank (there is no name to tell them apart), now with a word."""
+    report = _report("untagged_two_ranks_kv.log")
+    assert report.verdict is Verdict.FAIL
+    assert ("`Available KV cache memory` is stated 2 times with different figures (0.24 GiB, -1.42 GiB) in a log "
+            "that names no process: likely several ranks' lines, read as one rank (its last figure)") in report.warnings

@@ -29,6 +29,7 @@ from kvaudit.engines.logs.ranks import (
 )
 from kvaudit.record import BootRecord, Stated
 from kvaudit.schema import Engine, Environment, Failure, FailureKind, Phase, Source
+from kvaudit.units import fmt_gib
 
 
 def _runner(boot: Boot) -> str | None:
@@ -174,6 +175,7 @@ class LogBoot:
         if boot.ranks and untagged(boot):
             warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
                             "one rank, rank 0")
+            warnings += _folded_ranks(boot)
         warnings += _ray_notes(boot) + command_conflicts(boot.engine) + command_disagreements(boot.engine, config)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
         fits = _passed_kv_check(boot, failure, config)
@@ -225,6 +227,18 @@ def _captured_after_kv(boot: Boot) -> bool:
         first[file] = min(pos, first.get(file, pos))
     return any(f.file in first and f.pos > first[f.file] for r in boot.ranks.values()
                for kind in (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_USAGE) for f in r.facts.get(kind, []))
+
+
+def _folded_ranks(boot: Boot) -> list[str]:
+    """Where a log that names no process states one rank's KV figure more than once, each different: the
+    lines of several ranks (each worker prints its own), read as one; the report keeps the last (real
+    pastes round nineteen: `Available KV cache memory: 0.24 GiB`, then `-1.42 GiB`, a TP2 paste)."""
+    figures = [f for r in boot.ranks.values() for f in r.all(FactKind.KV_AVAILABLE)]
+    if len(set(figures)) < 2:
+        return []
+    shown = ", ".join(fmt_gib(f) for f in dict.fromkeys(figures))
+    return [f"`Available KV cache memory` is stated {len(figures)} times with different figures ({shown}) in a log "
+            f"that names no process: likely several ranks' lines, read as one rank (its last figure)"]
 
 
 def _ray_notes(boot: Boot) -> list[str]:
