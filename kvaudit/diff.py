@@ -182,6 +182,12 @@ def _requested(report: Report) -> int | None:
     return rank.requested_bytes if rank is not None else None
 
 
+def _consumed(report: Report) -> int | None:
+    """The binding rank's vLLM consumed figure (a 0.28+ log's weights + persistent + non-torch)."""
+    rank = _binding(report)
+    return rank.vllm_consumed_bytes if rank is not None else None
+
+
 def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> DiffReport:
     owners = _owner_rows(_binding(a), _binding(b), None)
     # A rank whose number is unknown (null) cannot be paired with the other side's: it counts
@@ -204,7 +210,10 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         capacity={"a": ca, "b": cb,
                   "kv_available_delta_bytes": minus(cb.kv_available_bytes, ca.kv_available_bytes),
                   "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens),
-                  "requested_delta_bytes": minus(_requested(b), _requested(a))},
+                  "requested_delta_bytes": minus(_requested(b), _requested(a)),
+                  # two 0.28+ logs: the owners they do not split, moved together (real pastes round nineteen)
+                  **({"consumed_delta_bytes": consumed} if (consumed := minus(_consumed(b), _consumed(a))) is not None
+                     else {})},
         verdict={"a": a.verdict, "b": b.verdict}, a_name=a_name, b_name=b_name, sites=sites,
         repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None,
         warnings={"a": a.warnings, "b": b.warnings} if a.warnings or b.warnings else None,

@@ -661,7 +661,9 @@ class DiffReport:
     dominant_owner: Owner | None
     capacity: Mapping[str, Any]
     """{a: Capacity, b: Capacity, kv_available_delta_bytes, kv_tokens_delta, requested_delta_bytes (the
-    binding ranks' budgets, B − A; null where a side does not state its own; an extension)}."""
+    binding ranks' budgets, B − A; null where a side does not state its own; an extension),
+    consumed_delta_bytes (the binding ranks' `vllm_consumed_bytes`, B − A; present only where both
+    state it; an extension)}."""
     verdict: Mapping[str, Verdict]
     a_name: str = "a"
     b_name: str = "b"

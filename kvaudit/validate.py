@@ -575,7 +575,9 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
                   "kv_tokens_delta": cap.int("kv_tokens_delta", required=False),
                   # an extension: a diff written before it says nothing of the budgets (absent, not None)
                   **({"requested_delta_bytes": cap.int("requested_delta_bytes", required=False)}
-                     if "requested_delta_bytes" in cap.data else {})},
+                     if "requested_delta_bytes" in cap.data else {}),
+                  **({"consumed_delta_bytes": cap.int("consumed_delta_bytes")} if "consumed_delta_bytes" in cap.data
+                     else {})},
         verdict={"a": verdict.enum("a", Verdict), "b": verdict.enum("b", Verdict)},
         a_name=node.str("a_name", required=False) or "a", b_name=node.str("b_name", required=False) or "b",
         sites=tuple(SiteDelta(owner=d.str("owner"), site=d.str("site"), rank=d.int("rank"), phase=d.str("phase"),

@@ -436,7 +436,10 @@ def _unexplained_note(diff: DiffReport) -> str:
     budget = "requested_delta_bytes" in diff.capacity and diff.capacity["requested_delta_bytes"] is None
     if kv is None or moved is None or not (unknown or budget) or abs(moved) * 2 >= abs(kv):
         return ""
-    where = [f"owners not known on both sides ({', '.join(unknown)})"] if unknown else []
+    consumed = diff.capacity.get("consumed_delta_bytes")
+    where = [f"owners not known on both sides ({', '.join(unknown)}"
+             + (f"; vLLM's consumed figure, weights + persistent + non_torch, moved {fmt_gib(consumed, signed=True)}"
+                if consumed is not None else "") + ")"] if unknown else []
     where += ["the budget (requested: device × gpu_memory_utilization), not known on both sides"] if budget else []
     return f"; it moved {fmt_gib(moved, signed=True)} of KV's {fmt_gib(kv, signed=True)}: the rest is in " + \
         " or ".join(where)

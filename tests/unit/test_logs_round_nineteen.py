@@ -182,3 +182,21 @@ def test_one_ranks_kv_stated_twice_differently_in_an_untagged_paste_is_said_to_f
     assert report.verdict is Verdict.FAIL
     assert ("`Available KV cache memory` is stated 2 times with different figures (0.24 GiB, -1.42 GiB) in a log "
             "that names no process: likely several ranks' lines, read as one rank (its last figure)") in report.warnings
+
+
+def test_a_diff_of_two_logs_says_how_far_vllms_consumed_figure_moved() -> None:
+    """Freshair129/Private-Runtime-Platform's evidence logs (one model and GPU, vLLM 0.29.0 → 0.30.0): KV +1.26
+    GiB, of which activation_peak explains −0.56; the consumed figure (weights + persistent + non-torch, which
+    neither log splits) went 8.59 → 7.89 GiB. Before, the diff named no figure for the rest."""
+    import json
+
+    from kvaudit.render.summary import diff_summary
+    from kvaudit.schema import to_jsonable
+    from kvaudit.validate import diff_from_json
+    diff = diff_reports(_report("consumed_pair_a.log"), _report("consumed_pair_b.log"))
+    assert diff.capacity["consumed_delta_bytes"] == round(7.89 * GiB) - round(8.59 * GiB)
+    read_back = diff_from_json(json.loads(json.dumps(to_jsonable(diff))))
+    assert read_back.capacity["consumed_delta_bytes"] == diff.capacity["consumed_delta_bytes"]
+    assert diff.dominant_owner is Owner.ACTIVATION_PEAK
+    assert any("vLLM's consumed figure, weights + persistent + non_torch, moved -0.70 GiB" in line
+               for line in diff_summary(diff))
