@@ -30,10 +30,12 @@ def fmt_bytes(n: int | None, *, signed: bool = False) -> str:
 
 
 def fmt_gib(n: int | None, *, signed: bool = False) -> str:
-    """Always in GiB with two decimals (tables line up): `0.02 GiB`."""
+    """Always in GiB with two decimals (tables line up): `0.02 GiB`; a figure that rounds to zero is
+    `0.00 GiB`, never `-0.00 GiB`."""
     if n is None:
         return "—"
-    return f"{n / GiB:+.2f} GiB" if signed else f"{n / GiB:.2f} GiB"
+    value = n / GiB if round(n / GiB, 2) else 0.0
+    return f"{value:+.2f} GiB" if signed else f"{value:.2f} GiB"
 
 
 def fmt_gib3(n: int | None, *, signed: bool = False) -> str:

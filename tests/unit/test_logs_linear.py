@@ -103,7 +103,9 @@ def test_pathological_logs_cost_what_ordinary_lines_cost(name: str, size: int, o
     if "\r" in text:
         baseline = _ingest_seconds(text.replace("\r", "\n"))
     elif name == "every line cut at 60 columns":
-        baseline = _ingest_seconds(text.replace(KV_LINE[:60] + "\n", KV_LINE[:60]))
+        uncut = text.replace(KV_LINE[:60] + "\n", KV_LINE[:60])
+        assert uncut != text and uncut.count("\n") * 2 == text.count("\n")  # each line was cut once
+        baseline = _ingest_seconds(uncut)
     else:
         baseline = ordinary_seconds[size]
     assert _ingest_seconds(text) <= 2 * baseline + SLACK_S

@@ -169,7 +169,7 @@ def test_vllms_consumed_figure_is_kept_beside_the_owners_it_does_not_split() -> 
     log does not split. Before, it was in no field, and rank 1's owners came to 10 GiB of a 92.63 GiB budget."""
     report = _report("consumed_unsplit.log")
     rank = next(r for r in report.ranks if r.vllm_consumed_bytes is not None)
-    assert rank.vllm_consumed_bytes == round(82.69 * GiB)
+    assert rank.rank == 1 and rank.vllm_consumed_bytes == round(82.69 * GiB)  # Worker_TP1's line
     assert rank.owners[Owner.WEIGHTS] is None and rank.owners[Owner.NON_TORCH] is None  # not split: not guessed
     from kvaudit.render.frames import owners_wide
     assert "consumed (vLLM's: w+p+n)" in owners_wide(report).index
@@ -200,3 +200,32 @@ def test_a_diff_of_two_logs_says_how_far_vllms_consumed_figure_moved() -> None:
     assert diff.dominant_owner is Owner.ACTIVATION_PEAK
     assert any("vLLM's consumed figure, weights + persistent + non_torch, moved -0.70 GiB" in line
                for line in diff_summary(diff))
+
+
+def test_a_short_prefix_before_two_tagged_records_is_still_the_lines_own() -> None:
+    """Under PROSE_LEAD characters before the first head is a prefix (a viewer's, a journal's): the first
+    record keeps it, as before this round, and the records joined after it are split off."""
+    from kvaudit.engines.logs.lines import split_joined_records
+    prefix = "Dec 06 10:00:00 gpu-node-7 vllm-serve[48213]: "
+    first = "(Worker_TP0 pid=3) INFO 11-30 10:00:00 [gpu_worker.py:1] Available KV cache memory: 4.0 GiB"
+    second = "(Worker_TP1 pid=4) INFO 11-30 10:00:00 [gpu_worker.py:1] Available KV cache memory: 3.0 GiB"
+    text, split = split_joined_records(f"{prefix}{first} {second}\n")
+    assert (split, text.splitlines()) == (1, [prefix + first, second])
+
+
+def test_a_capture_within_the_figures_precision_of_its_estimate_is_not_called_past_it() -> None:
+    """The figures are printed to 0.01 GiB: a capture less than that past the estimate says nothing."""
+    text = (_DATA / "graph_pool_past_its_estimate.log").read_text(encoding="utf-8").replace(
+        "memory: 0.67 GiB (actual)", "memory: 0.454 GiB (actual)")
+    assert not any("more than the" in w for w in report_from_log_text(text, "x").warnings)
+
+
+def test_a_kv_figure_derived_from_a_block_count_is_no_second_kv_line() -> None:
+    """V0 without process names: `the rest of the memory reserved for KV Cache is 0.02GiB`, then `# CUDA
+    blocks: 0` (a figure of 0 kvaudit derives): one rank's lines, not two ranks' folded."""
+    report = report_from_log_text(
+        "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch "
+        "activation peak memory takes 0.31GiB; the rest of the memory reserved for KV Cache is 0.02GiB.\n"
+        "INFO 03-22 18:53:24 [executor_base.py:110] # CUDA blocks: 0, # CPU blocks: 2048\n", "x")
+    assert report.verdict is Verdict.FAIL
+    assert not any("with different figures" in w for w in report.warnings)

@@ -229,11 +229,19 @@ def _captured_after_kv(boot: Boot) -> bool:
                for kind in (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_USAGE) for f in r.facts.get(kind, []))
 
 
+KV_LINE_WORDS = "Available KV cache memory"
+KV_LINE_SEARCH = 600
+"""How far into a figure's line its words are looked for (a record's prefix and head come first)."""
+
+
 def _folded_ranks(boot: Boot) -> list[str]:
     """Where a log that names no process states one rank's KV figure more than once, each different: the
     lines of several ranks (each worker prints its own), read as one; the report keeps the last (real
     pastes round nineteen: `Available KV cache memory: 0.24 GiB`, then `-1.42 GiB`, a TP2 paste)."""
-    figures = [f for r in boot.ranks.values() for f in r.all(FactKind.KV_AVAILABLE)]
+    texts = {scan.index: scan.text for scan in boot.scans}
+    figures = [f.value for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_AVAILABLE, ())
+               if texts[f.file].startswith(KV_LINE_WORDS, f.pos, f.pos + KV_LINE_SEARCH)
+               or KV_LINE_WORDS in texts[f.file][f.pos:f.pos + KV_LINE_SEARCH]]
     if len(set(figures)) < 2:
         return []
     shown = ", ".join(fmt_gib(f) for f in dict.fromkeys(figures))

@@ -90,8 +90,8 @@ def split_joined_records(text: str) -> tuple[str, int]:
     PROSE_LEAD characters before its first head) and then holds two or more records with their process
     tags is a whole log flattened onto it (an issue copied by a wiki mirror, real pastes round nineteen:
     `### Your current environment … vllm serve … (Worker_TP1_EP1 pid=96931) ERROR … WorkerProc hit an
-    exception. (Worker pid=96931) …`): each of those records, the first included, is split off. One
-    pass; each line's start looked at once."""
+    exception. (Worker pid=96931) …`): each record on it, the first included, tagged or not, is split
+    off. A `\r` ends a line as a `\n` does. One pass; each line's start looked at once."""
     out: list[str] = []
     done = 0
     for line, heads in _heads_by_line(text):
@@ -100,7 +100,7 @@ def split_joined_records(text: str) -> tuple[str, int]:
         first_at = own.start() if own is not None else end  # the line's first record head
         cuts: list[tuple[int, int]] = []
         if first_at - line > PROSE_LEAD and sum(t for _, _, t in heads) >= 2:
-            cuts = [(s, e) for s, e, t in heads if t]  # a flattened log after a person's words
+            cuts = [(s, e) for s, e, _ in heads]  # a flattened log after a person's words: every record
         elif own is not None and own.start() - line <= TAG_SEARCH_CHARS:
             cuts = [(s, e) for s, e, _ in heads]  # the line's own head is before the first joined one
         elif own is None and end - line <= TAG_SEARCH_CHARS:
@@ -122,12 +122,15 @@ def _heads_by_line(text: str) -> Iterator[tuple[int, list[tuple[int, int, bool]]
     for m in _JOINED_HEAD.finditer(text):
         if m.start() < seen:  # the blank between a record's process tag and its level
             continue
-        newline = text.rfind("\n", seen, m.start())
-        seen = m.end("record")
-        if line is None or newline >= 0:
+        # the last line break since the previous head (never searched further back: linear)
+        brk = max(text.rfind("\n", seen, m.start()), text.rfind("\r", seen, m.start()))
+        if line is None or brk >= 0:
             if heads:
                 yield line, heads  # type: ignore[misc]
-            line, heads = text.rfind("\n", 0, m.start()) + 1, []
+            if brk < 0:  # the text's first head: its line starts at the last break before it, once
+                brk = max(text.rfind("\n", 0, m.start()), text.rfind("\r", 0, m.start()))
+            line, heads = brk + 1, []
+        seen = m.end("record")
         heads.append((m.start(), m.end(), text[m.end()] in "(["))
     if heads:
         yield line, heads  # type: ignore[misc]

@@ -22,6 +22,8 @@ from kvaudit.record import StatedRank
 from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
 from kvaudit.units import fmt_gib
 
+GRAPH_OVER_LEAST = (1 << 30) // 100
+"""The least a capture past its charged estimate is said to be: 0.01 GiB, the figures' own precision."""
 NEVER_NEGATIVE = (Owner.WEIGHTS, Owner.ACTIVATION_PEAK, Owner.KV_CACHE)
 """Owners a log states as memory held: a negative figure for one is no reading. (non_torch is a
 difference vLLM measures and may dip below zero; an over-committed budget's available KV is
@@ -205,7 +207,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
                         if graphs.estimate is not None and graphs.estimate >= 0 else "unknown"))
     over = (graphs.actual - graphs.estimate if graphs.actual is not None and graphs.estimate is not None
             and graphs.estimate >= 0 and not no_estimate and not graphs.inferred_zero else 0)
-    if over > 0:
+    if over >= GRAPH_OVER_LEAST:
         # the KV cache was sized with the estimate charged: what the capture took past it is past the budget
         # (real pastes round nineteen: `CUDA graph pool memory: 0.67 GiB (actual), 0.45 GiB (estimated)`)
         notes.append(f"rank {rank}: the CUDA graph capture took {fmt_gib(graphs.actual)}, {fmt_gib(over)} more than "
