@@ -229,3 +229,38 @@ def test_a_kv_figure_derived_from_a_block_count_is_no_second_kv_line() -> None:
         "INFO 03-22 18:53:24 [executor_base.py:110] # CUDA blocks: 0, # CPU blocks: 2048\n", "x")
     assert report.verdict is Verdict.FAIL
     assert not any("with different figures" in w for w in report.warnings)
+
+
+def test_a_failed_model_step_is_a_failure_while_serving() -> None:
+    """A mirror of vllm#36598 (Qwen3.5-9B, RTX 5090): `ERROR … [dump_input.py:79] Dumping scheduler output for
+    model execution: … Traceback …`, a Triton out-of-memory on the first request. vLLM dumps the scheduler's
+    output only when a step it planned fails (core.py log_error_detail): the engine was serving. Before, the
+    boot's death."""
+    report = _report("step_dump_first_request.log")
+    assert report.failure is None and report.verdict is Verdict.UNKNOWN
+    lines = ("ERROR 03-09 21:56:25 [dump_input.py:79] Dumping scheduler output for model execution: SchedulerOutput(…)",
+             "ERROR 03-09 21:56:25 [core.py:1] Traceback (most recent call last):",
+             'ERROR 03-09 21:56:25 [core.py:1]   File "x.py", line 1, in step',
+             "ERROR 03-09 21:56:25 [core.py:1] triton.runtime.errors.OutOfResources: out of resource: shared memory")
+    served = report_from_log_text("\n".join(lines) + "\n", "x")
+    assert served.failure is None and served.warnings == (
+        "after startup finished: a traceback ending in `triton.runtime.errors.OutOfResources: out of resource: "
+        "shared memory`",)
+
+
+def test_killed_while_v0_loads_the_weights_is_a_death_in_load() -> None:
+    """A blog's dual RTX 4090 TP2 boot (V0 lines): `[loader.py:402] Loading weights onto GPU. This may take a
+    few minutes...`, then `Killed`. Before, the phase was not known."""
+    report = _report("killed_loading_weights.log")
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase) == (FailureKind.CRASH, Phase.LOAD)
+
+
+def test_a_persons_words_in_another_script_do_not_continue_vllms_message() -> None:
+    """A Korean write-up on velog.io: `🚫 ValueError: No available memory for the cache blocks.` (vLLM's
+    message, its last sentence not pasted), then the author's paragraphs in Hangul, read into the message
+    as its rest. Before, a 581-character failure message with the page's prose and table in it."""
+    report = _report("korean_writeup_kv_error.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT
+    assert report.failure.message.startswith("ValueError: No available memory for the cache blocks.")
+    assert not any("\uac00" <= ch <= "\ud7af" for ch in report.failure.message)

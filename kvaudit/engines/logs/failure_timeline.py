@@ -65,6 +65,9 @@ cut out of the paste, a kernel's shape check failing in the capture; vllm PR 217
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.LOAD, ("Starting to load model", "Loading model from scratch", "Initializing model took",
                   "Loading weights took", "Loading safetensors checkpoint shards",
+                  # weight_utils.py's format line and V0 loader.py's start (real pastes round nineteen:
+                  # `Loading weights onto GPU. This may take a few minutes...`, then `Killed`)
+                  "Using model weights format", "Loading weights onto GPU",
                   "Loading drafter model")),  # gpu_model_runner.py load_model loads the drafter last
     # V1 compiles the model in its first forward, the profile pass (vllm#18390: `torch.compile takes
     # 142.00 s in total`, then the engine core's traceback, its load lines not in the paste)

@@ -506,7 +506,11 @@ BENCH_DONE = " total tokens/s, "
 tokens/s`), printed once the engine ran every request (real pastes round eighteen)."""
 METRIC_SAMPLE = '{engine="'
 """A sample of the running server's /metrics (`vllm:prefix_cache_queries_total{engine="0",…} 35.0`)."""
-SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", "Application startup complete",
+STEP_DUMP = "Dumping scheduler output for model execution"
+"""v1/engine/core.py log_error_detail (logging_utils/dump_input.py): a model step the scheduler planned
+failed, so the engine was serving requests (real pastes round nineteen: a Triton autotuner's
+out-of-memory on the first request, read as the boot's death)."""
+SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", STEP_DUMP, "Application startup complete",
            "Starting vLLM API server", "Starting vLLM server on", "num_gpu_blocks is: ", STATS,
            '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS,
            BENCH_DONE, METRIC_SAMPLE)

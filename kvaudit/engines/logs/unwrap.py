@@ -222,6 +222,12 @@ def _breaks_off(prev: str) -> bool:
     return word in _CONNECTORS
 
 
+_OTHER_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+"""Kana, CJK ideographs, Hangul: a line in them is a person's words, never the rest of vLLM's English
+message (real pastes round nineteen: a Korean write-up's paragraphs read into an unfinished `No
+available memory for the cache blocks.`, a 581-character failure message)."""
+
+
 def _open_message(parts: list[str]) -> bool:
     """The record so far holds the start of one of _MESSAGES and not yet its end."""
     text = " ".join(p.strip() for p in parts)
@@ -252,7 +258,7 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
     if _breaks_off(prev):
         return True
     size = len(prev)
-    return (size >= MIN_WRAP_WIDTH and size == width()) or still_open()
+    return (size >= MIN_WRAP_WIDTH and size == width()) or (still_open() and not _OTHER_SCRIPT.search(line))
 
 
 def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
