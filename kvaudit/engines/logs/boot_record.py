@@ -240,8 +240,7 @@ def _folded_ranks(boot: Boot) -> list[str]:
     pastes round nineteen: `Available KV cache memory: 0.24 GiB`, then `-1.42 GiB`, a TP2 paste)."""
     texts = {scan.index: scan.text for scan in boot.scans}
     figures = [f.value for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_AVAILABLE, ())
-               if texts[f.file].startswith(KV_LINE_WORDS, f.pos, f.pos + KV_LINE_SEARCH)
-               or KV_LINE_WORDS in texts[f.file][f.pos:f.pos + KV_LINE_SEARCH]]
+               if texts[f.file].find(KV_LINE_WORDS, f.pos, f.pos + KV_LINE_SEARCH) >= 0]
     if len(set(figures)) < 2:
         return []
     shown = ", ".join(fmt_gib(f) for f in dict.fromkeys(figures))

@@ -20,9 +20,9 @@ from kvaudit.engines.logs.ranks import KV_KINDS, Located, RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.record import StatedRank
 from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
-from kvaudit.units import fmt_gib
+from kvaudit.units import GiB, fmt_gib
 
-GRAPH_OVER_LEAST = (1 << 30) // 100
+GRAPH_OVER_LEAST = GiB // 100
 """The least a capture past its charged estimate is said to be: 0.01 GiB, the figures' own precision."""
 NEVER_NEGATIVE = (Owner.WEIGHTS, Owner.ACTIVATION_PEAK, Owner.KV_CACHE)
 """Owners a log states as memory held: a negative figure for one is no reading. (non_torch is a
