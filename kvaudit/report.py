@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from kvaudit.errors import BadInputError, ExitCode
 from kvaudit.ledger import check_balance
@@ -35,15 +36,29 @@ its size in memory, so a larger document is refused before it is parsed."""
 
 def parse_report_text(text: str, where: str) -> Report:
     """A report from JSON text; every problem is one BadInputError line."""
+    return report_from_data(load_json(text, where), where)
+
+
+def load_json(text: str, where: str) -> Any:
+    """The JSON value of a report's text; a text too large or not JSON is one BadInputError line."""
     if len(text) > MAX_REPORT_CHARS:
         raise BadInputError(f"{where}: {len(text) >> 20} MiB of JSON, far larger than any kvaudit report "
                             f"(at most {MAX_REPORT_CHARS >> 20} MiB are read)")
     try:
         # Editors on Windows save a UTF-8 BOM; first_char skips it when a report is told from a
         # log, so json.loads must too.
-        data = json.loads(text.removeprefix("\ufeff"))
+        return json.loads(text.removeprefix("\ufeff"))
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise BadInputError(f"{where}: not valid JSON ({_json_error(exc)})") from None
+
+
+REPORT_KEYS = frozenset(("schema", "source", "ranks", "capacity", "verdict", "kvaudit_version"))
+"""Top-level keys only a report (or a damaged one) has: a JSON object with none of them is no report
+(a Jupyter notebook's cells, whose outputs hold a vLLM log, is read as a log)."""
+
+
+def report_from_data(data: Any, where: str) -> Report:
+    """A report from parsed JSON; every problem is one BadInputError line."""
     try:
         report = report_from_json(data, where)
     except RecursionError:

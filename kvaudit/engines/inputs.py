@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvaudit.errors import BadInputError
 from kvaudit.input_text import input_name, read_text
-from kvaudit.report import MAX_REPORT_CHARS, first_char, parse_report_text
+from kvaudit.report import MAX_REPORT_CHARS, REPORT_KEYS, first_char, load_json, parse_report_text, report_from_data
 from kvaudit.schema import Report
 
 
@@ -22,12 +22,16 @@ def load_report(path: Path | str) -> Report:
 
 def report_from_text(text: str, where: str) -> Report:
     """A report is a JSON object (its loader says what is wrong with a damaged one); anything else
-    is read as a log. A text that starts with `[` is a log excerpt (`[gpu_worker.py:298] …`)
-    unless it is JSON. The log engine is imported only for a log (80 ms of a cold `kvaudit diff`
-    of two reports, on the 2-core machine)."""
+    is read as a log, a JSON object with none of a report's keys too (a Jupyter notebook). A text
+    that starts with `[` is a log excerpt (`[gpu_worker.py:298] …`) unless it is JSON. The log
+    engine is imported only for a log (80 ms of a cold `kvaudit diff` of two reports, on the 2-core
+    machine)."""
     first = first_char(text)
     if first == "{":
-        return parse_report_text(text, where)
+        data = load_json(text, where)
+        if isinstance(data, dict) and data and not data.keys() & REPORT_KEYS:
+            return _from_log(text, where)  # a notebook (.ipynb) whose outputs hold the log
+        return report_from_data(data, where)
     if first == "[" and len(text) <= MAX_REPORT_CHARS:
         try:
             json.loads(text.removeprefix("\ufeff"))
