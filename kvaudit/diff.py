@@ -156,6 +156,8 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
     ra, rb = _binding(a), _binding(b)
     pairs.append(("allocator_expandable_segments", ra.allocator_expandable_segments if ra else None,
                   rb.allocator_expandable_segments if rb else None))
+    # the binding rank's device: an L4 against a T4 moves the budget, and with it KV (real pastes round twenty)
+    pairs.append(("device_total_bytes", ra.device_total_bytes if ra else None, rb.device_total_bytes if rb else None))
     known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
     for key in sorted(set(a.environment.env) | set(b.environment.env)):
         if _env_known(a, key) and _env_known(b, key):

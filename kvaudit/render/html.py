@@ -317,8 +317,9 @@ def diff_head(diff: DiffReport) -> list[str]:
                                                     for k in diff.one_sided_knobs), ("word", "text", "text")))
     parts.append("<h2>Environment differences</h2>")
     if diff.environment_differences:
-        parts.append(rows_table(("setting", "A", "B"), ((e.key, summary._plain(e.a), summary._plain(e.b))
-                                                       for e in diff.environment_differences),
+        parts.append(rows_table(("setting", "A", "B"),
+                                ((e.key, summary._setting(e.key, e.a), summary._setting(e.key, e.b))
+                                 for e in diff.environment_differences),
                                 ("word", "text", "text")))
     else:
         parts.append('<p class="foot">none that both sides record</p>')

@@ -434,7 +434,15 @@ def _unexplained_note(diff: DiffReport) -> str:
     # KV = budget − owners: a budget not stated on both sides may hold the rest too (real pastes round
     # seventeen: an 80 GB against a 40 GB A100, neither log naming its device)
     budget = "requested_delta_bytes" in diff.capacity and diff.capacity["requested_delta_bytes"] is None
-    if kv is None or moved is None or not (unknown or budget) or abs(moved) * 2 >= abs(kv):
+    if kv is None or moved is None or abs(moved) * 2 >= abs(kv):
+        return ""
+    requested = diff.capacity.get("requested_delta_bytes")
+    if requested and abs(kv - requested) * 2 <= abs(kv):
+        # KV = budget − owners: a budget that moved most of KV's change is its cause (an L4's 22.17 GiB
+        # against a T4's 14.75 GiB at gmu 0.5, real pastes round twenty: −3.71 of KV's −3.60 GiB)
+        return (f"; it moved {fmt_gib(moved, signed=True)} of KV's {fmt_gib(kv, signed=True)}: the budget "
+                f"(device × gpu_memory_utilization) moved {fmt_gib(requested, signed=True)}")
+    if not (unknown or budget):
         return ""
     consumed = diff.capacity.get("consumed_delta_bytes")
     where = [f"owners not known on both sides ({', '.join(unknown)}"
@@ -466,8 +474,8 @@ def diff_summary(diff: DiffReport) -> list[str]:
     if diff.one_sided_knobs:
         lines.append(ONE_SIDED + _knob_changes(diff.one_sided_knobs, _stated))
     if diff.environment_differences:
-        lines.append("environment: " + "; ".join(f"{e.key} {_plain(e.a)} → {_plain(e.b)}"
-                                                 for e in diff.environment_differences))
+        lines.append("environment: " + "; ".join(f"{e.key.removesuffix('_bytes')} {_setting(e.key, e.a)} → "
+                                                 f"{_setting(e.key, e.b)}" for e in diff.environment_differences))
     lines += _unpaired_ranks(diff)
     lines += diff_repeat_lines(diff)
     for side, name in (("a", diff.a_name), ("b", diff.b_name)):
@@ -535,6 +543,11 @@ def _knob_changes(knobs: Iterable[KnobDifference], word: Callable[[object], str]
 
 def _stated(value: object) -> str:
     return "not stated" if value is None else _plain(value)
+
+
+def _setting(key: str, value: object) -> str:
+    """An environment setting as a reader writes it: a size (`device_total_bytes`) in GiB."""
+    return fmt_gib(value) if key.endswith("_bytes") and isinstance(value, int) else _plain(value)
 
 
 def _plain(value: object) -> str:
