@@ -111,6 +111,10 @@ CAUSES: tuple[Cause, ...] = (
           re.compile(r"max seq len \(\S+\) is larger than the maximum number of tokens that can be"),
           starts=("max seq len",)),
     Cause("No available memory for the cache blocks", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
+    # tpu-inference's TPUWorker.determine_available_memory: the weights and the rest exceed the request
+    # (limit × gpu_memory_utilization), nothing is left for KV (tpu-inference PR 763's log).
+    Cause("exceeds total_hbm_limit", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
+          re.compile(r"total_hbm_used_gb=\S+ exceeds total_hbm_limit"), starts=("total_hbm_used_gb",)),
     Cause("Cannot auto-fit max_model_len", FailureKind.DOES_NOT_FIT, Phase.KV, 0),
     # config/compilation.py (since vllm PR 38270), once the KV cache is sized: a hybrid model's full
     # decode graphs need one Mamba cache block a sequence ("max_num_seqs (1024) exceeds available
@@ -138,6 +142,11 @@ CAUSES: tuple[Cause, ...] = (
     # the CUDA driver API's out-of-memory as torch and vLLM's kernels raise it (club-3090#60:
     # `RuntimeError: CUDA driver error: out of memory` while repacking GPTQ weights)
     Cause("CUDA driver error: out of memory", FailureKind.OOM, None, 0),
+    # torch's allocator on other devices: torch_npu's `RuntimeError: NPU out of memory. Tried to allocate 3.47 GiB
+    # (NPU 0; 60.97 GiB total capacity; …)` (vllm-ascend#1987), IPEX's `XPU out of memory`, Gaudi's HPU
+    Cause("NPU out of memory", FailureKind.OOM, None, 0),
+    Cause("XPU out of memory", FailureKind.OOM, None, 0),
+    Cause("HPU out of memory", FailureKind.OOM, None, 0),
     # torch's OOM message quoted without its "CUDA out of memory." head (c10/cuda/CUDACachingAllocator.cpp:
     # "Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which …").
     # torch prints "has a total capacity of" in this message only.

@@ -108,6 +108,8 @@ SAMPLES = {
     "is larger than the maximum number of tokens that can be": "ValueError: The model's max seq len (32768) is larger "
                                                               "than the maximum number of tokens that can be s",
     "not supported": "NotImplementedError: FP8 KV cache with MLA is not supported on this backend",
+    "exceeds total_hbm_limit": "ValueError: total_hbm_used_gb=647.4GiB exceeds total_hbm_limit_gb=606.37GiB by "
+                               "41.02GiB. Please consider increasing --gpu-memory-utilization from 0.8",
     CPU_KV_SHORT: "ValueError: Available memory on node 0 (1.0/8.0 GiB) on kv cache allocation is less than "
                       "requested memory for kv (2.0 GiB)",
     # exception lines of their own, not inside another exception's message

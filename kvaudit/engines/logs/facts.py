@@ -646,9 +646,21 @@ _npu = _figures((_NPU_AVAILABLE, ((FactKind.KV_AVAILABLE, int), (FactKind.DEVICE
 # the rest), and what is left of the request for KV.
 # Each field is read on its own: newer releases add others (`kv_connector_hbm_reserve_gb=…`).
 TPU_HBM_LINE = "total_hbm_limit_gb="
-_tpu = _figures(*((re.compile(rf"\btotal_hbm_{key}_gb=({SNUM}) ?GiB"), ((kind, _gib),)) for key, kind in (
+_tpu_statistics = _figures(*((re.compile(rf"\btotal_hbm_{key}_gb=({SNUM}) ?GiB"), ((kind, _gib),)) for key, kind in (
     ("limit", FactKind.DEVICE_TOTAL), ("limit_cap", FactKind.REQUESTED), ("used", FactKind.NON_KV_TOTAL),
     ("avail", FactKind.KV_AVAILABLE))))
+# The same worker when nothing is left for KV (failures.py: does_not_fit): "ValueError: total_hbm_used_gb=647.4GiB
+# exceeds total_hbm_limit_gb=606.37GiB by 41.02GiB." The figure after "exceeds" is the request, the limit × gmu,
+# in every wording (tpu-inference PR 763 renamed it total_hbm_limit_cap_gb: 606.37 = 0.8 × 8 v5p chips' 94.75 GiB).
+_TPU_EXCEEDS = re.compile(rf"\btotal_hbm_used_gb=({NUM}) ?GiB exceeds total_hbm_limit(?:_cap)?_gb=({NUM}) ?GiB")
+
+
+def _tpu(msg: str) -> Iterable[Fact]:
+    if (m := _TPU_EXCEEDS.search(msg)) is None:
+        yield from _tpu_statistics(msg)
+        return
+    yield Fact(FactKind.NON_KV_TOTAL, _gib(m.group(1)))
+    yield Fact(FactKind.REQUESTED, _gib(m.group(2)))
 
 # xpu_worker.py (Intel XPU, vLLM ~0.11; real pastes round sixteen): "Before memory profiling run, total
 # GPU memory: 65520.00 MB, model load takes 12870.74 MB, free gpu memory is 52435.44 MB." and "After
@@ -784,7 +796,9 @@ def _startup(msg: str) -> Iterable[Fact]:
 
 
 # torch's OOM message: "GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free."
-_OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which")
+# torch before 2.1, and torch_npu: "(GPU 0; 14.75 GiB total capacity; 13.2 GiB already allocated; …)"
+_OOM_TOTAL = re.compile(rf"has a total capacity of ({NUM}) GiB of which"
+                        rf"|\((?:GPU|NPU|XPU|HPU) \d{{1,3}}; ({NUM}) GiB total capacity;")
 # torch's allocator warning (failures.TORCH_ALLOC_OOM): "… (free: 2031616, total: 23661248512)", in bytes
 _ALLOC_OOM_TOTAL = re.compile(r"while trying to allocate \d{1,20} bytes \(free: \d{1,20}, total: (\d{1,20})\)")
 
@@ -814,7 +828,7 @@ def _failure(msg: str) -> Iterable[Fact]:
     yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo,
                                              needs_death=cause.needs_death))
     if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
-        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1)))
+        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1) or m.group(2)))
     elif kind is FailureKind.OOM and (m := _ALLOC_OOM_TOTAL.search(msg)):
         yield Fact(FactKind.DEVICE_TOTAL, int(m.group(1)))
 
