@@ -144,7 +144,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
         if f.file not in marks:
             marks[f.file] = _Marks(scan.text)
-        if f.pos > boot_done[f.file] or f.pos < served[f.file]:
+        if f.pos >= boot_done[f.file] or f.pos < served[f.file]:
             after.append(f)
         elif _got_past(marks[f.file], f, one_engine):
             survived.append(f)

@@ -510,15 +510,28 @@ STEP_DUMP = "Dumping scheduler output for model execution"
 """v1/engine/core.py log_error_detail (logging_utils/dump_input.py): a model step the scheduler planned
 failed, so the engine was serving requests (real pastes round nineteen: a Triton autotuner's
 out-of-memory on the first request, read as the boot's death)."""
+KV_USAGE = "GPU KV cache usage: "
+"""The same stats record's cache share (`Engine 000: …, GPU KV cache usage: 4.7%, …`; V0's `… Pending: 0 reqs,
+GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.`), found where a page elided the throughput before it
+(real pastes round twenty)."""
+REQUEST_TOO_LONG = "However, your request has"
+"""The API server refusing one request (`This model's maximum context length is 40000 tokens. However, your
+request has 78344 input tokens.`, entrypoints' prompt validation): a running server's words."""
+ENGINE_DEAD = "EngineDeadError"
+"""v1/engine/exceptions.py: what the engine's client raises to a request once a running engine core died
+(a dead start raises "Engine core initialization failed" instead; real pastes round twenty: `EngineDeadError,
+500 Internal Server Error` read as a boot that died)."""
 SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", STEP_DUMP, "Application startup complete",
            "Starting vLLM API server", "Starting vLLM server on", "num_gpu_blocks is: ", STATS,
            '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS,
-           BENCH_DONE, METRIC_SAMPLE)
+           BENCH_DONE, METRIC_SAMPLE, KV_USAGE, REQUEST_TOO_LONG, ENGINE_DEAD)
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
 start): a failure after the first of them is not the boot's. One before them is only where
 failure_timeline shows, on logged lines, that startup went on past it (SERVER_UP, first_logged)."""
-SERVER_UP = tuple(m for m in SERVING if m not in (BOOT_DONE, "EngineCore encountered a fatal error"))
+IN_EXCEPTION = (REQUEST_TOO_LONG, ENGINE_DEAD)
+"""Markers inside the exception line a failure is read from: serving begins at that line's start."""
+SERVER_UP = tuple(m for m in SERVING if m not in (BOOT_DONE, "EngineCore encountered a fatal error", ENGINE_DEAD))
 """The API server's lines once every engine started, or a request it served."""
 
 
@@ -598,6 +611,7 @@ def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
                 break
             i = text.find(m, i + 1, first - 1 + len(m))
         if i >= 0 and not _not_the_logs(text, i, m):
-            first = i
+            # an exception's own words: its line starts where the server is seen running
+            first = bounds(text, i)[0] if m in IN_EXCEPTION else i
     found = [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
     return min([first, *found])
