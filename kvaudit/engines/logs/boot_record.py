@@ -178,7 +178,7 @@ class LogBoot:
             warnings += _folded_ranks(boot)
         warnings += _ray_notes(boot) + command_conflicts(boot.engine) + command_disagreements(boot.engine, config)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
-        fits = _passed_kv_check(boot, failure, config)
+        fits = _passed_kv_check(boot, failure, config, any(s.startup_finished for s in self.scans))
         kv_sized = (tokens, derived) != (None, None) or fits or any(  # a KV size stated, even with no tokens
             f.value > 0 for r in boot.ranks.values() for kind in (FactKind.KV_AVAILABLE, FactKind.KV_FIXED)
             for f in r.facts.get(kind, ()))
@@ -289,10 +289,11 @@ still says the length fits (real pastes round seventeen: a kernel's JIT build fa
 after `GPU KV cache size: 1,629,520 tokens` does not undo the fit)."""
 
 
-def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -> bool | None:
+def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig, finished: bool) -> bool | None:
     """vLLM prints the KV size line only after every rank passed `_check_enough_kv_cache_memory`
     at the final max_model_len, so a boot that printed it and did not fail fits; a boot whose
-    check said how much one request needs failed it."""
+    check said how much one request needs failed it. A boot that finished starting passed the check
+    too (V1's, or V0's raise_if_cache_size_invalid), whatever of its lines a paste kept."""
     if failure is not None and failure.kind is FailureKind.DOES_NOT_FIT and _kv_needed(boot, failure) is not None:
         return False
     if config.max_model_len is None:
@@ -306,4 +307,8 @@ def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig) -
         return True  # auto-fit chose the length that every worker's KV holds (and the check then passed)
     # V0 0.6.4 printed the concurrency without a KV size line: at least one request fits when it is ≥ 1.
     concurrency = engine_last(boot.engine, FactKind.MAX_CONCURRENCY)
-    return True if concurrency is not None and concurrency[1] >= 1 else None
+    if concurrency is not None and concurrency[1] >= 1:
+        return True
+    # a finished start that printed no KV line (vllm#15664, V0 0.8.3: the capture, `init engine … took`, the
+    # API server; real pastes round twenty): vLLM refuses a length its cache cannot hold before that
+    return True if failure is None and finished else None
