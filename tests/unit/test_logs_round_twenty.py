@@ -1,0 +1,104 @@
+"""Real pastes, round twenty (stop 50): logs from notebooks, web pages, other accelerators and wrappers, each
+test naming its source; the data are the smallest excerpts of them that show each finding
+(tests/unit/data/round_twenty)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvaudit.diff import diff_reports
+from kvaudit.engines.inputs import load_report, report_from_text
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.errors import BadInputError
+from kvaudit.render.summary import diff_summary
+from kvaudit.schema import FailureKind, Phase, Verdict
+
+_DATA = Path(__file__).parent / "data" / "round_twenty"
+GiB = 1 << 30
+
+
+def _report(name: str):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8"), name)
+
+
+def test_a_jupyter_notebook_is_read_as_the_log_its_outputs_hold() -> None:
+    """dongukmoon/misc's Colab notebooks (gpt2 on vLLM 0.6.4.post1, an L4 and a T4): the log is in the cells'
+    output strings. `ingest` read them; `show` and `diff` said "missing key 'schema'" (exit 2), as for a
+    damaged report, because the file starts with `{`."""
+    report = load_report(_DATA / "notebook_l4.ipynb")
+    assert report.verdict is Verdict.OK
+    assert report.capacity.kv_tokens == 294_816  # `# GPU blocks: 18426` × block size 16
+    assert report.ranks[0].device_total_bytes == round(22.17 * GiB)
+
+
+def test_json_with_a_reports_keys_is_still_judged_as_a_report() -> None:
+    """A damaged report is told so, not read as a log: one of a report's top-level keys is enough."""
+    with pytest.raises(BadInputError, match="missing key 'schema'"):
+        report_from_text(json.dumps({"ranks": [], "verdict": "ok"}), "damaged.json")
+    with pytest.raises(BadInputError, match="no vLLM log lines found"):
+        report_from_text(json.dumps({"a": 1}), "other.json")  # neither: the log reader's own message
+
+
+def test_a_diff_of_two_devices_names_the_budget_as_the_cause() -> None:
+    """The same notebook on an L4 (22.17 GiB) and a T4 (14.75 GiB) at gmu 0.5: KV fell 3.60 GiB because the
+    budget fell 3.71 GiB. Before, the summary named non_torch (which fell, so it raised KV) and blamed the
+    rest on owners neither log states; the device's size was in no line."""
+    diff = diff_reports(load_report(_DATA / "notebook_l4.ipynb"), load_report(_DATA / "notebook_t4.ipynb"))
+    assert round(diff.capacity["requested_delta_bytes"] / GiB, 2) == -3.71  # (14.75 − 22.17) × 0.5
+    lines = diff_summary(diff)
+    dominant = next(line for line in lines if line.startswith("dominant owner:"))
+    assert dominant == ("dominant owner: non_torch; it moved -0.11 GiB of KV's -3.60 GiB: the budget "
+                        "(device × gpu_memory_utilization) moved -3.71 GiB")
+    environment = next(line for line in lines if line.startswith("environment:"))
+    assert environment.endswith("device_total 22.17 GiB → 14.75 GiB")
+
+
+def test_an_npu_out_of_memory_with_a_label_in_front_is_the_boots_oom() -> None:
+    """vllm-ascend#1987 (910B, GLM-4-32B, TP2): `【BUG】：RuntimeError: NPU out of memory. Tried to allocate
+    3.47 GiB (NPU 0; 60.97 GiB total capacity; …)`. Before, no failure at all (verdict unknown): only CUDA's
+    wordings were out-of-memory, and the older allocator message's total was not read."""
+    report = _report("npu_oom_labelled.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+    assert report.failure.message.startswith("RuntimeError: NPU out of memory. Tried to allocate 3.47 GiB")
+    assert report.verdict is Verdict.FAIL
+    assert report.ranks[0].device_total_bytes == round(60.97 * GiB)
+
+
+@pytest.mark.parametrize("device", ["XPU", "HPU"])
+def test_other_devices_out_of_memory_is_oom(device: str) -> None:
+    report = report_from_log_text(f"RuntimeError: {device} out of memory. Tried to allocate 2.00 GiB\n", "x")
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+
+
+def test_a_tpu_worker_whose_weights_exceed_its_budget_does_not_fit() -> None:
+    """tpu-inference PR 763 (8 × v5p, gmu 0.8): `ValueError: total_hbm_used_gb=647.4GiB exceeds
+    total_hbm_limit_gb=606.37GiB by 41.02GiB.` (TPUWorker.determine_available_memory: nothing is left of the
+    request for KV). Before, a crash of unknown cause, and the request (606.37 GiB = 0.8 × 8 × 94.75) read as
+    the device's total."""
+    report = _report("tpu_hbm_exceeds.log")
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase) == (FailureKind.DOES_NOT_FIT, Phase.KV)
+    assert report.verdict is Verdict.FAIL
+    assert all(r.device_total_bytes is None for r in report.ranks)
+    renamed = (_DATA / "tpu_hbm_exceeds.log").read_text(encoding="utf-8").replace("limit_gb", "limit_cap_gb")
+    assert report_from_log_text(renamed, "x").failure.kind is FailureKind.DOES_NOT_FIT  # the wording since
+
+
+def test_a_request_refused_for_its_length_is_no_boot_failure() -> None:
+    """A page on vLLM 0.10.2 (cluetax.org): `ValueError: This model's maximum context length is 40000 tokens.
+    However, your request has 78344 input tokens.`, then stats lines whose throughput the page elided
+    (`Engine 000: ..., GPU KV cache usage: 4.7%`). Before, the boot's death (verdict unknown, a crash)."""
+    report = _report("request_too_long_while_serving.log")
+    assert report.failure is None
+    assert any(w.startswith("after startup finished: ValueError: This model's maximum context length is 40000")
+               for w in report.warnings)
+
+
+def test_an_engine_dead_error_answered_to_a_request_is_no_boot_failure() -> None:
+    """A mirror of vllm#41530 (DeepSeek-V4-Pro, TP8, MTP): `EngineDeadError, 500 Internal Server Error
+    Traceback …` after a worker hung in `sample_tokens`, a step's call. Before, "the boot died"."""
+    report = _report("engine_dead_while_serving.log")
+    assert report.failure is None
+    assert any(w.startswith("after startup finished:") for w in report.warnings)
