@@ -102,3 +102,16 @@ def test_an_engine_dead_error_answered_to_a_request_is_no_boot_failure() -> None
     report = _report("engine_dead_while_serving.log")
     assert report.failure is None
     assert any(w.startswith("after startup finished:") for w in report.warnings)
+
+
+def test_a_start_that_finished_passed_vllms_length_check() -> None:
+    """vllm#15664 (V0, 0.8.3, a 49B GPTQ at --max-model-len 32768): the capture, `init engine (profile, create
+    kv cache, warmup model) took 46.05 seconds`, the API server; no KV line kept. V0 raises before that line
+    when the length does not fit (raise_if_cache_size_invalid), as V1 does (_check_enough_kv_cache_memory).
+    Before, verdict unknown."""
+    report = _report("v0_finished_no_kv_line.log")
+    assert report.failure is None and report.capacity.max_model_len_fits is True
+    assert report.verdict is Verdict.OK
+    assert report.verdict_reason == "fits: max_model_len 32768 passed vLLM's own check"
+    cut = (_DATA / "v0_finished_no_kv_line.log").read_text(encoding="utf-8").split("init engine")[0]
+    assert report_from_log_text(cut, "x").capacity.max_model_len_fits is None  # not finished: not known
