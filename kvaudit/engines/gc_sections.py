@@ -46,10 +46,14 @@ class Tally:
     """What a checked section's collections missed: `collections` checked, `missed` objects."""
     collections: int = 0
     missed: int = 0
+    held_bytes: int | None = None
+    """Device memory the missed objects held (what the checking collections freed of it), where the section
+    was given a reader: the figure that decides whether a section's readings can differ from a full one's."""
 
 
 _open: Tally | None = None
 _checking = False
+_held: Callable[[], int] | None = None
 INTERPRETER_FROZEN = gc.get_freeze_count()
 """What was frozen when this module was imported (in vLLM's worker, before vLLM could freeze anything):
 the interpreter's own. CPython 3.12 starts with objects frozen (375 in 3.12.1, the GPU machine's
@@ -71,16 +75,27 @@ def collect() -> None:
     tally = _open
     if _checking and tally is not None and gc.get_freeze_count():
         gc.unfreeze()
-        tally.missed += gc.collect()
-        tally.collections += 1
+        _full_check(tally, _held)
         gc.freeze()
 
 
+def _full_check(tally: Tally, held: Callable[[], int] | None) -> None:
+    """One full collection, its finds counted, and the device memory they held where a reader is given."""
+    before = held() if held is not None else None
+    tally.missed += gc.collect()
+    tally.collections += 1
+    if before is not None and held is not None:
+        tally.held_bytes = (tally.held_bytes or 0) + max(0, before - held())
+
+
 @contextmanager
-def section(name: str, note: Callable[[str], None] | None = None) -> Iterator[Tally | None]:
+def section(name: str, note: Callable[[str], None] | None = None,
+            held: Callable[[], int] | None = None) -> Iterator[Tally | None]:
     """Collect fully, freeze the heap, run the body, unfreeze; the Tally where the mode is check
-    (noted through `note` at the end), else None. Nothing where off or the heap is frozen already."""
-    global _open, _checking
+    (noted through `note` at the end), else None. Nothing where off or the heap is frozen already.
+    `held` reads the device's allocated bytes (torch.cuda.memory_allocated): a check then says how much
+    of it the objects a section's collections missed held."""
+    global _open, _checking, _held
     chosen = mode()
     frozen = frozen_by_another()
     if chosen == "off" or _open is not None or frozen:
@@ -94,15 +109,15 @@ def section(name: str, note: Callable[[str], None] | None = None) -> Iterator[Ta
     checking = chosen == "check"
     try:
         gc.freeze()
-        _open, _checking = tally, checking
+        _open, _checking, _held = tally, checking, held
         yield tally if checking else None
     finally:
-        _open, _checking = None, False
+        _open, _checking, _held = None, False, None
         gc.unfreeze()
     if checking:
         # and at the end: a section may hold no settle of kvaudit's, only vLLM's own collections
-        tally.missed += gc.collect()
-        tally.collections += 1
+        _full_check(tally, held)
         if note is not None:
+            holding = f", holding {tally.held_bytes} bytes of device memory" if tally.held_bytes is not None else ""
             note(f"gc check ({name}): {tally.collections} collections checked, the section's end included; "
-                 f"a full collection after each found {tally.missed} objects they missed")
+                 f"a full collection after each found {tally.missed} objects they missed{holding}")

@@ -112,7 +112,7 @@ elif [ "$stage" = gc-check ]; then
     --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 \
     --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-gc-check-$model.json" \
     > "$res/gc-check-$model.txt" 2>&1
-  grep -o 'gc check ([^)]*): [^;]*; [^"]*missed' "$res/h200-gc-check-$model.json" | tee "$res/gc-check-$model-notes.txt"
+  grep -o 'gc check ([^)]*): [^;]*; [^"]*missed[^;"]*' "$res/h200-gc-check-$model.json" | tee "$res/gc-check-$model-notes.txt"
   stage=gc-check-$model
 elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load2-contended ] || [ "$stage" = load-repeat ] || [ "$stage" = load-repeat-cold ] || [ "$stage" = load-repeat-warm ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of

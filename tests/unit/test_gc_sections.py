@@ -86,6 +86,33 @@ def test_check_counts_what_the_sections_collections_missed(monkeypatch):
                      f"a full collection after each found {tally.missed} objects they missed"]
 
 
+def test_check_says_how_much_device_memory_the_missed_objects_held(monkeypatch):
+    """With a reader of the device's allocated bytes, the note says what the checking collections freed of
+    it: 0 proves the section's readings equal a full collection's; here a missed cycle held 4096 bytes."""
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
+    allocated = {"bytes": 0}
+
+    class Buffer(Node):
+        def __init__(self) -> None:
+            super().__init__()
+            allocated["bytes"] += 4096
+            weakref.finalize(self, allocated.__setitem__, "bytes", 0)
+
+    notes: list[str] = []
+    buffer = Buffer()
+    buffer.me = buffer
+    with gc_sections.section("old", notes.append, lambda: allocated["bytes"]) as tally:
+        del buffer
+        gc_sections.collect()
+        assert allocated["bytes"] == 0
+    assert tally is not None and tally.held_bytes == 4096
+    assert notes[0].endswith("objects they missed, holding 4096 bytes of device memory")
+    with gc_sections.section("young", notes.append, lambda: allocated["bytes"]) as tally:
+        gc_sections.collect()
+    assert tally is not None and tally.held_bytes == 0
+    assert notes[1].endswith("found 0 objects they missed, holding 0 bytes of device memory")
+
+
 def test_check_finds_nothing_where_only_young_cycles_die(monkeypatch):
     monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
     notes: list[str] = []

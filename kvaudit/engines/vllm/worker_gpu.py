@@ -73,7 +73,8 @@ class AuditWorker(AuditMixin, Worker):
             before = probe.read(pools=False).reserved_bytes
             # MRv2: enough blocks for warmup_kernels to schedule every sequence, as after KV
             blocks = adapter.warmup_blocks(self.model_runner) if adapter.uses_v2_runner(self) else None
-            with gc_sections.section("persistent warmup", handle.note), adapter.minimal_kv_cache(self, blocks):
+            with gc_sections.section("persistent warmup", handle.note, torch.cuda.memory_allocated), \
+                    adapter.minimal_kv_cache(self, blocks):
                 # What KV initialisation takes besides the cache (metadata builders, block
                 # tables, input batch): it comes again with the real cache, so it is reserved.
                 # Reserved, not allocated: the device holds the structures' segments, and the
@@ -103,7 +104,7 @@ class AuditWorker(AuditMixin, Worker):
         checked back to where it was (what is left is reported, never hidden)."""
         probe = self._kva_seq.probe
         pair = lambda r: (r.reserved_bytes, r.device_used_bytes)  # noqa: E731
-        with gc_sections.section("graph measurement", note):
+        with gc_sections.section("graph measurement", note, torch.cuda.memory_allocated):
             probe.settle()
             resident = pair(probe.read(pools=False))
             pools_before = probe.pool_segments()
@@ -142,7 +143,7 @@ class AuditWorker(AuditMixin, Worker):
         probe = self._kva_seq.probe
         out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
         start = time.perf_counter()
-        with gc_sections.section("long-prefill probe", handle.note):
+        with gc_sections.section("long-prefill probe", handle.note, torch.cuda.memory_allocated):
             try:
                 probe.settle()
                 with adapter.minimal_kv_cache(self, adapter.warmup_blocks(self.model_runner)):
