@@ -30,6 +30,15 @@ from pathlib import Path
 
 PLAIN = r'''
 import json, sys, time
+def _kv_tokens(report: Path) -> int | None:
+    """The report's KV tokens (None when there is no report or no figure)."""
+    try:
+        tokens = (json.loads(report.read_text(encoding="utf-8")).get("capacity") or {}).get("kv_tokens")
+    except (OSError, ValueError):
+        return None
+    return tokens if isinstance(tokens, int) else None
+
+
 if __name__ == "__main__":
     from kvaudit.config import config_from_json
     from kvaudit.engines.vllm.boot import cpu_defaults, bind_cpu_threads, engine_kwargs, shutdown
@@ -104,12 +113,15 @@ def main() -> int:
             return 2  # the folder stays for that log
         label = {"p": "plain LLM()", "k": "kvaudit run", "s": "run --sweep"}[kind]
         phases = _phase_seconds(tmp / f"{kind}{i}.json") if kind != "p" else {}
+        # each audited boot's KV: a shortcut under test (KVAUDIT_GC_SECTIONS) must leave it to the block
+        kv = _kv_tokens(tmp / f"{kind}{i}.json") if kind != "p" else None
         if timed:
             walls[kind].append(wall)
             if phases:
-                stages.append({"kind": kind, **phases})
+                stages.append({"kind": kind, "kv_tokens": kv, **phases})
         print(f"{label:12} #{i}: {wall:7.1f} s" + ("" if timed else "  (warm-up, not timed)")
-              + (("  phases: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items())) if phases else ""), flush=True)
+              + (("  phases: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items())) if phases else "")
+              + (f"  KV {kv:,} tokens" if kv is not None else ""), flush=True)
     out: dict = {"orders": args.orders, "warm": bool(warm), "walls_s": walls, "phase_seconds": stages,
                  "config": config.to_json()}
     if walls["k"] and walls["p"]:
@@ -134,6 +146,15 @@ def _phase_seconds(report: Path) -> dict[str, float]:
         return {}
     return {p["name"]: float(p["seconds"]) for p in (ranks[0].get("phases") or []) if ranks
             and p.get("seconds") is not None}
+
+
+def _kv_tokens(report: Path) -> int | None:
+    """The report's KV tokens (None when there is no report or no figure)."""
+    try:
+        tokens = (json.loads(report.read_text(encoding="utf-8")).get("capacity") or {}).get("kv_tokens")
+    except (OSError, ValueError):
+        return None
+    return tokens if isinstance(tokens, int) else None
 
 
 if __name__ == "__main__":
