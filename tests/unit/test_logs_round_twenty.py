@@ -115,3 +115,21 @@ def test_a_start_that_finished_passed_vllms_length_check() -> None:
     assert report.verdict_reason == "fits: max_model_len 32768 passed vLLM's own check"
     cut = (_DATA / "v0_finished_no_kv_line.log").read_text(encoding="utf-8").split("init engine")[0]
     assert report_from_log_text(cut, "x").capacity.max_model_len_fits is None  # not finished: not known
+
+
+def test_the_older_actual_usage_wording_shows_graphs_were_not_budgeted() -> None:
+    """vllm PR 48601 (MRv2, Qwen3.6-27B-FP8, TP4, H100; it then ran out of memory in kernel warmup): `Actual
+    usage is 7.39 GiB for weight, 1.54 GiB for peak activation, 0.6 GiB for non-torch memory, and 2.04 GiB for
+    CUDAGraph memory … Current kv cache memory in use is 63.25 GiB` (72.78 − 7.39 − 1.54 − 0.60 = 63.25: no
+    graph memory charged). Before, the one capture line was read as the graph estimate and nothing said the
+    2.04 GiB were outside the budget."""
+    report = _report("mrv2_old_usage_wording.log")
+    by_rank = {r.rank: r for r in report.ranks}
+    for rank in (1, 2):  # rank 1: its capture line, then its usage line; rank 2: its usage line alone
+        assert by_rank[rank].graph_pool_estimate_bytes == 0
+        assert by_rank[rank].graph_pool_actual_bytes == round(2.04 * GiB)
+        assert (f"rank {rank}: vLLM reserved no CUDA graph memory before sizing the KV cache (estimate 0), but "
+                f"capture took 2.04 GiB: those bytes were not budgeted") in report.warnings
+    off = (_DATA / "mrv2_old_usage_wording.log").read_text(encoding="utf-8").replace("63.25 GiB", "61.21 GiB")
+    charged = {r.rank: r for r in report_from_log_text(off, "x").ranks}
+    assert charged[2].graph_pool_estimate_bytes is None  # a cache 2.04 GiB smaller: graphs were charged

@@ -50,9 +50,10 @@ _SIZED = (FactKind.KV_AVAILABLE, FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, 
 """What gpu_worker.py determine_available_memory prints once the profiling capture is over; or,
 where kv_cache_memory_bytes fixed the cache, instead of profiling (no profiling capture then: the
 one capture after it is the real one, seen in vLLM 0.34.0's log on the H200)."""
-_CAPTURED = (FactKind.GRAPH_ACTUAL, FactKind.PEAK_WITH_GRAPHS)
+_CAPTURED = (FactKind.GRAPH_ACTUAL, FactKind.PEAK_WITH_GRAPHS, FactKind.GRAPH_USAGE)
 """What compile_or_warm_up_model prints once the real capture is over ("CUDA graph pool memory",
-the "Actual usage" line)."""
+the "Actual usage" line in either wording: GRAPH_USAGE is the older one's `… and 2.04 GiB for CUDAGraph
+memory`, real pastes round twenty: vllm PR 48601's MRv2 boot)."""
 
 
 def _at(fact: Located) -> tuple[int, int]:
@@ -92,12 +93,30 @@ def _shows_where_estimate_lines_go(r: RankFacts) -> bool:
     that starts at the "Actual usage" line shows neither, and says nothing of the estimate; nor does
     one whose "Available KV cache memory" line comes after its "Actual usage" line (lines a person
     picked and reordered: real pastes round seventeen, 17:00:41 before 17:00:33)."""
-    usage = r.facts.get(FactKind.PEAK_WITH_GRAPHS, [])
+    usage = sorted(_at(f) for k in (FactKind.PEAK_WITH_GRAPHS, FactKind.GRAPH_USAGE) for f in r.facts.get(k, ()))
     captures = r.facts.get(FactKind.GRAPH_CAPTURE, [])
-    return any(_at(c) < _at(u) for c in captures + r.facts.get(FactKind.KV_AVAILABLE, []) for u in usage[-1:])
+    return any(_at(c) < usage[-1] for c in captures + r.facts.get(FactKind.KV_AVAILABLE, [])) if usage else False
 
 
-def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disabled: bool) -> _Graphs:
+SUM_SLACK = round(0.03 * 2**30)
+"""How far vLLM's KV in use may be from the request less three figures and still be that difference: five
+figures, each rounded to 0.01 GiB (0.005 GiB each way)."""
+
+
+def _sized_without_graphs(r: RankFacts, requested: int | None) -> bool:
+    """The older "Actual usage" line proves vLLM charged no graph memory where its KV cache in use is the
+    request less weights, peak and non-torch, to the figures' precision (vllm PR 48601's MRv2 boot: 72.78 −
+    7.39 − 1.54 − 0.60 = 63.25 GiB in use, beside a 2.04 GiB capture)."""
+    figures = (requested, r.last(FactKind.WEIGHTS), r.last(FactKind.PEAK), r.last(FactKind.NON_TORCH),
+               r.last(FactKind.KV_IN_USE))
+    if not r.has(FactKind.GRAPH_USAGE) or r.has(FactKind.PEAK_WITH_GRAPHS) or None in figures:
+        return False
+    budget, weights, peak, non_torch, in_use = figures
+    return abs(budget - weights - peak - non_torch - in_use) <= SUM_SLACK  # type: ignore[operator]
+
+
+def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disabled: bool,
+            requested: int | None = None) -> _Graphs:
     captures = r.all(FactKind.GRAPH_CAPTURE)
     # V2 prints "Graph capturing finished" for the profiling capture and again for the real one
     # (gpu/model_runner.py capture_model); V1 prints it once, for the real capture.
@@ -115,16 +134,21 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
     if estimate is None and profile_capture is not None:
         estimate = profile_capture[1]  # V2 captures for real while profiling: that capture is its estimate
     inferred_zero = False
-    if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS)
+    usage = r.last(FactKind.GRAPH_USAGE)
+    # (a capture measured below zero, vLLM's own bug, leaves the pool unknown: no estimate is inferred for it)
+    if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS, FactKind.GRAPH_USAGE)
+            and not (usage is not None and usage < 0)
             and not r.has(FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.GRAPH_ESTIMATE)
             and not estimates_disabled and _shows_where_estimate_lines_go(r)):
         # gpu_worker.py prints the advisory and "CUDA graph pool memory" exactly when the estimate
         # is > 0, both before "Actual usage": a rank that printed the latter and neither of the
         # former estimated 0 (MRv2 before it estimated graphs, docs/vllm-startup.md §3.2, or no graphs).
         estimate, inferred_zero = 0, True
+    elif estimate is None and not estimates_disabled and _sized_without_graphs(r, requested):
+        estimate, inferred_zero = 0, True
     actual = r.last(FactKind.GRAPH_ACTUAL)
     if actual is None:
-        actual = r.last(FactKind.GRAPH_USAGE)
+        actual = usage
     if actual is None and real_capture is not None:
         actual = real_capture[1]
     return _Graphs(estimate, actual, r.last(FactKind.GRAPH_RETAINED), inferred_zero, profile_capture, real_capture)
@@ -163,7 +187,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         requested = request_memory(total, gmu)
     # vLLM 0.34's extensible KV cache: sized after warmup and capture, with no graph estimate before
     no_estimate = estimates_disabled or after_warmup
-    graphs = _graphs(r, total, runner, no_estimate)
+    graphs = _graphs(r, total, runner, no_estimate, requested)
     activation, why = _activation(r, graphs, no_estimate)
     if why:
         notes.append(f"rank {rank}: {why}")
