@@ -181,7 +181,8 @@ def test_one_ranks_kv_stated_twice_differently_in_an_untagged_paste_is_said_to_f
     report = _report("untagged_two_ranks_kv.log")
     assert report.verdict is Verdict.FAIL
     assert ("`Available KV cache memory` is stated 2 times with different figures (0.24 GiB, -1.42 GiB) in a log "
-            "that names no process: likely several ranks' lines, read as one rank (its last figure)") in report.warnings
+            "that names no process: likely several ranks' lines, read as one rank (its least figure, the one vLLM "
+            "sizes every rank's cache by)") in report.warnings
 
 
 def test_a_diff_of_two_logs_says_how_far_vllms_consumed_figure_moved() -> None:

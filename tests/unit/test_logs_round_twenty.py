@@ -133,3 +133,15 @@ def test_the_older_actual_usage_wording_shows_graphs_were_not_budgeted() -> None
     off = (_DATA / "mrv2_old_usage_wording.log").read_text(encoding="utf-8").replace("63.25 GiB", "61.21 GiB")
     charged = {r.rank: r for r in report_from_log_text(off, "x").ranks}
     assert charged[2].graph_pool_estimate_bytes is None  # a cache 2.04 GiB smaller: graphs were charged
+
+
+def test_an_untagged_paste_of_several_ranks_kv_lines_reads_the_least() -> None:
+    """ai-dynamo/dynamo#3644 (TP8, vLLM's records re-emitted through Dynamo's tracing, no process prefixes):
+    `Available KV cache memory: 16.83 GiB` seven times and `17.30 GiB` once. vLLM sizes every worker's cache
+    by the least (unify_kv_cache_configs); the last line had been read, right here only because it is 16.83."""
+    text = (_DATA / "dynamo_untagged_kv_lines.log").read_text(encoding="utf-8")
+    assert _report("dynamo_untagged_kv_lines.log").capacity.kv_available_bytes == round(16.83 * GiB)
+    lines = text.split("\n")
+    larger = lines.pop(next(i for i, line in enumerate(lines) if "17.30 GiB" in line))
+    lines.insert(1 + max(i for i, line in enumerate(lines) if "Available KV cache memory" in line), larger)
+    assert report_from_log_text("\n".join(lines), "x").capacity.kv_available_bytes == round(16.83 * GiB)

@@ -146,6 +146,8 @@ class LogBoot:
         failure, feasible, notes = log_failure(boot, world)
         if world == 1 or untagged(boot) or no_worker_named(boot):
             give_check_figures_to_rank_0(boot)
+        if untagged(boot):
+            _smallest_kv_last(boot)
         notes += give_autofit_figure(boot, world)
         runner = _runner(boot)
         # the graph estimate profiled, not charged: the variable at 0, or before 0.19 its default
@@ -234,9 +236,20 @@ KV_LINE_SEARCH = 600
 """How far into a figure's line its words are looked for (a record's prefix and head come first)."""
 
 
+def _smallest_kv_last(boot: Boot) -> None:
+    """A log that names no process and states `Available KV cache memory` several times, differently, holds
+    several ranks' lines (_folded_ranks): the smallest is the one the cache is sized by (vLLM unifies every
+    worker's block count to the least), so it is the one read (real pastes round twenty: Dynamo's re-emitted
+    lines, 16.83 GiB ×7 and 17.30 GiB once; the last had been read, right only where it was the least)."""
+    for r in boot.ranks.values():
+        figures = r.facts.get(FactKind.KV_AVAILABLE)
+        if figures and len({f.value for f in figures}) > 1:
+            figures.sort(key=lambda f: -f.value)  # stable: r.last() is the least, r.first() the largest
+
+
 def _folded_ranks(boot: Boot) -> list[str]:
     """Where a log that names no process states one rank's KV figure more than once, each different: the
-    lines of several ranks (each worker prints its own), read as one; the report keeps the last (real
+    lines of several ranks (each worker prints its own), read as one; the report keeps the least (real
     pastes round nineteen: `Available KV cache memory: 0.24 GiB`, then `-1.42 GiB`, a TP2 paste)."""
     texts = {scan.index: scan.text for scan in boot.scans}
     figures = [f.value for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_AVAILABLE, ())
@@ -245,7 +258,8 @@ def _folded_ranks(boot: Boot) -> list[str]:
         return []
     shown = ", ".join(fmt_gib(f) for f in dict.fromkeys(figures))
     return [f"`Available KV cache memory` is stated {len(figures)} times with different figures ({shown}) in a log "
-            f"that names no process: likely several ranks' lines, read as one rank (its last figure)"]
+            f"that names no process: likely several ranks' lines, read as one rank (its least figure, the one vLLM sizes "
+            f"every rank's cache by)"]
 
 
 def _ray_notes(boot: Boot) -> list[str]:

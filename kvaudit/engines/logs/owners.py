@@ -136,15 +136,16 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
     inferred_zero = False
     usage = r.last(FactKind.GRAPH_USAGE)
     # (a capture measured below zero, vLLM's own bug, leaves the pool unknown: no estimate is inferred for it)
-    if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS, FactKind.GRAPH_USAGE)
-            and not (usage is not None and usage < 0)
+    measured_below_zero = usage is not None and usage < 0
+    if (estimate is None and r.has(FactKind.PEAK_WITH_GRAPHS, FactKind.GRAPH_USAGE) and not measured_below_zero
             and not r.has(FactKind.ADVISORY, FactKind.ADVISORY_DISABLED, FactKind.GRAPH_ESTIMATE)
             and not estimates_disabled and _shows_where_estimate_lines_go(r)):
         # gpu_worker.py prints the advisory and "CUDA graph pool memory" exactly when the estimate
         # is > 0, both before "Actual usage": a rank that printed the latter and neither of the
         # former estimated 0 (MRv2 before it estimated graphs, docs/vllm-startup.md §3.2, or no graphs).
         estimate, inferred_zero = 0, True
-    elif estimate is None and not estimates_disabled and _sized_without_graphs(r, requested):
+    elif (estimate is None and not estimates_disabled and not measured_below_zero
+          and _sized_without_graphs(r, requested)):
         estimate, inferred_zero = 0, True
     actual = r.last(FactKind.GRAPH_ACTUAL)
     if actual is None:
