@@ -258,8 +258,8 @@ def _folded_ranks(boot: Boot) -> list[str]:
         return []
     shown = ", ".join(fmt_gib(f) for f in dict.fromkeys(figures))
     return [f"`Available KV cache memory` is stated {len(figures)} times with different figures ({shown}) in a log "
-            f"that names no process: likely several ranks' lines, read as one rank (its least figure, the one vLLM sizes "
-            f"every rank's cache by)"]
+            f"that names no process: likely several ranks' lines, read as one rank (its least figure, the one vLLM "
+            f"sizes every rank's cache by)"]
 
 
 def _ray_notes(boot: Boot) -> list[str]:
