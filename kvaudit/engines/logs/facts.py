@@ -1388,6 +1388,19 @@ def _padding(msg: str) -> Iterable[Fact]:
                                   f"the KV cache memory may hold no token (a hybrid model's layer groups)")
 
 
+AUTOTUNER_OOM = "OOM detected, falling back to default tactic"
+"""FlashInfer's autotuner (flashinfer/autotuner.py, in vLLM's kernel warmup, which runs after the KV cache is
+allocated): a tactic it tried ran out of memory, so it kept an untuned one (vllm PR 40887: "it frequently OOMs and
+silently falls back to untuned default kernel tactics"; real pastes round twenty: club-3090#613, two on a 5090)."""
+
+
+def _autotuner_oom(msg: str) -> Iterable[Fact]:
+    if AUTOTUNER_OOM in msg:
+        yield Fact(FactKind.NOTE, "FlashInfer's autotuner ran out of memory trying a kernel tactic and fell back to "
+                                  "its default (`OOM detected, falling back to default tactic`): the memory left "
+                                  "after the KV cache was spent in kernel warmup, and those kernels run untuned")
+
+
 EAGER_LINE = "Cudagraph is disabled under eager mode"
 """config/vllm.py, printed only where enforce_eager is set (vllm#27378: a paste with no config line)."""
 
@@ -1495,6 +1508,7 @@ RULES: tuple[Rule, ...] = (
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_. ]+ (attention )?backend", backend),
     Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
+    Rule("autotuner_oom", AUTOTUNER_OOM, AUTOTUNER_OOM, _autotuner_oom),
     Rule("padding", PADDING_LINE, PADDING_LINE, _padding),
     Rule("stream_capture", STREAM_CAPTURE, "|".join(STREAM_CAPTURE), _stream_capture),
     Rule("env", ("VLLM_", "persisted startup plan"), r"^(export )?VLLM_[A-Z0-9_]+=|persisted startup plan", _env),

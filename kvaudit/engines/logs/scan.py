@@ -64,6 +64,7 @@ from kvaudit.engines.failures import (
     TRACEBACK,
 )
 from kvaudit.engines.logs.facts import (
+    AUTOTUNER_OOM,
     BLOCK_SIZE_LINE,
     CHUNKED_OFF_LINE,
     CHUNKED_PREFILL,
@@ -128,7 +129,8 @@ _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
-                    BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER)
+                    BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
+                    AUTOTUNER_OOM)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
