@@ -154,3 +154,12 @@ def test_flashinfers_autotuner_out_of_memory_after_kv_is_said() -> None:
     report = _report("flashinfer_autotuner_oom.log")
     assert report.failure is None
     assert sum("FlashInfer's autotuner ran out of memory" in w for w in report.warnings) == 1
+
+
+def test_an_oom_while_a_layer_makes_its_weights_is_in_load() -> None:
+    """vllm#51124 (Kimi-K3, TP32): `… in __init__`, `… mxfp4.py, line 622, in create_weights`, then torch's
+    out-of-memory error. A quantization method's create_weights runs in a layer's __init__, while the model
+    loads. Before, the OOM had no phase."""
+    report = _report("oom_in_create_weights.log")
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase) == (FailureKind.OOM, Phase.LOAD)

@@ -897,6 +897,10 @@ PHASE_OF_CALL: dict[str, Phase] = {
     "load_model": Phase.LOAD,
     # model_executor/model_loader: the model built (its layers made in its __init__) and its weights read
     "initialize_model": Phase.LOAD, "make_layers": Phase.LOAD, "load_weights": Phase.LOAD,
+    # a layer's quantization method makes its weights in the layer's __init__ (LinearBase, FusedMoE), and
+    # repacks them once read (model_loader/utils.py): both only while the model loads (vllm#51124: a
+    # Kimi-K3 OOM in Mxfp4MoEMethod.create_weights, no phase before)
+    "create_weights": Phase.LOAD, "process_weights_after_loading": Phase.LOAD,
     "determine_available_memory": Phase.PROFILE, "determine_num_available_blocks": Phase.PROFILE,
     "profile_run": Phase.PROFILE,
     "profile_cudagraph_memory": Phase.GRAPHS,
