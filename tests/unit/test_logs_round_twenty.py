@@ -163,3 +163,12 @@ def test_an_oom_while_a_layer_makes_its_weights_is_in_load() -> None:
     report = _report("oom_in_create_weights.log")
     assert report.failure is not None
     assert (report.failure.kind, report.failure.phase) == (FailureKind.OOM, Phase.LOAD)
+
+
+def test_torchs_rank_prefix_places_a_figure_on_that_rank() -> None:
+    """club-3090#1107 (2 × RTX 5090, TP2): `[rank1]:[W826 …] memory allocation failed with OOM on device 1 …
+    (free: 282394624, total: 33687928832)`, beside `(Worker_TP0 pid=199)` and `(Worker_TP1 pid=200)` lines.
+    Before, the device total went to rank 0 and the report said the log names no process."""
+    report = _report("torch_rank_prefix.log")
+    assert [(r.rank, r.device_total_bytes) for r in report.ranks] == [(1, 33_687_928_832)]
+    assert not any(w.startswith("the log names no process") for w in report.warnings)

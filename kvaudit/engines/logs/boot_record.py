@@ -175,8 +175,10 @@ class LogBoot:
             warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "
                             f"of their pids, rank 0 is the driver (untagged lines)")
         if boot.ranks and untagged(boot):
-            warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken as "
-                            "one rank, rank 0")
+            # (a line that names a process without a figure on it, or torch's `[rank1]:` prefix, says more)
+            if not any(s.names for s in boot.scans) and set(boot.ranks) == {0}:
+                warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken "
+                                "as one rank, rank 0")
             warnings += _folded_ranks(boot)
         warnings += _ray_notes(boot) + command_conflicts(boot.engine) + command_disagreements(boot.engine, config)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None

@@ -10,6 +10,7 @@ worker in the main process).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,10 @@ class Located:
     pos: int
     pid: int | None
     src: str | None
+
+
+TORCH_RANK = re.compile(r"\[rank(\d{1,6})\]:")
+"""torch.distributed's prefix on a rank's own output (c10's logging, torchrun): the global rank."""
 
 
 @dataclass
@@ -211,7 +216,15 @@ def gather(scans: Sequence[FileScan]) -> Boot:
     worker_ranks = {s.index: {rank_of_proc(s, pid, sizes)[0] for pid, name in s.tags.items()
                               if proc_tag(name).role is Role.WORKER}
                     for s in scans}
+    # torch's own prefix on what a torch.distributed rank prints (`[rank1]:[W826 …] memory allocation failed
+    # with OOM on device 1 … total: 33687928832)`): the global rank it names (real pastes round twenty: it
+    # had gone to rank 0)
+    torch_ranks = {(s.index, p.line.pos): int(m.group(1)) for s in scans for p in s.lines
+                   if p.facts and p.line.pid is None and (m := TORCH_RANK.match(p.line.msg))}
     for fact, rank, tag in orphans:
+        if (at := (fact.file, fact.pos)) in torch_ranks:
+            ranks.setdefault(torch_ranks[at], RankFacts(tag)).facts[fact.kind].append(fact)
+            continue
         # Per-rank figures on an engine or untagged line: the uni executor's (or V0 driver's) worker,
         # unless a worker process of that file is that rank.
         if rank in worker_ranks[fact.file]:
