@@ -118,6 +118,8 @@ class KvSizing(StrEnum):
     0.34 with its extensible KV cache off)."""
     AFTER_WARMUP = "after_warmup"
     """vLLM 0.34's extensible KV cache: from the memory measured after warmup and graph capture."""
+    FIXED = "fixed"
+    """Nobody: kv_cache_memory_bytes (on CPU, VLLM_CPU_KVCACHE_SPACE) fixed it, and vLLM skipped its profile for it."""
 
 
 class Verdict(StrEnum):

@@ -39,8 +39,8 @@ def test_the_engine_and_who_sized_the_cache(extensible: Report, kv_bytes: Report
     assert (extensible.engine.version, extensible.engine.model_runner, extensible.engine.attention_backend) == \
         ("0.34.0", "V2", "FLASH_ATTN")
     assert extensible.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP
-    # the user's --kv-cache-memory-bytes sized it: neither vLLM's profile nor its extension shows
-    assert kv_bytes.engine.version == "0.34.0" and kv_bytes.engine.kv_cache_sizing is None
+    # the user's --kv-cache-memory-bytes sized it: neither vLLM's profile nor its extension (`fixed`, since stop 50)
+    assert kv_bytes.engine.version == "0.34.0" and kv_bytes.engine.kv_cache_sizing is KvSizing.FIXED
 
 
 def test_the_extended_cache_is_the_kv_figure_not_the_reserved_range(extensible: Report) -> None:

@@ -15,6 +15,7 @@ from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
 from kvaudit.engines.logs.parse import V0_WORKER, FileScan
 from kvaudit.engines.logs.ranks import (
+    KV_KINDS,
     Boot,
     RankFacts,
     command_conflicts,
@@ -148,6 +149,8 @@ class LogBoot:
             give_check_figures_to_rank_0(boot)
         if untagged(boot):
             _smallest_kv_last(boot)
+        fixed_notes = _fixed_by_arguments(boot, config)
+        notes += fixed_notes
         notes += give_autofit_figure(boot, world)
         runner = _runner(boot)
         # the graph estimate profiled, not charged: the variable at 0, or before 0.19 its default
@@ -195,7 +198,8 @@ class LogBoot:
         return BootRecord(
             source=Source.LOG, config=config, ranks=ranks,
             engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend,
-                          kv_cache_sizing=extensible.kv_sizing(boot.ranks, version, disabled, after_warmup)),
+                          kv_cache_sizing=extensible.kv_sizing(boot.ranks, version, disabled, after_warmup,
+                                                               fixed=bool(fixed_notes))),
             environment=Environment(vllm=version, env=_env(boot)), failure=failure, warnings=tuple(warnings),
             stated=Stated(kv_tokens=tokens if derived is None else derived.tokens, max_feasible_model_len=feasible,
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
@@ -236,6 +240,19 @@ def _captured_after_kv(boot: Boot) -> bool:
 KV_LINE_WORDS = "Available KV cache memory"
 KV_LINE_SEARCH = 600
 """How far into a figure's line its words are looked for (a record's prefix and head come first)."""
+
+
+def _fixed_by_arguments(boot: Boot, config: AuditConfig) -> list[str]:
+    """`kv_cache_memory_bytes` in the arguments vLLM printed fixes every rank's KV cache at that size, and vLLM
+    skips its memory profile: said where no rank's line states the cache (vllm#49878: `'kv_cache_memory_bytes':
+    52613349376` and no KV line, its sizing read as vLLM's profile). A figure is not given to a rank from the
+    arguments: the log does not show the boot got that far."""
+    fixed = config.extra_args.get("kv_cache_memory_bytes")
+    if not isinstance(fixed, int) or isinstance(fixed, bool) or fixed <= 0 or any(
+            r.has(*KV_KINDS) for r in boot.ranks.values()):
+        return []
+    return [f"kv_cache_memory_bytes {fixed} in the arguments fixes each rank's KV cache at {fmt_gib(fixed)}: vLLM "
+            f"skips its memory profile, and gpu_memory_utilization does not size the cache"]
 
 
 def _smallest_kv_last(boot: Boot) -> None:

@@ -56,13 +56,16 @@ def _signs(r: RankFacts, version: str | None, estimates_disabled: bool, gmu: flo
 
 
 def kv_sizing(ranks: Mapping[int, RankFacts], version: str | None, estimates_disabled: bool,
-              after_warmup: bool) -> KvSizing | None:
+              after_warmup: bool, fixed: bool = False) -> KvSizing | None:
     """Who sized the boot's KV cache (the report's engine.kv_cache_sizing): after warmup where the log
-    shows the extensible cache (`after_warmup`: sized_after_warmup); from the profile where the
+    shows the extensible cache (`after_warmup`: sized_after_warmup); fixed where a rank states its cache
+    was, or `fixed` (kv_cache_memory_bytes in the arguments); from the profile where the
     release predates it, a rank states a graph estimate, or the estimate is off (0.34 says so only
     without the extensible cache); else unknown (a 0.34 excerpt, or an eager boot, that shows neither)."""
     if after_warmup:
         return KvSizing.AFTER_WARMUP
+    if fixed or any(r.has(FactKind.KV_FIXED) for r in ranks.values()):
+        return KvSizing.FIXED
     release = vllm_release(version)
     if (release is not None and release < EXTENSIBLE_KV_RELEASE) or estimates_disabled \
             or any(r.has(*ESTIMATE_LINES) for r in ranks.values()):
