@@ -187,8 +187,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
                      f"left for it to explain")
     if not during:
         return None, None, notes
-    # a raise's echoed source line after the exception lines of its priority (FailureFact.echo)
-    chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority, (f.value.echo, f.file, f.pos))
+    # a raise's echoed source line after the exception lines of its priority (FailureFact.echo), and a person's
+    # sentence that names the error after them too (_prose)
+    chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority,
+                                      (_prose(by_file[f.file].text, f), f.value.echo, f.file, f.pos))
                             for f in during)
     assert chosen is not None  # `during` is not empty
     root = chosen.item
@@ -277,6 +279,20 @@ def _server_up_at(text: str, serving_at: int) -> int:
         if (t := _seconds(m.group(0))) is not None and t - done > SERVER_START_S:
             return bounds(text, m.start())[0]
     return up
+
+
+_EXCEPTION_NAMED = re.compile(r"[A-Za-z_][\w.]{0,200}(?:Error|Exception): ")
+"""An exception's name and its message on a line (`torch.OutOfMemoryError: …`, `ValueError: No available …`)."""
+
+
+def _prose(text: str, f: Located) -> bool:
+    """Whether a failure's line is a person's words that name the error (a page's title `Fixing the vLLM Error:
+    'No available memory for the cache blocks'`, a paragraph quoting 「CUDA out of memory」) rather than the error
+    as a program printed it: no vLLM record and no exception's name on it (real pastes round twenty: such a line
+    above the exception it names had been the failure's message)."""
+    start, end = bounds(text, f.pos)
+    line = text[start:min(end, start + 4096)]
+    return not logged(line) and _EXCEPTION_NAMED.search(line) is None
 
 
 SERVER_START_S = 60
