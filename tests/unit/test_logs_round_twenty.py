@@ -13,7 +13,7 @@ from kvaudit.engines.inputs import load_report, report_from_text
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.errors import BadInputError
 from kvaudit.render.summary import diff_summary
-from kvaudit.schema import FailureKind, Phase, Verdict
+from kvaudit.schema import FailureKind, KvSizing, Phase, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_twenty"
 GiB = 1 << 30
@@ -172,3 +172,30 @@ def test_torchs_rank_prefix_places_a_figure_on_that_rank() -> None:
     report = _report("torch_rank_prefix.log")
     assert [(r.rank, r.device_total_bytes) for r in report.ranks] == [(1, 33_687_928_832)]
     assert not any(w.startswith("the log names no process") for w in report.warnings)
+
+
+def test_kv_cache_memory_bytes_in_the_arguments_is_said_and_no_profile_is_claimed() -> None:
+    """vllm#49878 (Gemma 4 31B, 0.25.1): `non-default args: {… 'kv_cache_memory_bytes': 52613349376 …}` and no KV
+    line. Before, nothing said the cache was fixed at 49.00 GiB, and its sizing read `profile`, which vLLM skips.
+    No figure is given to a rank from the arguments: the log does not show the boot got that far."""
+    report = _report("kv_fixed_in_arguments.log")
+    assert report.engine.kv_cache_sizing is KvSizing.FIXED
+    assert ("kv_cache_memory_bytes 52613349376 in the arguments fixes each rank's KV cache at 49.00 GiB: vLLM skips "
+            "its memory profile, and gpu_memory_utilization does not size the cache") in report.warnings
+    assert report.capacity.kv_available_bytes is None
+
+
+@pytest.mark.parametrize(("name", "kind", "message"), [
+    ("page_title_names_the_error.log", FailureKind.DOES_NOT_FIT,
+     "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"),
+    ("page_paragraph_names_the_error.log", FailureKind.OOM,
+     "torch.OutOfMemoryError: Error in model execution... CUDA out of memory."),
+])
+def test_the_error_as_printed_is_the_message_not_a_sentence_naming_it(name: str, kind: FailureKind,
+                                                                       message: str) -> None:
+    """errornotes.dev (a title `Fixing the vLLM Error: 'No available memory for the cache blocks'` two lines above
+    the ValueError) and openillumi.com (a Japanese paragraph quoting 「CUDA out of memory」 above `[rank0]:
+    torch.OutOfMemoryError: …`). Before, the title and the paragraph were the failure's message."""
+    report = _report(name)
+    assert report.failure is not None and report.failure.kind is kind
+    assert report.failure.message.startswith(message)
