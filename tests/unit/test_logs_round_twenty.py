@@ -199,3 +199,12 @@ def test_the_error_as_printed_is_the_message_not_a_sentence_naming_it(name: str,
     report = _report(name)
     assert report.failure is not None and report.failure.kind is kind
     assert report.failure.message.startswith(message)
+
+
+@pytest.mark.parametrize("name", ["nvtop_rows_at_terminal_width.log", "bullets_of_one_width.log"])
+def test_rows_of_one_width_are_not_a_fold(name: str) -> None:
+    """triton-inference-server#7562 (nvtop's rows cut at 168 columns, the last one too) and a club-3090 report
+    (`  - tag … digest …` items of 152 columns, each a new item). Before, "stop at column N and go on in the next
+    line, as a paste through `fold`": rows read joined, a false warning."""
+    report = _report(name)
+    assert not any("go on in the next line" in w for w in report.warnings)

@@ -413,6 +413,16 @@ class Cuts:
     """1-based numbers of the lines that were cut (go on in the next)."""
 
 
+_ITEM = re.compile(r"[ \t]{0,8}(?:[-*•]|\d{1,3}[.)])[ \t]")
+
+
+def _same_bullet(line: str, following: str) -> bool:
+    """A list's next item, which a fold does not make: both lines open with the same indent and bullet (two
+    152-column `  - tag … digest …` items of a report, real pastes round twenty)."""
+    a, b = _ITEM.match(line), _ITEM.match(following)
+    return a is not None and b is not None and a.group(0).rstrip() == b.group(0).rstrip()
+
+
 def fixed_column_cuts(text: str) -> Cuts:
     """Where a paste was cut at one fixed column. The scan looks for whole words (`KV cache size`),
     so a line cut inside one would be lost without a word said: the caller reads each run as a
@@ -429,7 +439,8 @@ def fixed_column_cuts(text: str) -> Cuts:
     raw = text.split("\n")
     lines = [clean(line.removesuffix("\r")) for line in raw]
     goes_on = [i for i in range(len(lines) - 1)
-               if len(lines[i]) >= MIN_CUT_WIDTH and not _blank(lines[i + 1]) and not is_head(lines[i + 1])]
+               if len(lines[i]) >= MIN_CUT_WIDTH and not _blank(lines[i + 1]) and not is_head(lines[i + 1])
+               and not _same_bullet(lines[i], lines[i + 1])]
     if len(goes_on) < 2:
         return Cuts(None)
     counts: dict[int, int] = {}
@@ -462,7 +473,9 @@ def fixed_column_cuts(text: str) -> Cuts:
             exact = sum(1 for m in stretch if len(lines[m]) == width)
             # a stretch that is the whole run was cut; inside a run of other lengths, only one of two
             # or more cut lines (wrapping at spaces makes a line as long as the column now and then)
-            if exact and ((k == i and end == j) or exact >= 2):
+            # …and a fold leaves a shorter tail: a stretch closed by a line as long as the column is rows a
+            # program cut at the terminal's width (nvtop's table at 168 columns, real pastes round twenty)
+            if exact and ((k == i and end == j) or exact >= 2) and len(lines[end]) != width:
                 cut.extend(stretch)
                 runs.append((offsets[k], offsets[end] + len(raw[end])))
             k = end
