@@ -13,7 +13,7 @@ from kvaudit.engines.inputs import load_report, report_from_text
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.errors import BadInputError
 from kvaudit.render.summary import diff_summary
-from kvaudit.schema import FailureKind, KvSizing, Phase, Verdict
+from kvaudit.schema import FailureKind, KnobDifference, KvSizing, Phase, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_twenty"
 GiB = 1 << 30
@@ -208,3 +208,13 @@ def test_rows_of_one_width_are_not_a_fold(name: str) -> None:
     line, as a paste through `fold`": rows read joined, a false warning."""
     report = _report(name)
     assert not any("go on in the next line" in w for w in report.warnings)
+
+
+def test_a_diff_names_language_model_only_when_one_side_states_it() -> None:
+    """club-3090 PRs 92 and 96 (one model, the second compose `-noviz`): `'language_model_only': True` only in the
+    second's `non-default args`, the setting the pair exists for (no vision tower, no encoder profile). Before,
+    the diff named only max_model_len 185000 → 189000."""
+    diff = diff_reports(_report("compose_with_vision.log"), _report("compose_language_only.log"))
+    assert KnobDifference("language_model_only", None, True) in (diff.one_sided_knobs or ())
+    both = diff_reports(_report("compose_language_only.log"), _report("compose_language_only.log"))
+    assert not both.knob_differences and not both.one_sided_knobs
