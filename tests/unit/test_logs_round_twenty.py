@@ -218,3 +218,13 @@ def test_a_diff_names_language_model_only_when_one_side_states_it() -> None:
     assert KnobDifference("language_model_only", None, True) in (diff.one_sided_knobs or ())
     both = diff_reports(_report("compose_language_only.log"), _report("compose_language_only.log"))
     assert not both.knob_differences and not both.one_sided_knobs
+
+
+def test_the_concurrency_line_after_the_available_memory_gives_the_length_and_the_fit() -> None:
+    """discuss.vllm.ai 2608 (Qwen3.5-9B, 0.18.0, in Chinese prose): `--max-num-batched-tokens=64K`, then
+    `Available KV cache memory: 45.94 GiB` and `Maximum concurrency for 262,144 tokens per request: 5.70x`, the
+    KV size line between them not pasted. vLLM prints the concurrency only past its length check, and reads
+    64K as 65,536 for that flag too. Before, no length, no fit (unknown), and the step's tokens dropped."""
+    report = _report("concurrency_without_size_line.log")
+    assert (report.config.max_model_len, report.config.max_num_batched_tokens) == (262_144, 65_536)
+    assert report.capacity.max_model_len_fits is True and report.verdict is Verdict.OK

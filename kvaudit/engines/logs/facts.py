@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from kvaudit.config import SIZE_KEYS
 from kvaudit.engines.failures import (
     BARE,
     CAUSES,
@@ -1177,12 +1178,13 @@ def _kwargs(msg: str) -> Iterable[Fact]:
 
 def _command_value(key: str, text: str) -> float | int | None:
     """A pasted flag's number as vLLM reads it: the utilization a float, the rest whole numbers; the
-    length may carry vLLM's human-readable suffix (`--max-model-len 32k`: 32,000; `32K`: 32,768)."""
+    length and the step's tokens may carry vLLM's human-readable suffix (`--max-model-len 32k`: 32,000;
+    `--max-num-batched-tokens=64K`: 65,536, real pastes round twenty)."""
     if key == "gpu_memory_utilization":
         return None if text[-1].isalpha() else float(text)
     if not text[-1].isalpha():
         return int(float(text))
-    if key != "max_model_len":  # vLLM reads sizes so for the length alone of these knobs
+    if key not in SIZE_KEYS:  # vLLM reads sizes so for these of the knobs read here (config.SIZE_KEYS)
         return None
     try:
         return human_readable_int(text)

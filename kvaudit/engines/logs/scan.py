@@ -454,8 +454,10 @@ the maximum number of tokens that can be stored in KV cache (M)"."""
 def _concurrency(text: str, segments: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
     out = []
     for start, end in segments:
-        # The KV size line (U and older), or V0's blocks line (0.6.4), and what follows them.
-        if text.find("KV cache size: ", start, end) >= 0 or text.find(" blocks: ", start, end) >= 0:
+        # The KV size line (U and older), or V0's blocks line (0.6.4), and what follows them; or the worker's
+        # available-memory line where a paste dropped the size line between (real pastes round twenty)
+        if (text.find("KV cache size: ", start, end) >= 0 or text.find(" blocks: ", start, end) >= 0
+                or text.find("Available KV cache memory: ", start, end) >= 0):
             for follower in FOLLOWERS:
                 if text.find(follower, start, end) >= 0:
                     continue
