@@ -228,3 +228,15 @@ def test_the_concurrency_line_after_the_available_memory_gives_the_length_and_th
     report = _report("concurrency_without_size_line.log")
     assert (report.config.max_model_len, report.config.max_num_batched_tokens) == (262_144, 65_536)
     assert report.capacity.max_model_len_fits is True and report.verdict is Verdict.OK
+
+
+def test_a_running_servers_lines_alone_are_refused_for_what_they_are() -> None:
+    """discuss.vllm.ai 1863: seven `[loggers.py:123] Engine 000: Avg prompt throughput: …` lines and prose. The
+    refusal said no `[file.py:N]` line was found, while it had seven."""
+    with pytest.raises(BadInputError) as refused:
+        _report("serving_stats_only.log")
+    message = str(refused.value)
+    assert message.endswith("line(s) open with a `[file.py:N]` record head, as vLLM's do, and none is from a boot's "
+                            "startup (no config, memory, KV or failure line: a running server's lines only?): kvaudit "
+                            "reads startup logs")
+    assert "\n" not in message

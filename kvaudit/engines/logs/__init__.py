@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from kvaudit.assemble import BootRecord, assemble
 from kvaudit.engines.logs.boot_record import LogBoot
+from kvaudit.engines.logs.lines import bare_records
 from kvaudit.engines.logs.parse import parse_file
 from kvaudit.engines.logs.ranks import check_one_boot
 from kvaudit.errors import BadInputError
@@ -66,6 +67,12 @@ def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
                 raise BadInputError(f"{where}: no text came on standard input")
             # NUL bytes are dropped on reading (input_text), so a file of them reads as empty too
             raise BadInputError(f"{where}: holds no text (it is empty, or only whitespace or NUL bytes)")
+        if not scan.is_vllm and (shown := bare_records(text)):
+            # `[loggers.py:123] Engine 000: Avg prompt throughput: …` alone: vLLM's lines, none of startup's (the
+            # error had said it found no `[file.py:N]` line; real pastes round twenty, discuss.vllm.ai 1863)
+            raise BadInputError(f"{where}: {shown} line(s) open with a `[file.py:N]` record head, as vLLM's do, and "
+                                f"none is from a boot's startup (no config, memory, KV or failure line: a running "
+                                f"server's lines only?): kvaudit reads startup logs")
         if not scan.is_vllm:
             if reports_too:
                 raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "

@@ -63,6 +63,20 @@ _BARE_HEAD = re.compile(
     r"(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:" + RECORD_TIME + r"(?:[.,]\d{1,9})?\s+)?"
     r"\[([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
 
+def bare_records(text: str, most: int = 10_000) -> int:
+    """How many lines open with a record head a paste shortened to `[file.py:N]` (at most `most` lines looked
+    at): vLLM's lines, or another Python program's."""
+    count, start = 0, 0
+    for _ in range(most):
+        if _BARE_HEAD.match(text, start, start + 1000) is not None:
+            count += 1
+        end = text.find("\n", start)
+        if end < 0:
+            break
+        start = end + 1
+    return count
+
+
 TAG_SEARCH_CHARS = 400
 """How far into a line the process tag may sit (container prefixes are short)."""
 
