@@ -30,15 +30,6 @@ from pathlib import Path
 
 PLAIN = r'''
 import json, sys, time
-def _kv_tokens(report: Path) -> int | None:
-    """The report's KV tokens (None when there is no report or no figure)."""
-    try:
-        tokens = (json.loads(report.read_text(encoding="utf-8")).get("capacity") or {}).get("kv_tokens")
-    except (OSError, ValueError):
-        return None
-    return tokens if isinstance(tokens, int) else None
-
-
 if __name__ == "__main__":
     from kvaudit.config import config_from_json
     from kvaudit.engines.vllm.boot import cpu_defaults, bind_cpu_threads, engine_kwargs, shutdown
