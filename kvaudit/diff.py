@@ -163,7 +163,7 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
         # who sized the KV cache, and when: vLLM 0.34 sizes it after warmup by default
         ("engine.kv_cache_sizing", a.engine.kv_cache_sizing, b.engine.kv_cache_sizing),
     ]
-    for key in ("device_name", "driver", "cuda", "torch", "vllm"):
+    for key in ("device_name", "platform", "driver", "cuda", "torch", "vllm"):
         pairs.append((key, getattr(a.environment, key), getattr(b.environment, key)))
     # the allocator the binding rank's worker ran: with expandable segments activation_peak is
     # charged by another rule (ledger.activation_peak), so its delta is partly the rule's

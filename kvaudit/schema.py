@@ -591,6 +591,9 @@ class Environment:
     vllm: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     """VLLM_* and other variables that change memory."""
+    platform: str | None = None
+    """Extension: the platform a log names (`Automatically detected platform rocm.`: cuda, rocm, cpu, tpu, xpu,
+    a plugin's name); null where it names none, and in a run, whose device_name says more."""
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,8 @@ def headline(report: Report) -> str:
     parts.append(" ".join(k for k in knobs if k))
     if report.environment.device_name:
         parts.append(report.environment.device_name)
+    elif report.environment.platform:
+        parts.append(f"platform {report.environment.platform}")
     return " · ".join(p for p in parts if p)
 
 

@@ -240,3 +240,12 @@ def test_a_running_servers_lines_alone_are_refused_for_what_they_are() -> None:
                             "startup (no config, memory, KV or failure line: a running server's lines only?): kvaudit "
                             "reads startup logs")
     assert "\n" not in message
+
+
+def test_the_platform_a_log_names_is_reported_and_shown() -> None:
+    """ROCm/ROCm#5656 (2 nodes over Ray, gfx1201): `Automatically detected platform rocm.` Before, no report said
+    which platform its figures were of (on CPU they are node memory; on a TPU worker, its chips summed)."""
+    report = _report("rocm_two_nodes_platform.log")
+    assert report.environment.platform == "rocm" and report.environment.device_name is None
+    from kvaudit.render.summary import headline
+    assert headline(report).endswith("· platform rocm")

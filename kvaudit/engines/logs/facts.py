@@ -94,6 +94,7 @@ class FactKind(StrEnum):
     NON_DEFAULT_ARGS = "non_default_args"
     ENGINE_CONFIG = "engine_config"
     VERSION = "version"
+    PLATFORM = "platform"
     BATCHED_TOKENS = "batched_tokens"
     """config/scheduler.py's "Chunked prefill is enabled with max_num_batched_tokens=N.": the resolved value."""
     CHUNKED_DISABLED = "chunked_disabled"
@@ -1372,6 +1373,19 @@ def _version(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.VERSION, m.group(1))
 
 
+PLATFORM_LINE = "Automatically detected platform "
+"""vllm/platforms/__init__.py: `Automatically detected platform cuda.` (rocm, cpu, tpu, xpu, neuron; a plugin's
+`Platform plugin ascend is activated`): what the log's figures are of (on CPU, node memory; on a TPU worker, its
+chips' HBM summed). Real pastes round twenty: every log named it and no report said it."""
+_PLATFORM = re.compile(r"(?:Automatically detected platform|Platform plugin) ([A-Za-z][\w\-]{0,40})"
+                       r"(?:\.| is activated)")
+
+
+def _platform(msg: str) -> Iterable[Fact]:
+    if m := _PLATFORM.search(msg):
+        yield Fact(FactKind.PLATFORM, m.group(1))
+
+
 STREAM_CAPTURE = ("when stream is capturing", "cudaErrorStreamCapture")
 """CUDA's errors that only a stream capture raises (torch: "CUDA error: operation not permitted when
 stream is capturing", then "Search for `cudaErrorStreamCaptureUnsupported' …"): the boot was in a
@@ -1510,6 +1524,8 @@ RULES: tuple[Rule, ...] = (
     Rule("resolved_sizes", (MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE),
          _ere(MAX_MODEL_LEN_LINE) + "[0-9]|" + _ere(BLOCK_SIZE_LINE) + "[0-9]", _resolved_sizes),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
+    Rule("platform", (PLATFORM_LINE, "Platform plugin "), "Automatically detected platform |Platform plugin ",
+         _platform),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_. ]+ (attention )?backend", backend),
