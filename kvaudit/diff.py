@@ -94,6 +94,10 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
     return out, one_sided
 
 
+DEVICE_TOTAL_PRECISION = round(0.01 * 2**30)
+"""How far two device totals may differ and be one device's: a log prints it in GiB to two decimals."""
+
+
 MEMORY_ARGS = ("language_model_only", "kv_cache_memory_bytes", "cpu_offload_gb", "limit_mm_per_prompt")
 """Extra args that move what a boot holds besides the knobs: a multimodal model's vision tower and encoder profile
 left out (`language_model_only`, the point of a pair of composes in real pastes round twenty, which the diff did not
@@ -170,8 +174,12 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
     ra, rb = _binding(a), _binding(b)
     pairs.append(("allocator_expandable_segments", ra.allocator_expandable_segments if ra else None,
                   rb.allocator_expandable_segments if rb else None))
-    # the binding rank's device: an L4 against a T4 moves the budget, and with it KV (real pastes round twenty)
-    pairs.append(("device_total_bytes", ra.device_total_bytes if ra else None, rb.device_total_bytes if rb else None))
+    # the binding rank's device: an L4 against a T4 moves the budget, and with it KV (real pastes round twenty); a
+    # log states it to 0.01 GiB, a run to the byte: within that, one device
+    totals = (ra.device_total_bytes if ra else None, rb.device_total_bytes if rb else None)
+    if None not in totals and abs(totals[0] - totals[1]) <= DEVICE_TOTAL_PRECISION:  # type: ignore[operator]
+        totals = (None, None)
+    pairs.append(("device_total_bytes", *totals))
     known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
     for key in sorted(set(a.environment.env) | set(b.environment.env)):
         if _env_known(a, key) and _env_known(b, key):

@@ -6,6 +6,7 @@ open their inputs here; nothing on this path imports torch or vllm.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from kvaudit.errors import BadInputError
@@ -39,9 +40,15 @@ def report_from_text(text: str, where: str) -> Report:
             try:
                 return _from_log(text, where)
             except BadInputError:
-                pass  # neither: the JSON error says more about a file that starts like JSON
+                if _LOG_HEAD.match(text.lstrip("\ufeff \t\r\n")):
+                    raise  # `[loggers.py:123] …`: a log's lines, whatever the log reader says of them
+                # neither: the JSON error says more about a file that starts like JSON
         return parse_report_text(text, where)
     return _from_log(text, where)
+
+
+_LOG_HEAD = re.compile(r"\[[^\]\s]{1,200}\.py:\d{1,7}\]")
+"""A record head a paste shortened to `[file.py:N]`: a text that opens with one is a log's, not JSON."""
 
 
 def _from_log(text: str, where: str) -> Report:

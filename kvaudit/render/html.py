@@ -318,7 +318,8 @@ def diff_head(diff: DiffReport) -> list[str]:
     parts.append("<h2>Environment differences</h2>")
     if diff.environment_differences:
         parts.append(rows_table(("setting", "A", "B"),
-                                ((e.key, summary._setting(e.key, e.a), summary._setting(e.key, e.b))
+                                ((e.key.removesuffix("_bytes"), summary._setting(e.key, e.a),
+                                  summary._setting(e.key, e.b))
                                  for e in diff.environment_differences),
                                 ("word", "text", "text")))
     else:

@@ -654,6 +654,7 @@ _tpu_statistics = _figures(*((re.compile(rf"\btotal_hbm_{key}_gb=({SNUM}) ?GiB")
 # The same worker when nothing is left for KV (failures.py: does_not_fit): "ValueError: total_hbm_used_gb=647.4GiB
 # exceeds total_hbm_limit_gb=606.37GiB by 41.02GiB." The figure after "exceeds" is the request, the limit × gmu,
 # in every wording (tpu-inference PR 763 renamed it total_hbm_limit_cap_gb: 606.37 = 0.8 × 8 v5p chips' 94.75 GiB).
+TPU_EXCEEDS_LINE = "exceeds total_hbm_limit"
 _TPU_EXCEEDS = re.compile(rf"\btotal_hbm_used_gb=({NUM}) ?GiB exceeds total_hbm_limit(?:_cap)?_gb=({NUM}) ?GiB")
 
 
@@ -1416,9 +1417,9 @@ silently falls back to untuned default kernel tactics"; real pastes round twenty
 
 def _autotuner_oom(msg: str) -> Iterable[Fact]:
     if AUTOTUNER_OOM in msg:
-        yield Fact(FactKind.NOTE, "FlashInfer's autotuner ran out of memory trying a kernel tactic and fell back to "
-                                  "its default (`OOM detected, falling back to default tactic`): the memory left "
-                                  "after the KV cache was spent in kernel warmup, and those kernels run untuned")
+        yield Fact(FactKind.NOTE, "FlashInfer's autotuner ran out of memory trying a kernel tactic in kernel warmup "
+                                  "and fell back to its default (`OOM detected, falling back to default tactic`): the "
+                                  "device had no room left for the tactic, and those kernels run untuned")
 
 
 EAGER_LINE = "Cudagraph is disabled under eager mode"
@@ -1490,7 +1491,7 @@ RULES: tuple[Rule, ...] = (
          r"^(total_gpu_memory|the current vLLM instance can use|non_torch_memory|PyTorch activation peak memory"
          r"|available_kv_cache_memory)[[:space:]]", _profile_table),
     Rule("npu", ", total memory: ", r"Available memory: [0-9]+, total memory: ", _npu),
-    Rule("tpu", TPU_HBM_LINE, TPU_HBM_LINE, _tpu),
+    Rule("tpu", (TPU_HBM_LINE, TPU_EXCEEDS_LINE), f"{TPU_HBM_LINE}|{TPU_EXCEEDS_LINE}", _tpu),
     Rule("xpu", XPU_PROFILE_LINE, r"(Before|After) memory profiling run, ", _xpu),
     Rule("hpu", "reserved for KV cache", r"GiB reserved for KV cache", _hpu),
     Rule("num_gpu_blocks", "num_gpu_blocks is: ", r"num_gpu_blocks is: ", _num_gpu_blocks),

@@ -221,6 +221,9 @@ def gather(scans: Sequence[FileScan]) -> Boot:
     # had gone to rank 0)
     torch_ranks = {(s.index, p.line.pos): int(m.group(1)) for s in scans for p in s.lines
                    if p.facts and p.line.pid is None and (m := TORCH_RANK.match(p.line.msg))}
+    if torch_ranks and (world := boot_layout(scans, engine).world()) is not None:
+        # a rank past the engine's world is another program's (a trainer's torchrun ranks), not vLLM's
+        torch_ranks = {at: rank for at, rank in torch_ranks.items() if rank < world}
     for fact, rank, tag in orphans:
         if (at := (fact.file, fact.pos)) in torch_ranks:
             ranks.setdefault(torch_ranks[at], RankFacts(tag)).facts[fact.kind].append(fact)
