@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 
-from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, safe_kv_bytes
+from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, host_allocator_chosen, safe_kv_bytes
 from kvaudit.config import OUTER_PARALLEL_SIZES
 from kvaudit.plan_schema import on_cpu
 from kvaudit.schema import (
@@ -177,9 +177,7 @@ def verify_allocator_lines(report: Report) -> list[str]:
 def _glibc_threshold_moves(report: Report) -> bool:
     """A run on vLLM's CPU backend whose glibc malloc kept its moving mmap threshold: none set, by
     variable or tunable, and no other allocator preloaded."""
-    env = report.environment.env
-    return (on_cpu(report) and "MALLOC_MMAP_THRESHOLD_" not in env
-            and "mmap_threshold" not in env.get("GLIBC_TUNABLES", "") and "malloc" not in env.get("LD_PRELOAD", ""))
+    return on_cpu(report) and not host_allocator_chosen(report.environment.env)
 
 
 CACHE_ONLY_ADVICE = ("every failed scenario's live memory (torch allocated + non-torch) stayed within the budget: "
@@ -426,9 +424,10 @@ def _unknown_note(diff: DiffReport) -> str:
 
 
 def _unexplained_note(diff: DiffReport) -> str:
-    """Where the dominant owner moved less than half of what KV moved and owners not known on both
-    sides may hold the rest, say so: `graph_pool` read as the cause of a 0.58 GiB KV loss it took
-    0.05 GiB of (two logs of one model that state weights and graphs only, real pastes round twelve)."""
+    """Where the dominant owner moved less than half of what KV moved, say what did: the budget, where it moved
+    most of it (real pastes round twenty: an L4 against a T4), else owners not known on both sides, or a budget
+    not known on both (`graph_pool` had been read as the cause of a 0.58 GiB KV loss it took 0.05 GiB of: two
+    logs of one model that state weights and graphs only, real pastes round twelve)."""
     kv = diff.capacity.get("kv_available_delta_bytes")
     rows = [d for d in diff.owners if d.rank is None and d.owner in NON_KV_OWNERS]
     moved = next((d.delta_bytes for d in rows if d.owner is diff.dominant_owner), None)
@@ -442,8 +441,11 @@ def _unexplained_note(diff: DiffReport) -> str:
     if requested and abs(kv - requested) * 2 <= abs(kv):
         # KV = budget − owners: a budget that moved most of KV's change is its cause (an L4's 22.17 GiB
         # against a T4's 14.75 GiB at gmu 0.5, real pastes round twenty: −3.71 of KV's −3.60 GiB)
-        return (f"; it moved {fmt_gib(moved, signed=True)} of KV's {fmt_gib(kv, signed=True)}: the budget "
-                f"(device × gpu_memory_utilization) moved {fmt_gib(requested, signed=True)}")
+        # KV moves by the budget's move less the owners': an owner that fell gave KV what it freed
+        owner = diff.dominant_owner.value if diff.dominant_owner else "the owner"
+        return (f"; KV's {fmt_gib(kv, signed=True)} is mostly the budget's: device × gpu_memory_utilization moved "
+                f"{fmt_gib(requested, signed=True)}, and {owner}'s {fmt_gib(moved, signed=True)} moved KV by "
+                f"{fmt_gib(-moved, signed=True)}")
     if not (unknown or budget):
         return ""
     consumed = diff.capacity.get("consumed_delta_bytes")

@@ -49,8 +49,8 @@ def test_a_diff_of_two_devices_names_the_budget_as_the_cause() -> None:
     assert round(diff.capacity["requested_delta_bytes"] / GiB, 2) == -3.71  # (14.75 − 22.17) × 0.5
     lines = diff_summary(diff)
     dominant = next(line for line in lines if line.startswith("dominant owner:"))
-    assert dominant == ("dominant owner: non_torch; it moved -0.11 GiB of KV's -3.60 GiB: the budget "
-                        "(device × gpu_memory_utilization) moved -3.71 GiB")
+    assert dominant == ("dominant owner: non_torch; KV's -3.60 GiB is mostly the budget's: device × "
+                        "gpu_memory_utilization moved -3.71 GiB, and non_torch's -0.11 GiB moved KV by +0.11 GiB")
     environment = next(line for line in lines if line.startswith("environment:"))
     assert environment.endswith("device_total 22.17 GiB → 14.75 GiB")
 
@@ -249,3 +249,33 @@ def test_the_platform_a_log_names_is_reported_and_shown() -> None:
     assert report.environment.platform == "rocm" and report.environment.device_name is None
     from kvaudit.render.summary import headline
     assert headline(report).endswith("· platform rocm")
+
+
+def test_stats_lines_that_open_the_file_are_refused_as_a_logs_not_as_json() -> None:
+    """The same stats lines with nothing before them start with `[`: the JSON error had won over the log's."""
+    text = "".join(line[line.index("[loggers.py"):] + "\n"
+                   for line in (_DATA / "serving_stats_only.log").read_text(encoding="utf-8").splitlines()
+                   if "[loggers.py" in line)
+    assert text.startswith("[loggers.py:123]")
+    with pytest.raises(BadInputError, match=r"line\(s\) open with a `\[file.py:N\]` record head"):
+        report_from_text(text, "stats.log")
+
+
+def test_one_device_stated_at_two_precisions_is_no_difference() -> None:
+    """A log states its device in GiB to 0.01, a run to the byte: the same card is no environment difference."""
+    import dataclasses
+    a = load_report(_DATA / "notebook_l4.ipynb")
+    exact = dataclasses.replace(a.ranks[0], device_total_bytes=a.ranks[0].device_total_bytes + (1 << 22))
+    b = dataclasses.replace(a, ranks=(exact,))
+    assert not any(e.key == "device_total_bytes" for e in diff_reports(a, b).environment_differences)
+
+
+def test_the_tpu_errors_newer_wording_gives_its_figures_too() -> None:
+    renamed = (_DATA / "tpu_hbm_exceeds.log").read_text(encoding="utf-8").replace("limit_gb", "limit_cap_gb")
+    old, new = _report("tpu_hbm_exceeds.log"), report_from_log_text(renamed, "x")
+    assert [r.requested_bytes for r in new.ranks] == [r.requested_bytes for r in old.ranks] == [round(606.37 * GiB)]
+
+
+def test_a_torch_rank_past_the_engines_world_is_not_vllms() -> None:
+    text = (_DATA / "torch_rank_prefix.log").read_text(encoding="utf-8").replace("[rank1]:", "[rank9]:")
+    assert [r.rank for r in report_from_log_text(text, "x").ranks] == [0]  # TP2: rank 9 is another program's
