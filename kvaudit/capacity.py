@@ -182,6 +182,18 @@ caching allocator or the host's (glibc's tunables, jemalloc's MALLOC_CONF, tcmal
 preloaded): the same KV bytes fit or not with them, so the safe flags hold only where they are set."""
 
 
+HOST_MMAP_THRESHOLD = ("MALLOC_MMAP_THRESHOLD_", "131072")
+"""glibc's mmap threshold at a process's start (128 KiB): `kvaudit run` holds it there for a CPU boot that chose no
+allocator (engines/vllm/supervise.py), as its moving default moved a boot's RSS by tens of MiB."""
+
+
+def host_allocator_chosen(env: Mapping[str, str]) -> bool:
+    """Whether an environment decides the host heap's mmap threshold: the variable, glibc's tunable, or another
+    allocator preloaded (tcmalloc, jemalloc)."""
+    return ("MALLOC_MMAP_THRESHOLD_" in env or "mmap_threshold" in env.get("GLIBC_TUNABLES", "")
+            or "malloc" in env.get("LD_PRELOAD", ""))
+
+
 def allocator_env(env: Mapping[str, str]) -> tuple[str, ...] | None:
     """`NAME=value` (quoted for a shell) of each allocator setting in a boot's environment, by name;
     None where there is none."""

@@ -124,3 +124,13 @@ def test_no_host_advice_for_a_gpu_report_or_a_verify_that_held():
     assert held.verify is not None
     held = replace(held, verify=replace(held.verify, scenarios=tuple(replace(s, ok=True) for s in held.verify.scenarios)))
     assert summary.verify_allocator_lines(held) == []
+
+
+@pytest.mark.parametrize(("env", "chosen"), [
+    ({}, False), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, True), ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1"}, True),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}, False), ({"LD_PRELOAD": "/usr/lib/libtcmalloc.so"}, True),
+])
+def test_what_counts_as_an_allocator_the_environment_chose(env, chosen):
+    """`kvaudit run` holds glibc's mmap threshold on CPU only where the environment chose none of these."""
+    from kvaudit.capacity import host_allocator_chosen
+    assert host_allocator_chosen(env) is chosen

@@ -92,6 +92,15 @@ def test_tp1_owners_are_measured_and_the_ledger_balances(tp1):
     assert rank["requested_bytes"] == math.ceil(rank["device_total_bytes"] * report["config"]["gpu_memory_utilization"])
 
 
+def test_a_cpu_boot_holds_glibcs_mmap_threshold_and_the_safe_flags_carry_it(tp1):
+    # the environment chose no allocator: kvaudit held the threshold at its start value (with the moving default,
+    # --verify failed by 19–23 MiB on an AVX2 EPYC, stop 50), and the user's vLLM is told to run with it too
+    _, report, _ = tp1
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
+    assert report["environment"]["env"]["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    assert report["capacity"]["safe_serve_env"] == ["MALLOC_MMAP_THRESHOLD_=131072"]
+
+
 def test_vllm_allocates_kvaudits_figure_in_whole_blocks(tp1):
     _, report, _ = tp1
     rank, cap = report["ranks"][0], report["capacity"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.assemble import BootRecord, Stated, report_of, scenario_summary, verify_of_scenarios, verify_summary
-from kvaudit.capacity import KvGeometry
+from kvaudit.capacity import HOST_MMAP_THRESHOLD, KvGeometry, host_allocator_chosen
 from kvaudit.config import AuditConfig, config_from_json, node_gmu_share
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import (
@@ -374,6 +374,12 @@ def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sig
                                   **{JOURNAL_ENV: str(journal_dir)}, **(env or {}),
                                   **trace_env(options.trace, tuple(p.resolve() for p in options.owners))))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
+    if _device_count() == (len(os.sched_getaffinity(0)), CPU_CORES) and not host_allocator_chosen(env):
+        # glibc's malloc moves its mmap threshold with what the process frees, so a CPU boot's RSS moved tens of
+        # MiB from load to load, and `--verify` at the defaults failed by ~20 MiB on a 2-core EPYC (stop 50's
+        # newcomer); held at its start value, boots repeat to 0.1 MiB. The report records it, and its safe flags
+        # carry it (capacity.safe_serve_env) for the user's own vLLM.
+        env[HOST_MMAP_THRESHOLD[0]] = HOST_MMAP_THRESHOLD[1]
     if options.sweep:
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
     finished = run_supervised("kvaudit.engines.vllm.boot", spec_path, log_path=log_path, journal_dir=journal_dir,
