@@ -29,8 +29,14 @@ def report_from_text(text: str, where: str) -> Report:
     machine)."""
     first = first_char(text)
     if first == "{":
-        data = load_json(text, where)
-        if isinstance(data, dict) and data and not data.keys() & REPORT_KEYS:
+        try:
+            data = load_json(text, where)
+        except BadInputError:
+            head = text[:JSON_LINE_CHARS + 64].lstrip("\ufeff \t\r\n")[:JSON_LINE_CHARS]
+            if _log_record(head.split("\n", 1)[0]):
+                return _from_log(text, where)  # Docker's json-file log: one `{"log": "…", "stream": …}` a line
+            raise
+        if _log_record(data):
             return _from_log(text, where)  # a notebook (.ipynb) whose outputs hold the log
         return report_from_data(data, where)
     if first == "[" and len(text) <= MAX_REPORT_CHARS:
@@ -49,6 +55,21 @@ def report_from_text(text: str, where: str) -> Report:
 
 _LOG_HEAD = re.compile(r"\[[^\]\s]{1,200}\.py:\d{1,7}\]")
 """A record head a paste shortened to `[file.py:N]`: a text that opens with one is a log's, not JSON."""
+
+
+JSON_LINE_CHARS = 1 << 16
+"""How much of a text's first line is parsed to tell a JSON-lines log from a damaged report."""
+
+
+def _log_record(value: object) -> bool:
+    """A JSON object (or a line's text that is one) with none of a report's keys: a notebook, a line of Docker's
+    json-file log. `{}` is not: a damaged report says more of it."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            return False
+    return isinstance(value, dict) and bool(value) and not value.keys() & REPORT_KEYS
 
 
 def _from_log(text: str, where: str) -> Report:

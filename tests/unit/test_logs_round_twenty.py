@@ -279,3 +279,13 @@ def test_the_tpu_errors_newer_wording_gives_its_figures_too() -> None:
 def test_a_torch_rank_past_the_engines_world_is_not_vllms() -> None:
     text = (_DATA / "torch_rank_prefix.log").read_text(encoding="utf-8").replace("[rank1]:", "[rank9]:")
     assert [r.rank for r in report_from_log_text(text, "x").ranks] == [0]  # TP2: rank 9 is another program's
+
+
+def test_dockers_json_file_log_is_read_by_show_as_by_ingest() -> None:
+    """The review of round twenty: Docker's json-file log (`{"log": "INFO … Available KV cache memory: 16.83 GiB\\n",
+    "stream": "stderr", …}` a line) was `not valid JSON (Extra data …)` for show and diff, while ingest read it. A
+    damaged report that opens with a report's key still gets the JSON error."""
+    report = load_report(_DATA / "docker_json_file.log")
+    assert report.capacity.kv_tokens == 1_629_520
+    with pytest.raises(BadInputError, match=r"not valid JSON \(Extra data"):
+        report_from_text('{"schema": "kvaudit.report/1"}\n{"x": 1}\n', "two.json")
