@@ -5,7 +5,7 @@
 #   bash tests/gpu/session.sh bench-real MODEL small|default [gc-on]   (issue 31: kvaudit run / plain LLM at real dimensions,
 #     MODEL a folder of tests/gpu/models, graphs 1–64 or vLLM's own list; queue the four runs with queue.sh)
 #   bash tests/gpu/session.sh profile-real MODEL   (issue 31: one kvaudit boot with each phase under cProfile)
-#   bash tests/gpu/session.sh gc-check MODEL   (issue 31: one kvaudit boot with its gc sections checked)
+#   bash tests/gpu/session.sh gc-check MODEL   (issue 31: one kvaudit boot with its gc sections checked, one with them on)
 #   bash tests/gpu/session.sh load1|load2|load-repeat[-cold|-warm]|user-path   (issue 28: verify scenarios, --repeat,
 #     the user's path)
 #   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
@@ -113,6 +113,17 @@ elif [ "$stage" = gc-check ]; then
     --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-gc-check-$model.json" \
     > "$res/gc-check-$model.txt" 2>&1
   grep -o 'gc check ([^)]*): [^;]*; [^"]*missed[^;"]*' "$res/h200-gc-check-$model.json" | tee "$res/gc-check-$model-notes.txt"
+  # then the same boot with the sections on, as a default would run them: its KV against the check's (whose
+  # readings follow a full collection, so equal to the full measurement's)
+  KVAUDIT_GC_SECTIONS=on timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run \
+    --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 \
+    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-gc-on-$model.json" \
+    > "$res/gc-on-$model.txt" 2>&1
+  python3 - "$res/h200-gc-check-$model.json" "$res/h200-gc-on-$model.json" <<'PY' | tee -a "$res/gc-check-$model-notes.txt"
+import json, sys
+kv = [(json.load(open(p)).get("capacity") or {}).get("kv_tokens") for p in sys.argv[1:]]
+print(f"KV tokens: check {kv[0]}, on {kv[1]}: {'equal' if kv[0] == kv[1] else 'DIFFERENT'}")
+PY
   stage=gc-check-$model
 elif [ "$stage" = load1 ] || [ "$stage" = load2 ] || [ "$stage" = load2-expandable ] || [ "$stage" = load2-capped ] || [ "$stage" = load2-contended ] || [ "$stage" = load-repeat ] || [ "$stage" = load-repeat-cold ] || [ "$stage" = load-repeat-warm ] || [ "$stage" = user-path ] || [ "$stage" = own-sizing ]; then
   # issue 28: every --verify scenario (load1: 8B, V2-Lite; load2: V3 dims + MTP), the spread of
