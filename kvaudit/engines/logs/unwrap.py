@@ -413,13 +413,10 @@ class Cuts:
     """1-based numbers of the lines that were cut (go on in the next)."""
 
 
-_ITEM = re.compile(r"[ \t]{0,8}(?:[-*•]|\d{1,3}[.)])[ \t]")
-
-
 def _same_bullet(line: str, following: str) -> bool:
     """A list's next item, which a fold does not make: both lines open with the same indent and bullet (two
     152-column `  - tag … digest …` items of a report, real pastes round twenty)."""
-    a, b = _ITEM.match(line), _ITEM.match(following)
+    a, b = _BULLET.match(line), _BULLET.match(following)
     return a is not None and b is not None and a.group(0).rstrip() == b.group(0).rstrip()
 
 
