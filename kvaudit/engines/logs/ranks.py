@@ -160,7 +160,10 @@ def _command_values(engine: dict[FactKind, list[Located]]) -> dict[str, list[Any
 
 
 def parallel_sizes(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]) -> ParallelSizes:
-    boot = boot_layout(scans, engine)
+    return _sizes(boot_layout(scans, engine))
+
+
+def _sizes(boot: Layout) -> ParallelSizes:
     return ParallelSizes(tp=boot.for_ranks("tp"), pp=boot.for_ranks("pp"), pcp=boot.for_ranks("pcp"))
 
 
@@ -201,7 +204,8 @@ def gather(scans: Sequence[FileScan]) -> Boot:
     for fact in located:
         if fact.kind not in RANK_KINDS:
             engine[fact.kind].append(fact)
-    sizes = parallel_sizes(scans, engine)
+    layout = boot_layout(scans, engine)
+    sizes = _sizes(layout)
     by_file = {s.index: s for s in scans}
     ranks: dict[int, RankFacts] = {}
     orphans: list[tuple[Located, int, ProcTag]] = []
@@ -221,7 +225,7 @@ def gather(scans: Sequence[FileScan]) -> Boot:
     # had gone to rank 0)
     torch_ranks = {(s.index, p.line.pos): int(m.group(1)) for s in scans for p in s.lines
                    if p.facts and p.line.pid is None and (m := TORCH_RANK.match(p.line.msg))}
-    if torch_ranks and (world := boot_layout(scans, engine).world()) is not None:
+    if torch_ranks and (world := layout.world()) is not None:
         # a rank past the engine's world is another program's (a trainer's torchrun ranks), not vLLM's
         torch_ranks = {at: rank for at, rank in torch_ranks.items() if rank < world}
     for fact, rank, tag in orphans:
