@@ -90,6 +90,22 @@ round eighteen: the untagged re-raise put a DP2 worker's death on rank 0)."""
 FAULTHANDLER = "Fatal Python error"
 """CPython's faulthandler after a crash in native code (`Fatal Python error: Segmentation fault`): no vLLM
 record, so scan.py looks for it in an excerpt (real pastes round eighteen: a Ray worker's segfault)."""
+CUDA_CHECK = "Failed: Cuda error"
+"""vLLM's C++ CUDA check's line before it exits the process (no vLLM record: scan.py looks for it in an excerpt)."""
+SHELL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                 "Illegal instruction": "SIGILL", "Floating point exception": "SIGFPE"}
+"""The shell's words for a process a crash signal ended (`Segmentation fault (core dumped)`, or a script's
+`run.sh: line 3: 1234 Aborted   (core dumped) vllm serve …`), each with its signal: no vLLM record, so
+scan.py looks for them in an excerpt (real pastes round twenty-one: a segfault after the KV lines read ok)."""
+SIGNAL_REPORT = " received at time="
+"""The failure-signal handler Ray's workers install (abseil's): `*** SIGSEGV received at time=1746566409 on
+cpu 131 ***`, then `PC: @ … addProxyOpIfNeeded()` (vllm#17770: a TP16 capture's crash in NCCL's proxy)."""
+CAUGHT_SIGNAL = "Caught signal "
+"""UCX's report of a crash signal (`Caught signal 11 (Segmentation fault: address not mapped …)`), before its
+`==== backtrace ====` of numbered native frames."""
+NATIVE_FRAME = "()  "
+"""UCX's native backtrace frame, `14 0x0000000000004493 ???()  /usr/lib/x86_64-linux-gnu/libffi.so.8:0`: what a
+paste keeps of a worker's segfault where its first line was cut (vllm#17242's TP16 boot)."""
 INTERRUPTED_LINE = "KeyboardInterrupt"
 """Python's last traceback line after a ^C (scan.py looks for it in an excerpt: no vLLM record)."""
 TRACEBACK = "Traceback (most recent call last)"
@@ -137,6 +153,11 @@ CAUSES: tuple[Cause, ...] = (
     Cause("Failed to load model - not enough GPU memory", FailureKind.OOM, Phase.LOAD, 0),
     Cause("weights: CUDA out of memory", FailureKind.OOM, Phase.LOAD, 0),
     Cause("CUDA out of memory", FailureKind.OOM, None, 0),
+    # Ray's memory monitor killing a task when the node's host memory passes its threshold
+    # (`ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.`, vllm#15102:
+    # a worker's 2 TB of RAM while loading): no device's memory, and no rank (Ray names the worker by pid)
+    Cause("the node running low on memory", FailureKind.CRASH, None, 1, log_only=True,
+          means="Ray's memory monitor killed the task: the node's host memory (RAM) ran low, not a device's"),
     Cause("OutOfMemoryError", FailureKind.OOM, None, 0),
     Cause("CUDA error: out of memory", FailureKind.OOM, None, 0),
     # the CUDA driver API's out-of-memory as torch and vLLM's kernels raise it (club-3090#60:
@@ -197,6 +218,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("while processing method", FailureKind.CRASH, None, GENERIC, log_only=True),
     # v1/engine/core.py run_engine_core after startup (the busy loop): a failure while serving.
     Cause("EngineCore encountered a fatal error", FailureKind.CRASH, None, GENERIC, log_only=True),
+    # vllm-ascend's model_runner_v1.py when its ACL graph capture raises (`ACLgraph sizes capture fail:
+    # RuntimeError:`, then the reason on the record's next lines: too few streams for the sizes, an HCCL socket
+    # timeout; vllm-ascend#3389, a TP16 boot read as no failure at all)
+    Cause("ACLgraph sizes capture fail", FailureKind.CRASH, Phase.CAPTURE, 1),
     # Worker deaths other than the multiproc monitor's: V0 multiproc_worker_utils ("Worker %s pid %s
     # died, exit code: %s"), v1/utils.py ("Process %s (PID: %s) died with exit code %s"), Ray.
     Cause("exited unexpectedly", FailureKind.WORKER_DIED, None, 1, log_only=True),
@@ -219,8 +244,26 @@ CAUSES: tuple[Cause, ...] = (
                 "host memory runs out)"),
     # CPython's faulthandler (a crash in C code: a segfault, an abort).
     Cause(FAULTHANDLER, FailureKind.CRASH, None, 1, log_only=True),
+    # vLLM's C++ CUDA check (csrc/custom_all_reduce.cuh CUDACHECK: `Failed: Cuda error %s:%d '%s'`, then
+    # exit(EXIT_FAILURE)): no Python error follows (vllm#18446: TP8 custom all-reduce at the capture's end)
+    Cause(CUDA_CHECK, FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}Failed: Cuda error \S"), log_only=True,
+          means="a CUDA call in vLLM's C++ code failed, and its check ended the process"),
+    # A crash in native code, as the shell, Ray's signal handler and UCX report it: no vLLM record, and no
+    # Python traceback where the process died on the signal.
+    *(Cause(words, FailureKind.CRASH, None, 1,
+            re.compile(rf"^\W{{0,4}}{words}(?: \(core dumped\))?\s*$|^{SHELL_JOB_NOTICE}{words} "), log_only=True,
+            means=f"the process ended on {signal} (the shell's words: a crash in native code)")
+      for words, signal in SHELL_SIGNALS.items()),
+    Cause(SIGNAL_REPORT, FailureKind.CRASH, None, 1, re.compile(r"\*\*\* SIG[A-Z]{2,6} received at time="),
+          log_only=True, means="a crash signal, as the handler Ray's workers install reports it"),
+    Cause(CAUGHT_SIGNAL, FailureKind.CRASH, None, 1,
+          re.compile(r"Caught signal \d{1,2} \((?:" + "|".join(SHELL_SIGNALS) + ")"), log_only=True),
     # A traceback whose exception line the excerpt does not hold: the boot died, the cause is cut off.
     Cause(TRACEBACK, FailureKind.CRASH, None, BARE, log_only=True),
+    # …and a native backtrace's frame where the report before it was cut
+    Cause(NATIVE_FRAME, FailureKind.CRASH, None, BARE,
+          re.compile(r"^\W{0,4}\d{1,4} +0x[0-9a-f]{8,16} +\S{1,300}\(\) +\S{1,500}:\d{1,7}\s*$"), log_only=True,
+          means="a frame of a native backtrace (UCX's): the process crashed in native code"),
     # A process told to stop: a signal handler's `sys.exit(signum)` (Ray's sigterm_handler: `SystemExit: 15`
     # while vLLM waited for a placement group), V0's MQLLMEngine handler `KeyboardInterrupt: MQLLMEngine terminated`.
     Cause("SystemExit: 15", FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}SystemExit: 15\b"), log_only=True,
@@ -269,7 +312,19 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
         msg = msg[at:]
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
     first = f"{first}: {cause.means}" if cause.means else first
+    code = _SIGNAL_EXIT.search(first) if cause.kind is FailureKind.WORKER_DIED else None
+    if code and int(code.group(1)) in _SIGNALS:
+        first = f"{first}: {_SIGNALS[int(code.group(1))]}"
     return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+_SIGNAL_EXIT = re.compile(r"exit ?code:? -(\d{1,2})\b")
+"""A process's exit code as Python's multiprocessing gives it: −N where signal N ended it."""
+_SIGNALS = {9: "ended by SIGKILL (the kernel's out-of-memory killer sends it when host memory runs out)",
+            15: "ended by SIGTERM, sent to stop it: look for the cause before this line",
+            6: "ended by SIGABRT (an abort in native code)", 11: "ended by SIGSEGV (a crash in native code)"}
+"""What a negative exit code says (real pastes round twenty-one: a V0 worker's `died, exit code: -15`, a
+consequence of another's stop, read as the cause)."""
 
 
 class Evidence(IntEnum):

@@ -15,7 +15,16 @@ from kvaudit.assemble import (
     rank_report,
     verify_summary,
 )
-from kvaudit.engines.failures import CAUSES, CPU_KV_SHORT, classify_line
+from kvaudit.engines.failures import (
+    CAUGHT_SIGNAL,
+    CAUSES,
+    CPU_KV_SHORT,
+    CUDA_CHECK,
+    NATIVE_FRAME,
+    SHELL_SIGNALS,
+    SIGNAL_REPORT,
+    classify_line,
+)
 from kvaudit.engines.logs.facts import FactKind, facts_from_message
 from kvaudit.ledger import owners_from_readings
 from kvaudit.schema import Engine, Environment, Owner, Phase, PhaseRecord, Source
@@ -115,6 +124,12 @@ SAMPLES = {
     # exception lines of their own, not inside another exception's message
     "SystemExit: 15": "SystemExit: 15",
     "KeyboardInterrupt": "KeyboardInterrupt: MQLLMEngine terminated",
+    # a crash in native code, as the shell, Ray's handler, UCX and vLLM's C++ check print it (no exception line)
+    **{words: f"{words} (core dumped)" for words in SHELL_SIGNALS},
+    SIGNAL_REPORT: "*** SIGSEGV received at time=1746566409 on cpu 131 ***",
+    CAUGHT_SIGNAL: "[gpu01:376235:0:376235] Caught signal 11 (Segmentation fault: address not mapped to object)",
+    NATIVE_FRAME: "14 0x0000000000004493 ???()  /usr/lib/x86_64-linux-gnu/libffi.so.8:0",
+    CUDA_CHECK: "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:432 'invalid argument'",
 }
 
 

@@ -71,7 +71,10 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
                   "Loading drafter model")),  # gpu_model_runner.py load_model loads the drafter last
     # V1 compiles the model in its first forward, the profile pass (vllm#18390: `torch.compile takes
     # 142.00 s in total`, then the engine core's traceback, its load lines not in the paste)
-    (Phase.PROFILE, ("Model loading took", "torch.compile takes", "Dynamo bytecode transform time")),
+    # …and a multimodal model's profile starts with its encoder cache (gpu_model_runner.py profile_run: `Encoder
+    # cache will be initialized with a budget of …`; vllm-ascend#12095, a death right after it)
+    (Phase.PROFILE, ("Model loading took", "torch.compile takes", "Dynamo bytecode transform time",
+                     "Encoder cache will be initialized")),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",
@@ -104,10 +107,21 @@ def _real_full_capture(text: str, pos: int) -> bool:
     return any(int(m.group(1)) > PROFILING_FULL_SAMPLES for m in _REAL_FULL_CAPTURE.finditer(text, 0, pos))
 
 
+GRAPH_ADDRESSES = "cuda graph addresses"
+"""custom_all_reduce.py capture()'s `Registering 11960 cuda graph addresses`, as a capture ends (vllm#18446: a TP8
+boot's custom all-reduce failing right after it, read as a death in the profile)."""
+_GRAPH_PROFILE = "Profiling CUDA graph memory"
+
+
 def _timeline_phase(text: str, pos: int) -> Phase | None:
     """The furthest phase a milestone printed before `pos` shows (None: no milestone)."""
     if _real_full_capture(text, pos):
         return Phase.CAPTURE
+    if (at := text.rfind(GRAPH_ADDRESSES, 0, pos)) >= 0:
+        # the capture's end; from 0.21 the graph memory profile before KV sizing captures too
+        estimate = text.rfind(_GRAPH_PROFILE, 0, at) >= 0 and not any(
+            text.find(m, 0, at) >= 0 for m in dict(_MILESTONES)[Phase.KV])
+        return Phase.GRAPHS if estimate else Phase.CAPTURE
     for name, marks in reversed(_MILESTONES):
         if any(text.find(m, 0, pos) >= 0 for m in marks):
             if name is Phase.KV and any(text.find(m, 0, pos) >= 0 for m in _CAPTURE_MARKS):
@@ -233,6 +247,8 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     elif value.kind is FailureKind.WORKER_DIED and tag.role is not Role.WORKER and not tag.dp \
             and (died := _DIED_WORKER.search(value.message)) is not None:
         rank = int(died.group(1))  # the monitor names the worker that died by its rank (vllm PR 38895)
+    elif value.kind is FailureKind.WORKER_DIED and (died := _DIED_V0_WORKER.search(value.message)) is not None:
+        rank = scan.v0_ranks.get(int(died.group(1)))  # V0's monitor: a non-driver worker, by its pid
     elif root.pid is None and value.rank is not None:
         rank = value.rank  # torch.distributed's `[rank3]:` prefix on the frames
     elif rank is None and (world_size == 1 or untagged(boot)) and engines == 1:
@@ -414,6 +430,10 @@ def _got_past(marks: _Marks, f: Located, one_engine: bool) -> bool:
     return finished is not None and marks.last_failed < finished
 
 
+_DIED_V0_WORKER = re.compile(r"\bWorker VllmWorkerProcess pid (\d{1,9}) died\b")
+"""V0's WorkerMonitor (multiproc_worker_utils.py: "Worker %s pid %s died, exit code: %s"), over its workers
+only: never the driver, rank 0 (real pastes round twenty-one: vllm#13389's `pid 354 died, exit code: -15` was
+put on rank 0). The rank is the pid's where the log numbers it, else not known."""
 _DIED_WORKER = re.compile(r"\bVllmWorker-(\d{1,6}) died\b")
 """multiproc_executor.py's monitor: "Worker proc VllmWorker-3 died unexpectedly", the process named
 `VllmWorker-{rank}` (make_worker_process), the rank in its engine's world: the global rank where the

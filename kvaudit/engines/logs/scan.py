@@ -55,11 +55,16 @@ from dataclasses import dataclass
 from itertools import islice
 
 from kvaudit.engines.failures import (
+    CAUGHT_SIGNAL,
     CAUSES,
+    CUDA_CHECK,
     FAULTHANDLER,
     INTERRUPTED_LINE,
     KILLED,
+    NATIVE_FRAME,
     NCCL_WATCHDOG,
+    SHELL_SIGNALS,
+    SIGNAL_REPORT,
     TORCH_ALLOC_OOM,
     TRACEBACK,
 )
@@ -132,7 +137,8 @@ _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
-                    AUTOTUNER_OOM)
+                    AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
+                    "Maximum concurrency for")
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -147,7 +153,8 @@ say the layout), and the shell's
 prelude where the engine core prints it; a worker prints it after loading (real pastes, round twelve).
 torch's NCCL watchdog line is no vLLM record either (round fifteen), nor is its allocator's OOM warning
 (round seventeen), nor Python's `KeyboardInterrupt` ending a traceback after a ^C (its review), nor
-faulthandler's `Fatal Python error` (round eighteen)."""
+faulthandler's `Fatal Python error` (round eighteen). The concurrency line is read after a KV line
+in a whole log, and alone in an excerpt (round twenty-one: a paste that kept it and not the size line)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 FRAME_WINDOW = 1 << 16
@@ -527,17 +534,30 @@ ENGINE_DEAD = "EngineDeadError"
 """v1/engine/exceptions.py: what the engine's client raises to a request once a running engine core died
 (a dead start raises "Engine core initialization failed" instead; real pastes round twenty: `EngineDeadError,
 500 Internal Server Error` read as a boot that died)."""
-SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", STEP_DUMP, "Application startup complete",
-           "Starting vLLM API server", "Starting vLLM server on", "num_gpu_blocks is: ", STATS,
+BUSY_LOOP = "engine_core.run_busy_loop()"
+"""v1/engine/core.py run_engine_core's call of the engine's busy loop, a frame's source line in its traceback:
+run_engine_core reaches it only once the engine is built, KV cache and warmup included (real pastes round
+twenty-one: a GB200 DP8 crash while serving, read as a log that ends before startup finished)."""
+SERVED_STEP = "execute_model(scheduler_output"
+"""A V1 worker's model step, a frame's source line (worker_base.py, the worker's and the model runner's
+execute_model): the scheduler's steps run only once the engine serves (its startup runs profile, warmup and
+capture through _dummy_run; V0's execute_model takes an execute_model_req). Real pastes round twenty-one: a
+DP4×TP4 worker's `RuntimeError: bIndex is out of range` while serving, read as the boot's failure."""
+SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", STEP_DUMP, BUSY_LOOP, SERVED_STEP,
+           "Application startup complete", "Starting vLLM API server", "Starting vLLM server on",
+           "num_gpu_blocks is: ", STATS,
            '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS,
            BENCH_DONE, METRIC_SAMPLE, KV_USAGE, REQUEST_TOO_LONG, ENGINE_DEAD)
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
 start): a failure after the first of them is not the boot's. One before them is only where
 failure_timeline shows, on logged lines, that startup went on past it (SERVER_UP, first_logged)."""
-IN_EXCEPTION = (REQUEST_TOO_LONG, ENGINE_DEAD)
+IN_FRAME = (BUSY_LOOP, SERVED_STEP)
+"""Markers in a traceback's frames: serving begins at the traceback (and the record that announced it)."""
+IN_EXCEPTION = (REQUEST_TOO_LONG, ENGINE_DEAD, *IN_FRAME)
 """Markers inside the exception line a failure is read from: serving begins at that line's start."""
-SERVER_UP = tuple(m for m in SERVING if m not in (BOOT_DONE, "EngineCore encountered a fatal error", ENGINE_DEAD))
+SERVER_UP = tuple(m for m in SERVING
+                  if m not in (BOOT_DONE, "EngineCore encountered a fatal error", ENGINE_DEAD, BUSY_LOOP, SERVED_STEP))
 """The API server's lines once every engine started, or a request it served."""
 
 
@@ -604,6 +624,26 @@ def _not_the_logs(text: str, i: int, marker: str) -> bool:
     return shape is not None and shape.match(before) is None
 
 
+TRACEBACK_LOOKBACK = 1 << 15
+"""How far before a frame its traceback's header is looked for."""
+_ANNOUNCED = ("hit an exception", "encountered a fatal error")
+"""The record before a traceback that says whose it is (a worker's, the engine core's)."""
+
+
+def _traceback_head(text: str, i: int) -> int:
+    """Where the traceback holding the frame at `i` starts: its header's line, or the record just before it that
+    announced it (`WorkerProc hit an exception.`); the frame's own line where no header is near."""
+    header = text.rfind(TRACEBACK, max(0, i - TRACEBACK_LOOKBACK), i)
+    if header < 0:
+        return bounds(text, i)[0]
+    start = bounds(text, header)[0]
+    if start > 0:
+        before = bounds(text, start - 1)[0]
+        if any(words in text[before:start] for words in _ANNOUNCED):
+            return before
+    return start
+
+
 def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
     """Where the log shows the boot had finished: the first SERVING line, in the text or in a run
     of lines cut at a fixed column (read joined); else past its end. One pass per marker, each only
@@ -617,7 +657,7 @@ def serving_from(text: str, runs: tuple[tuple[int, int], ...] = ()) -> int:
                 break
             i = text.find(m, i + 1, first - 1 + len(m))
         if i >= 0 and not _not_the_logs(text, i, m):
-            # an exception's own words: its line starts where the server is seen running
-            first = bounds(text, i)[0] if m in IN_EXCEPTION else i
+            # an exception's own words: its line starts where the server is seen running; a frame's, its traceback
+            first = (_traceback_head(text, i) if m in IN_FRAME else bounds(text, i)[0]) if m in IN_EXCEPTION else i
     found = [start for start, end in runs if any(m in text[start:end].replace("\n", "") for m in SERVING)]
     return min([first, *found])
