@@ -162,6 +162,7 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
         backends = (None, None)  # the same backend, spelled as each release logs it
     pairs: list[tuple[str, Any, Any]] = [
         ("engine.version", a.engine.version, b.engine.version),
+        ("engine.generation", a.engine.generation, b.engine.generation),
         ("engine.model_runner", a.engine.model_runner, b.engine.model_runner),
         ("engine.attention_backend", *backends),
         # who sized the KV cache, and when: vLLM 0.34 sizes it after warmup by default

@@ -580,6 +580,9 @@ class Engine:
     attention_backend: str | None = None
     kv_cache_sizing: KvSizing | None = field(default=None, metadata=OMIT_NONE)
     """Who sized the KV cache, and when (an extension; omitted where a log does not show it)."""
+    generation: str | None = field(default=None, metadata=OMIT_NONE)
+    """vLLM's engine, V0 or V1, where a log shows which (an extension: 0.8–0.10 ran either; omitted where not
+    shown, and in a run: kvaudit boots V1 releases only)."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,9 @@ def command_args(line: str) -> dict[str, float | int]:
                                             "gpu_memory_utilization": 0.72}),
     ("  --gpu-memory-utilization 0.98 \\", {"gpu_memory_utilization": 0.98}),  # a continuation line (vllm#57475)
     ("- --tensor-parallel-size=2", {"tensor_parallel_size": 2}),  # a YAML list item
-    ("--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 4}' -tp 4", {"tensor_parallel_size": 4}),
+    # …and its speculative config (JSON), read since round twenty-one
+    ("--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 4}' -tp 4",
+     {"tensor_parallel_size": 4, "speculative_method": "mtp", "num_speculative_tokens": 4}),
     ("vllm serve m --gpu-memory-utilization 0.9 because it is enough",  # names vllm, and its model (round nine)
      {"model": "m", "gpu_memory_utilization": 0.9}),
     # spark-vllm-docker#396: one flag and the person's words about another boot

@@ -5,6 +5,7 @@ failure, and what the logs state outright (the KV size line, vLLM's own check); 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kvaudit.config import AuditConfig
@@ -51,6 +52,26 @@ def _runner(boot: Boot) -> str | None:
                     return "V1"
                 if name == "model_runner.py":
                     return "V2"
+    return None
+
+
+def _generation(boot: Boot) -> str | None:
+    """V0 or V1: the engine line's words (`Initializing a V1 LLM engine`; V0's `an LLM engine`, `a V0 LLM engine`),
+    0.8–0.10's `backend on V1 engine`, else the processes' names (V0's VllmWorkerProcess, V1's EngineCore and
+    Worker_*) or a model runner named (V1 and V2 are V1's). Real pastes round twenty-one: "works on V0, fails on V1"
+    pairs whose diff said nothing differed."""
+    stated = boot.engine.get(FactKind.GENERATION)
+    if stated:
+        return stated[-1].value
+    names = {name for s in boot.scans for name in s.tags.values()}
+    if any(name.startswith(V0_WORKER) for name in names):
+        return "V0"
+    if any(name.startswith(("EngineCore", "Worker_", "VllmWorker rank=")) or name == "Worker" for name in names) or any(
+            f.value for f in boot.engine.get(FactKind.MODEL_RUNNER, [])):
+        return "V1"  # (0.8's multiproc workers: `VllmWorker rank=6`)
+    if any((f.src or "").endswith("gpu_model_runner.py") for r in boot.ranks.values()
+           for f in r.facts.get(FactKind.WEIGHTS, ())):
+        return "V1"  # V1's runner loads the weights (V0's model_runner.py and worker.py)
     return None
 
 
@@ -190,8 +211,10 @@ class LogBoot:
             f.value > 0 for r in boot.ranks.values() for kind in (FactKind.KV_AVAILABLE, FactKind.KV_FIXED)
             for f in r.facts.get(kind, ()))
         if failure is None and not any(s.startup_finished for s in self.scans):
-            warnings.append((UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED) if kv_sized
-                            else UNFINISHED_BEFORE_KV)
+            cut = _capture_cut(boot) if kv_sized else None
+            warnings.append(unfinished_in_capture(cut) if cut else (
+                (UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED) if kv_sized
+                else UNFINISHED_BEFORE_KV))
         if derived is not None and fits is None and failure is None and config.max_model_len is not None:
             # a shorter product is only a finding when the block size is known
             fits = True if derived.tokens >= config.max_model_len else (False if derived.stated_block_size else None)
@@ -199,7 +222,8 @@ class LogBoot:
             source=Source.LOG, config=config, ranks=ranks,
             engine=Engine(name="vllm", version=version, model_runner=runner, attention_backend=first_backend,
                           kv_cache_sizing=extensible.kv_sizing(boot.ranks, version, disabled, after_warmup,
-                                                               fixed=bool(fixed_notes))),
+                                                               fixed=bool(fixed_notes)),
+                          generation=_generation(boot)),
             environment=Environment(vllm=version, env=_env(boot),
                                     platform=engine_first(boot.engine, FactKind.PLATFORM)),
             failure=failure, warnings=tuple(warnings),
@@ -223,6 +247,36 @@ UNFINISHED_PAST_CAPTURE = (f"{UNFINISHED_HEAD}: it shows the CUDA graph capture 
                            f"rest of startup")
 """The same, where the capture after the KV lines is in the log (vllm PR 57047: `Graph capturing
 finished in 6 secs, took 0.22 GiB`, then the paste ends)."""
+
+
+def unfinished_in_capture(cut: str) -> str:
+    return (f"{UNFINISHED_HEAD}: it ends during the CUDA graph capture after KV sizing, at {cut} with no `Graph "
+            f"capturing finished`: the boot was still capturing, or hung there, and can still fail there")
+
+
+_CAPTURE_BAR = re.compile(r"Capturing CUDA graphs? ?(?:shapes)?(?: \(([^)\r\n]{1,60})\))?:[^|\r\n]{0,40}\|"
+                          r"[^|\r\n]{0,80}\| *(\d{1,6})/(\d{1,6})")
+"""vLLM's capture bar (gpu_model_runner.py _capture_cudagraphs, drawn by the first rank only): `Capturing CUDA
+graphs (mixed prefill-decode, PIECEWISE):  17%|█▋ | 6/35`; up to 0.10 `Capturing CUDA graph shapes: … 34/67`."""
+
+
+def _capture_cut(boot: Boot) -> str | None:
+    """Where a file's last capture bar after its KV size stopped short of its count with nothing after it saying
+    the capture finished (`6/35 graphs, mixed prefill-decode, PIECEWISE`), or None. Real pastes round twenty-one:
+    a boot whose paste ends at 6/35 while a wrapper still polls for the server, read as ok with a warning that
+    the capture was not in the log."""
+    sized = [(f.file, f.pos) for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])]
+    sized += [(f.file, f.pos) for r in boot.ranks.values() for kind in (FactKind.KV_BLOCKS, FactKind.KV_AVAILABLE)
+              for f in r.facts.get(kind, [])]
+    for scan in boot.scans:
+        start = min((pos for file, pos in sized if file == scan.index), default=None)
+        at = scan.text.rfind("Capturing CUDA graph") if start is not None else -1
+        if at < 0 or at < start or scan.text.find("Graph capturing finished", at) >= 0:
+            continue
+        m = _CAPTURE_BAR.match(scan.text, at, at + 240)
+        if m and int(m.group(2)) < int(m.group(3)):
+            return f"{m.group(2)}/{m.group(3)} graphs" + (f" ({m.group(1)})" if m.group(1) else "")
+    return None
 
 
 def _captured_after_kv(boot: Boot) -> bool:

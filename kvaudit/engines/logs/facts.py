@@ -109,6 +109,7 @@ class FactKind(StrEnum):
     """The platform's `Setting attention block size to N tokens …`: the block size it set (hybrid and
     quantized-KV pages, XPU), over what the user typed."""
     MODEL_RUNNER = "model_runner"
+    GENERATION = "generation"
     ATTENTION_BACKEND = "attention_backend"
     ENV = "env"
     NOTE = "note"
@@ -127,6 +128,9 @@ class FactKind(StrEnum):
     """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}, global rank) from parallel_state.py's
     `rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 1, …`."""
     WORLD_RANK = "world_rank"
+    CP_WORLD = "cp_world"
+    """kv_cache_utils.py's `Multiplying the GPU KV cache size by the cp_world_size 4 (pcp_world_size 1 *
+    dcp_world_size 4).`: (pcp, dcp), the context-parallel sizes the KV size in tokens was multiplied by."""
     """(world size, global rank) from parallel_state.py's init_distributed_environment line `world_size=4
     rank=3 local_rank=3 distributed_init_method=… backend=nccl`: the rank of a worker whose name states none."""
     PLATFORM_BLOCK_SIZE = "platform_block_size"
@@ -1016,6 +1020,17 @@ def _parallel_state(msg: str) -> Iterable[Fact]:
 # distributed/parallel_state.py init_distributed_environment, once a worker: "world_size=%d rank=%d
 # local_rank=%d distributed_init_method=%s backend=%s" (vLLM 0.23's `(Worker pid=N)` workers name no rank:
 # real pastes round seventeen, four workers failing the free-memory check on cuda:0 to cuda:3).
+CP_WORLD_LINE = "Multiplying the GPU KV cache size by the cp_world_size"
+_CP_WORLD = re.compile(r"cp_world_size (\d{1,4}) \(pcp_world_size (\d{1,4}) \* dcp_world_size (\d{1,4})\)")
+
+
+def _cp_world(msg: str) -> Iterable[Fact]:
+    # kv_cache_utils.py _report_kv_cache_config (0.1x on): the tokens it prints next are the context-parallel
+    # group's, each rank holding its share (real pastes round twenty-one: DCP 4 read as "≥ 2, size not stated")
+    if (m := _CP_WORLD.search(msg)) and int(m.group(1)) == int(m.group(2)) * int(m.group(3)):
+        yield Fact(FactKind.CP_WORLD, (int(m.group(2)), int(m.group(3))))
+
+
 WORLD_RANK_LINE = " local_rank="
 _WORLD_RANK = re.compile(r"\bworld_size=(\d{1,6}) rank=(\d{1,6}) local_rank=\d{1,6} distributed_init_method=")
 
@@ -1237,7 +1252,8 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
     run = run[_ENV_WORDS.match(run).end():]  # where the command's run starts at the variables it sets
     run = run[_EXECUTABLE_PATH.match(run).end():]
     m = _SERVED_MODEL.match(run) or _MODEL_FLAG.search(run)
-    return m.group(1) if m else None
+    # a heading that names the command (`vllm serve command:`, real pastes round twenty-one) serves no model
+    return m.group(1) if m and not m.group(1).endswith(":") else None
 
 
 def _command(msg: str) -> Iterable[Fact]:
@@ -1262,6 +1278,30 @@ def _command(msg: str) -> Iterable[Fact]:
             yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
         if m := _KV_DTYPE_FLAG.search(msg[start:min(end, 100_000)]):
             yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
+        yield from _speculative_flags(msg[start:min(end, 100_000)])
+
+
+# The speculative config as a command gives it: `--speculative-config '{"method": "eagle3",
+# "num_speculative_tokens": 3, …}'` (JSON), or one field a flag (`--speculative-config.method mtp`,
+# `--speculative-config.num_speculative_tokens 3`: vLLM's FlexibleArgumentParser's dotted form). Real pastes
+# round twenty-one: both were read only from `non-default args` and the engine line.
+_SPEC_JSON = re.compile(r"--speculative[-_]config(?:=|[ \t]+)['\"]?\{([^}\n]{0,2000})\}")
+_SPEC_DOTTED = re.compile(r"--speculative[-_]config\.(method|num[-_]speculative[-_]tokens)(?:=|[ \t]+)['\"]?"
+                          r"([\w\-]{1,40})")
+_SPEC_FIELD = {"method": re.compile(r"[\"']method[\"']\s*:\s*[\"']([\w\-]{1,40})[\"']"),
+               "num_speculative_tokens": re.compile(r"[\"']num_speculative_tokens[\"']\s*:\s*(\d{1,4})\b")}
+
+
+def _speculative_flags(command: str) -> Iterable[Fact]:
+    found: dict[str, str] = {}
+    if m := _SPEC_JSON.search(command):
+        found.update((key, f.group(1)) for key, rx in _SPEC_FIELD.items() if (f := rx.search(m.group(1))))
+    for m in _SPEC_DOTTED.finditer(command):
+        found["method" if m.group(1) == "method" else "num_speculative_tokens"] = m.group(2)
+    if method := found.get("method"):
+        yield Fact(FactKind.COMMAND_ARG, ("speculative_method", method))
+    if (tokens := found.get("num_speculative_tokens", "")).isdigit():
+        yield Fact(FactKind.COMMAND_ARG, ("num_speculative_tokens", int(tokens)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1298,6 +1338,7 @@ def _config(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.ENGINE_CONFIG, m.group(2))
         if "V1 LLM engine" not in m.group(0):
             yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
+        yield Fact(FactKind.GENERATION, "V1" if "V1 LLM engine" in m.group(0) else "V0")
 
 
 def _non_default(msg: str) -> str | None:
@@ -1442,6 +1483,8 @@ def _runner(msg: str) -> Iterable[Fact]:
 def backend(msg: str) -> Iterable[Fact]:
     if m := _BACKEND.search(msg):
         yield Fact(FactKind.ATTENTION_BACKEND, next(g for g in m.groups() if g))
+        if "backend on V1 engine" in msg:  # cuda.py 0.8–0.10: `Using Flash Attention backend on V1 engine.`
+            yield Fact(FactKind.GENERATION, "V1")
 
 
 def _env(msg: str) -> Iterable[Fact]:
@@ -1511,6 +1554,7 @@ RULES: tuple[Rule, ...] = (
          + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("parallel_state", PARALLEL_STATE_LINE, PARALLEL_STATE_LINE, _parallel_state),
+    Rule("cp_world", CP_WORLD_LINE, CP_WORLD_LINE, _cp_world),
     Rule("world_rank", WORLD_RANK_LINE, "world_size=[0-9]+ rank=[0-9]+ local_rank=", _world_rank),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp", SERVE_NEEDLE) + KWARG_NEEDLES,
          r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager|vllm serve "

@@ -61,6 +61,10 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
             merged[key] = command[key]
     if (block := engine_last(engine, FactKind.SET_BLOCK_SIZE)) is not None:
         merged["block_size"] = block  # the platform set it over what was typed
+    if merged.get("speculative_method") is None and isinstance(command.get("speculative_method"), str):
+        merged["speculative_method"] = command["speculative_method"]  # a pasted --speculative-config
+        if isinstance(command.get("num_speculative_tokens"), int):
+            merged["num_speculative_tokens"] = command["num_speculative_tokens"]
     if merged.get("enforce_eager") is None and "enforce_eager" in command:
         merged["enforce_eager"] = command["enforce_eager"]
     if merged.get("enforce_eager") is None and engine.get(FactKind.EAGER):

@@ -93,6 +93,7 @@ def boot_layout(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]
     stated = [(ENGINE_LINE, engine_config(engine)),
               (args_name, non_default_args(args_text) if args_text is not None else {}),
               ("vLLM's rank assignment lines (parallel_state)", _assigned_sizes(engine)),
+              ("vLLM's KV size line (`… by the cp_world_size`)", _cp_sizes(engine)),
               ("a pasted command line", command_args(engine))]
     return layout((name for s in scans for name in s.names), stated, engine_ran_a_rank=_engine_ran_a_rank(scans))
 
@@ -109,6 +110,15 @@ def _assigned_sizes(engine: dict[FactKind, list[Located]]) -> dict[str, int]:
     if least["dp"] * least["pp"] * least["pcp"] * least["tp"] != worlds.pop():
         return {}
     return {LAYOUT_KEYS[dim]: size for dim, size in least.items()}
+
+
+def _cp_sizes(engine: dict[FactKind, list[Located]]) -> dict[str, int]:
+    """The context-parallel sizes the KV size line multiplied its tokens by; none where lines differ."""
+    worlds = {f.value for f in engine.get(FactKind.CP_WORLD, [])}
+    if len(worlds) != 1:
+        return {}
+    pcp, dcp = worlds.pop()
+    return {"prefill_context_parallel_size": pcp, "decode_context_parallel_size": dcp}
 
 
 def _engine_ran_a_rank(scans: Sequence[FileScan]) -> bool:

@@ -1,0 +1,156 @@
+"""Real pastes, round twenty-one (stop 51): boots that died in native code or stopped mid-capture, Ray's and
+Ascend's own failure lines, crashes while serving; each test names its source, the data are the excerpts
+(tests/unit/data/round_twenty_one; the two `kv_then_*` files are the KV lines of vllm#17242 with one line of a
+crash report after them, as a shell or UCX prints it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvaudit.diff import diff_reports
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.boot_record import UNFINISHED, unfinished_in_capture
+from kvaudit.schema import EnvDifference, FailureKind, Phase, Verdict
+
+_DATA = Path(__file__).parent / "data" / "round_twenty_one"
+
+
+def _report(name: str):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8"), name)
+
+
+def test_a_native_backtrace_after_the_kv_lines_is_a_crash_not_ok() -> None:
+    """vllm#17242 (DeepSeek TP16 on Ray, 0.8.4): seven workers' `GPU KV cache size` lines, then a worker's
+    numbered native frames (`14 0x0000000000004493 ???()  /usr/lib/x86_64-linux-gnu/libffi.so.8:0`). Before: ok,
+    no failure, `ingest` exit 0."""
+    report = _report("ray_tp16_kv_then_native_frames.log")
+    assert report.verdict is Verdict.UNKNOWN
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.phase is Phase.KV
+
+
+@pytest.mark.parametrize(("name", "words", "signal"), [
+    ("kv_then_shell_segfault.log", "Segmentation fault (core dumped)", "SIGSEGV"),
+    ("kv_then_ucx_caught_signal.log", "Caught signal 11 (Segmentation fault", None),
+])
+def test_the_shells_and_ucxs_crash_reports_end_the_boot(name: str, words: str, signal: str | None) -> None:
+    """The shell's `Segmentation fault (core dumped)` and UCX's `Caught signal 11 (Segmentation fault: …)` after
+    the KV lines: each read ok before (only `Killed` and faulthandler's `Fatal Python error` were known)."""
+    report = _report(name)
+    assert report.verdict is Verdict.UNKNOWN
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.phase is Phase.KV and words in report.failure.message
+    if signal:
+        assert f"the process ended on {signal}" in report.failure.message
+
+
+def test_rays_signal_handler_names_the_crash_and_the_frames_its_phase() -> None:
+    """vllm#17770 (DeepSeek-R1 TP16 on Ray, 0.8.4): `*** SIGSEGV received at time=1746566409 on cpu 131 ***`,
+    then faulthandler's dump through capture_model. The message was faulthandler's least telling frame."""
+    report = _report("ray_tp16_sigsegv_in_capture.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.phase is Phase.CAPTURE
+    assert report.failure.message.startswith("*** SIGSEGV received at time=1746566409 on cpu 131 ***")
+
+
+def test_a_log_that_ends_inside_the_capture_says_where() -> None:
+    """baidu/vLLM-Kunlun#330: the KV lines, then the capture bar up to `6/35` while a wrapper still polls the
+    server. The warning said the capture was not in the log."""
+    report = _report("kv_then_capture_bar_cut.log")
+    assert report.verdict is Verdict.OK  # the KV lines fit; the warning says what they cannot
+    assert unfinished_in_capture("6/35 graphs (mixed prefill-decode, PIECEWISE)") in report.warnings
+    assert UNFINISHED not in report.warnings
+
+
+def test_ascends_capture_failure_is_the_boots_in_capture_on_its_rank() -> None:
+    """vllm-ascend#3389 (Qwen3-VL-235B, TP16): `(Worker_TP11 …) ERROR … ACLgraph sizes capture fail:
+    RuntimeError:`, then an HCCL socket timeout. Before: no failure at all (verdict unknown, failure null)."""
+    report = _report("ascend_aclgraph_capture_fail.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert (report.failure.phase, report.failure.rank) == (Phase.CAPTURE, 11)
+    assert report.failure.message.startswith("ACLgraph sizes capture fail")
+
+
+def test_rays_memory_monitor_is_host_memory_not_a_device_oom() -> None:
+    """vllm#15102 (DeepSeek-V3 on 16 H20, Ray): `ray.exceptions.OutOfMemoryError: Task was killed due to the
+    node running low on memory.` Before: a device OOM."""
+    report = _report("ray_host_memory_monitor.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert "the node's host memory (RAM) ran low, not a device's" in report.failure.message
+
+
+def test_a_workers_crash_in_a_served_step_is_no_startup_failure() -> None:
+    """vllm-ascend#5399 (DeepSeek-V3.2, DP4×TP4+EP on two nodes): `WorkerProc hit an exception.` through
+    worker_busy_loop → execute_model(scheduler_output, …) → `RuntimeError: bIndex is out of range: 3068`, then
+    the engine core's `EngineCore encountered a fatal error.` Before: the boot's failure on rank 13, beside a
+    warning that it came after startup."""
+    report = _report("ascend_dp_worker_crash_while_serving.log")
+    assert report.failure is None
+    assert "after startup finished: RuntimeError: bIndex is out of range: 3068" in report.warnings
+    assert "after startup finished: WorkerProc hit an exception." in report.warnings
+
+
+def test_a_v0_boot_against_a_v1_boot_is_an_engine_difference() -> None:
+    """vllm#18446 (Qwen3-235B, 8 A100s, one build): works on V0 (`VllmWorkerProcess` workers), fails on V1
+    (`VllmWorker rank=N`). The diff said nothing differed."""
+    a, b = _report("v0_tp8_works.log"), _report("v1_tp8_custom_allreduce_fails.log")
+    assert (a.engine.generation, b.engine.generation) == ("V0", "V1")
+    diff = diff_reports(a, b)
+    assert EnvDifference("engine.generation", "V0", "V1") in diff.environment_differences
+
+
+def test_vllms_cuda_check_after_the_graph_addresses_is_a_death_in_capture() -> None:
+    """The same V1 boot: `[custom_all_reduce.py:195] Registering 11960 cuda graph addresses` (the capture's end),
+    then `Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:432 'invalid argument'` from every worker.
+    Before: a death in the profile, its cause "not in the log"."""
+    report = _report("v1_tp8_custom_allreduce_fails.log")
+    assert report.failure is not None and report.failure.phase is Phase.CAPTURE
+    assert report.failure.message.startswith("Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:432")
+
+
+def test_the_cp_world_line_states_the_dcp_size() -> None:
+    """vllm#40585 (Qwen3.5 with DCP 4 on vllm-ascend): `Multiplying the GPU KV cache size by the cp_world_size 4
+    (pcp_world_size 1 * dcp_world_size 4).` Before: `decode_context_parallel_size: null`, "≥ 2, size not stated"."""
+    report = _report("dcp4_cp_world_line.log")
+    assert report.config.decode_context_parallel_size == 4
+    assert not any("decode_context_parallel_size: ≥" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize(("name", "method", "tokens", "model"), [
+    ("eagle3_json_spec_config_heading.log", "eagle3", 3, "/models/gpt-oss-120b"),
+    ("mtp_dotted_spec_config.log", "mtp", 3, None),  # its flags alone, under a `### Configuration` heading
+])
+def test_a_pasted_commands_speculative_config_is_read(name: str, method: str, tokens: int, model: str | None) -> None:
+    """vllm#26328 (`--speculative-config '{"model": …, "num_speculative_tokens": 3, "method":"eagle3", …}'`
+    under a heading `vllm serve command:`) and vllm#50781 (`--speculative-config.method mtp`,
+    `--speculative-config.num_speculative_tokens 3`): neither was read, and the heading's `command:` was taken
+    for a second served model, so the model was dropped as conflicting."""
+    report = _report(name)
+    assert (report.config.speculative_method, report.config.num_speculative_tokens, report.config.model) == (
+        method, tokens, model)
+
+
+def test_v0s_monitor_names_a_worker_not_rank_0_and_its_signal() -> None:
+    """vllm#13389 (V0 in compose): `Worker VllmWorkerProcess pid 354 died, exit code: -15`. V0's monitor watches
+    the non-driver workers only, so the rank is not 0 (was 0), and −15 is SIGTERM: a stop, not a cause."""
+    report = _report("v0_worker_died_sigterm.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.WORKER_DIED
+    assert report.failure.rank is None
+    assert report.failure.message.endswith("ended by SIGTERM, sent to stop it: look for the cause before this line")
+
+
+def test_a_death_after_the_encoder_cache_line_is_in_the_profile() -> None:
+    """vllm-ascend#12095 (Qwen3.5-27B): `Encoder cache will be initialized with a budget of …` (profile_run's
+    first line for a multimodal model), then `EngineCore failed to start.` Before: no phase."""
+    report = _report("encoder_cache_then_engine_failed.log")
+    assert report.failure is not None and report.failure.phase is Phase.PROFILE
+
+
+def test_the_concurrency_line_alone_says_the_length_fits() -> None:
+    """vllm#14286 (Llama-3.1-8B int8, V1): `Maximum concurrency for 65,536 tokens per request: 1.46x`, then the
+    capture, with no KV size line: one max-length request fits (vLLM's X = KV tokens ÷ max_model_len). It was
+    looked for only after a KV line: unknown, no length."""
+    report = _report("concurrency_line_alone.log")
+    assert report.config.max_model_len == 65_536
+    assert report.capacity.max_model_len_fits is True and report.verdict is Verdict.OK
