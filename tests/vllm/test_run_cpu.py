@@ -68,7 +68,8 @@ def tp1(tmp):
 
 @pytest.fixture(scope="module")
 def tp2(tmp):
-    return kvaudit(tmp, "tp2", "--tp", "2", "--mtp", "1")
+    # max_model_len 1024: the length plays no part in these tests (tp1 keeps the default, as a user's first run)
+    return kvaudit(tmp, "tp2", "--tp", "2", "--mtp", "1", "--max-model-len", "1024")
 
 
 def test_tp1_runs_the_fixed_order_and_fits(tp1):

@@ -166,7 +166,10 @@ def test_nothing_of_a_tp2_boot_is_left_after_any_end(end, cpu_shm):
         tmp_before = listing(tmpdir)
         # a budget below the boot's own non-KV memory fails in the KV check, after the workers
         # (and their shared memory) are up
-        args = ["--tp", "2"] + (["--gmu", gmu_for(BELOW_THE_BOOT)] if end == "failure" else [])
+        # max_model_len 1024: the length plays no part here, and the CPU prefill probe's dense attention over
+        # the default 4096 took ~10 s of each boot that runs to its end (the CI's time, 2-core AMD EPYC)
+        args = ["--tp", "2", "--max-model-len", "1024"] + (["--gmu", gmu_for(BELOW_THE_BOOT)] if end == "failure"
+                                                           else [])
         proc = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", *args, "-o", str(out), "-f", "json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=boot_env(tmpdir))
         mapped: set[str] = set()
