@@ -154,3 +154,32 @@ def test_the_concurrency_line_alone_says_the_length_fits() -> None:
     report = _report("concurrency_line_alone.log")
     assert report.config.max_model_len == 65_536
     assert report.capacity.max_model_len_fits is True and report.verdict is Verdict.OK
+
+
+def test_other_processes_in_torchs_oom_message_are_said_with_the_over_commit() -> None:
+    """vllm#8731 (Qwen-32B TP4 with a 7B draft, V0): torch's OOM on GPU 0 names `Process 3179876 has 1.62 GiB
+    memory in use` three times (the other workers' contexts) beside a 35.60 GiB request on a 39.56 GiB device.
+    The report said nothing of them."""
+    report = _report("v0_spec_oom_other_processes.log")
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+    assert ("torch's out-of-memory message names 3 other processes on the device holding 4.86 GiB: with the "
+            "boot's request (35.60 GiB) they pass the device (39.56 GiB) by 0.90 GiB; lower gpu_memory_utilization "
+            "or move them") in report.warnings
+
+
+@pytest.mark.parametrize(("name", "note"), [
+    # tenstorrent/tt-xla#5727 (gemma-4-31B): `Hybrid KV cache manager is disabled for this hybrid model, …`
+    ("hybrid_kv_manager_off.log", "vLLM's hybrid KV cache manager is off for this hybrid model: every layer, "
+                                  "sliding-window or Mamba ones too, holds full-length KV, so the cache holds fewer "
+                                  "tokens than the same memory would with it on"),
+    # vllm#27620 (granite-4.0-micro, --enable-lora): `Using PunicaWrapperGPU.`, then a crash
+    ("lora_punica_then_crash.log", "LoRA is on (vLLM's Punica wrapper): the adapters' slots are allocated with the "
+                                   "model, inside the weights figure"),
+    # QwenLM/Qwen3-VL#1267 (Qwen2.5-VL): `Encoder cache will be initialized with a budget of 98304 tokens, and
+    # profiled with 1 video items of the maximum feature size.`
+    ("video_encoder_budget.log", "the profile ran the multimodal encoder on 1 video item(s) of the largest size (an "
+                                 "encoder cache budget of 98304 tokens): its outputs are in the activation peak"),
+])
+def test_what_else_shapes_startup_memory_is_said(name: str, note: str) -> None:
+    """Real pastes round twenty-one (multimodal, LoRA, hybrid models): none of these lines was read."""
+    assert note in _report(name).warnings

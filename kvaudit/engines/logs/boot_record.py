@@ -30,8 +30,8 @@ from kvaudit.engines.logs.ranks import (
     untagged,
 )
 from kvaudit.record import BootRecord, Stated
-from kvaudit.schema import Engine, Environment, Failure, FailureKind, Phase, Source
-from kvaudit.units import fmt_gib
+from kvaudit.schema import Engine, Environment, Failure, FailureKind, Phase, RankReport, Source
+from kvaudit.units import GiB, MiB, fmt_gib
 
 
 def _runner(boot: Boot) -> str | None:
@@ -195,6 +195,7 @@ class LogBoot:
                                       + [f.value for f in boot.engine.get(FactKind.NOTE, [])] + list(sizes.notes)
                                       + rank_notes + notes))
         tokens = _kv_tokens(boot)
+        warnings += _others_at_oom(failure, tuple(r.report for r in ranks))
         if any(name == V0_WORKER for s in boot.scans for name in s.tags.values()):
             warnings.append(f"V0 worker processes ({V0_WORKER}) name no rank: ranks 1, 2, … are given in the order "
                             f"of their pids, rank 0 is the driver (untagged lines)")
@@ -247,6 +248,34 @@ UNFINISHED_PAST_CAPTURE = (f"{UNFINISHED_HEAD}: it shows the CUDA graph capture 
                            f"rest of startup")
 """The same, where the capture after the KV lines is in the log (vllm PR 57047: `Graph capturing
 finished in 6 secs, took 0.22 GiB`, then the paste ends)."""
+
+
+_OTHER_PROCESS = re.compile(r"\bProcess (\d{1,9}) has (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) memory in use")
+"""torch's out-of-memory message lists every other process on the device (CUDACachingAllocator.cpp:
+`Process 3179876 has 1.62 GiB memory in use.`); its own is `this process has …`."""
+
+
+def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> list[str]:
+    """What other processes held on the device when torch ran out of memory, and whether the boot's request and
+    theirs together passed the device (real pastes round twenty-one, vllm#8731: three processes of 1.62 GiB each
+    on GPU 0 beside a 35.60 GiB request on a 39.56 GiB device; the report said nothing of them)."""
+    if failure is None or failure.kind is not FailureKind.OOM:
+        return []
+    held = {int(m.group(1)): round(float(m.group(2)) * (GiB if m.group(3) == "GiB" else MiB))
+            for m in _OTHER_PROCESS.finditer(failure.message)}
+    if not held:
+        return []
+    others = sum(held.values())
+    note = (f"torch's out-of-memory message names {len(held)} other process{'es' if len(held) > 1 else ''} on the "
+            f"device holding {fmt_gib(others)}")
+    rank = next((r for r in ranks if r.rank == (failure.rank or 0)), None)
+    if rank is not None and rank.device_total_bytes and rank.requested_bytes:
+        over = rank.requested_bytes + others - rank.device_total_bytes
+        if over > 0:
+            note += (f": with the boot's request ({fmt_gib(rank.requested_bytes)}) they pass the device "
+                     f"({fmt_gib(rank.device_total_bytes)}) by {fmt_gib(over)}; lower gpu_memory_utilization or "
+                     f"move them")
+    return [note]
 
 
 def unfinished_in_capture(cut: str) -> str:

@@ -1463,6 +1463,33 @@ def _autotuner_oom(msg: str) -> Iterable[Fact]:
                                   "device had no room left for the tactic, and those kernels run untuned")
 
 
+ENCODER_BUDGET = "Encoder cache will be initialized with a budget of"
+_ENCODER_BUDGET = re.compile(rf"{ENCODER_BUDGET} ({CINT}) tokens, and profiled with ({INT}) ([\w ]{{1,40}}?) items? of")
+HYBRID_OFF = "Hybrid KV cache manager is disabled"
+LORA_LINE = "Using PunicaWrapper"
+
+
+def _startup_extras(msg: str) -> Iterable[Fact]:
+    """What else takes memory or shapes the KV cache at startup, said as notes (real pastes round twenty-one):
+    - gpu_model_runner.py profile_run's encoder line: the profile runs the encoder on that many items of the
+      largest size, their outputs counted in the activation peak;
+    - kv_cache_utils.py: a hybrid model (sliding-window or Mamba layers) whose KV cache manager is off gives every
+      layer full-length KV (unify_hybrid_kv_cache_specs), so its token count means less memory saved;
+    - lora/punica_wrapper's selector: LoRA is on, and its adapter slots (max_loras × max_lora_rank buffers) are
+      allocated with the model, inside `Model loading took` (V1)."""
+    if (m := _ENCODER_BUDGET.search(msg)) is not None:
+        yield Fact(FactKind.NOTE, f"the profile ran the multimodal encoder on {m.group(2)} {m.group(3).strip()} "
+                                  f"item(s) of the largest size (an encoder cache budget of {m.group(1)} tokens): "
+                                  f"its outputs are in the activation peak")
+    elif HYBRID_OFF in msg:
+        yield Fact(FactKind.NOTE, "vLLM's hybrid KV cache manager is off for this hybrid model: every layer, "
+                                  "sliding-window or Mamba ones too, holds full-length KV, so the cache holds fewer "
+                                  "tokens than the same memory would with it on")
+    elif LORA_LINE in msg:
+        yield Fact(FactKind.NOTE, "LoRA is on (vLLM's Punica wrapper): the adapters' slots are allocated with the "
+                                  "model, inside the weights figure")
+
+
 EAGER_LINE = "Cudagraph is disabled under eager mode"
 """config/vllm.py, printed only where enforce_eager is set (vllm#27378: a paste with no config line)."""
 
@@ -1576,6 +1603,8 @@ RULES: tuple[Rule, ...] = (
     Rule("backend", " backend", r"Using [A-Za-z_. ]+ (attention )?backend", backend),
     Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
     Rule("autotuner_oom", AUTOTUNER_OOM, AUTOTUNER_OOM, _autotuner_oom),
+    Rule("startup_extras", (ENCODER_BUDGET, HYBRID_OFF, LORA_LINE),
+         f"{ENCODER_BUDGET}|{HYBRID_OFF}|{LORA_LINE}", _startup_extras),
     Rule("padding", PADDING_LINE, PADDING_LINE, _padding),
     Rule("stream_capture", STREAM_CAPTURE, "|".join(STREAM_CAPTURE), _stream_capture),
     Rule("env", ("VLLM_", "persisted startup plan"), r"^(export )?VLLM_[A-Z0-9_]+=|persisted startup plan", _env),

@@ -75,11 +75,14 @@ from kvaudit.engines.logs.facts import (
     CHUNKED_PREFILL,
     CUT_ERROR_HEAD,
     EAGER_LINE,
+    ENCODER_BUDGET,
     ERROR_FRAME_HEAD,
     FRAME_CALLS,
+    HYBRID_OFF,
     KV_BLOCK_WORDS,
     KWARG_NEEDLES,
     LOADING_MODEL,
+    LORA_LINE,
     MAX_MODEL_LEN_LINE,
     NAMESPACE_ARGS,
     PADDING_LINE,
@@ -138,7 +141,7 @@ _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
                     AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
-                    "Maximum concurrency for")
+                    "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
