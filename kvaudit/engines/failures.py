@@ -99,7 +99,8 @@ SHELL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus err
 scan.py looks for them in an excerpt (real pastes round twenty-one: a segfault after the KV lines read ok)."""
 SIGNAL_REPORT = " received at time="
 """The failure-signal handler Ray's workers install (abseil's): `*** SIGSEGV received at time=1746566409 on
-cpu 131 ***`, then `PC: @ … addProxyOpIfNeeded()` (vllm#17770: a TP16 capture's crash in NCCL's proxy)."""
+cpu 131 ***`, then `PC: @ … addProxyOpIfNeeded()` (vllm#17770: a TP16 capture's crash in NCCL's proxy). Its
+`*** SIGTERM received` is Ray stopping a worker: no crash."""
 CAUGHT_SIGNAL = "Caught signal "
 """UCX's report of a crash signal (`Caught signal 11 (Segmentation fault: address not mapped …)`), before its
 `==== backtrace ====` of numbered native frames."""
@@ -254,7 +255,8 @@ CAUSES: tuple[Cause, ...] = (
             re.compile(rf"^\W{{0,4}}{words}(?: \(core dumped\))?\s*$|^{SHELL_JOB_NOTICE}{words} "), log_only=True,
             means=f"the process ended on {signal} (the shell's words: a crash in native code)")
       for words, signal in SHELL_SIGNALS.items()),
-    Cause(SIGNAL_REPORT, FailureKind.CRASH, None, 1, re.compile(r"\*\*\* SIG[A-Z]{2,6} received at time="),
+    Cause(SIGNAL_REPORT, FailureKind.CRASH, None, 1,
+          re.compile(r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE|TRAP) received at time="),
           log_only=True, means="a crash signal, as the handler Ray's workers install reports it"),
     Cause(CAUGHT_SIGNAL, FailureKind.CRASH, None, 1,
           re.compile(r"Caught signal \d{1,2} \((?:" + "|".join(SHELL_SIGNALS) + ")"), log_only=True),
@@ -320,7 +322,8 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
 
 _SIGNAL_EXIT = re.compile(r"exit ?code:? -(\d{1,2})\b")
 """A process's exit code as Python's multiprocessing gives it: −N where signal N ended it."""
-_SIGNALS = {9: "ended by SIGKILL (the kernel's out-of-memory killer sends it when host memory runs out)",
+_SIGNALS = {9: "ended by SIGKILL (the kernel's out-of-memory killer sends it when host memory runs out; so do a "
+                "container's or vLLM's own hard stop)",
             15: "ended by SIGTERM, sent to stop it: look for the cause before this line",
             6: "ended by SIGABRT (an abort in native code)", 11: "ended by SIGSEGV (a crash in native code)"}
 """What a negative exit code says (real pastes round twenty-one: a V0 worker's `died, exit code: -15`, a

@@ -10,7 +10,7 @@ import pytest
 
 from kvaudit.diff import diff_reports
 from kvaudit.engines.logs import report_from_log_text
-from kvaudit.engines.logs.boot_record import UNFINISHED, unfinished_in_capture
+from kvaudit.engines.logs.boot_record import UNFINISHED, UNFINISHED_BEFORE_KV, unfinished_in_capture
 from kvaudit.schema import EnvDifference, FailureKind, Phase, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_one"
@@ -183,3 +183,68 @@ def test_other_processes_in_torchs_oom_message_are_said_with_the_over_commit() -
 def test_what_else_shapes_startup_memory_is_said(name: str, note: str) -> None:
     """Real pastes round twenty-one (multimodal, LoRA, hybrid models): none of these lines was read."""
     assert note in _report(name).warnings
+
+
+def test_a_log_that_stops_before_kv_says_how_far_it_got() -> None:
+    """vllm#28923 (Kimi-K2 on MI300X, TP4, Kubernetes): the pod was killed while loading, the log's last line
+    `Loading safetensors checkpoint shards:  10% Completed | 6/62`. The warning said only that what startup did
+    after the log is not known."""
+    report = _report("k8s_killed_during_load_shards.log")
+    assert report.failure is None and report.verdict is Verdict.UNKNOWN
+    assert f"{UNFINISHED_BEFORE_KV} (the furthest phase its lines reach: load, at 6/62 checkpoint shards)" in (
+        report.warnings)
+
+
+def test_a_native_frame_keeps_its_own_words() -> None:
+    """The review of round twenty-one: the frame's message had become a bare traceback's, which the file lacks."""
+    report = _report("ray_tp16_kv_then_native_frames.log")
+    assert report.failure is not None
+    assert report.failure.message.endswith("a frame of a native backtrace (UCX's): the process crashed in native code")
+
+
+WARMUP_OOM = """\
+(EngineCore pid=100) INFO 08-01 10:00:26 [kv_cache_utils.py:1000] GPU KV cache size: 291,264 tokens
+(Worker pid=200) ERROR 08-01 10:00:30 [multiproc_executor.py:800] WorkerProc hit an exception.
+(Worker pid=200) ERROR 08-01 10:00:30 [multiproc_executor.py:800] Traceback (most recent call last):
+(Worker pid=200) ERROR 08-01 10:00:30 [multiproc_executor.py:800]   File "/v/gpu_worker.py", line 500, in \
+compile_or_warm_up_model
+(Worker pid=200) ERROR 08-01 10:00:30 [multiproc_executor.py:800]     self.execute_model(scheduler_output)
+(Worker pid=200) ERROR 08-01 10:00:30 [multiproc_executor.py:800]   File "/v/gpu_worker.py", line 600, in execute_model
+(Worker pid=200) ERROR 08-01 10:00:30 [multiproc_executor.py:800]     output = self.model_runner.execute_model(scheduler_output)
+(Worker pid=200) ERROR 08-01 10:00:30 [multiproc_executor.py:800] torch.OutOfMemoryError: CUDA out of memory. \
+Tried to allocate 2.00 GiB.
+(EngineCore pid=100) ERROR 08-01 10:00:31 [core.py:900] EngineCore failed to start.
+"""
+
+
+def test_a_model_step_under_startups_warmup_is_startup() -> None:
+    """The review of round twenty-one: Model Runner V2's warmup calls the worker's execute_model(scheduler_output)
+    during startup, so that frame under compile_or_warm_up_model is no sign of a serving engine (this excerpt
+    read ok, its OOM a note after startup)."""
+    report = report_from_log_text(WARMUP_OOM, "warmup.log")
+    assert report.verdict is Verdict.FAIL
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+
+
+def test_rays_sigterm_report_is_no_crash() -> None:
+    """Ray's handler reports the SIGTERM it stops a worker with as well: `*** SIGTERM received at time=…`."""
+    text = ("INFO 08-01 10:00:26 [kv_cache_utils.py:1000] GPU KV cache size: 291,264 tokens\n"
+            "(RayWorkerWrapper pid=3) *** SIGTERM received at time=1746566409 on cpu 1 ***\n")
+    assert report_from_log_text(text, "sigterm.log").failure is None
+
+
+@pytest.mark.parametrize(("text", "method", "dcp"), [
+    # the engine line's `speculative_config=None` is what ran, whatever a pasted command asked
+    ("$ vllm serve Qwen/Qwen3-8B --speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'\n"
+     "INFO 08-01 10:00:00 [core.py:70] Initializing a V1 LLM engine (v0.10.0) with config: model='Qwen/Qwen3-8B', "
+     "speculative_config=None, tensor_parallel_size=1, max_seq_len=32768\n", None, 1),
+    # a dotted field with no value before the next flag gives no method
+    ("vllm serve Qwen/Qwen3-8B --speculative-config.method --tensor-parallel-size 2\n", None, 1),
+    # 0.11–0.12's DCP-only wording
+    ("(EngineCore_DP0 pid=1) INFO 10-01 10:00:26 [kv_cache_utils.py:1100] Multiplying the GPU KV cache size by the "
+     "dcp_world_size 4.\n(Worker_TP0_DCP0 pid=3) INFO 10-01 10:00:25 [gpu_worker.py:330] Available KV cache memory: "
+     "44.77 GiB\n", None, 4),
+])
+def test_the_reviews_speculative_and_dcp_cases(text: str, method: str | None, dcp: int) -> None:
+    config = report_from_log_text(text, "case.log").config
+    assert (config.speculative_method, config.decode_context_parallel_size) == (method, dcp)

@@ -6,12 +6,13 @@ failure, and what the logs state outright (the KV size line, vLLM's own check); 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvaudit.config import AuditConfig
 from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
-from kvaudit.engines.logs.failure_timeline import log_failure
+from kvaudit.engines.logs.failure_timeline import log_failure, timeline_phase
 from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
 from kvaudit.engines.logs.parse import V0_WORKER, FileScan
@@ -30,7 +31,7 @@ from kvaudit.engines.logs.ranks import (
     untagged,
 )
 from kvaudit.record import BootRecord, Stated
-from kvaudit.schema import Engine, Environment, Failure, FailureKind, Phase, RankReport, Source
+from kvaudit.schema import PHASE_ORDER, Engine, Environment, Failure, FailureKind, Phase, RankReport, Source
 from kvaudit.units import GiB, MiB, fmt_gib
 
 
@@ -215,7 +216,7 @@ class LogBoot:
             cut = _capture_cut(boot) if kv_sized else None
             warnings.append(unfinished_in_capture(cut) if cut else (
                 (UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED) if kv_sized
-                else UNFINISHED_BEFORE_KV))
+                else unfinished_before_kv(self.scans)))
         if derived is not None and fits is None and failure is None and config.max_model_len is not None:
             # a shorter product is only a finding when the block size is known
             fits = True if derived.tokens >= config.max_model_len else (False if derived.stated_block_size else None)
@@ -241,6 +242,23 @@ UNFINISHED = (f"{UNFINISHED_HEAD}: the warmup and graph capture (on a TPU, the p
 """A log cut after its KV lines (gpustack#1897: the KV fit, then the boot ran out of memory past
 the paste's end): its verdict says what the KV lines say, and this says what they cannot."""
 UNFINISHED_BEFORE_KV = f"{UNFINISHED_HEAD}: it is read as far as it goes, and what startup did after it is not known"
+_SHARDS = re.compile(r"Loading (?:safetensors|pt) checkpoint shards: +\d{1,3}% Completed \| (\d{1,6})/(\d{1,6})")
+
+
+def unfinished_before_kv(scans: Sequence[FileScan]) -> str:
+    """UNFINISHED_BEFORE_KV, with the furthest phase the log's milestones reach and, in the load, the last shard
+    count (real pastes round twenty-one: a pod killed at `6/62` shards, a stall after `Model loading took`, read as
+    "not enough facts" with no word of where they stopped)."""
+    reached = [(PHASE_ORDER.index(p), p, s) for s in scans if (p := timeline_phase(s.text, len(s.text))) is not None]
+    if not reached:
+        return UNFINISHED_BEFORE_KV
+    _, phase, scan = max(reached, key=lambda r: r[0])
+    where = f"the furthest phase its lines reach: {phase.value}"
+    if phase is Phase.LOAD and (shards := list(_SHARDS.finditer(scan.text[-(1 << 16):]))):
+        done, total = shards[-1].group(1), shards[-1].group(2)
+        if done != total:
+            where += f", at {done}/{total} checkpoint shards"
+    return f"{UNFINISHED_BEFORE_KV} ({where})"
 """A log that ends, no failure in it, with no KV size read (a paste of a boot's start, or of lines
 from its middle; the README's promise: an excerpt that ends early is read as far as it goes, with a
 warning)."""
@@ -279,8 +297,8 @@ def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> li
 
 
 def unfinished_in_capture(cut: str) -> str:
-    return (f"{UNFINISHED_HEAD}: it ends during the CUDA graph capture after KV sizing, at {cut} with no `Graph "
-            f"capturing finished`: the boot was still capturing, or hung there, and can still fail there")
+    return (f"{UNFINISHED_HEAD}: it ends during the CUDA graph capture after KV sizing, its last bar at {cut} with "
+            f"no `Graph capturing finished`: the boot was still capturing, or hung there, and can still fail there")
 
 
 _CAPTURE_BAR = re.compile(r"Capturing CUDA graphs? ?(?:shapes)?(?: \(([^)\r\n]{1,60})\))?:[^|\r\n]{0,40}\|"

@@ -827,7 +827,7 @@ def _failure(msg: str) -> Iterable[Fact]:
         kind = FailureKind.DOES_NOT_FIT
     text = error_text(msg, cause, LOG_MESSAGE_CHARS)
     echo = False
-    if cause.priority == BARE:
+    if cause.anchor == TRACEBACK:
         text = f"{TRACEBACK}: the boot died; its exception line is not in the log"
     else:
         echo = cause.anchor == WORKER_RERAISE or (
@@ -1022,6 +1022,9 @@ def _parallel_state(msg: str) -> Iterable[Fact]:
 # real pastes round seventeen, four workers failing the free-memory check on cuda:0 to cuda:3).
 CP_WORLD_LINE = "Multiplying the GPU KV cache size by the cp_world_size"
 _CP_WORLD = re.compile(r"cp_world_size (\d{1,4}) \(pcp_world_size (\d{1,4}) \* dcp_world_size (\d{1,4})\)")
+DCP_WORLD_LINE = "Multiplying the GPU KV cache size by the dcp_world_size"
+_DCP_WORLD = re.compile(r"by the dcp_world_size (\d{1,4})\b")
+"""0.11–0.12's wording, before prefill context parallelism: DCP alone."""
 
 
 def _cp_world(msg: str) -> Iterable[Fact]:
@@ -1029,6 +1032,8 @@ def _cp_world(msg: str) -> Iterable[Fact]:
     # group's, each rank holding its share (real pastes round twenty-one: DCP 4 read as "≥ 2, size not stated")
     if (m := _CP_WORLD.search(msg)) and int(m.group(1)) == int(m.group(2)) * int(m.group(3)):
         yield Fact(FactKind.CP_WORLD, (int(m.group(2)), int(m.group(3))))
+    elif m := _DCP_WORLD.search(msg):
+        yield Fact(FactKind.CP_WORLD, (1, int(m.group(1))))
 
 
 WORLD_RANK_LINE = " local_rank="
@@ -1287,7 +1292,7 @@ def _command(msg: str) -> Iterable[Fact]:
 # round twenty-one: both were read only from `non-default args` and the engine line.
 _SPEC_JSON = re.compile(r"--speculative[-_]config(?:=|[ \t]+)['\"]?\{([^}\n]{0,2000})\}")
 _SPEC_DOTTED = re.compile(r"--speculative[-_]config\.(method|num[-_]speculative[-_]tokens)(?:=|[ \t]+)['\"]?"
-                          r"([\w\-]{1,40})")
+                          r"(?!-)([\w\-]{1,40})")
 _SPEC_FIELD = {"method": re.compile(r"[\"']method[\"']\s*:\s*[\"']([\w\-]{1,40})[\"']"),
                "num_speculative_tokens": re.compile(r"[\"']num_speculative_tokens[\"']\s*:\s*(\d{1,4})\b")}
 
@@ -1581,7 +1586,7 @@ RULES: tuple[Rule, ...] = (
          + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("parallel_state", PARALLEL_STATE_LINE, PARALLEL_STATE_LINE, _parallel_state),
-    Rule("cp_world", CP_WORLD_LINE, CP_WORLD_LINE, _cp_world),
+    Rule("cp_world", (CP_WORLD_LINE, DCP_WORLD_LINE), f"{CP_WORLD_LINE}|{DCP_WORLD_LINE}", _cp_world),
     Rule("world_rank", WORLD_RANK_LINE, "world_size=[0-9]+ rank=[0-9]+ local_rank=", _world_rank),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp", SERVE_NEEDLE) + KWARG_NEEDLES,
          r"(--(tensor|pipeline|data)[-_]parallel[-_]size|-tp|-pp|-dp)[= ]|--(no[-_])?enforce[-_]eager|vllm serve "

@@ -81,6 +81,7 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
                 *(f"#{words}" for words in KV_BLOCK_WORDS))),
     (Phase.CAPTURE, _AFTER_KV_CAPTURE),
 )
+_KV_MARKS = dict(_MILESTONES)[Phase.KV]
 _CAPTURE_MARKS = ("Capturing CUDA graphs", "Capturing cudagraphs", "Graph capturing finished",
                   "JIT kernel warmup starting", "Compile and warming up", "Warming up FlashInfer", "DeepGEMM warmup")
 """After the KV cache is sized (and counted only then: "… disabling torch.compile, CUDAGraphs, and
@@ -113,15 +114,14 @@ boot's custom all-reduce failing right after it, read as a death in the profile)
 _GRAPH_PROFILE = "Profiling CUDA graph memory"
 
 
-def _timeline_phase(text: str, pos: int) -> Phase | None:
+def timeline_phase(text: str, pos: int) -> Phase | None:
     """The furthest phase a milestone printed before `pos` shows (None: no milestone)."""
     if _real_full_capture(text, pos):
         return Phase.CAPTURE
-    if (at := text.rfind(GRAPH_ADDRESSES, 0, pos)) >= 0:
-        # the capture's end; from 0.21 the graph memory profile before KV sizing captures too
-        estimate = text.rfind(_GRAPH_PROFILE, 0, at) >= 0 and not any(
-            text.find(m, 0, at) >= 0 for m in dict(_MILESTONES)[Phase.KV])
-        return Phase.GRAPHS if estimate else Phase.CAPTURE
+    if (at := text.rfind(GRAPH_ADDRESSES, 0, pos)) >= 0 and not (
+            # from 0.21 the graph memory profile before KV sizing captures too: the milestones then decide
+            text.rfind(_GRAPH_PROFILE, 0, at) >= 0 and not any(text.find(m, 0, at) >= 0 for m in _KV_MARKS)):
+        return Phase.CAPTURE
     for name, marks in reversed(_MILESTONES):
         if any(text.find(m, 0, pos) >= 0 for m in marks):
             if name is Phase.KV and any(text.find(m, 0, pos) >= 0 for m in _CAPTURE_MARKS):
@@ -227,7 +227,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     worker = root.pid is not None and root.pid in scan.tags and proc_tag(scan.tags[root.pid]).role is Role.WORKER
     own = [h.value for h in hints if worker and h.pid == root.pid]
     phase = value.phase or (_furthest(*own) if own else
-                            _furthest(_timeline_phase(scan.text, boot_done[root.file]), *(h.value for h in hints)))
+                            _furthest(timeline_phase(scan.text, boot_done[root.file]), *(h.value for h in hints)))
     # A frame in torch's graph capture (capture_end): the capture, where the log shows the boot no
     # earlier than the KV cache (the profiling capture before sizing names profile_cudagraph_memory).
     if value.phase is None and phase in (None, Phase.KV) and any(

@@ -61,7 +61,7 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
             merged[key] = command[key]
     if (block := engine_last(engine, FactKind.SET_BLOCK_SIZE)) is not None:
         merged["block_size"] = block  # the platform set it over what was typed
-    if merged.get("speculative_method") is None and isinstance(command.get("speculative_method"), str):
+    if "speculative_method" not in merged and isinstance(command.get("speculative_method"), str):
         merged["speculative_method"] = command["speculative_method"]  # a pasted --speculative-config
         if isinstance(command.get("num_speculative_tokens"), int):
             merged["num_speculative_tokens"] = command["num_speculative_tokens"]

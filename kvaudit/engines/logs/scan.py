@@ -617,6 +617,9 @@ def _not_the_logs(text: str, i: int, marker: str) -> bool:
     eighteen), is the log's line."""
     if marker == '"POST /v1/' and _REFUSED.match(text, i):
         return True
+    if marker in IN_FRAME:
+        head = _traceback_head(text, i)
+        return any(text.find(call, head, i) >= 0 for call in _STARTUP_CALLS)
     shape = _SHAPED.get(marker)
     start = text.rfind("\n", max(0, i - LINE_LOOKBACK), i) + 1
     if start == 0 and i > LINE_LOOKBACK:
@@ -627,6 +630,11 @@ def _not_the_logs(text: str, i: int, marker: str) -> bool:
     return shape is not None and shape.match(before) is None
 
 
+_STARTUP_CALLS = ("in compile_or_warm_up_model", "in determine_available_memory", "in profile_run", "in _dummy_run",
+                  "in capture_model", "in initialize_from_config", "in _initialize_kv_caches", "in load_model",
+                  "in init_device", "in warm_up", "in _warmup")
+"""Startup's calls, as a traceback's frames name them: a model step under one of them is startup's (Model Runner
+V2's warmup and the V1 runner's hybrid warmup call the worker's execute_model; the review of round twenty-one)."""
 TRACEBACK_LOOKBACK = 1 << 15
 """How far before a frame its traceback's header is looked for."""
 _ANNOUNCED = ("hit an exception", "encountered a fatal error")
