@@ -90,6 +90,9 @@ round eighteen: the untagged re-raise put a DP2 worker's death on rank 0)."""
 FAULTHANDLER = "Fatal Python error"
 """CPython's faulthandler after a crash in native code (`Fatal Python error: Segmentation fault`): no vLLM
 record, so scan.py looks for it in an excerpt (real pastes round eighteen: a Ray worker's segfault)."""
+LINKER_NO_LIBCUDA = "cannot find -lcuda"
+"""ld's line when Triton compiles its CUDA launcher and no libcuda.so is on the linker's path (no vLLM record:
+scan.py looks for it in an excerpt)."""
 CUDA_CHECK = "Failed: Cuda error"
 """vLLM's C++ CUDA check's line before it exits the process (no vLLM record: scan.py looks for it in an excerpt)."""
 SHELL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
@@ -249,6 +252,11 @@ CAUSES: tuple[Cause, ...] = (
     # exit(EXIT_FAILURE)): no Python error follows (vllm#18446: TP8 custom all-reduce at the capture's end)
     Cause(CUDA_CHECK, FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}Failed: Cuda error \S"), log_only=True,
           means="a CUDA call in vLLM's C++ code failed, and its check ended the process"),
+    # The linker failing under Triton's build of its CUDA launcher (`/usr/bin/ld: cannot find -lcuda`, then
+    # `collect2: error: ld returned 1 exit status`; QwenLM/Qwen3-VL#1267: the profile's first Triton kernel)
+    Cause(LINKER_NO_LIBCUDA, FailureKind.CRASH, None, 1, log_only=True,
+          means="the linker found no libcuda.so while Triton built a kernel's launcher (install the driver's libcuda, "
+                "or point TRITON_LIBCUDA_PATH at it)"),
     # A crash in native code, as the shell, Ray's signal handler and UCX report it: no vLLM record, and no
     # Python traceback where the process died on the signal.
     *(Cause(words, FailureKind.CRASH, None, 1,

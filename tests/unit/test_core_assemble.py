@@ -20,6 +20,7 @@ from kvaudit.engines.failures import (
     CAUSES,
     CPU_KV_SHORT,
     CUDA_CHECK,
+    LINKER_NO_LIBCUDA,
     NATIVE_FRAME,
     SHELL_SIGNALS,
     SIGNAL_REPORT,
@@ -130,6 +131,7 @@ SAMPLES = {
     CAUGHT_SIGNAL: "[gpu01:376235:0:376235] Caught signal 11 (Segmentation fault: address not mapped to object)",
     NATIVE_FRAME: "14 0x0000000000004493 ???()  /usr/lib/x86_64-linux-gnu/libffi.so.8:0",
     CUDA_CHECK: "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:432 'invalid argument'",
+    LINKER_NO_LIBCUDA: "/usr/bin/ld: cannot find -lcuda",
 }
 
 

@@ -248,3 +248,21 @@ def test_rays_sigterm_report_is_no_crash() -> None:
 def test_the_reviews_speculative_and_dcp_cases(text: str, method: str | None, dcp: int) -> None:
     config = report_from_log_text(text, "case.log").config
     assert (config.speculative_method, config.decode_context_parallel_size) == (method, dcp)
+
+
+def test_the_linker_missing_libcuda_is_the_cause() -> None:
+    """QwenLM/Qwen3-VL#1267 (Qwen2.5-VL): `/usr/bin/ld: cannot find -lcuda`, `collect2: error: ld returned 1 exit
+    status`, then `EngineCore failed to start.` The cause was said not to be in the log."""
+    report = _report("video_encoder_budget.log")
+    assert report.failure is not None and report.failure.phase is Phase.PROFILE
+    assert report.failure.message.startswith("/usr/bin/ld: cannot find -lcuda")
+    assert report.failure.message.endswith("the linker found no libcuda.so while Triton built a kernel's launcher "
+                                           "(install the driver's libcuda, or point TRITON_LIBCUDA_PATH at it)")
+
+
+def test_a_ray_workers_failure_names_its_node() -> None:
+    """vllm#37974 (Kimi-K2.5 on 64 H100s, Ray TP8×PP8): `(RayWorkerWrapper pid=29113, ip=10.45.7.181) ERROR …
+    Error executing method 'initialize_from_config'`. No report said which node failed."""
+    report = _report("ray_pp_worker_error_node.log")
+    assert report.failure is not None
+    assert "the failure was printed by a Ray worker on the node at 10.45.7.181" in report.warnings

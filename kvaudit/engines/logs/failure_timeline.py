@@ -33,7 +33,7 @@ from kvaudit.engines.failures import (
 )
 from kvaudit.engines.logs.facts import FRAME, KV_BLOCK_WORDS, FactKind, FailureFact
 from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
-from kvaudit.engines.logs.parse import FileScan
+from kvaudit.engines.logs.parse import RAY_IP, FileScan
 from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
@@ -257,6 +257,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     if value.kind is FailureKind.DOES_NOT_FIT:
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
         feasible = lens[0] if lens else (0 if no_kv_memory else None)  # not one token fits
+    head = scan.text[root.pos:root.pos + 300]
+    if (ip := RAY_IP.search(head)) is not None and head.rfind("pid=", max(0, ip.start() - 24), ip.start()) >= 0:
+        # Ray's prefix names the failing worker's node (real pastes round twenty-one: no report said which node)
+        notes = [*notes, f"the failure was printed by a Ray worker on the node at {ip.group(1)}"]
     if value.priority == GENERIC and cut_before_exception(scan.text, root.pos):
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
                          f"failed is not in the log (the lines after it say)"]

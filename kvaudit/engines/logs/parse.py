@@ -174,7 +174,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     return file_scan
 
 
-_RAY_IP = re.compile(r"\bip=([\w.:\-]{1,64})[)\]]")
+RAY_IP = re.compile(r"\bip=([\w.:\-]{1,64})[)\]]")
 TIME_BACK_S = 300
 """How far back a record's time may go before the file is said to hold two boots: Ray prints its
 workers' lines a little late (its folded `[repeated Nx across cluster]` lines minutes late, with
@@ -194,7 +194,7 @@ def _time_goes_back(where: str, text: str, lines: tuple[ParsedLine, ...]) -> tup
         m = RECORD_TIME_RX.search(head)
         if m is None or (t := record_seconds(m.group(0))) is None:
             continue
-        node = ip.group(1) if (ip := _RAY_IP.search(head, 0, m.start())) else ""
+        node = ip.group(1) if (ip := RAY_IP.search(head, 0, m.start())) else ""
         last = latest.get(node)
         if last is not None and t < last[0] - TIME_BACK_S and not (m.group(0).startswith("01-")
                                                                     and last[1].startswith("12-")):
