@@ -288,6 +288,10 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         text = f"fits: {_kv_room(cap)}"
         if cap.kv_tokens is not None:
             text += f" holds {fmt_tokens(cap.kv_tokens)} tokens"
+            if (dcp := config.decode_context_parallel_size or 1) > 1:
+                # each rank of a DCP group holds 1/dcp of every sequence (real pastes round twenty-one: read as
+                # rank 0's own tokens)
+                text += f" across its DCP group of {dcp}"
         if cap.kv_needed_bytes is not None:
             text += f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
         elif cap.kv_tokens is not None and config.max_model_len is not None and config.max_model_len > cap.kv_tokens:

@@ -115,6 +115,9 @@ def test_the_cp_world_line_states_the_dcp_size() -> None:
     report = _report("dcp4_cp_world_line.log")
     assert report.config.decode_context_parallel_size == 4
     assert not any("decode_context_parallel_size: ≥" in w for w in report.warnings)
+    # the tokens vLLM prints are the group's, each rank holding a quarter of every sequence
+    assert report.verdict_reason == ("fits: 44.77 GiB KV on rank 0 holds 4,638,720 tokens across its DCP group of 4; "
+                                     "max_model_len 262144 is within them")
 
 
 @pytest.mark.parametrize(("name", "method", "tokens", "model"), [
@@ -266,3 +269,16 @@ def test_a_ray_workers_failure_names_its_node() -> None:
     report = _report("ray_pp_worker_error_node.log")
     assert report.failure is not None
     assert "the failure was printed by a Ray worker on the node at 10.45.7.181" in report.warnings
+
+
+@pytest.mark.parametrize(("line", "extra"), [
+    ("vllm serve deepseek-ai/DeepSeek-V3 -tp 8 -pp 2 --max-num-seqs 1 --dtype half", {"dtype": "half"}),
+    ("vllm serve deepseek-ai/DeepSeek-R1 --data-parallel-size 8 --enable-expert-parallel", {"enable_expert_parallel": True}),
+    ("vllm serve Qwen/Qwen3-30B-A3B -tp 2 -ep", {"enable_expert_parallel": True}),
+])
+def test_a_pasted_commands_dtype_and_expert_parallelism_are_read(line: str, extra: dict) -> None:
+    """vllm#14726 (`--dtype half`) and the multi-node round's `--enable-expert-parallel` / `-ep`: read from `non-default
+    args` only, so a paste with the command and no such line lost them."""
+    config = report_from_log_text(line + "\nINFO 08-01 10:00:26 [kv_cache_utils.py:1000] GPU KV cache size: 291,264 "
+                                         "tokens\n", "cmd.log").config
+    assert {k: config.extra_args.get(k) for k in extra} == extra

@@ -1175,6 +1175,11 @@ _EAGER_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--(no[-_])?enforce[-_]eager(?![\w
 # names, which grow: `fp8_e4m3`, `nvfp4`, `fp8_per_token_head`, …).
 _KV_DTYPE_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--kv[-_]cache[-_]dtype(?:=|[ \t]+)['\"]?"
                             r"([a-z][a-z0-9_]{1,40})(?![\w.\-])")
+# `--dtype half` (vLLM's ModelConfig dtype choices) and `--enable-expert-parallel` / `-ep` (real pastes round
+# twenty-one: read from `non-default args`, not from a pasted command)
+_DTYPE_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--dtype(?:=|[ \t]+)['\"]?(auto|half|float16|bfloat16|float|float32)"
+                         r"(?![\w.\-])")
+_EP_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))(?:--enable[-_]expert[-_]parallel|-ep)(?![\w\-=])")
 _EAGER_KWARG = re.compile(r"(?<![\w.\-])enforce_eager[ \t]*=[ \t]*(True|False)(?![\w.])")
 
 
@@ -1284,6 +1289,10 @@ def _command(msg: str) -> Iterable[Fact]:
         if m := _KV_DTYPE_FLAG.search(msg[start:min(end, 100_000)]):
             yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
         yield from _speculative_flags(msg[start:min(end, 100_000)])
+        if m := _DTYPE_FLAG.search(msg[start:min(end, 100_000)]):
+            yield Fact(FactKind.COMMAND_ARG, ("dtype", m.group(1)))
+        if _EP_FLAG.search(msg[start:min(end, 100_000)]):
+            yield Fact(FactKind.COMMAND_ARG, ("enable_expert_parallel", True))
 
 
 # The speculative config as a command gives it: `--speculative-config '{"method": "eagle3",

@@ -79,6 +79,9 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         "enable_chunked_prefill", "load_format")}
     # A knob no engine runs with (a garbled or doctored line) is not known.
     fields = {k: v if in_log_range(v) else None for k, v in fields.items()}
+    for key in ("dtype", "enable_expert_parallel"):  # a pasted command's, where vLLM's lines do not say
+        if key not in extra and key in command:
+            extra[key] = command[key]
     for dim, key in OUTER_PARALLEL_SIZES:  # 1 too, where known: `kvaudit diff` compares them (config.py)
         value = boot_sizes.size(dim)
         if value is not None:
