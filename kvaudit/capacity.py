@@ -303,7 +303,10 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
                             "frees the whole graph pool at the cost of decode speed"))
 
     activation = binding.owners.get(Owner.ACTIVATION_PEAK)
-    if activation and config.max_num_batched_tokens and config.max_num_batched_tokens > 1:
+    # without chunked prefill a step is a whole prompt: vLLM raises max_num_batched_tokens to max_model_len again
+    # (vLLM's CPU platform forces that for MLA without AMX; the newcomer of stop 51 was offered half of it)
+    if activation and config.max_num_batched_tokens and config.max_num_batched_tokens > 1 \
+            and config.enable_chunked_prefill is not False:
         half = config.max_num_batched_tokens // 2
         freed = activation - activation * half // config.max_num_batched_tokens
         levers.append(Lever("max_num_batched_tokens", f"--max-num-batched-tokens={half}", freed,

@@ -617,12 +617,25 @@ def test_a_plan_of_a_run_says_so_and_keeps_its_safe_flags(run1):
 
 
 def test_a_budget_above_what_was_free_at_start_is_a_refused_boot_not_ok():
-    # the EPYC's run (node 23.54 GiB, 19.92 GiB free at start): --gmu 0.9 asks 21.19 GiB, which vLLM's CPU
-    # worker refuses before loading anything; the plan said OK and wrote it into a config
-    run = load_report(RESULTS / "cpu-mla-epyc-run.json")
+    # the EPYC's run of 2026-12-04 (node 23.54 GiB, 19.92 GiB free at start): --gmu 0.9 asks 21.19 GiB, which
+    # vLLM's CPU worker refuses before loading anything; the plan said OK and wrote it into a config
+    run = load_report(RESULTS / "cpu-mla-epyc-run-2026-12-04.json")
     plan = plan_report(run, Edits(gpu_memory_utilization=0.9))
     assert plan.report.verdict is Verdict.FAIL and plan.report.capacity.physical_headroom_bytes < 0
     assert plan.report.verdict_reason.startswith("the planned budget is 1.26 GiB above what the device had free at "
                                                  "the measured boot's start: vLLM refuses to start with it")
     assert plan.report.verdict_reason.endswith("; --gmu 0.84 or less fits")
     assert plan_report(run, Edits(gpu_memory_utilization=0.84)).report.verdict is Verdict.OK
+
+
+def test_no_lever_halves_the_batched_tokens_of_whole_prompt_steps():
+    # the EPYC's CPU_MLA run: chunked prefill off, so vLLM raises max_num_batched_tokens back to max_model_len; the
+    # newcomer of stop 51 was offered --max-num-batched-tokens=2048 beside the warning that vLLM forced 4096
+    run = load_report(RESULTS / "cpu-mla-epyc-run.json")
+    assert run.config.enable_chunked_prefill is False
+    levers = plan_report(run, Edits(gpu_memory_utilization=0.05)).report.capacity.levers
+    assert [lv.name for lv in levers] == ["gpu_memory_utilization"]
+    # where the report does not say chunked prefill was off (the AMX example's, which chunks), it is offered
+    chunked = load_report(RESULTS.parents[2] / "configs" / "examples" / "cpu-batch512.json")
+    assert "max_num_batched_tokens" in [lv.name for lv in plan_report(chunked, Edits(gpu_memory_utilization=0.05))
+                                        .report.capacity.levers]
