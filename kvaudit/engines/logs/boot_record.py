@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kvaudit.config import AuditConfig
 from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
-from kvaudit.engines.logs.failure_timeline import log_failure, timeline_phase
+from kvaudit.engines.logs.failure_timeline import CAPTURE_BAR, log_failure, timeline_phase
 from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
 from kvaudit.engines.logs.parse import V0_WORKER, FileScan
@@ -35,13 +35,17 @@ from kvaudit.schema import PHASE_ORDER, Engine, Environment, Failure, FailureKin
 from kvaudit.units import GiB, MiB, fmt_gib
 
 
+def _v1_process(name: str) -> bool:
+    """A process name only V1 gives: its engine core (`EngineCore_DP0`), its workers (`Worker_TP1`, `Worker`)."""
+    return name.startswith(("EngineCore", "Worker_")) or name == "Worker"
+
+
 def _runner(boot: Boot) -> str | None:
     explicit = boot.engine.get(FactKind.MODEL_RUNNER)
     if explicit:
         return explicit[-1].value
-    v1_names = any(name.startswith(("EngineCore", "Worker_")) or name == "Worker"
-                   for s in boot.scans for name in s.tags.values())
-    if not boot.engine.get(FactKind.ENGINE_CONFIG) and not v1_names:
+    if not boot.engine.get(FactKind.ENGINE_CONFIG) and not any(
+            _v1_process(name) for s in boot.scans for name in s.tags.values()):
         return None  # V0 also logged from a model_runner.py: file names say nothing there
     # The weights and capture lines come from the runner's own file: V1 gpu_model_runner.py (and
     # cpu_model_runner.py, a subclass), V2 gpu/model_runner.py.
@@ -67,7 +71,7 @@ def _generation(boot: Boot) -> str | None:
     names = {name for s in boot.scans for name in s.tags.values()}
     if any(name.startswith(V0_WORKER) for name in names):
         return "V0"
-    if any(name.startswith(("EngineCore", "Worker_", "VllmWorker rank=")) or name == "Worker" for name in names) or any(
+    if any(_v1_process(name) or name.startswith("VllmWorker rank=") for name in names) or any(
             f.value for f in boot.engine.get(FactKind.MODEL_RUNNER, [])):
         return "V1"  # (0.8's multiproc workers: `VllmWorker rank=6`)
     if any((f.src or "").endswith("gpu_model_runner.py") for r in boot.ranks.values()
@@ -242,6 +246,13 @@ UNFINISHED = (f"{UNFINISHED_HEAD}: the warmup and graph capture (on a TPU, the p
 """A log cut after its KV lines (gpustack#1897: the KV fit, then the boot ran out of memory past
 the paste's end): its verdict says what the KV lines say, and this says what they cannot."""
 UNFINISHED_BEFORE_KV = f"{UNFINISHED_HEAD}: it is read as far as it goes, and what startup did after it is not known"
+"""A log that ends, no failure in it, with no KV size read (a paste of a boot's start, or of lines
+from its middle; the README's promise: an excerpt that ends early is read as far as it goes, with a
+warning)."""
+UNFINISHED_PAST_CAPTURE = (f"{UNFINISHED_HEAD}: it shows the CUDA graph capture after KV sizing finished, not the "
+                           f"rest of startup")
+"""The same, where the capture after the KV lines is in the log (vllm PR 57047: `Graph capturing
+finished in 6 secs, took 0.22 GiB`, then the paste ends)."""
 _SHARDS = re.compile(r"Loading (?:safetensors|pt) checkpoint shards: +\d{1,3}% Completed \| (\d{1,6})/(\d{1,6})")
 
 
@@ -259,13 +270,6 @@ def unfinished_before_kv(scans: Sequence[FileScan]) -> str:
         if done != total:
             where += f", at {done}/{total} checkpoint shards"
     return f"{UNFINISHED_BEFORE_KV} ({where})"
-"""A log that ends, no failure in it, with no KV size read (a paste of a boot's start, or of lines
-from its middle; the README's promise: an excerpt that ends early is read as far as it goes, with a
-warning)."""
-UNFINISHED_PAST_CAPTURE = (f"{UNFINISHED_HEAD}: it shows the CUDA graph capture after KV sizing finished, not the "
-                           f"rest of startup")
-"""The same, where the capture after the KV lines is in the log (vllm PR 57047: `Graph capturing
-finished in 6 secs, took 0.22 GiB`, then the paste ends)."""
 
 
 _OTHER_PROCESS = re.compile(r"\bProcess (\d{1,9}) has (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) memory in use")
@@ -301,10 +305,15 @@ def unfinished_in_capture(cut: str) -> str:
             f"no `Graph capturing finished`: the boot was still capturing, or hung there, and can still fail there")
 
 
-_CAPTURE_BAR = re.compile(r"Capturing CUDA graphs? ?(?:shapes)?(?: \(([^)\r\n]{1,60})\))?:[^|\r\n]{0,40}\|"
-                          r"[^|\r\n]{0,80}\| *(\d{1,6})/(\d{1,6})")
-"""vLLM's capture bar (gpu_model_runner.py _capture_cudagraphs, drawn by the first rank only): `Capturing CUDA
-graphs (mixed prefill-decode, PIECEWISE):  17%|█▋ | 6/35`; up to 0.10 `Capturing CUDA graph shapes: … 34/67`."""
+def _kv_sized_at(boot: Boot, *rank_kinds: FactKind) -> dict[int, int]:
+    """Each file's first line that sizes the KV cache: the engine's KV tokens or auto-fit, or a rank's fact of
+    `rank_kinds`."""
+    sized = [(f.file, f.pos) for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])]
+    sized += [(f.file, f.pos) for r in boot.ranks.values() for kind in rank_kinds for f in r.facts.get(kind, [])]
+    first: dict[int, int] = {}
+    for file, pos in sized:
+        first[file] = min(pos, first.get(file, pos))
+    return first
 
 
 def _capture_cut(boot: Boot) -> str | None:
@@ -312,15 +321,13 @@ def _capture_cut(boot: Boot) -> str | None:
     the capture finished (`6/35 graphs, mixed prefill-decode, PIECEWISE`), or None. Real pastes round twenty-one:
     a boot whose paste ends at 6/35 while a wrapper still polls for the server, read as ok with a warning that
     the capture was not in the log."""
-    sized = [(f.file, f.pos) for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])]
-    sized += [(f.file, f.pos) for r in boot.ranks.values() for kind in (FactKind.KV_BLOCKS, FactKind.KV_AVAILABLE)
-              for f in r.facts.get(kind, [])]
+    first = _kv_sized_at(boot, FactKind.KV_BLOCKS, FactKind.KV_AVAILABLE)
     for scan in boot.scans:
-        start = min((pos for file, pos in sized if file == scan.index), default=None)
+        start = first.get(scan.index)
         at = scan.text.rfind("Capturing CUDA graph") if start is not None else -1
         if at < 0 or at < start or scan.text.find("Graph capturing finished", at) >= 0:
             continue
-        m = _CAPTURE_BAR.match(scan.text, at, at + 240)
+        m = CAPTURE_BAR.match(scan.text, at, at + 240)
         if m and int(m.group(2)) < int(m.group(3)):
             return f"{m.group(2)}/{m.group(3)} graphs" + (f" ({m.group(1)})" if m.group(1) else "")
     return None
@@ -331,11 +338,7 @@ def _captured_after_kv(boot: Boot) -> bool:
     worker's `Free memory on device … for CUDAGraph memory` summary, printed after its capture) after
     its KV size, block count or auto-fit (Model Runner V2 prints the capture line for its graph
     estimate before KV sizing too). Real pastes round fourteen: four ranks' summaries, then the end."""
-    sized = [(f.file, f.pos) for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])]
-    sized += [(f.file, f.pos) for r in boot.ranks.values() for f in r.facts.get(FactKind.KV_BLOCKS, [])]
-    first: dict[int, int] = {}
-    for file, pos in sized:
-        first[file] = min(pos, first.get(file, pos))
+    first = _kv_sized_at(boot, FactKind.KV_BLOCKS)
     return any(f.file in first and f.pos > first[f.file] for r in boot.ranks.values()
                for kind in (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_USAGE) for f in r.facts.get(kind, []))
 

@@ -128,11 +128,11 @@ class FactKind(StrEnum):
     """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}, global rank) from parallel_state.py's
     `rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 1, …`."""
     WORLD_RANK = "world_rank"
+    """(world size, global rank) from parallel_state.py's init_distributed_environment line `world_size=4
+    rank=3 local_rank=3 distributed_init_method=… backend=nccl`: the rank of a worker whose name states none."""
     CP_WORLD = "cp_world"
     """kv_cache_utils.py's `Multiplying the GPU KV cache size by the cp_world_size 4 (pcp_world_size 1 *
     dcp_world_size 4).`: (pcp, dcp), the context-parallel sizes the KV size in tokens was multiplied by."""
-    """(world size, global rank) from parallel_state.py's init_distributed_environment line `world_size=4
-    rank=3 local_rank=3 distributed_init_method=… backend=nccl`: the rank of a worker whose name states none."""
     PLATFORM_BLOCK_SIZE = "platform_block_size"
     """The block size a platform's fork uses where none is given (Gaudi's vllm-fork: 128), from the
     device word of its block count line (`# HPU blocks: N`)."""
@@ -1017,9 +1017,6 @@ def _parallel_state(msg: str) -> Iterable[Fact]:
             yield Fact(FactKind.PARALLEL_RANKS, (int(m.group(2)), ranks, int(m.group(1))))
 
 
-# distributed/parallel_state.py init_distributed_environment, once a worker: "world_size=%d rank=%d
-# local_rank=%d distributed_init_method=%s backend=%s" (vLLM 0.23's `(Worker pid=N)` workers name no rank:
-# real pastes round seventeen, four workers failing the free-memory check on cuda:0 to cuda:3).
 CP_WORLD_LINE = "Multiplying the GPU KV cache size by the cp_world_size"
 _CP_WORLD = re.compile(r"cp_world_size (\d{1,4}) \(pcp_world_size (\d{1,4}) \* dcp_world_size (\d{1,4})\)")
 DCP_WORLD_LINE = "Multiplying the GPU KV cache size by the dcp_world_size"
@@ -1036,6 +1033,9 @@ def _cp_world(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.CP_WORLD, (1, int(m.group(1))))
 
 
+# distributed/parallel_state.py init_distributed_environment, once a worker: "world_size=%d rank=%d
+# local_rank=%d distributed_init_method=%s backend=%s" (vLLM 0.23's `(Worker pid=N)` workers name no rank:
+# real pastes round seventeen, four workers failing the free-memory check on cuda:0 to cuda:3).
 WORLD_RANK_LINE = " local_rank="
 _WORLD_RANK = re.compile(r"\bworld_size=(\d{1,6}) rank=(\d{1,6}) local_rank=\d{1,6} distributed_init_method=")
 
@@ -1064,7 +1064,9 @@ COMMAND_FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tenso
 FLAG_PREFIXES = {"--tensor-parallel-size": "--tensor-p", "--pipeline-parallel-size": "--pipeline-p",
                  "--decode-context-parallel-size": "--decode-c", "--max-model-len": "--max-m",
                  "--gpu-memory-utilization": "--gpu-m", "--block-size": "--block-s"}
-_COMMAND = re.compile(r"(?:^|(?<=[\s\"'`(]))(--?[A-Za-z][\w\-]{0,60})(?:=|[ \t]+)"
+_FLAG_AT = r"(?:^|(?<=[\s\"'`(]))"
+"""Where a flag may start: the line's start, or after a space, a quote, a backtick or a parenthesis."""
+_COMMAND = re.compile(_FLAG_AT + r"(--?[A-Za-z][\w\-]{0,60})(?:=|[ \t]+)"
                       r"(\d{1,9}(?:\.\d{1,6})?[kKmMgGtT]?)(?![\w.])")
 
 
@@ -1170,16 +1172,16 @@ _LLM_CALL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\(")
 # The one boolean knob read from a command: `--enforce-eager` (`--no-enforce-eager` from 0.10, where
 # the flag became a BooleanOptionalAction; `_` for `-` as above) and the offline call's
 # `enforce_eager=True` (vllm#9163).
-_EAGER_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--(no[-_])?enforce[-_]eager(?![\w\-=])")
+_EAGER_FLAG = re.compile(_FLAG_AT + r"--(no[-_])?enforce[-_]eager(?![\w\-=])")
 # The one word-valued knob read from a command: `--kv-cache-dtype fp8` (any of vLLM's CacheDType
 # names, which grow: `fp8_e4m3`, `nvfp4`, `fp8_per_token_head`, …).
-_KV_DTYPE_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--kv[-_]cache[-_]dtype(?:=|[ \t]+)['\"]?"
+_KV_DTYPE_FLAG = re.compile(_FLAG_AT + r"--kv[-_]cache[-_]dtype(?:=|[ \t]+)['\"]?"
                             r"([a-z][a-z0-9_]{1,40})(?![\w.\-])")
 # `--dtype half` (vLLM's ModelConfig dtype choices) and `--enable-expert-parallel` / `-ep` (real pastes round
 # twenty-one: read from `non-default args`, not from a pasted command)
-_DTYPE_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--dtype(?:=|[ \t]+)['\"]?(auto|half|float16|bfloat16|float|float32)"
+_DTYPE_FLAG = re.compile(_FLAG_AT + r"--dtype(?:=|[ \t]+)['\"]?(auto|half|float16|bfloat16|float|float32)"
                          r"(?![\w.\-])")
-_EP_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))(?:--enable[-_]expert[-_]parallel|-ep)(?![\w\-=])")
+_EP_FLAG = re.compile(_FLAG_AT + r"(?:--enable[-_]expert[-_]parallel|-ep)(?![\w\-=])")
 _EAGER_KWARG = re.compile(r"(?<![\w.\-])enforce_eager[ \t]*=[ \t]*(True|False)(?![\w.])")
 
 
@@ -1225,7 +1227,7 @@ SERVE_NEEDLE = "vllm serve "
 # redirection or pipe may follow it (`vllm serve M>serve.log`).
 _MODEL_WORD = r"([^\s'\"`\\\-<${][^\s'\"`<>${}|;&]{0,200})(?![^\s'\"`>|;&])"
 _SERVED_MODEL = re.compile(r"vllm serve[ \t]+" + _MODEL_WORD)
-_MODEL_FLAG = re.compile(r"(?:^|(?<=[\s\"'`(]))--model(?:=|[ \t]+)['\"]?" + _MODEL_WORD)
+_MODEL_FLAG = re.compile(_FLAG_AT + r"--model(?:=|[ \t]+)['\"]?" + _MODEL_WORD)
 _PROMPT_ENDS = ("$", "#", ">", "%")
 _ENV_NAME = r"[A-Za-z_]\w{0,80}="
 """A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""
@@ -1279,19 +1281,20 @@ def _command(msg: str) -> Iterable[Fact]:
     for start, end in spans:
         if runs and (model := _served_model(msg, start, end)) is not None:
             yield Fact(FactKind.COMMAND_ARG, ("model", model))
-        for m in _COMMAND.finditer(msg[start:min(end, 100_000)]):
+        command = msg[start:min(end, 100_000)]
+        for m in _COMMAND.finditer(command):
             if (key := command_flag(m.group(1))) is None:
                 continue
             if (value := _command_value(key, m.group(2))) is not None:
                 yield Fact(FactKind.COMMAND_ARG, (key, value))
-        for m in _EAGER_FLAG.finditer(msg[start:min(end, 100_000)]):
+        for m in _EAGER_FLAG.finditer(command):
             yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
-        if m := _KV_DTYPE_FLAG.search(msg[start:min(end, 100_000)]):
+        if m := _KV_DTYPE_FLAG.search(command):
             yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
-        yield from _speculative_flags(msg[start:min(end, 100_000)])
-        if m := _DTYPE_FLAG.search(msg[start:min(end, 100_000)]):
+        yield from _speculative_flags(command)
+        if m := _DTYPE_FLAG.search(command):
             yield Fact(FactKind.COMMAND_ARG, ("dtype", m.group(1)))
-        if _EP_FLAG.search(msg[start:min(end, 100_000)]):
+        if _EP_FLAG.search(command):
             yield Fact(FactKind.COMMAND_ARG, ("enable_expert_parallel", True))
 
 

@@ -93,19 +93,25 @@ _PROFILING_CAPTURE = ("Capturing CUDA graphs", "Graph capturing finished")
 estimate lines are gone): one of these after the profile and before KV is sizing's graphs phase."""
 
 
-_REAL_FULL_CAPTURE = re.compile(r"Capturing CUDA graphs \(FULL\):[^|\r\n]{0,40}\|[^|\r\n]{0,80}\| *\d{1,6}/(\d{1,6})")
-"""Model Runner V2's capture bar for FULL graphs: its graph estimate before KV sizing captures a few of
-them (cudagraph_utils._FULL_GRAPH_PROFILING_SAMPLES, before the bar is drawn: 2 in 0.34, 3 in later
-code), so a bar over more is the real capture after KV (real pastes round seventeen: `(FULL):  57%|█████▋
-| 20/35`, then torch's allocator OOM, with nothing else of the boot in the paste). vLLM's debug switch
-VLLM_DEBUG_GRAPH_MEMORY_ACCOUNTING=1 captures every graph in the estimate too: there the rule misplaces
-a death in the estimate."""
+CAPTURE_BAR = re.compile(r"Capturing CUDA graphs? ?(?:shapes)?(?: \(([^)\r\n]{1,60})\))?:[^|\r\n]{0,40}\|"
+                         r"[^|\r\n]{0,80}\| *(\d{1,6})/(\d{1,6})")
+"""vLLM's capture bar (gpu_model_runner.py _capture_cudagraphs, drawn by the first rank only): `Capturing CUDA
+graphs (mixed prefill-decode, PIECEWISE):  17%|█▋ | 6/35`, the mode, the graphs done and their count; up to 0.10
+`Capturing CUDA graph shapes: … 34/67`.
+
+Model Runner V2's bar for FULL graphs tells the real capture: its graph estimate before KV sizing captures a few
+of them (cudagraph_utils._FULL_GRAPH_PROFILING_SAMPLES, before the bar is drawn: 2 in 0.34, 3 in later code), so
+a bar over more is the real capture after KV (real pastes round seventeen: `(FULL):  57%|█████▋ | 20/35`, then
+torch's allocator OOM, with nothing else of the boot in the paste). vLLM's debug switch
+VLLM_DEBUG_GRAPH_MEMORY_ACCOUNTING=1 captures every graph in the estimate too: there the rule misplaces a death
+in the estimate."""
 PROFILING_FULL_SAMPLES = 3
 """The most FULL graphs the estimate's capture draws a bar over, in any release read so far."""
 
 
 def _real_full_capture(text: str, pos: int) -> bool:
-    return any(int(m.group(1)) > PROFILING_FULL_SAMPLES for m in _REAL_FULL_CAPTURE.finditer(text, 0, pos))
+    return any(m.group(1) == "FULL" and int(m.group(3)) > PROFILING_FULL_SAMPLES
+               for m in CAPTURE_BAR.finditer(text, 0, pos))
 
 
 GRAPH_ADDRESSES = "cuda graph addresses"
