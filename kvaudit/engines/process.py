@@ -85,7 +85,7 @@ SCAN_S = 0.25
 """How often the guard looks for what the boot's processes create (engines/leftovers.py)."""
 
 
-def spawn_guard(folder: Path | None = None) -> subprocess.Popen:
+def spawn_guard(folder: Path | None = None, sockets: str | None = None) -> subprocess.Popen:
     """A small process outside the boot's session (and outside kvaudit's process group) that
     holds the read end of a pipe from kvaudit; `guard_session` then names the session to guard.
     While the boot runs it records, in `folder`'s journal, what the session's processes create
@@ -93,8 +93,9 @@ def spawn_guard(folder: Path | None = None) -> subprocess.Popen:
     boot's, so the boot starts after it is ready). EOF without "done" means kvaudit died without
     cleaning up (SIGKILL, a crash): the guard then stops the session (SIGTERM, GRACE_S, SIGKILL),
     removes what was recorded and `folder` itself. vLLM's own processes inherit no death signal,
-    so this is what takes them down."""
-    args = [str(folder), tempfile.gettempdir()] if folder is not None else []
+    so this is what takes them down. `sockets`: where the boot's IPC sockets go (`socket_base`; the
+    temp dir where not given)."""
+    args = [str(folder), sockets or tempfile.gettempdir()] if folder is not None else []
     # -P: the installed kvaudit, never a `kvaudit/` folder in the current directory (as the boot's
     # PYTHONSAFEPATH); a guard that cannot start answers EOF, and the wait below ends at once
     proc = subprocess.Popen([sys.executable, "-P", "-c", "import sys; from kvaudit.engines.process import guard; "
@@ -313,20 +314,43 @@ IPC_NAME_CHARS = 37
 get_open_zmq_ipc_path)."""
 
 
+SOCKET_FALLBACK = "/tmp"
+"""Where vLLM's IPC sockets go when neither the work folder nor the temp dir has room for one."""
+
+
+def socket_base(folder: Path, env: Mapping[str, str]) -> str | None:
+    """Where vLLM's IPC sockets go if not in the work folder (None: there, with everything else of the
+    boot): the user's VLLM_RPC_BASE_PATH; else, where the work folder's path leaves no room for a
+    socket's name, the real temp dir, or /tmp where that is too long as well (a deep TMPDIR, as a batch
+    job's scratch folder can be: vLLM's sockets could not be bound under it, and the boot died before its
+    first rank journaled)."""
+    if "VLLM_RPC_BASE_PATH" in env:
+        return env["VLLM_RPC_BASE_PATH"]
+    if _socket_fits(str(folder)):
+        return None
+    tmp = tempfile.gettempdir()
+    if not _socket_fits(tmp) and os.access(SOCKET_FALLBACK, os.W_OK | os.X_OK):
+        return SOCKET_FALLBACK
+    return tmp  # (with no /tmp either, vLLM's own error says the path is too long)
+
+
+def _socket_fits(base: str) -> bool:
+    return len(base) + IPC_NAME_CHARS <= SOCKET_PATH_MAX
+
+
 def boot_env(folder: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The boot's environment: its temporary folder is the work folder, so whatever vLLM, torch
     or the compiler put in "the temp dir" (vLLM's file store, IPC sockets, build files) goes with
     it. Two things keep their usual place: torch's compile cache (TORCHINDUCTOR_CACHE_DIR, pinned
     to torch's own default under the real temp dir, cache_dir_utils.default_cache_dir, so boots
     keep sharing it) and, when the work folder's path is too long for a socket, vLLM's IPC
-    sockets (VLLM_RPC_BASE_PATH: the real temp dir; they are recorded and removed, leftovers.py).
+    sockets (VLLM_RPC_BASE_PATH: `socket_base`; they are recorded and removed, leftovers.py).
     A variable the user set is left as set."""
     out = dict(os.environ if env is None else env)
-    tmp = tempfile.gettempdir()
     if "TORCHINDUCTOR_CACHE_DIR" not in out:
-        out["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "torchinductor_" + _user())
-    if "VLLM_RPC_BASE_PATH" not in out and len(str(folder)) + IPC_NAME_CHARS > SOCKET_PATH_MAX:
-        out["VLLM_RPC_BASE_PATH"] = tmp
+        out["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "torchinductor_" + _user())
+    if (sockets := socket_base(folder, out)) is not None:
+        out["VLLM_RPC_BASE_PATH"] = sockets
     out["TMPDIR"] = str(folder)
     return out
 
@@ -376,9 +400,10 @@ def run_supervised(module: str, spec: Path, *, log_path: Path, journal_dir: Path
     # before the boot; should one have taken its place since, the open fails at once)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     with open(fd, "wb") as log:
-        guard_proc = spawn_guard(folder)
+        boot = boot_env(folder, env)
+        guard_proc = spawn_guard(folder, boot.get("VLLM_RPC_BASE_PATH"))
         proc = subprocess.Popen([sys.executable, "-m", module, str(spec)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, env=boot_env(folder, env))
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=boot)
         guard_session(guard_proc, proc.pid)
         try:
             stop = watch(proc, tailer, on_progress, timeout_s, started, signals, stages, should_stop)

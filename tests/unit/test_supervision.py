@@ -207,6 +207,14 @@ def test_the_boot_gets_the_work_folder_as_its_temp_dir(tmp_path, monkeypatch):
     assert len(str(short)) + 37 <= 107 and "VLLM_RPC_BASE_PATH" not in env  # vLLM's sockets go in the work folder
     long = tmp_path / ("x" * 80)
     assert boot_env(long)["VLLM_RPC_BASE_PATH"] == str(tmp_path)  # no room for a socket path there
+    # a temp dir too long for a socket as well (a batch job's deep TMPDIR): /tmp, and the guard watches it
+    deep = tmp_path / ("y" * 90)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert len(str(deep)) + 37 > 107 and boot_env(deep / "kvaudit-run-abcdefgh")["VLLM_RPC_BASE_PATH"] == "/tmp"
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", "/run/sockets")  # the user's is theirs
+    assert boot_env(deep / "kvaudit-run-abcdefgh")["VLLM_RPC_BASE_PATH"] == "/run/sockets"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
     assert boot_env(short)["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere"
 

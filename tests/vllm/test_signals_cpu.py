@@ -70,9 +70,16 @@ def boot_env(tmpdir: Path) -> dict[str, str]:
     return dict(os.environ, TMPDIR=str(tmpdir), TORCHINDUCTOR_CACHE_DIR=cache)
 
 
+DEEP_TMPDIR = 72
+"""A temp dir this long leaves no room under it for vLLM's IPC socket names (107 characters in all,
+process.socket_base): as a batch job's deep TMPDIR, where the boot died before rank 0 journaled
+(stop 51's xdist run: pytest's temp paths one level deeper)."""
+
+
 def boot_until_workers_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
-    tmpdir = tmp_path / "tmp"
+    tmpdir = tmp_path / ("tmp" + "-" * max(0, DEEP_TMPDIR - len(str(tmp_path)) - 4))
     tmpdir.mkdir()
+    assert len(str(tmpdir)) >= DEEP_TMPDIR
     out = tmp_path / "report.json"
     proc = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", "-o", str(out), "-f", "json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=boot_env(tmpdir))
@@ -93,8 +100,8 @@ def seconds_until_none_left(tmpdir: Path, since: float, limit: float = 30.0) -> 
 
 
 def test_sigterm_stops_every_vllm_process_and_writes_the_partial_report(tmp_path):
-    # tmp_path is long: the work folder's path has no room for vLLM's IPC sockets, which then go
-    # in the temp dir itself (process.boot_env) and are removed from there
+    # the temp dir is deep: neither it nor the work folder has room for vLLM's IPC sockets, which then
+    # go in /tmp (process.socket_base) and are removed from there
     proc, tmpdir, out = boot_until_workers_run(tmp_path)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
