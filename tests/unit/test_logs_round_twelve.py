@@ -73,7 +73,8 @@ def test_a_diff_says_which_side_died() -> None:
     assert diff.failures["b"] == b.failure and b.failure is not None and b.failure.kind is FailureKind.CRASH
     lines = diff_summary(diff)
     assert [line for line in lines if line.startswith("failed (")] == [
-        "failed (b.log): crash on rank 0: Traceback (most recent call last): the boot died; its exception line "
+        "failed (b.log): crash in profile on rank 0: Traceback (most recent call last): the boot died; its "
+        "exception line "
         "is not in the log"]
     assert diff_from_json(to_jsonable(diff)).failures == diff.failures  # the contract round-trips
     assert "failures" not in to_jsonable(diff_reports(a, a))  # absent when neither side failed

@@ -524,9 +524,11 @@ _PROFILE_FIELDS = (
 )
 # V0 worker.py determine_num_available_blocks printed a multi-line breakdown; each line stands alone.
 _V0_TOTAL = re.compile(rf"total_gpu_memory \(({SNUM}) ?GiB\) x gpu_memory_utilization \(({NUM})\) = ({SNUM}) ?GiB")
+# (its KV figure last: a paste that cut the line before it keeps the three before it, real pastes round
+# twenty-two, Orpheus-TTS#115)
 _V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory takes ({SNUM}) ?GiB; "
-                           rf"PyTorch activation peak memory takes ({SNUM}) ?GiB; "
-                           rf"the rest of the memory reserved for KV Cache is ({SNUM}) ?GiB")
+                           rf"PyTorch activation peak memory takes ({SNUM}) ?GiB"
+                           rf"(?:; the rest of the memory reserved for KV Cache is ({SNUM}) ?GiB)?")
 
 
 # V0 worker.py determine_num_available_blocks, 0.6.4: one line "Memory profiling results:
@@ -534,8 +536,10 @@ _V0_BREAKDOWN = re.compile(rf"model weights take ({SNUM}) ?GiB; non_torch_memory
 # non_torch_memory=…GiB kv_cache_size=…GiB gpu_memory_utilization=…"; 0.6.5 puts `duration=… seconds, `
 # first and `, ` between the fields (vllm PR 10909).
 _SEP = "(?:, ?| )"
+# (0.6.4's worker.py printed `memory_usage_post_profile=%.2fGib`, its b lower-case: real pastes round
+# twenty-two, vllm#12155, the whole line was dropped)
 _V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB{_SEP}initial_memory_usage=({SNUM}) ?GiB{_SEP}"
-                         rf"peak_torch_memory=({SNUM}) ?GiB{_SEP}memory_usage_post_profile=({SNUM}) ?GiB{_SEP}"
+                         rf"peak_torch_memory=({SNUM}) ?GiB{_SEP}memory_usage_post_profile=({SNUM}) ?Gi[Bb]{_SEP}"
                          rf"non_torch_memory=({SNUM}) ?GiB{_SEP}"
                          rf"kv_cache_size=({SNUM}) ?GiB{_SEP}gpu_memory_utilization=({NUM})")
 KV_BLOCK_DEVICES = ("GPU", "gpu", "CUDA", "cuda", "ROCM", "rocm", "XPU", "xpu", "HPU", "hpu", "TPU", "tpu",
@@ -585,7 +589,8 @@ def _profile(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.WEIGHTS, _gib(m.group(1)))
         yield Fact(FactKind.NON_TORCH, _gib(m.group(2)))
         yield Fact(FactKind.PEAK, _gib(m.group(3)))
-        yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(4)))
+        if m.group(4) is not None:
+            yield Fact(FactKind.KV_AVAILABLE, _gib(m.group(4)))
 
 
 def _profile_fields(msg: str) -> Iterable[Fact]:
@@ -918,6 +923,9 @@ PHASE_OF_CALL: dict[str, Phase] = {
     "initialize_kv_cache_tensors": Phase.KV, "_allocate_kv_cache_tensors": Phase.KV,
     "compile_or_warm_up_model": Phase.CAPTURE, "capture_model": Phase.CAPTURE, "_warm_up_model": Phase.CAPTURE,
     "kernel_warmup": Phase.CAPTURE,
+    # Model Runner V2's warmup after its capture (v1/worker/gpu/warmup.py, from compile_or_warm_up_model: the
+    # sampler's kernels built and run; real pastes round twenty-two, a FlashInfer JIT build without nvcc)
+    "warmup_kernels": Phase.CAPTURE,
     # vllm/model_executor/warmup/deep_gemm_warmup.py, which only kernel_warmup calls (after the KV
     # cache, before the capture): deep_gemm_warmup and the per-kernel warm-ups under it.
     "deep_gemm_warmup": Phase.CAPTURE, "deepgemm_fp8_gemm_nt_warmup": Phase.CAPTURE,
@@ -1359,20 +1367,31 @@ def _config(msg: str) -> Iterable[Fact]:
 
 
 def _non_default(msg: str) -> str | None:
-    """The `{…}` after the first `non-default args: ` that opens a brace, to the end of the
+    """The `{…}` after the first `non-default args: ` that opens a dict (_ARGS_BODY), to the end of the
     message (a pasted excerpt may cut it before the closing brace: its plain pairs are still
-    read), or 0.4–0.8's `Namespace(…)` after `args: ` (knobs.NAMESPACE). str.find per occurrence:
-    linear however often it repeats."""
+    read), or 0.4–0.8's `Namespace(…)` after `args: ` (knobs.NAMESPACE)."""
     end = len(msg.rstrip())
     if msg.lstrip().startswith(NAMESPACE_ARGS):  # the api_server's record, not a line that quotes one
         return msg[msg.find(NAMESPACE_ARGS) + len("args: "):end]
     i = msg.find(_ARGS_KEY)
-    while i >= 0:
+    for _ in range(_ARGS_TRIES):
+        if i < 0:
+            break
         body = i + len(_ARGS_KEY)
-        if msg.startswith("{", body) and body < end:
+        if _ARGS_BODY.match(msg, body) and body < end:
             return msg[body:end]
         i = msg.find(_ARGS_KEY, body)
     return None
+
+
+_ARGS_TRIES = 16
+"""How many `non-default args: ` of one message are tried for a dict (a line that repeats the words without one
+costs no more than a line that says them once)."""
+
+
+_ARGS_BODY = re.compile(r"\{\s{0,8}(?:['\"][A-Za-z_]|\})")
+"""A dict's start, its first key quoted (or `{}`): no shell pattern that quotes the wording (real pastes round
+twenty-two: `$ grep -o "non-default args: {[^}]*}" vllm.log`, then the record, whose knobs were all lost)."""
 
 
 # The start-up banner (entrypoints/utils.py, 0.11 and later) draws the logo in block characters

@@ -44,6 +44,7 @@ from kvaudit.engines.logs.scan import (
     SERVER_UP,
     SERVING,
     STATS,
+    STEP_DUMP,
     first_logged,
     last_logged,
     logged,
@@ -73,8 +74,15 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     # 142.00 s in total`, then the engine core's traceback, its load lines not in the paste)
     # …and a multimodal model's profile starts with its encoder cache (gpu_model_runner.py profile_run: `Encoder
     # cache will be initialized with a budget of …`; vllm-ascend#12095, a death right after it)
-    (Phase.PROFILE, ("Model loading took", "torch.compile takes", "Dynamo bytecode transform time",
-                     "Encoder cache will be initialized")),
+    # …and so do torch.compile's graphs of the first forward (compilation/backends.py: `Cache the graph of compile
+    # range (1, 64) for later use`, `Compiling a graph for dynamic shape takes …`, `Directly load the compiled
+    # graph(s) …`; real pastes round twenty-two: a DeepSeek-V4 worker dying right after them had no phase)
+    # (V0's model_runner.py and vllm-ascend's model_runner_v1.py say `Loading model weights took 45.6571 GB` where
+    # V1 says `Model loading took`: real pastes round twenty-two, vllm-ascend#5629, a Dynamo failure of the first
+    # forward had no phase; vllm#9630, a V0 boot's profile run cut before its exception line, none either)
+    (Phase.PROFILE, ("Model loading took", "Loading model weights took", "torch.compile takes",
+                     "Dynamo bytecode transform time", "Encoder cache will be initialized", "Cache the graph of",
+                     "Compiling a graph for", "Directly load the compiled graph")),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",
@@ -164,7 +172,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
         if f.file not in marks:
             marks[f.file] = _Marks(scan.text)
-        if f.pos >= boot_done[f.file] or f.pos < served[f.file]:
+        if f.pos >= boot_done[f.file] or f.pos < served[f.file] or _dumped_after(marks[f.file], f, one_engine):
             after.append(f)
         elif _got_past(marks[f.file], f, one_engine):
             survived.append(f)
@@ -438,6 +446,20 @@ def _got_past(marks: _Marks, f: Located, one_engine: bool) -> bool:
     done = marks.first_logged(BOOT_DONE, f.pos, pid=None if one_engine else f.pid)
     finished = min((p for p in (*ends, done) if p is not None), default=None)
     return finished is not None and marks.last_failed < finished
+
+
+def _dumped_after(marks: _Marks, f: Located, one_engine: bool) -> bool:
+    """The engine dumped a failed model step after the failure (STEP_DUMP, printed in the step's error path),
+    with no `init engine … took` between them: it was serving then, and startup, not finished in between,
+    had finished before the failure. Real pastes round twenty-two, ROCm/aiter#5192: `Worker proc VllmWorker-4
+    died unexpectedly` while two requests ran, then the executor's shutdown and the dump, read as a death
+    before startup finished that startup then got past."""
+    pid = None if one_engine else f.pid
+    dump = marks.first_logged(STEP_DUMP, f.pos, pid)
+    if dump is None:
+        return False
+    done = marks.first_logged(BOOT_DONE, f.pos, pid)
+    return done is None or done > dump
 
 
 _DIED_V0_WORKER = re.compile(r"\bWorker VllmWorkerProcess pid (\d{1,9}) died\b")

@@ -138,11 +138,17 @@ _SOURCE_CALL_RX = re.compile(SOURCE_CALL_HEAD)
 """facts.SOURCE_CALL_HEAD: a traceback's source line that calls a startup method."""
 _ERROR_RECORDS = (_CUT_ERROR_RX, _ERROR_FRAME_RX, _SOURCE_CALL_RX)
 """The ERROR records and source lines looked for in an excerpt only, each at most MAX_NEEDLE_LINES lines."""
+STARTUP_FAILED_SENTENCE = "Engine core initialization failed. See root cause above"
+"""vLLM's own words when an engine core died starting (v1/engine/utils.py wait_for_engine_startup), read on any
+line: a wrapper re-logs the exception in its own format (real pastes round twenty-two, kserve#5056: `kserve ERROR
+[__main__.py:<module>():337] Failed to start model server: Engine core initialization failed. See root cause
+above.`, read as a bare traceback); a person who writes the sentence quotes a log."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
                     "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
                     AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
-                    "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE, LINKER_NO_LIBCUDA)
+                    "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE, LINKER_NO_LIBCUDA,
+                    STARTUP_FAILED_SENTENCE)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
