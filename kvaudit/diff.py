@@ -182,6 +182,11 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
         totals = (None, None)
     pairs.append(("device_total_bytes", *totals))
     known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
+    # A log's one version line (`Initializing a V0 LLM engine (v0.1.dev4676+ge1b7aa6)`, the banner) and a run's
+    # installed vllm fill both `engine.version` and `environment.vllm`: the same change once, as engine.version
+    # (real pastes round 22d, vllm#14184: one commit upgrade listed twice). Where they differ, both are listed.
+    if (version := next(((av, bv) for k, av, bv in known if k == "engine.version"), None)) is not None:
+        known = [(k, av, bv) for k, av, bv in known if not (k == "vllm" and (av, bv) == version)]
     for key in sorted(set(a.environment.env) | set(b.environment.env)):
         if _env_known(a, key) and _env_known(b, key):
             known.append((f"env.{key}", a.environment.env.get(key), b.environment.env.get(key)))
