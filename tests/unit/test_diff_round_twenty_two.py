@@ -8,6 +8,7 @@ from pathlib import Path
 from kvaudit.diff import diff_reports, kv_split
 from kvaudit.engines.inputs import load_report
 from kvaudit.engines.logs import report_from_log_text
+from kvaudit.render.frames import diff_binding
 from kvaudit.render.html import waterfall_steps
 from kvaudit.render.summary import diff_summary
 from kvaudit.schema import BudgetTerm, Owner, SizingDelta, to_jsonable
@@ -78,6 +79,17 @@ def test_a_capture_after_kv_sizing_moves_kv_by_nothing() -> None:
         "(KV structures, whole blocks and segments) or, in a log, its figures' rounding to 0.01 GiB; graph_pool's "
         "-0.37 GiB moved KV by nothing: vLLM charged no graph estimate before sizing on either side, and the capture "
         "comes after KV is sized")
+
+
+def test_the_consumed_figure_and_the_budget_have_rows_beside_the_owners() -> None:
+    """The same pair: each report keeps vLLM's consumed figure (`vllm_consumed_bytes`); the diff's table had no row
+    for it, nor for the budget that moved most of KV. The graph pool's charge, 0 → 0, is shown beside its capture."""
+    table = diff_binding(_wsl_pair())
+    rows = {label: list(cells) for label, cells in table.iterrows()}
+    assert rows["graph_pool"] == ["0.370", "0.000", "-0.370"]
+    assert rows["requested"] == ["20.390", "22.070", "+1.680"]
+    assert rows["consumed (vLLM's: w+p+n)"] == ["1.490", "1.230", "-0.260"]
+    assert rows["graph_pool charged (estimate)"] == ["0.000", "0.000", "+0.000"]
 
 
 def test_the_waterfall_has_no_bar_for_a_capture_after_sizing() -> None:
