@@ -10,16 +10,20 @@ from typing import Any
 
 from kvaudit.config import COMPARED_KNOBS, OUTER_PARALLEL_SIZES
 from kvaudit.errors import FindingError, UsageError
+from kvaudit.ledger import budget_term
 from kvaudit.schema import (
     NON_KV_OWNERS,
+    BudgetTerm,
     Capacity,
     DiffReport,
     EnvDifference,
     KnobDifference,
+    KvSizing,
     Owner,
     OwnerDelta,
     RankReport,
     Report,
+    SizingDelta,
     Source,
     Verdict,
 )
@@ -182,6 +186,11 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
         totals = (None, None)
     pairs.append(("device_total_bytes", *totals))
     known = [(k, av, bv) for k, av, bv in pairs if av is not None and bv is not None]
+    # A log's one version line (`Initializing a V0 LLM engine (v0.1.dev4676+ge1b7aa6)`, the banner) and a run's
+    # installed vllm fill both `engine.version` and `environment.vllm`: the same change once, as engine.version
+    # (real pastes round 22d, vllm#14184: one commit upgrade listed twice). Where they differ, both are listed.
+    if (version := next(((av, bv) for k, av, bv in known if k == "engine.version"), None)) is not None:
+        known = [(k, av, bv) for k, av, bv in known if not (k == "vllm" and (av, bv) == version)]
     for key in sorted(set(a.environment.env) | set(b.environment.env)):
         if _env_known(a, key) and _env_known(b, key):
             known.append((f"env.{key}", a.environment.env.get(key), b.environment.env.get(key)))
@@ -213,6 +222,83 @@ def _consumed(report: Report) -> int | None:
     return rank.vllm_consumed_bytes if rank is not None else None
 
 
+REQUESTED = "requested"
+CONSUMED = "consumed"
+"""The two terms of `DiffReport.kv_sizing` that are not owners: the budget, and vLLM's consumed figure."""
+IN_CONSUMED = (Owner.WEIGHTS, Owner.PERSISTENT, Owner.NON_TORCH, Owner.TORCH_OTHER)
+"""What vLLM 0.28+'s `total_consumed` holds: the memory the rank kept after its profile, besides the activation
+peak and the graph estimate (gpu_worker.py determine_available_memory; a log's `Actual usage is X GiB for consumed
+memory (weights + non-torch)`). torch_other, which a log never states, is in it too."""
+NEVER_LOGGED = (Owner.PERSISTENT, Owner.TORCH_OTHER)
+"""Owners no log states (docs/vllm-startup.md, owners from logs): vLLM charges no term of its own for them; their
+bytes are in the figures it does print."""
+
+
+def _graph_charged(report: Report, rank: RankReport) -> int | None:
+    """What KV sizing charged the CUDA graph pool: never the capture, which comes after KV is sized
+    (compile_or_warm_up_model, "Graph capturing finished"), only the estimate vLLM subtracted before (gpu_worker.py
+    determine_available_memory: requested − (consumed + transient peak + cg_estimate_applied)): the report's
+    `graph_pool_estimate_bytes` (a run's kvaudit measurement; a log's estimate, 0 where vLLM printed none of the lines
+    it prints for one above 0). A log's estimate that vLLM profiled and did not apply (0.19's default,
+    VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0) is kept there too: a note says so, and the diff cannot tell it
+    apart."""
+    if report.engine.kv_cache_sizing is KvSizing.AFTER_WARMUP:
+        return rank.owners.get(Owner.GRAPH_POOL)  # vLLM 0.34's extensible cache is sized after the capture
+    if report.engine.generation == "V0" and rank.graph_pool_estimate_bytes is None:
+        # V0's determine_num_available_blocks (worker/worker.py) sizes the cache before capture_model, with no estimate
+        return 0
+    return rank.graph_pool_estimate_bytes
+
+
+def _sizing(report: Report, consumed: bool) -> dict[str, int | None]:
+    """The binding rank's terms of KV sizing, each as charged: `requested`, then each charge by name (docs/design.md,
+    owners at sizing). A run's `kv_budget` says what sizing charged each owner (ledger.owners_at_sizing); elsewhere
+    the owners as stated, the graph pool as `_graph_charged`. A log's sizing is vLLM's arithmetic on its own figures:
+    `consumed` (where the pair uses it) holds IN_CONSUMED, and an owner no log states is no term of it."""
+    rank = _binding(report)
+    if rank is None:
+        return {}
+    terms: dict[str, int | None] = {REQUESTED: rank.requested_bytes}
+    charged = [budget_term(rank.kv_budget, BudgetTerm(o.value)) for o in NON_KV_OWNERS]
+    if rank.kv_budget is not None and None not in charged:
+        return terms | {o.value: -c for o, c in zip(NON_KV_OWNERS, charged)}  # type: ignore[operator]
+    owners: dict[Owner, int | None] = {o: rank.owners.get(o) for o in NON_KV_OWNERS}
+    owners[Owner.GRAPH_POOL] = _graph_charged(report, rank)
+    if consumed:
+        terms[CONSUMED] = rank.vllm_consumed_bytes
+    for owner, value in owners.items():
+        if report.source is Source.LOG and value is None and owner in NEVER_LOGGED:
+            continue
+        terms[owner.value] = value
+    return terms
+
+
+def _kv_sizing(a: Report, b: Report) -> tuple[SizingDelta, ...]:
+    """`DiffReport.kv_sizing`: each term either side charged, in the order `requested`, `consumed`, the owners. vLLM's
+    consumed figure stands for the owners it holds where both sides state it (two 0.28+ logs, which split it no
+    further: real pastes round 22a, F1); they are then listed as `part_of` it."""
+    use_consumed = all((r := _binding(side)) is not None and r.vllm_consumed_bytes is not None for side in (a, b))
+    sa, sb = _sizing(a, use_consumed), _sizing(b, use_consumed)
+    names = [REQUESTED, CONSUMED, *(o.value for o in NON_KV_OWNERS)]
+    rows = []
+    for name in (n for n in names if n in sa or n in sb):
+        av, bv = sa.get(name), sb.get(name)
+        delta = minus(bv, av)
+        moved = None if delta is None else (delta if name == REQUESTED else -delta)
+        within = CONSUMED if use_consumed and name in {o.value for o in IN_CONSUMED} else None
+        rows.append(SizingDelta(name, av, bv, delta, moved, part_of=within))
+    return tuple(rows)
+
+
+def _dominant(sizing: tuple[SizingDelta, ...]) -> Owner | None:
+    """The owner whose charge moved KV most (none where no known charge changed): a graph pool whose capture changed
+    and whose estimate did not (real pastes round 22a, F1: 0.37 → 0 GiB captured, 0 charged on both sides) moved
+    nothing, though its row in the owners is the largest change."""
+    owners = {o.value: o for o in NON_KV_OWNERS}
+    moved = [(s.kv_delta_bytes, owners[s.term]) for s in sizing if s.term in owners and s.kv_delta_bytes]
+    return max(moved, key=lambda m: abs(m[0] or 0))[1] if moved else None
+
+
 def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> DiffReport:
     owners = _owner_rows(_binding(a), _binding(b), None)
     # A rank whose number is unknown (null) cannot be paired with the other side's: it counts
@@ -221,8 +307,7 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
     b_ranks = {r.rank: r for r in b.ranks if r.rank is not None}
     for rank in sorted(set(a_ranks) | set(b_ranks)):
         owners += _owner_rows(a_ranks.get(rank), b_ranks.get(rank), rank)
-    binding_rows = [d for d in owners if d.rank is None and d.owner in NON_KV_OWNERS and d.delta_bytes]
-    dominant = max(binding_rows, key=lambda d: abs(d.delta_bytes or 0)).owner if binding_rows else None
+    sizing = _kv_sizing(a, b)
     knobs, one_sided = _knobs(a, b)
     ca, cb = a.capacity, b.capacity
     sites = tuple(d for rank in sorted(set(a_ranks) & set(b_ranks))
@@ -231,7 +316,7 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
                   for d in site_deltas(a_sites, b_sites, rank))
     return DiffReport(
         comparable=not knobs, knob_differences=tuple(knobs), environment_differences=tuple(_environment(a, b)),
-        owners=tuple(owners), dominant_owner=dominant,
+        owners=tuple(owners), dominant_owner=_dominant(sizing),
         capacity={"a": ca, "b": cb,
                   "kv_available_delta_bytes": minus(cb.kv_available_bytes, ca.kv_available_bytes),
                   "kv_tokens_delta": minus(cb.kv_tokens, ca.kv_tokens),
@@ -243,14 +328,55 @@ def diff_reports(a: Report, b: Report, a_name: str = "a", b_name: str = "b") -> 
         repeat={"a": a.repeat, "b": b.repeat} if a.repeat is not None or b.repeat is not None else None,
         warnings={"a": a.warnings, "b": b.warnings} if a.warnings or b.warnings else None,
         one_sided_knobs=tuple(one_sided) or None,
-        failures={"a": a.failure, "b": b.failure} if a.failure is not None or b.failure is not None else None)
+        failures={"a": a.failure, "b": b.failure} if a.failure is not None or b.failure is not None else None,
+        kv_sizing=sizing)
 
 
 def half_known_owners(diff: DiffReport) -> tuple[Owner, ...]:
     """Non-KV owners on the binding rank that one side knows and the other does not (a partial
-    report, such as a log excerpt): the dominant owner is chosen among the others only."""
-    return tuple(d.owner for d in diff.owners if d.rank is None and d.owner in NON_KV_OWNERS
-                 and (d.a_bytes is None) != (d.b_bytes is None))
+    report, such as a log excerpt): the dominant owner is chosen among the others only. Known as
+    KV sizing charged them (`kv_sizing`), in a diff written before it as the owners end."""
+    owners = {o.value: o for o in NON_KV_OWNERS}
+    return tuple(owners[s.term] for s in kv_split_rows(diff) if s.term in owners
+                 and (s.a_bytes is None) != (s.b_bytes is None))
+
+
+def kv_split_rows(diff: DiffReport) -> tuple[SizingDelta, ...]:
+    """`diff.kv_sizing`; for a diff written before it, what it had: the binding rank's owners as they end (each
+    moved KV by −delta) and, where the diff states it, the budget's change."""
+    if diff.kv_sizing is not None:
+        return diff.kv_sizing
+    rows = [SizingDelta(REQUESTED, None, None, diff.capacity["requested_delta_bytes"],
+                        diff.capacity["requested_delta_bytes"])] if "requested_delta_bytes" in diff.capacity else []
+    rows += [SizingDelta(d.owner.value, d.a_bytes, d.b_bytes, d.delta_bytes,
+                         None if d.delta_bytes is None else -d.delta_bytes)
+             for d in diff.owners if d.rank is None and d.owner in NON_KV_OWNERS]
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class KvSplit:
+    """What moved KV on the binding ranks from A to B: the terms of its sizing that add up to it."""
+
+    kv_delta_bytes: int
+    terms: tuple[SizingDelta, ...]
+    """`requested` and each charge not `part_of` another, in `kv_sizing`'s order."""
+    unknown: tuple[str, ...]
+    """The terms whose change is not known (either side's figure is not)."""
+    rest_bytes: int | None
+    """KV's change less the terms', where all are known: what sizing rounds (whole blocks, allocator segments;
+    a log's figures, each to 0.01 GiB)."""
+
+
+def kv_split(diff: DiffReport) -> KvSplit | None:
+    """KV's change on the binding ranks as the sum of what moved it; None where a side states no KV bytes."""
+    kv = diff.capacity.get("kv_available_delta_bytes")
+    if kv is None:
+        return None
+    terms = tuple(s for s in kv_split_rows(diff) if s.part_of is None)
+    unknown = tuple(s.term for s in terms if s.kv_delta_bytes is None)
+    rest = None if unknown else kv - sum(s.kv_delta_bytes or 0 for s in terms)
+    return KvSplit(kv, terms, unknown, rest)
 
 
 @dataclass(frozen=True)

@@ -661,12 +661,34 @@ class OwnerDelta:
 
 
 @dataclass(frozen=True)
+class SizingDelta:
+    """One term KV sizing took from the budget on the binding ranks, as each side's sizing charged it (a diff
+    extension, `DiffReport.kv_sizing`): KV = requested − the other terms, so KV moves by +delta of `requested` and
+    −delta of each charge. Charged before KV was sized, not the owner's figure at the end of the boot: the CUDA
+    graph pool is charged the estimate vLLM subtracts (gpu_worker.py determine_available_memory), and its capture,
+    after KV (compile_or_warm_up_model), moves KV by nothing."""
+
+    term: str
+    """`requested` (the budget: device × gpu_memory_utilization), `consumed` (vLLM's consumed figure, a 0.28+
+    log's weights + persistent + non_torch, where both sides state it) or a non-KV owner's name."""
+    a_bytes: int | None
+    b_bytes: int | None
+    delta_bytes: int | None
+    kv_delta_bytes: int | None
+    """What the term's change moved KV by (positive: more KV for B); null where either side's is unknown."""
+    part_of: str | None = None
+    """`consumed` for an owner that figure holds: its change is in the figure's, not added again."""
+
+
+@dataclass(frozen=True)
 class DiffReport:
     comparable: bool
     knob_differences: tuple[KnobDifference, ...]
     environment_differences: tuple[EnvDifference, ...]
     owners: tuple[OwnerDelta, ...]
     dominant_owner: Owner | None
+    """The non-KV owner whose change moved KV most on the binding ranks: by `kv_sizing` (what sizing charged it),
+    else, in a diff written before that extension, by the owners' own change."""
     capacity: Mapping[str, Any]
     """{a: Capacity, b: Capacity, kv_available_delta_bytes, kv_tokens_delta, requested_delta_bytes (the
     binding ranks' budgets, B − A; null where a side does not state its own; an extension),
@@ -692,6 +714,10 @@ class DiffReport:
     failures: Mapping[str, Failure | None] | None = field(default=None, metadata=OMIT_NONE)
     """Extension: {`a`, `b`}: each side's own `failure` (null on a side that did not fail): a boot
     that died is not a short excerpt, though both may have no verdict. Absent when neither failed."""
+    kv_sizing: tuple[SizingDelta, ...] | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: the terms KV sizing took from the budget on the binding ranks (`SizingDelta`): `requested`,
+    then each charge; those not `part_of` another add up to KV's change where all are known, less what sizing
+    rounds (whole blocks, segments; a log's figures to 0.01 GiB). Absent in a diff written before it."""
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from kvaudit.schema import (
     Scenario,
     Site,
     SiteDelta,
+    SizingDelta,
     Source,
     SweepPoint,
     Verdict,
@@ -588,7 +589,19 @@ def diff_from_json(data: Any, where: str = "diff") -> DiffReport:
         repeat=_diff_repeat(node.child("repeat", required=False, nullable=True)),
         warnings=_diff_warnings(node.child("warnings", required=False, nullable=True)),
         one_sided_knobs=_knobs(node, "one_sided_knobs", required=False) or None,
-        failures=_diff_failures(node.child("failures", required=False, nullable=True)))
+        failures=_diff_failures(node.child("failures", required=False, nullable=True)),
+        kv_sizing=_kv_sizing(node))
+
+
+def _kv_sizing(node: _JsonObject) -> tuple[SizingDelta, ...] | None:
+    """The diff's `kv_sizing` (an extension: absent in a diff written before it, which says nothing of what sizing
+    charged; then None, not empty)."""
+    if node.list("kv_sizing", required=False) is None:
+        return None
+    return tuple(SizingDelta(term=s.str("term") or "", a_bytes=s.int("a_bytes"), b_bytes=s.int("b_bytes"),
+                             delta_bytes=s.int("delta_bytes"), kv_delta_bytes=s.int("kv_delta_bytes"),
+                             part_of=s.str("part_of", required=False))
+                 for s in node.children("kv_sizing"))
 
 
 def _failure(node: _JsonObject | None) -> Failure | None:

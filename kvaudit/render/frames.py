@@ -96,12 +96,24 @@ def diff_long(diff: DiffReport) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "owner", "a_bytes", "b_bytes", "delta_bytes"], dtype=object)  # exact
 
 
+SIZING_LABELS = {"requested": "requested", "consumed": "consumed (vLLM's: w+p+n)",
+                 "graph_pool": "graph_pool charged (estimate)"}
+"""Rows of a diff's binding table from `kv_sizing`: the budget, vLLM's consumed figure (as a report's owner table
+names it), and what KV sizing charged the graph pool where that is not the pool's own figure (its capture)."""
+
+
 def diff_binding(diff: DiffReport) -> Frame:
-    """Binding-rank owners: a, b and delta in GiB."""
-    rows = [d for d in diff.owners if d.rank is None]
+    """Binding-rank owners: a, b and delta in GiB; then the budget, vLLM's consumed figure and the graph pool's
+    charge at sizing, where a side states them (`kv_sizing`: what KV moved with)."""
+    rows = [(d.owner.value, d.a_bytes, d.b_bytes, d.delta_bytes) for d in diff.owners if d.rank is None]
+    pool = next(((a, b) for name, a, b, _ in rows if name == "graph_pool"), (None, None))
+    for s in diff.kv_sizing or ():
+        shown = s.term in SIZING_LABELS and (s.a_bytes is not None or s.b_bytes is not None)
+        if shown and not (s.term == "graph_pool" and (s.a_bytes, s.b_bytes) == pool):
+            rows.append((SIZING_LABELS[s.term], s.a_bytes, s.b_bytes, s.delta_bytes))
     # a list of columns, not a dict: two sides of the same label must stay two columns
-    return Frame.of([[fmt_gib3(d.a_bytes), fmt_gib3(d.b_bytes), fmt_gib3(d.delta_bytes, signed=True)] for d in rows],
-                    columns=[diff.a_name, diff.b_name, "delta"], index=[d.owner.value for d in rows])
+    return Frame.of([[fmt_gib3(a), fmt_gib3(b), fmt_gib3(delta, signed=True)] for _, a, b, delta in rows],
+                    columns=[diff.a_name, diff.b_name, "delta"], index=[name for name, *_ in rows])
 
 
 def diff_ranks(diff: DiffReport) -> Frame:

@@ -26,7 +26,7 @@ from kvaudit.printable import printable
 from kvaudit.render import charts, summary
 from kvaudit.render.frames import Frame
 from kvaudit.render.sections import Page, SectionReporter, Tone
-from kvaudit.schema import NON_KV_OWNERS, DiffReport, Owner, OwnerDelta, Report, Verdict
+from kvaudit.schema import DiffReport, Owner, Report, Verdict
 from kvaudit.units import fmt_bytes, fmt_gib, fmt_gib3
 
 if TYPE_CHECKING:
@@ -243,31 +243,30 @@ class HtmlReporter(SectionReporter):
 
 
 def waterfall_steps(diff: DiffReport) -> tuple[list[charts.Step], list[str]]:
-    """From A's KV to B's on the binding rank: each non-KV owner that grew took its growth from
-    KV (−delta), a larger budget gave KV more (the change of requested, the sum of every owner's
-    delta when every owner is known on both sides), and the rest is what KV sizing charged
-    besides the owners' final bytes (the graph estimate against the real capture, whole blocks,
-    segment rounding) together with any owner one side does not know. Returns the steps and
-    notes on what was folded into the rest."""
-    binding = {d.owner: d for d in diff.owners if d.rank is None}
+    """From A's KV to B's on the binding rank, what moved it as KV sizing charged it (`kvaudit.diff.kv_split`): each
+    charge that grew took its growth from KV (−delta; the graph pool's charge is the estimate vLLM subtracted, its
+    capture comes after KV is sized: real pastes round 22a), vLLM's consumed figure where two logs do not split the
+    owners it holds, a larger budget gave KV more, and the rest is what sizing rounds (whole blocks, segments, a
+    log's figures) together with any term one side does not know. Returns the steps and notes on what was folded
+    into the rest."""
+    from kvaudit.diff import CONSUMED, REQUESTED, kv_split
     ca, cb = diff.capacity["a"], diff.capacity["b"]
     start, end = ca.kv_available_bytes, cb.kv_available_bytes
-    assert start is not None and end is not None
-    steps, notes = [], []
-    unknown = [o.value for o in NON_KV_OWNERS if binding.get(o) is None or binding[o].delta_bytes is None]
-    for owner in NON_KV_OWNERS:
-        d: OwnerDelta | None = binding.get(owner)
-        if d is not None and d.delta_bytes:
-            steps.append(charts.Step(owner.value, owner.value, -d.delta_bytes))
-    if all(binding.get(o) is not None and binding[o].delta_bytes is not None for o in Owner):
-        budget = sum(binding[o].delta_bytes for o in Owner)  # type: ignore[misc]
-        if budget:
-            steps.append(charts.Step("budget", "requested budget", budget))
-    else:
-        notes.append("the change of the requested budget is in the rest (an owner is unknown on one side)")
+    split = kv_split(diff)
+    assert start is not None and end is not None and split is not None
+    labels = {REQUESTED: "requested budget", CONSUMED: "consumed (vLLM's)"}
+    moved = [s for s in split.terms if s.kv_delta_bytes]
+    # the charges first, in kv_sizing's order, then the budget: as the waterfall has always been drawn
+    steps = [charts.Step(s.term, labels.get(s.term, s.term), s.kv_delta_bytes or 0) for s in moved
+             if s.term != REQUESTED]
+    steps += [charts.Step("budget", labels[REQUESTED], s.kv_delta_bytes or 0) for s in moved if s.term == REQUESTED]
+    notes = []
+    if REQUESTED in split.unknown:
+        notes.append("the change of the requested budget is in the rest (a side does not state it)")
     rest = end - start - sum(s.delta_bytes for s in steps)
     if rest:
         steps.append(charts.Step("rest", "rest of KV sizing", rest))
+    unknown = [u for u in split.unknown if u != REQUESTED]
     if unknown:
         notes.append(f"unknown on one side, in the rest: {', '.join(unknown)}")
     return steps, notes
@@ -294,9 +293,10 @@ def diff_head(diff: DiffReport) -> list[str]:
     else:
         steps, notes = waterfall_steps(diff)
         svg, axis_from = charts.waterfall_svg(ca.kv_available_bytes, steps, cb.kv_available_bytes)
-        caption = ("Each bar is what moved KV: an owner that grew took its growth from KV (red), one that shrank "
-                   "gave it back (green); the requested budget's change and the rest of KV sizing (the graph "
-                   "estimate against the real capture, whole blocks, segment rounding) close the sum.")
+        caption = ("Each bar is what moved KV, as KV sizing charged it: an owner that grew took its growth from KV "
+                   "(red), one that shrank gave it back (green), the graph pool by its estimate (its capture comes "
+                   "after KV is sized); the requested budget's change and the rest of KV sizing (whole blocks, "
+                   "segment rounding) close the sum.")
         if axis_from is not None:
             caption += f" The axis starts at {fmt_gib(axis_from)}, so the two KV bars are cut."
         if not steps:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import groupby
 
 from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, host_allocator_chosen, safe_kv_bytes
@@ -16,11 +16,13 @@ from kvaudit.schema import (
     Failure,
     KnobDifference,
     KvSizing,
+    Owner,
     Report,
+    SizingDelta,
     Source,
     from_log,
 )
-from kvaudit.units import fmt_bytes, fmt_gib, fmt_tokens, minus
+from kvaudit.units import GiB, fmt_bytes, fmt_gib, fmt_tokens, minus
 
 SITES_SHOWN = 3
 """Per owner, the largest sites named in a line; the rest are summed as "+ N more"."""
@@ -423,38 +425,135 @@ def _unknown_note(diff: DiffReport) -> str:
     return note + _unexplained_note(diff)
 
 
+SHOWN_LEAST = GiB // 200
+"""The least change a KV split names (half of 0.01 GiB, the least two decimals show); smaller ones are in its rest."""
+TERM_WORDS = {"requested": "the budget (device × gpu_memory_utilization)",
+              "consumed": "vLLM's consumed figure (weights + persistent + non_torch)"}
+
+
+def _term_name(row: SizingDelta, diff: DiffReport) -> str:
+    """A term as the split names it; the graph pool's charge as its estimate where that is not the pool's own figure
+    (a capture after KV, real pastes round 22a)."""
+    if row.term in TERM_WORDS:
+        return TERM_WORDS[row.term]
+    pool = next(((d.a_bytes, d.b_bytes) for d in diff.owners if d.rank is None and d.owner.value == row.term), None)
+    charged = row.term == Owner.GRAPH_POOL.value and pool is not None and pool != (row.a_bytes, row.b_bytes)
+    return f"{row.term}'s estimate" if charged else f"{row.term}'s"
+
+
+def _within(row: SizingDelta, rows: Mapping[str, SizingDelta]) -> str:
+    """What of a figure's change its weights are, where both sides state them (real pastes round 22a: vLLM's consumed
+    figure fell 0.26 GiB with the weights 0.93 GiB on both sides: persistent and non-torch memory moved)."""
+    weights = rows.get(Owner.WEIGHTS.value)
+    if weights is None or weights.part_of != row.term or weights.delta_bytes is None:
+        return ""
+    return f" (weights {fmt_gib(weights.delta_bytes, signed=True) if weights.delta_bytes else 'unchanged'})"
+
+
+def _moves(terms: Sequence[SizingDelta], diff: DiffReport, rows: Mapping[str, SizingDelta], *, lead: str) -> str:
+    """`A's +x moved KV by −x, B's … by …, and C's … by …` (after `lead`; a list after a head starts `, and` where it
+    has one term)."""
+    parts = [f"{_term_name(r, diff)} {fmt_gib(r.delta_bytes, signed=True)}{_within(r, rows)} "
+             f"{'moved KV by' if i == 0 else 'by'} {fmt_gib(r.kv_delta_bytes, signed=True)}"
+             for i, r in enumerate(terms)]
+    if not parts:
+        return ""
+    if len(parts) > 1 or lead:
+        parts[-1] = "and " + parts[-1]
+    return lead + ", ".join(parts)
+
+
 def _unexplained_note(diff: DiffReport) -> str:
-    """Where the dominant owner moved less than half of what KV moved, say what did: the budget, where it moved
-    most of it (real pastes round twenty: an L4 against a T4), else owners not known on both sides, or a budget
-    not known on both (`graph_pool` had been read as the cause of a 0.58 GiB KV loss it took 0.05 GiB of: two
-    logs of one model that state weights and graphs only, real pastes round twelve)."""
-    kv = diff.capacity.get("kv_available_delta_bytes")
-    rows = [d for d in diff.owners if d.rank is None and d.owner in NON_KV_OWNERS]
-    moved = next((d.delta_bytes for d in rows if d.owner is diff.dominant_owner), None)
-    unknown = [d.owner.value for d in rows if d.a_bytes is None or d.b_bytes is None]
-    # KV = budget − owners: a budget not stated on both sides may hold the rest too (real pastes round
-    # seventeen: an 80 GB against a 40 GB A100, neither log naming its device)
-    budget = "requested_delta_bytes" in diff.capacity and diff.capacity["requested_delta_bytes"] is None
-    if kv is None or moved is None or abs(moved) * 2 >= abs(kv):
+    """Where the dominant owner moved less than half of what KV moved, say what did, term by term as KV sizing
+    charged them (`kvaudit.diff.kv_split`): the budget, where it moved most of it (real pastes round twenty: an L4
+    against a T4), vLLM's consumed figure where two logs state it and no owner in it, and the rest; or the terms not
+    known on both sides, the budget among them (`graph_pool` had been read as the cause of a 0.58 GiB KV loss it took
+    0.05 GiB of: two logs of one model that state weights and graphs only, real pastes round twelve). The terms add
+    up to KV's change: a graph pool's capture is none of them (real pastes round 22a: a 0.37 GiB capture that
+    neither boot charged was said to have moved KV by +0.37 GiB, and the split came to more than KV's change)."""
+    from kvaudit.diff import CONSUMED, REQUESTED, kv_split, kv_split_rows
+    split = kv_split(diff)
+    if split is None or abs(split.kv_delta_bytes) < SHOWN_LEAST:
         return ""
-    requested = diff.capacity.get("requested_delta_bytes")
-    if requested and abs(kv - requested) * 2 <= abs(kv):
-        # KV = budget − owners: a budget that moved most of KV's change is its cause (an L4's 22.17 GiB
-        # against a T4's 14.75 GiB at gmu 0.5, real pastes round twenty: −3.71 of KV's −3.60 GiB)
-        # KV moves by the budget's move less the owners': an owner that fell gave KV what it freed
-        owner = diff.dominant_owner.value if diff.dominant_owner else "the owner"
-        return (f"; KV's {fmt_gib(kv, signed=True)} is mostly the budget's: device × gpu_memory_utilization moved "
-                f"{fmt_gib(requested, signed=True)}, and {owner}'s {fmt_gib(moved, signed=True)} moved KV by "
-                f"{fmt_gib(-moved, signed=True)}")
-    if not (unknown or budget):
+    kv = split.kv_delta_bytes
+    rows = {s.term: s for s in kv_split_rows(diff)}
+    dominant = rows.get(diff.dominant_owner.value) if diff.dominant_owner else None
+    after = _charged_before(diff, rows)
+    if dominant is not None and abs(dominant.kv_delta_bytes or 0) * 2 >= abs(kv):
+        return after
+    requested = rows[REQUESTED].kv_delta_bytes if REQUESTED in rows else None
+    budget_led = bool(requested) and abs(kv - (requested or 0)) * 2 <= abs(kv)
+    listed = sorted((s for s in split.terms if s.kv_delta_bytes is not None and abs(s.kv_delta_bytes) >= SHOWN_LEAST
+                     and not (budget_led and s.term == REQUESTED)), key=lambda s: -abs(s.kv_delta_bytes or 0))
+    if split.unknown and not budget_led:
+        owners = [u for u in split.unknown if u != REQUESTED]
+        consumed = diff.capacity.get("consumed_delta_bytes")
+        where = [f"owners not known on both sides ({', '.join(_unknown_names(diff, owners))}"
+                 + (f"; vLLM's consumed figure, weights + persistent + non_torch, moved "
+                    f"{fmt_gib(consumed, signed=True)}" if consumed is not None and CONSUMED not in rows else "")
+                 + ")"] if owners else []
+        if REQUESTED in split.unknown:
+            # KV = budget − charges: a budget not stated on both sides may hold the rest too (real pastes round
+            # seventeen: an 80 GB against a 40 GB A100, neither log naming its device)
+            where.append("the budget (requested: device × gpu_memory_utilization), not known on both sides")
+        others = _moves([s for s in listed if dominant is None or s.term != dominant.term], diff, rows, lead=", ")
+        if dominant is None:
+            return f"; no owner both sides know moved KV's {fmt_gib(kv, signed=True)}{others}: it is in " + \
+                " or ".join(where) + after
+        return (f"; it moved {fmt_gib(dominant.delta_bytes, signed=True)} of KV's {fmt_gib(kv, signed=True)}{others}: "
+                f"the rest is in " + " or ".join(where) + after)
+    if budget_led:
+        # KV = budget − charges: a budget that moved most of KV's change is its cause (an L4's 22.17 GiB against a
+        # T4's 14.75 GiB at gmu 0.5, real pastes round twenty: −3.71 of KV's −3.60 GiB); a charge that fell gave KV
+        # what it freed
+        text = (f"; KV's {fmt_gib(kv, signed=True)} is mostly the budget's: device × gpu_memory_utilization moved "
+                f"{fmt_gib(requested, signed=True)}" + _moves(listed, diff, rows, lead=", "))
+        if split.unknown:
+            return text + f"; not known on both sides: {', '.join(_unknown_names(diff, split.unknown))}" + after
+    elif listed:
+        text = f"; KV's {fmt_gib(kv, signed=True)}: " + _moves(listed, diff, rows, lead="")
+    else:
+        return f"; no term of KV sizing moved KV's {fmt_gib(kv, signed=True)}: it is {SIZING_OWN}" + after
+    rest = kv - sum(s.kv_delta_bytes or 0 for s in listed) - ((requested or 0) if budget_led else 0)
+    if abs(rest) >= SHOWN_LEAST:
+        text += f"; the rest, {fmt_gib(rest, signed=True)}, is {SIZING_OWN}"
+    return text + after
+
+
+SIZING_OWN = ("KV sizing's own (KV structures, whole blocks and segments) or, in a log, its figures' rounding to "
+              "0.01 GiB")
+"""What of KV's change no term of its sizing holds (kvaudit.diff.KvSplit.rest_bytes)."""
+
+
+def _unknown_names(diff: DiffReport, terms: Sequence[str]) -> list[str]:
+    """Unknown terms by name; the graph pool's is its estimate where both sides state the pool (its capture)."""
+    pool = next((d for d in diff.owners if d.rank is None and d.owner is Owner.GRAPH_POOL), None)
+    both = pool is not None and pool.a_bytes is not None and pool.b_bytes is not None
+    return [f"{t}'s estimate" if t == Owner.GRAPH_POOL.value and both and diff.kv_sizing is not None else t
+            for t in terms]
+
+
+def _charged_before(diff: DiffReport, rows: Mapping[str, SizingDelta]) -> str:
+    """Where the owner whose own figure moved most is not the dominant one, what KV sizing charged it: the rest of its
+    change came after KV was sized (real pastes round 22a: a capture of 0.37 GiB against 0, with no graph estimate
+    charged on either side, was named the dominant owner)."""
+    ends = [d for d in diff.owners if d.rank is None and d.owner in NON_KV_OWNERS and d.delta_bytes]
+    if not ends:
         return ""
-    consumed = diff.capacity.get("consumed_delta_bytes")
-    where = [f"owners not known on both sides ({', '.join(unknown)}"
-             + (f"; vLLM's consumed figure, weights + persistent + non_torch, moved {fmt_gib(consumed, signed=True)}"
-                if consumed is not None else "") + ")"] if unknown else []
-    where += ["the budget (requested: device × gpu_memory_utilization), not known on both sides"] if budget else []
-    return f"; it moved {fmt_gib(moved, signed=True)} of KV's {fmt_gib(kv, signed=True)}: the rest is in " + \
-        " or ".join(where)
+    largest = max(ends, key=lambda d: abs(d.delta_bytes or 0))
+    row = rows.get(largest.owner.value)
+    if largest.owner is diff.dominant_owner or row is None or row.kv_delta_bytes is None:
+        return ""
+    moved = fmt_gib(row.kv_delta_bytes, signed=True) if round(row.kv_delta_bytes / GiB, 2) else "nothing"
+    charged = (f"{fmt_gib(row.a_bytes)} on both sides" if row.a_bytes == row.b_bytes
+               else f"{fmt_gib(row.a_bytes)} → {fmt_gib(row.b_bytes)}")
+    if largest.owner is Owner.GRAPH_POOL:
+        estimate = ("no graph estimate before sizing on either side" if row.a_bytes == row.b_bytes == 0
+                    else f"it {charged} before sizing (its estimate)")
+        return (f"; graph_pool's {fmt_gib(largest.delta_bytes, signed=True)} moved KV by {moved}: vLLM charged "
+                f"{estimate}, and the capture comes after KV is sized")
+    return (f"; {largest.owner.value}'s {fmt_gib(largest.delta_bytes, signed=True)} moved KV by {moved}: KV sizing "
+            f"charged it {charged}, and the rest came after")
 
 
 NOT_COMPARABLE = "NOT comparable: "

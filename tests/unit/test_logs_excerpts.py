@@ -80,10 +80,11 @@ def test_diff_of_the_two_excerpts_reads_what_a_person_reads(cli) -> None:
 def test_the_diff_table_says_the_dominant_owner_is_among_known_deltas(cli) -> None:
     result = cli("diff", str(V19), str(V20), "--width", "400")
     line = next(x for x in result.stdout.splitlines() if x.startswith("dominant owner:"))
+    # v20's fork charged its MRV2 estimate, 1.45 GiB, before sizing; v19 none (its 0.55 GiB capture came after)
     assert line == ("dominant owner: weights (of the owners both sides know; unknown on one side: activation_peak, "
-                    "non_torch); it moved +1.48 GiB of KV's -16.13 GiB: the rest is in owners not known on both "
-                    "sides (persistent, activation_peak, non_torch, torch_other) or the budget (requested: device × "
-                    "gpu_memory_utilization), not known on both sides")  # v20's excerpt states no budget
+                    "non_torch); it moved +1.48 GiB of KV's -16.13 GiB, and graph_pool's estimate +1.45 GiB moved KV "
+                    "by -1.45 GiB: the rest is in owners not known on both sides (activation_peak, non_torch) or the "
+                    "budget (requested: device × gpu_memory_utilization), not known on both sides")  # v20 states none
 
 
 # --------------------------------------------------------------------------------------------

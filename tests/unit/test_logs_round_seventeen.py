@@ -219,21 +219,28 @@ def test_one_attention_backend_in_two_spellings_is_no_environment_difference() -
 def test_a_budget_neither_log_states_is_named_where_kv_moved_more_than_the_owners() -> None:
     """dennislee22/vLLM-benchmarking (0.10.1.1): Qwen2-7B TP2 at gmu 0.5 on two A100 80GB, then on two
     A100 40GB; neither log names its device. KV fell 20.80 GiB, the graph pool rose 0.35 GiB, and the
-    note named only owners as the rest; the budget (device × gmu) is the cause."""
+    note named only owners as the rest; the budget (device × gmu) is the cause. The pool is no owner of the change
+    (round 22a): 0.10's capture comes after KV is sized, and neither log states an estimate charged before."""
     from kvaudit.render.summary import diff_summary
     from kvaudit.schema import to_jsonable
     from kvaudit.validate import diff_from_json
 
     diff = diff_reports(_report("a100_80gb_gmu05.log"), _report("a100_40gb_gmu05.log"))
     assert diff.capacity["requested_delta_bytes"] is None
-    line = next(s for s in diff_summary(diff) if s.startswith("dominant owner: graph_pool"))
-    assert line.endswith("or the budget (requested: device × gpu_memory_utilization), not known on both sides")
-    # read back from its JSON the same; a diff written before the extension names no budget
+    assert diff.dominant_owner is None
+    line = next(s for s in diff_summary(diff) if s.startswith("dominant owner"))
+    assert line == ("dominant owner: —; no owner both sides know moved KV's -20.80 GiB: it is in owners not known on "
+                    "both sides (activation_peak, graph_pool's estimate, non_torch) or the budget (requested: device "
+                    "× gpu_memory_utilization), not known on both sides")
+    # read back from its JSON the same; a diff written before the extensions (kv_sizing, the budget), which named the
+    # pool, names no budget
     data = to_jsonable(diff)
     assert next(s for s in diff_summary(diff_from_json(data)) if s.startswith("dominant")) == line
-    del data["capacity"]["requested_delta_bytes"]
+    del data["capacity"]["requested_delta_bytes"], data["kv_sizing"]
+    data["dominant_owner"] = "graph_pool"
     older = next(s for s in diff_summary(diff_from_json(data)) if s.startswith("dominant"))
-    assert "budget" not in older and older.endswith("(persistent, activation_peak, non_torch, torch_other)")
+    assert older == ("dominant owner: graph_pool; it moved +0.35 GiB of KV's -20.80 GiB: the rest is in owners not "
+                     "known on both sides (persistent, activation_peak, non_torch, torch_other)")
 
 
 def test_review_cases_of_the_new_rules() -> None:

@@ -82,11 +82,12 @@ def test_a_diff_says_which_side_died() -> None:
 
 def test_a_dominant_owner_that_moved_little_of_the_kv_change_says_what_is_unstated() -> None:
     """sostrowsk/dgx-spark-local-llm, two boots of Laguna-S INT4 (0.25.1): KV −0.58 GiB, of which the graph
-    estimate's +0.05 GiB is all either log states; activation and non-torch memory are in neither."""
+    estimate's +0.05 GiB is all either log states; activation and non-torch memory are in neither (persistent and
+    torch_other, which no log states, are no term of vLLM's sizing: round 22a)."""
     diff = diff_reports(_log("laguna_boot_a.log"), _log("laguna_boot_b.log"))
     (line,) = [line for line in diff_summary(diff) if line.startswith("dominant owner")]
     assert line == ("dominant owner: graph_pool; it moved +0.05 GiB of KV's -0.58 GiB: the rest is in owners not "
-                    "known on both sides (persistent, activation_peak, non_torch, torch_other) or the budget "
+                    "known on both sides (activation_peak, non_torch) or the budget "
                     "(requested: device × gpu_memory_utilization), not known on both sides")  # neither names its device
     # where the owner moved at least half of it (KV −0.08 GiB), no such note
     text = (_DATA / "laguna_boot_b.log").read_text(encoding="utf-8").replace("35.06 GiB", "35.56 GiB")
