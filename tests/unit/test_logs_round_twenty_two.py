@@ -11,6 +11,9 @@ from kvaudit.schema import FailureKind, Phase, Verdict
 from kvaudit.units import GiB
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_two"
+WARMUP_KERNELS = "01_v0271_mrv2_wsl_qwen05b_capture_suggestion_then_warmup_kernels_nvcc.log"
+"""vLLM 0.27.1 (MRv2) on a WSL2 RTX 4090: the capture, then the sampler warmup's JIT build without nvcc (also the
+side A of tests/unit/test_diff_round_twenty_two.py)."""
 
 
 def _report(name: str):
@@ -91,10 +94,10 @@ def test_a_shell_line_quoting_the_arguments_wording_yields_to_the_record() -> No
 def test_model_runner_v2s_kernel_warmup_frame_is_the_capture_phase() -> None:
     # the frame of a 0.27.1 traceback (a sampler kernel's JIT build without nvcc), alone: MRv2's warmup after its
     # capture (v1/worker/gpu/warmup.py), where the full traceback also names compile_or_warm_up_model
-    lines = (_DATA / "mrv2_warmup_kernels_nvcc.log").read_text(encoding="utf-8").splitlines()
+    lines = (_DATA / WARMUP_KERNELS).read_text(encoding="utf-8").splitlines()
     frame = next(line for line in lines if line.endswith("in warmup_kernels"))
     error = next(line for line in lines if "RuntimeError: Could not find nvcc" in line)
     report = report_from_log_text(f"{frame}\n{error}\n", "frame.log")
     assert report.failure is not None and report.failure.phase is Phase.CAPTURE
-    full = _report("mrv2_warmup_kernels_nvcc.log")
+    full = _report(WARMUP_KERNELS)
     assert full.failure is not None and full.failure.phase is Phase.CAPTURE
