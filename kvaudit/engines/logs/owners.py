@@ -39,6 +39,8 @@ class _Graphs:
     retained: int | None
     inferred_zero: bool
     """The estimate is 0 because vLLM printed none of the lines it prints when it is > 0."""
+    graphs_off: bool
+    """The estimate is 0 because the engine captures no CUDA graphs (enforce_eager, cudagraph_mode NONE)."""
     profile_capture: tuple[float, int] | None
     real_capture: tuple[float, int] | None
 
@@ -116,7 +118,7 @@ def _sized_without_graphs(r: RankFacts, requested: int | None) -> bool:
 
 
 def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disabled: bool,
-            requested: int | None = None) -> _Graphs:
+            requested: int | None = None, graphs_off: bool = False) -> _Graphs:
     captures = r.all(FactKind.GRAPH_CAPTURE)
     # V2 prints "Graph capturing finished" for the profiling capture and again for the real one
     # (gpu/model_runner.py capture_model); V1 prints it once, for the real capture.
@@ -134,6 +136,14 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
     if estimate is None and profile_capture is not None:
         estimate = profile_capture[1]  # V2 captures for real while profiling: that capture is its estimate
     inferred_zero = False
+    by_config = estimate is None and graphs_off
+    if by_config:
+        # gpu_worker.py determine_available_memory profiles graphs only where
+        # `compilation_config.cudagraph_mode != CUDAGraphMode.NONE` (enforce_eager sets NONE): else
+        # cudagraph_memory_estimate stays 0, on every rank of the engine, whichever rank prints the
+        # lines that would show it (real pastes round twenty-two: an eager MRv2 TP2 boot where only TP0
+        # prints "Available KV cache memory", so TP1's estimate, and its activation, went unknown).
+        estimate = 0
     usage = r.last(FactKind.GRAPH_USAGE)
     # (a capture measured below zero, vLLM's own bug, leaves the pool unknown: no estimate is inferred for it)
     measured_below_zero = usage is not None and usage < 0
@@ -152,7 +162,8 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
         actual = usage
     if actual is None and real_capture is not None:
         actual = real_capture[1]
-    return _Graphs(estimate, actual, r.last(FactKind.GRAPH_RETAINED), inferred_zero, profile_capture, real_capture)
+    return _Graphs(estimate, actual, r.last(FactKind.GRAPH_RETAINED), inferred_zero, by_config, profile_capture,
+                   real_capture)
 
 
 def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tuple[int | None, str | None]:
@@ -178,17 +189,18 @@ def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tupl
 def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | None, estimates_disabled: bool,
                 failure: Failure | None, notes: list[str], tp_size: int | None = None,
                 dcp_size: int | None = None, after_warmup: bool = False,
-                kv_bytes_per_block: float | None = None) -> StatedRank:
+                kv_bytes_per_block: float | None = None, graphs_off: bool = False) -> StatedRank:
     """One rank's owners as its lines state them. `after_warmup`: vLLM 0.34's extensible KV cache
     sized the boot's cache (extensible.sized_after_warmup); `kv_bytes_per_block`: the rank's, from
-    its measurement (extensible.bytes_per_block)."""
+    its measurement (extensible.bytes_per_block); `graphs_off`: the engine captures no CUDA graphs
+    (enforce_eager, cudagraph_mode NONE)."""
     total = r.last(FactKind.DEVICE_TOTAL)
     requested = r.last(FactKind.REQUESTED)
     if requested is None and total is not None and gmu is not None:
         requested = request_memory(total, gmu)
     # vLLM 0.34's extensible KV cache: sized after warmup and capture, with no graph estimate before
     no_estimate = estimates_disabled or after_warmup
-    graphs = _graphs(r, total, runner, no_estimate, requested)
+    graphs = _graphs(r, total, runner, no_estimate, requested, graphs_off)
     activation, why = _activation(r, graphs, no_estimate)
     if why:
         notes.append(f"rank {rank}: {why}")
@@ -304,7 +316,9 @@ def _phases(rank: int, r: RankFacts, graphs: _Graphs, failure: Failure | None) -
         details[Phase.PROFILE].append(f"includes {v / 2**20:.2f} MiB of B12X sparse DCP transient memory")
     if graphs.estimate is not None:
         details[Phase.GRAPHS].append(f"estimate {fmt_gib(graphs.estimate)}"
-                                     + (" (inferred: no estimate line)" if graphs.inferred_zero else ""))
+                                     + (" (inferred: no estimate line)" if graphs.inferred_zero
+                                        else " (enforce_eager / cudagraph_mode NONE: vLLM profiles no graphs)"
+                                        if graphs.graphs_off else ""))
     if graphs.profile_capture is not None:
         seconds[Phase.GRAPHS] = graphs.profile_capture[0]
         details[Phase.GRAPHS].append(f"profiling capture took {fmt_gib(graphs.profile_capture[1])}")

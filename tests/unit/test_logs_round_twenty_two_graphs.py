@@ -1,0 +1,57 @@
+"""Real pastes, round twenty-two (the graph figures): an eager boot whose second rank prints no KV line; each
+test names its source, the data are the excerpts (tests/unit/data/round_twenty_two/graphs_*: the first line of
+each is where it came from)."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.knobs import knobs_from_engine_line
+from kvaudit.render import Format, reporter
+from kvaudit.schema import Owner, Phase
+
+_DATA = Path(__file__).parent / "data" / "round_twenty_two"
+GiB = 2**30
+
+
+def G(figure: float) -> int:
+    """A figure as vLLM prints it (GiB to two decimals), in bytes, as the log engine reads it."""
+    return round(figure * GiB)
+
+
+def _report(name: str):
+    return report_from_log_text((_DATA / name).read_text(encoding="utf-8"), name)
+
+
+def _table(report) -> str:
+    out = io.StringIO()
+    reporter(Format.TABLE, width=200, color=False).report(report, out)
+    return " ".join(out.getvalue().split())
+
+
+EAGER = "graphs_mrv2_tp2_eager_tp0_only_kv.log"
+
+
+def test_an_eager_boots_graph_estimate_is_0_on_every_rank() -> None:
+    """An sm75 campaign log (vLLM 0.28.1rc1, MRv2, TP2, `enforce_eager=True`, `'cudagraph_mode':
+    <CUDAGraphMode.NONE: 0>`): only Worker_TP0 prints `Available KV cache memory`; both print `Actual usage is
+    1.71 GiB for consumed memory (weights + non-torch), 0.32 GiB for peak activation, and 0.0 GiB for CUDAGraph
+    memory`. Before: rank 1's activation_peak and graph estimate unknown (rank 0's estimate 0 was inferred from
+    its own lines)."""
+    report = _report(EAGER)
+    assert report.config.enforce_eager is True
+    for rank in report.ranks:
+        assert rank.graph_pool_estimate_bytes == 0
+        assert rank.owners[Owner.ACTIVATION_PEAK] == G(0.32)  # the line's peak: no estimate is in it
+        graphs = next(p for p in rank.phases if p.name is Phase.GRAPHS)
+        assert graphs.detail == "estimate 0.00 GiB (enforce_eager / cudagraph_mode NONE: vLLM profiles no graphs)"
+    # no double count where the estimate is 0: vLLM's suggestion is its 150 MiB buffer under the flags
+    assert "152.18 MiB less than the flags' bytes above" in _table(report)
+
+
+def test_the_engine_lines_cudagraph_mode_none_is_read() -> None:
+    """The same boot's engine line, `compilation_config={… 'cudagraph_mode': <CUDAGraphMode.NONE: 0>, …}`: no
+    graphs are profiled or captured, with or without enforce_eager beside it."""
+    line = next(t for t in (_DATA / EAGER).read_text(encoding="utf-8").splitlines() if "Initializing a V1" in t)
+    assert knobs_from_engine_line(line.split("with config: ", 1)[1])["cudagraph_mode"] == "NONE"
