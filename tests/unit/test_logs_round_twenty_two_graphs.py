@@ -1,6 +1,6 @@
-"""Real pastes, round twenty-two (the graph figures): an eager boot whose second rank prints no KV line; each
-test names its source, the data are the excerpts (tests/unit/data/round_twenty_two/graphs_*: the first line of
-each is where it came from)."""
+"""Real pastes, round twenty-two (the graph figures): an eager boot whose second rank prints no KV line, and a
+0.31 profile peak; each test names its source, the data are the excerpts (tests/unit/data/round_twenty_two/
+graphs_*: the first line of each is where it came from)."""
 from __future__ import annotations
 
 import io
@@ -9,6 +9,7 @@ from pathlib import Path
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.knobs import knobs_from_engine_line
 from kvaudit.render import Format, reporter
+from kvaudit.render.frames import owners_wide
 from kvaudit.schema import Owner, Phase
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_two"
@@ -31,6 +32,7 @@ def _table(report) -> str:
 
 
 EAGER = "graphs_mrv2_tp2_eager_tp0_only_kv.log"
+A100 = "graphs_a100_mrv2_usage_line_cut.log"
 
 
 def test_an_eager_boots_graph_estimate_is_0_on_every_rank() -> None:
@@ -43,7 +45,7 @@ def test_an_eager_boots_graph_estimate_is_0_on_every_rank() -> None:
     assert report.config.enforce_eager is True
     for rank in report.ranks:
         assert rank.graph_pool_estimate_bytes == 0
-        assert rank.owners[Owner.ACTIVATION_PEAK] == G(0.32)  # the line's peak: no estimate is in it
+        assert rank.owners[Owner.ACTIVATION_PEAK] == rank.vllm_peak_activation_bytes == G(0.32)
         graphs = next(p for p in rank.phases if p.name is Phase.GRAPHS)
         assert graphs.detail == "estimate 0.00 GiB (enforce_eager / cudagraph_mode NONE: vLLM profiles no graphs)"
     # no double count where the estimate is 0: vLLM's suggestion is its 150 MiB buffer under the flags
@@ -55,3 +57,17 @@ def test_the_engine_lines_cudagraph_mode_none_is_read() -> None:
     graphs are profiled or captured, with or without enforce_eager beside it."""
     line = next(t for t in (_DATA / EAGER).read_text(encoding="utf-8").splitlines() if "Initializing a V1" in t)
     assert knobs_from_engine_line(line.split("with config: ", 1)[1])["cudagraph_mode"] == "NONE"
+
+
+def test_vllms_profile_peak_is_kept_and_shown_beside_the_consumed_figure() -> None:
+    """A100 study notes (vLLM 0.31.0, MRv2, lines reordered by hand, the "Actual usage" line cut after its
+    graph figure): `15.26 GiB for consumed memory (weights + non-torch), 1.44 GiB for peak activation, and 0.23
+    GiB for CUDAGraph memory`. The estimate is not stated, so activation_peak stays unknown. Before: the 1.44
+    GiB was in the profile phase's text alone, not in the table."""
+    report = _report(A100)
+    rank = report.ranks[0]
+    assert rank.vllm_peak_activation_bytes == G(1.44)
+    assert rank.owners[Owner.ACTIVATION_PEAK] is None and rank.graph_pool_estimate_bytes is None
+    frame = owners_wide(report)
+    assert dict(zip(frame.index, frame.rows))["peak (vLLM's: act+graph)"] == ("1.440",)
+    assert "peak (vLLM's: act+graph) │ 1.440" in _table(report)

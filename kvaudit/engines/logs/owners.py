@@ -284,7 +284,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=kv_blocks,
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
         vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=suggested,
-        vllm_consumed_bytes=r.last(FactKind.CONSUMED)))
+        vllm_consumed_bytes=r.last(FactKind.CONSUMED), vllm_peak_activation_bytes=r.last(FactKind.PEAK_WITH_GRAPHS)))
 
 
 T = TypeVar("T")
