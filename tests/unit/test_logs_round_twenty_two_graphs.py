@@ -1,6 +1,7 @@
-"""Real pastes, round twenty-two (the graph figures): an eager boot whose second rank prints no KV line, and a
-0.31 profile peak; each test names its source, the data are the excerpts (tests/unit/data/round_twenty_two/
-graphs_*: the first line of each is where it came from)."""
+"""Real pastes, round twenty-two (the graph figures): vLLM's own `--kv-cache-memory` suggestion that counts the
+graph estimate twice, an eager boot whose second rank prints no KV line, and a 0.31 profile peak; each test names
+its source, the data are the excerpts (tests/unit/data/round_twenty_two/graphs_*: the first line of each is where
+it came from)."""
 from __future__ import annotations
 
 import io
@@ -31,8 +32,26 @@ def _table(report) -> str:
     return " ".join(out.getvalue().split())
 
 
+GB300 = "graphs_gb300_dep16_estimate_over_capture.log"
 EAGER = "graphs_mrv2_tp2_eager_tp0_only_kv.log"
 A100 = "graphs_a100_mrv2_usage_line_cut.log"
+
+
+def test_vllms_suggestion_that_counts_the_estimate_twice_is_not_read_as_an_overcommit() -> None:
+    """The same line: `36.74 GiB for peak activation, and 8.57 GiB for CUDAGraph memory. Replace
+    gpu_memory_utilization config with --kv-cache-memory=40574291354 (37.79 GiB) to fit into requested memory`.
+    The peak holds the 33.06 GiB estimate (peak_activation_memory = transient headroom + the estimate applied),
+    and compile_or_warm_up_model adds the capture again (vllm#57936): 254.49 − 171.25 − 36.74 − 8.57 − 0.15 =
+    37.79. Before: "8.71 GiB less than the flags' bytes above", as if the boot ran 8.7 GiB over its budget."""
+    report = _report(GB300)
+    rank = report.ranks[0]
+    assert rank.vllm_peak_activation_bytes == G(36.74)
+    assert rank.vllm_peak_activation_bytes - rank.owners[Owner.ACTIVATION_PEAK] == G(33.06)
+    text = _table(report)
+    assert ("vLLM's own suggestion: --kv-cache-memory=40574291354 (37.79 GiB), which counts the 33.06 GiB graph "
+            "estimate twice (inside peak activation and again as CUDAGraph memory; vllm#57936): counted once, 70.85 "
+            "GiB, 24.35 GiB more than the flags' bytes above") in text
+    assert "8.71 GiB less" not in text
 
 
 def test_an_eager_boots_graph_estimate_is_0_on_every_rank() -> None:
