@@ -1,7 +1,7 @@
-"""Real pastes, round twenty-two (the graph figures): vLLM's own `--kv-cache-memory` suggestion that counts the
-graph estimate twice, an eager boot whose second rank prints no KV line, and a 0.31 profile peak; each test names
-its source, the data are the excerpts (tests/unit/data/round_twenty_two/graphs_*: the first line of each is where
-it came from)."""
+"""Real pastes, round twenty-two (the graph figures): a graph estimate far above the capture, vLLM's own
+`--kv-cache-memory` suggestion that counts the estimate twice, an eager boot whose second rank prints no KV line,
+and a 0.31 profile peak; each test names its source, the data are the excerpts (tests/unit/data/round_twenty_two/
+graphs_*: the first line of each is where it came from)."""
 from __future__ import annotations
 
 import io
@@ -11,7 +11,7 @@ from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.knobs import knobs_from_engine_line
 from kvaudit.render import Format, reporter
 from kvaudit.render.frames import owners_wide
-from kvaudit.schema import Owner, Phase
+from kvaudit.schema import Owner, Phase, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_two"
 GiB = 2**30
@@ -35,6 +35,24 @@ def _table(report) -> str:
 GB300 = "graphs_gb300_dep16_estimate_over_capture.log"
 EAGER = "graphs_mrv2_tp2_eager_tp0_only_kv.log"
 A100 = "graphs_a100_mrv2_usage_line_cut.log"
+
+
+def test_a_graph_estimate_the_capture_left_unused_is_said_to_be_idle_budget() -> None:
+    """arpera/srt-slurm's GB300 decode worker (DEP16, gmu 0.92): `CUDA graph pool memory: 8.57 GiB (actual),
+    33.06 GiB (estimated), difference: 24.49 GiB (285.9%).` vLLM gave the KV cache the budget less the 33.06 GiB
+    estimate (254.49 − 171.25 − 3.68 − 33.06 = 46.50). Before: verdict ok and not a word; only a capture larger
+    than its estimate was noted."""
+    report = _report(GB300)
+    rank = report.ranks[0]
+    assert (rank.graph_pool_estimate_bytes, rank.graph_pool_actual_bytes) == (G(33.06), G(8.57))
+    assert rank.owners[Owner.GRAPH_POOL] == G(33.06)  # the charge: what vLLM held back from the KV cache
+    idle = G(33.06) - G(8.57)
+    assert idle + G(46.5) - 150 * 2**20 == 76_067_645_685
+    assert ("note: rank 0: vLLM charged 33.06 GiB for CUDA graphs when it sized the KV cache, and the capture took 8.57 "
+            "GiB: 24.49 GiB of the requested budget holds neither KV nor graphs (graph_pool is the charge); by "
+            "vLLM's arithmetic the same gpu_memory_utilization sizes about 70.99 GiB of KV "
+            "(--kv-cache-memory-bytes=76067645685, its 150 MiB buffer kept; not audited)") in report.warnings
+    assert report.verdict is Verdict.OK  # the KV lines fit; the note says what the budget could have held
 
 
 def test_vllms_suggestion_that_counts_the_estimate_twice_is_not_read_as_an_overcommit() -> None:
