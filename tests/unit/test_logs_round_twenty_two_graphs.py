@@ -1,7 +1,7 @@
 """Real pastes, round twenty-two (the graph figures): a graph estimate far above the capture, vLLM's own
-`--kv-cache-memory` suggestion that counts the estimate twice, an eager boot whose second rank prints no KV line,
-and a 0.31 profile peak; each test names its source, the data are the excerpts (tests/unit/data/round_twenty_two/
-graphs_*: the first line of each is where it came from)."""
+`--kv-cache-memory` suggestion that counts the estimate twice, the consumed figure less the weights, an eager
+boot whose second rank prints no KV line, and a 0.31 profile peak; each test names its source, the data are the
+excerpts (tests/unit/data/round_twenty_two/graphs_*: the first line of each is where it came from)."""
 from __future__ import annotations
 
 import io
@@ -72,6 +72,24 @@ def test_vllms_suggestion_that_counts_the_estimate_twice_is_not_read_as_an_overc
     assert "8.71 GiB less" not in text
 
 
+def test_the_consumed_figure_less_the_weights_is_non_torch_and_the_owners_reach_the_budget() -> None:
+    """The same rank: `Actual usage is 171.25 GiB for consumed memory (weights + non-torch)` beside `Model
+    loading took 168.89 GiB memory`. vLLM's consumed figure is total_consumed (weights + persistent torch +
+    non-torch). Before: non_torch and persistent null, and the owners came to 252.13 of the 254.49 GiB
+    requested."""
+    report = _report(GB300)
+    rank = report.ranks[0]
+    assert rank.owners[Owner.NON_TORCH] == rank.vllm_consumed_bytes - rank.owners[Owner.WEIGHTS] == (
+        G(171.25) - G(168.89))
+    assert rank.owners[Owner.PERSISTENT] is None  # inside non_torch: vLLM does not split the two
+    known = [rank.owners[o] for o in (Owner.WEIGHTS, Owner.ACTIVATION_PEAK, Owner.GRAPH_POOL, Owner.NON_TORCH,
+                                      Owner.KV_CACHE)]
+    assert sum(known) == rank.requested_bytes == G(254.49)
+    assert ("note: non_torch is vLLM's consumed memory less the weights (rank 0: 171.25 GiB − 168.89 GiB = 2.36 GiB): "
+            "persistent torch and non-torch memory together, which vLLM does not split (persistent left unknown)"
+            ) in report.warnings
+
+
 def test_an_eager_boots_graph_estimate_is_0_on_every_rank() -> None:
     """An sm75 campaign log (vLLM 0.28.1rc1, MRv2, TP2, `enforce_eager=True`, `'cudagraph_mode':
     <CUDAGraphMode.NONE: 0>`): only Worker_TP0 prints `Available KV cache memory`; both print `Actual usage is
@@ -85,6 +103,9 @@ def test_an_eager_boots_graph_estimate_is_0_on_every_rank() -> None:
         assert rank.owners[Owner.ACTIVATION_PEAK] == rank.vllm_peak_activation_bytes == G(0.32)
         graphs = next(p for p in rank.phases if p.name is Phase.GRAPHS)
         assert graphs.detail == "estimate 0.00 GiB (enforce_eager / cudagraph_mode NONE: vLLM profiles no graphs)"
+    rank1 = report.ranks[1]
+    # weights + activation + non_torch (consumed − weights) + KV in use = the 21.11 GiB requested
+    assert rank1.owners[Owner.WEIGHTS] + G(0.32) + rank1.owners[Owner.NON_TORCH] + G(19.08) == G(21.11)
     # no double count where the estimate is 0: vLLM's suggestion is its 150 MiB buffer under the flags
     assert "152.18 MiB less than the flags' bytes above" in _table(report)
 
@@ -105,6 +126,7 @@ def test_vllms_profile_peak_is_kept_and_shown_beside_the_consumed_figure() -> No
     rank = report.ranks[0]
     assert rank.vllm_peak_activation_bytes == G(1.44)
     assert rank.owners[Owner.ACTIVATION_PEAK] is None and rank.graph_pool_estimate_bytes is None
+    assert rank.owners[Owner.NON_TORCH] == G(15.26) - G(15.0)
     frame = owners_wide(report)
     assert dict(zip(frame.index, frame.rows))["peak (vLLM's: act+graph)"] == ("1.440",)
     assert "peak (vLLM's: act+graph) │ 1.440" in _table(report)

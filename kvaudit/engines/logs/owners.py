@@ -3,7 +3,8 @@
 Owners a log can show (docs/vllm-startup.md §5.7): weights, graph_pool, kv_cache,
 activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}; V0
 0.6.4–0.6.5: peak_torch_memory − the weights; vLLM 0.34's extensible KV cache: what its sizing
-kept free for transients, kvaudit/engines/logs/extensible.py), non_torch (old wording only).
+kept free for transients, kvaudit/engines/logs/extensible.py), non_torch (old wording; new wording:
+consumed − weights, persistent torch included).
 `persistent` and `torch_other` are never logged; the ledger (`kvaudit.ledger.owners_from_readings`)
 makes graph_pool and kv_unallocated of what is stated, and a null stays null.
 """
@@ -236,6 +237,18 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
             notes.append(f"rank {rank}: the log states {owner.value} {fmt_gib(value)}, below zero, which no memory "
                          f"can be: {owner.value} left unknown")
             readings[owner] = None
+    weights, consumed = readings[Owner.WEIGHTS], r.last(FactKind.CONSUMED)
+    if readings[Owner.NON_TORCH] is None and consumed is not None and weights is not None and consumed >= weights:
+        # vLLM 0.28+'s "consumed memory (weights + non-torch)" is total_consumed = init.free − after.free:
+        # weights + persistent torch + non-torch (gpu_worker.py determine_available_memory, mem_utils.py
+        # memory_profiling; docs/vllm-startup.md §2.1). Less the weights it is the other two, unsplit: without
+        # it the owners fell short of the budget by exactly that (real pastes round twenty-two: GB300, 171.25 −
+        # 168.89 = 2.36 GiB, the gap between the owners' 252.13 GiB and the 254.49 requested).
+        readings[Owner.NON_TORCH] = consumed - weights
+        if not any(n.startswith(CONSUMED_NOTE_HEAD) for n in notes):
+            notes.append(f"{CONSUMED_NOTE_HEAD} (rank {rank}: {fmt_gib(consumed)} − {fmt_gib(weights)} = "
+                         f"{fmt_gib(consumed - weights)}): persistent torch and non-torch memory together, which "
+                         f"vLLM does not split (persistent left unknown)")
     if graphs.actual is not None and graphs.actual < 0:
         notes.append(f"rank {rank}: vLLM measured its CUDA graph capture as {fmt_gib(graphs.actual)}, below zero: a "
                      f"difference of free memory that something else freed during the capture (vLLM's own bug, "
@@ -294,9 +307,11 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=kv_blocks,
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
         vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=suggested,
-        vllm_consumed_bytes=r.last(FactKind.CONSUMED), vllm_peak_activation_bytes=r.last(FactKind.PEAK_WITH_GRAPHS)))
+        vllm_consumed_bytes=consumed, vllm_peak_activation_bytes=r.last(FactKind.PEAK_WITH_GRAPHS)))
 
 
+CONSUMED_NOTE_HEAD = "note: non_torch is vLLM's consumed memory less the weights"
+"""Once per log: where non_torch comes from when a 0.28+ log states consumed memory and no non-torch figure."""
 SUGGESTION_BUFFER = 150 * 2**20
 """gpu_worker.py compile_or_warm_up_model's redundancy_buffer_memory, left out of its --kv-cache-memory suggestion."""
 
