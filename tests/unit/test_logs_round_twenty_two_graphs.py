@@ -1,7 +1,8 @@
 """Real pastes, round twenty-two (the graph figures): a graph estimate far above the capture, vLLM's own
-`--kv-cache-memory` suggestion that counts the estimate twice, the consumed figure less the weights, an eager
-boot whose second rank prints no KV line, and a 0.31 profile peak; each test names its source, the data are the
-excerpts (tests/unit/data/round_twenty_two/graphs_*: the first line of each is where it came from)."""
+`--kv-cache-memory` suggestion that counts the estimate twice, the consumed figure less the weights, a weights
+line no device of the log holds, an eager boot whose second rank prints no KV line, and a 0.31 profile peak; each
+test names its source, the data are the excerpts (tests/unit/data/round_twenty_two/graphs_*: the first line of
+each is where it came from)."""
 from __future__ import annotations
 
 import io
@@ -88,6 +89,18 @@ def test_the_consumed_figure_less_the_weights_is_non_torch_and_the_owners_reach_
     assert ("note: non_torch is vLLM's consumed memory less the weights (rank 0: 171.25 GiB − 168.89 GiB = 2.36 GiB): "
             "persistent torch and non-torch memory together, which vLLM does not split (persistent left unknown)"
             ) in report.warnings
+
+
+def test_weights_no_device_of_the_log_holds_are_another_runs_line() -> None:
+    """The same test log's planted decoy: `(Worker_DP1_EP1 pid=3) … Model loading took 999.99 GiB memory` on a
+    276.62 GiB GB300 (`Free memory on device (274.27/276.62 GiB)`). Before: rank 1's weights 999.99 GiB, no
+    note."""
+    report = _report(GB300)
+    rank1 = next(r for r in report.ranks if r.rank == 1)
+    assert rank1.owners[Owner.WEIGHTS] is None
+    assert ("rank 1: the log states weights 999.99 GiB, more than any device in this log holds (276.62 GiB): a "
+            "line from another run? weights left unknown") in report.warnings
+    assert report.ranks[0].owners[Owner.WEIGHTS] == G(168.89)  # the one that fits is kept
 
 
 def test_an_eager_boots_graph_estimate_is_0_on_every_rank() -> None:

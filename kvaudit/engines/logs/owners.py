@@ -190,11 +190,13 @@ def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tupl
 def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | None, estimates_disabled: bool,
                 failure: Failure | None, notes: list[str], tp_size: int | None = None,
                 dcp_size: int | None = None, after_warmup: bool = False,
-                kv_bytes_per_block: float | None = None, graphs_off: bool = False) -> StatedRank:
+                kv_bytes_per_block: float | None = None, graphs_off: bool = False,
+                largest_device: int | None = None) -> StatedRank:
     """One rank's owners as its lines state them. `after_warmup`: vLLM 0.34's extensible KV cache
     sized the boot's cache (extensible.sized_after_warmup); `kv_bytes_per_block`: the rank's, from
     its measurement (extensible.bytes_per_block); `graphs_off`: the engine captures no CUDA graphs
-    (enforce_eager, cudagraph_mode NONE)."""
+    (enforce_eager, cudagraph_mode NONE); `largest_device`: the largest device total any rank of the
+    log states."""
     total = r.last(FactKind.DEVICE_TOTAL)
     requested = r.last(FactKind.REQUESTED)
     if requested is None and total is not None and gmu is not None:
@@ -238,6 +240,14 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
                          f"can be: {owner.value} left unknown")
             readings[owner] = None
     weights, consumed = readings[Owner.WEIGHTS], r.last(FactKind.CONSUMED)
+    if weights is not None and largest_device and weights > largest_device:
+        # the ranks of one boot share a GPU type: weights no device of the log holds are another run's line
+        # (real pastes round twenty-two: a GB300 decode worker's log trimmed into srt-slurm's tests, where a DP
+        # rank's `Model loading took 999.99 GiB memory`, the test's planted decoy, stands beside `Free memory
+        # on device (274.27/276.62 GiB)`; a paste that joins two runs has the same shape)
+        notes.append(f"rank {rank}: the log states weights {fmt_gib(weights)}, more than any device in this log "
+                     f"holds ({fmt_gib(largest_device)}): a line from another run? weights left unknown")
+        readings[Owner.WEIGHTS] = weights = None
     if readings[Owner.NON_TORCH] is None and consumed is not None and weights is not None and consumed >= weights:
         # vLLM 0.28+'s "consumed memory (weights + non-torch)" is total_consumed = init.free − after.free:
         # weights + persistent torch + non-torch (gpu_worker.py determine_available_memory, mem_utils.py
