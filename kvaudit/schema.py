@@ -308,6 +308,11 @@ class RankReport:
     """Extension, from a log: vLLM 0.28+'s `total_consumed` (its "Actual usage is X GiB for consumed
     memory (weights + non-torch)" line; the free memory the rank lost up to the profile's end: weights,
     persistent torch and non-torch), three owners a log does not split; null elsewhere."""
+    vllm_peak_activation_bytes: int | None = None
+    """Extension, from a log: the peak activation of vLLM 0.28+'s "Actual usage" line as printed
+    (`peak_activation_memory` = transient_peak_headroom + the graph estimate applied, gpu_worker.py
+    determine_available_memory), of which `activation_peak` is the part without the estimate; the
+    suggestion on the same line counts that estimate twice (vllm#57936); null elsewhere."""
     graph_capture_transient_bytes: int | None = None
     """Extension: the profiling capture's peak outside its pool; charged to activation_peak
     only where it exceeds the replay's transient."""

@@ -80,6 +80,8 @@ def owners_wide(report: Report) -> Frame:
         ("kv-cache-memory (vLLM's)", [r.vllm_suggested_kv_cache_memory_bytes for r in report.ranks]),
         # 0.28+ logs: weights + persistent + non_torch in one figure, which the owners above leave unsplit
         ("consumed (vLLM's: w+p+n)", [r.vllm_consumed_bytes for r in report.ranks]),
+        # …and their peak activation, which holds the graph estimate applied (activation_peak is the rest)
+        ("peak (vLLM's: act+graph)", [r.vllm_peak_activation_bytes for r in report.ranks]),
     ]
     lines += [(name, values) for name, values in vllm if any(v is not None for v in values)]
     columns = [rank_name(r.rank, i) + (" *" if r.rank is not None and r.rank == report.capacity.binding_rank

@@ -17,6 +17,7 @@ from kvaudit.schema import (
     KnobDifference,
     KvSizing,
     Owner,
+    RankReport,
     Report,
     SizingDelta,
     Source,
@@ -208,12 +209,28 @@ def _vllm_suggestion(report: Report) -> str | None:
         return None
     vllm = binding.vllm_suggested_kv_cache_memory_bytes
     text = f"--kv-cache-memory={vllm} ({fmt_gib(vllm)})"
+    twice = _counted_twice(binding)
+    if twice:
+        # gpu_worker.py compile_or_warm_up_model: requested − (total_consumed + peak_activation_memory +
+        # the capture's bytes) − 150 MiB, where the peak already holds the graph estimate (vllm#57936). The
+        # figure compared is the suggestion with the estimate counted once (real pastes round twenty-two:
+        # GB300, 37.79 GiB read as "8.71 GiB less" than the log's own 46.50 GiB, which it runs 24 GiB under).
+        vllm += twice
+        text += (f", which counts the {fmt_gib(twice)} graph estimate twice (inside peak activation and again as "
+                 f"CUDAGraph memory; vllm#57936): counted once, {fmt_gib(vllm)}")
     safe = safe_kv_bytes(cap)
     if safe is not None and safe != vllm:
         more = vllm - safe
         theirs = "the flags' bytes above" if from_log(report) else "kvaudit's safe bytes"
-        text += f": {fmt_bytes(abs(more))} {'more' if more > 0 else 'less'} than {theirs}"
+        text += f"{',' if twice else ':'} {fmt_bytes(abs(more))} {'more' if more > 0 else 'less'} than {theirs}"
     return text
+
+
+def _counted_twice(rank: RankReport) -> int:
+    """The graph estimate vLLM's suggestion counts twice: the 0.28+ line's peak activation less the
+    rank's activation_peak (the peak without the estimate applied); 0 where not known."""
+    peak, activation = rank.vllm_peak_activation_bytes, rank.owners.get(Owner.ACTIVATION_PEAK)
+    return max(peak - activation, 0) if peak is not None and activation is not None else 0
 
 
 SAFE_FLAGS_LABEL = "safe vllm serve flags"

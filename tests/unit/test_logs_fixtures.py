@@ -70,8 +70,12 @@ def test_v1_kv_budget_and_unlogged_owners(v1_tp2: Report) -> None:
     assert r0.device_total_bytes == 150_055_419_904  # 139.75 GiB
     assert r0.free_at_start_bytes == 149_518_548_992  # 139.25 GiB
     assert r0.requested_bytes == 135_055_246_623  # 125.78 GiB, as printed
-    for o in (Owner.PERSISTENT, Owner.NON_TORCH, Owner.TORCH_OTHER, Owner.KV_UNALLOCATED):
+    for o in (Owner.PERSISTENT, Owner.TORCH_OTHER, Owner.KV_UNALLOCATED):
         assert r0.owners[o] is None and r1.owners[o] is None  # never logged by the new wording
+    # …which states consumed memory (weights + persistent + non-torch): less the weights, non_torch holds the
+    # other two, unsplit (66.25 − 65.5 GiB); TP1 prints no weights line, so its split stays unknown
+    assert r0.owners[Owner.NON_TORCH] == r0.vllm_consumed_bytes - r0.owners[Owner.WEIGHTS] == 805_306_368
+    assert r1.owners[Owner.WEIGHTS] is None and r1.owners[Owner.NON_TORCH] is None
 
 
 def test_v1_capacity_and_verdict(v1_tp2: Report) -> None:

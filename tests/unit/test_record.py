@@ -43,7 +43,8 @@ def test_the_report_takes_every_shared_field_and_the_ledger_makes_the_rest():
     assert LEDGER_FIGURES <= report_fields
     # report fields neither copied nor made by the ledger: only a log's (a run has no such figure)
     assert report_fields - set(SHARED_WITH_REPORT) - LEDGER_FIGURES == {"graph_pool_retained_bytes",
-                                                                         "vllm_consumed_bytes"}
+                                                                         "vllm_consumed_bytes",
+                                                                         "vllm_peak_activation_bytes"}
 
 
 def _fact_names_in_engines() -> tuple[dict[str, str], dict[str, str]]:

@@ -22,6 +22,7 @@ from kvaudit.engines.logs.ranks import (
     RankFacts,
     command_conflicts,
     command_disagreements,
+    engine_config,
     engine_first,
     engine_last,
     gather,
@@ -188,11 +189,15 @@ class LogBoot:
         version = engine_first(boot.engine, FactKind.VERSION)
         after_warmup = extensible.sized_after_warmup(boot.ranks, version, disabled, config.gpu_memory_utilization)
         per_block = extensible.bytes_per_block(boot.ranks)
+        # no CUDA graphs, so no graph estimate, on any rank of the engine: enforce_eager sets cudagraph_mode NONE
+        graphs_off = config.enforce_eager is True or engine_config(boot.engine).get("cudagraph_mode") == "NONE"
+        totals = [f.value for r in boot.ranks.values() for f in r.facts.get(FactKind.DEVICE_TOTAL, ())]
         ranks = tuple(stated_rank(rank, boot.ranks[rank], gmu=config.gpu_memory_utilization, runner=runner,
                                   estimates_disabled=disabled, failure=failure, notes=rank_notes,
                                   tp_size=config.tensor_parallel_size,
                                   dcp_size=config.decode_context_parallel_size, after_warmup=after_warmup,
-                                  kv_bytes_per_block=per_block.get(rank))
+                                  kv_bytes_per_block=per_block.get(rank), graphs_off=graphs_off,
+                                  largest_device=max(totals, default=None))
                       for rank in sorted(boot.ranks))
         backends = boot.engine.get(FactKind.ATTENTION_BACKEND, [])
         first_backend = min(backends, key=lambda f: (f.file, f.pos)).value if backends else None

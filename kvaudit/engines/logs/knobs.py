@@ -245,6 +245,11 @@ _SIZES_KEY = "cudagraph_capture_sizes"
 _SIZES_WINDOW = 200_000
 """How far after `compilation_config=` the capture sizes may be."""
 _ENGINE_SIZES = re.compile(r"""['"]cudagraph_capture_sizes['"]:\s*\[([\d,\s]{0,20000})\]""")
+_MODE_KEY = "cudagraph_mode"
+# CompilationConfig's cudagraph_mode as the engine line prints it: the enum's repr in the dict
+# (`'cudagraph_mode': <CUDAGraphMode.NONE: 0>`, real pastes round twenty-two: an eager 0.28 boot), its
+# value in older JSON (`"cudagraph_mode":0`). Only NONE is read: no graphs are profiled or captured.
+_ENGINE_MODE_NONE = re.compile(r"""['"]cudagraph_mode['"]:\s*(?:<CUDAGraphMode\.NONE: 0>|0(?=[,}\s]))""")
 
 
 def knobs_from_engine_line(config: str) -> dict[str, Any]:
@@ -277,6 +282,8 @@ def knobs_from_engine_line(config: str) -> dict[str, Any]:
     start = config.find(_COMPILATION_KEY)
     if start >= 0 and (m := _keyed_match(config, _SIZES_KEY, _ENGINE_SIZES, -1, start, start + _SIZES_WINDOW)):
         known["cudagraph_capture_sizes"] = tuple(int(x) for x in re.findall(r"\d{1,12}", m.group(1)))
+    if start >= 0 and _keyed_match(config, _MODE_KEY, _ENGINE_MODE_NONE, -1, start, start + _SIZES_WINDOW):
+        known["cudagraph_mode"] = "NONE"
     return known
 
 

@@ -3,7 +3,8 @@
 Owners a log can show (docs/vllm-startup.md §5.7): weights, graph_pool, kv_cache,
 activation_peak (new wording: {peak} − the applied graph estimate; old wording: {peak}; V0
 0.6.4–0.6.5: peak_torch_memory − the weights; vLLM 0.34's extensible KV cache: what its sizing
-kept free for transients, kvaudit/engines/logs/extensible.py), non_torch (old wording only).
+kept free for transients, kvaudit/engines/logs/extensible.py), non_torch (old wording; new wording:
+consumed − weights, persistent torch included).
 `persistent` and `torch_other` are never logged; the ledger (`kvaudit.ledger.owners_from_readings`)
 makes graph_pool and kv_unallocated of what is stated, and a null stays null.
 """
@@ -39,6 +40,8 @@ class _Graphs:
     retained: int | None
     inferred_zero: bool
     """The estimate is 0 because vLLM printed none of the lines it prints when it is > 0."""
+    graphs_off: bool
+    """The estimate is 0 because the engine captures no CUDA graphs (enforce_eager, cudagraph_mode NONE)."""
     profile_capture: tuple[float, int] | None
     real_capture: tuple[float, int] | None
 
@@ -116,7 +119,7 @@ def _sized_without_graphs(r: RankFacts, requested: int | None) -> bool:
 
 
 def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disabled: bool,
-            requested: int | None = None) -> _Graphs:
+            requested: int | None = None, graphs_off: bool = False) -> _Graphs:
     captures = r.all(FactKind.GRAPH_CAPTURE)
     # V2 prints "Graph capturing finished" for the profiling capture and again for the real one
     # (gpu/model_runner.py capture_model); V1 prints it once, for the real capture.
@@ -134,6 +137,14 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
     if estimate is None and profile_capture is not None:
         estimate = profile_capture[1]  # V2 captures for real while profiling: that capture is its estimate
     inferred_zero = False
+    by_config = estimate is None and graphs_off
+    if by_config:
+        # gpu_worker.py determine_available_memory profiles graphs only where
+        # `compilation_config.cudagraph_mode != CUDAGraphMode.NONE` (enforce_eager sets NONE): else
+        # cudagraph_memory_estimate stays 0, on every rank of the engine, whichever rank prints the
+        # lines that would show it (real pastes round twenty-two: an eager MRv2 TP2 boot where only TP0
+        # prints "Available KV cache memory", so TP1's estimate, and its activation, went unknown).
+        estimate = 0
     usage = r.last(FactKind.GRAPH_USAGE)
     # (a capture measured below zero, vLLM's own bug, leaves the pool unknown: no estimate is inferred for it)
     measured_below_zero = usage is not None and usage < 0
@@ -152,7 +163,8 @@ def _graphs(r: RankFacts, total: int | None, runner: str | None, estimates_disab
         actual = usage
     if actual is None and real_capture is not None:
         actual = real_capture[1]
-    return _Graphs(estimate, actual, r.last(FactKind.GRAPH_RETAINED), inferred_zero, profile_capture, real_capture)
+    return _Graphs(estimate, actual, r.last(FactKind.GRAPH_RETAINED), inferred_zero, by_config, profile_capture,
+                   real_capture)
 
 
 def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tuple[int | None, str | None]:
@@ -178,17 +190,20 @@ def _activation(r: RankFacts, graphs: _Graphs, estimates_disabled: bool) -> tupl
 def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | None, estimates_disabled: bool,
                 failure: Failure | None, notes: list[str], tp_size: int | None = None,
                 dcp_size: int | None = None, after_warmup: bool = False,
-                kv_bytes_per_block: float | None = None) -> StatedRank:
+                kv_bytes_per_block: float | None = None, graphs_off: bool = False,
+                largest_device: int | None = None) -> StatedRank:
     """One rank's owners as its lines state them. `after_warmup`: vLLM 0.34's extensible KV cache
     sized the boot's cache (extensible.sized_after_warmup); `kv_bytes_per_block`: the rank's, from
-    its measurement (extensible.bytes_per_block)."""
+    its measurement (extensible.bytes_per_block); `graphs_off`: the engine captures no CUDA graphs
+    (enforce_eager, cudagraph_mode NONE); `largest_device`: the largest device total any rank of the
+    log states."""
     total = r.last(FactKind.DEVICE_TOTAL)
     requested = r.last(FactKind.REQUESTED)
     if requested is None and total is not None and gmu is not None:
         requested = request_memory(total, gmu)
     # vLLM 0.34's extensible KV cache: sized after warmup and capture, with no graph estimate before
     no_estimate = estimates_disabled or after_warmup
-    graphs = _graphs(r, total, runner, no_estimate, requested)
+    graphs = _graphs(r, total, runner, no_estimate, requested, graphs_off)
     activation, why = _activation(r, graphs, no_estimate)
     if why:
         notes.append(f"rank {rank}: {why}")
@@ -224,6 +239,26 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
             notes.append(f"rank {rank}: the log states {owner.value} {fmt_gib(value)}, below zero, which no memory "
                          f"can be: {owner.value} left unknown")
             readings[owner] = None
+    weights, consumed = readings[Owner.WEIGHTS], r.last(FactKind.CONSUMED)
+    if weights is not None and largest_device and weights > largest_device:
+        # the ranks of one boot share a GPU type: weights no device of the log holds are another run's line
+        # (real pastes round twenty-two: a GB300 decode worker's log trimmed into srt-slurm's tests, where a DP
+        # rank's `Model loading took 999.99 GiB memory`, the test's planted decoy, stands beside `Free memory
+        # on device (274.27/276.62 GiB)`; a paste that joins two runs has the same shape)
+        notes.append(f"rank {rank}: the log states weights {fmt_gib(weights)}, more than any device in this log "
+                     f"holds ({fmt_gib(largest_device)}): a line from another run? weights left unknown")
+        readings[Owner.WEIGHTS] = weights = None
+    if readings[Owner.NON_TORCH] is None and consumed is not None and weights is not None and consumed >= weights:
+        # vLLM 0.28+'s "consumed memory (weights + non-torch)" is total_consumed = init.free − after.free:
+        # weights + persistent torch + non-torch (gpu_worker.py determine_available_memory, mem_utils.py
+        # memory_profiling; docs/vllm-startup.md §2.1). Less the weights it is the other two, unsplit: without
+        # it the owners fell short of the budget by exactly that (real pastes round twenty-two: GB300, 171.25 −
+        # 168.89 = 2.36 GiB, the gap between the owners' 252.13 GiB and the 254.49 requested).
+        readings[Owner.NON_TORCH] = consumed - weights
+        if not any(n.startswith(CONSUMED_NOTE_HEAD) for n in notes):
+            notes.append(f"{CONSUMED_NOTE_HEAD} (rank {rank}: {fmt_gib(consumed)} − {fmt_gib(weights)} = "
+                         f"{fmt_gib(consumed - weights)}): persistent torch and non-torch memory together, which "
+                         f"vLLM does not split (persistent left unknown)")
     if graphs.actual is not None and graphs.actual < 0:
         notes.append(f"rank {rank}: vLLM measured its CUDA graph capture as {fmt_gib(graphs.actual)}, below zero: a "
                      f"difference of free memory that something else freed during the capture (vLLM's own bug, "
@@ -238,6 +273,16 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         notes.append(f"rank {rank}: the CUDA graph capture took {fmt_gib(graphs.actual)}, {fmt_gib(over)} more than "
                      f"the {fmt_gib(graphs.estimate)} vLLM charged for it when it sized the KV cache: that much is "
                      f"held past the budget (graph_pool is the capture's)")
+    idle = (graphs.estimate - graphs.actual if graphs.actual is not None and graphs.estimate is not None
+            and graphs.actual >= 0 and not no_estimate and graphs.retained is None
+            and r.has(FactKind.GRAPH_ESTIMATE, FactKind.ADVISORY) else 0)
+    if idle >= GRAPH_OVER_LEAST:
+        # The mirror of the note above: determine_available_memory gave the KV cache requested − non-KV −
+        # the estimate; what the capture left of the estimate is budget neither KV nor graphs hold (real
+        # pastes round twenty-two: GB300, `CUDA graph pool memory: 8.57 GiB (actual), 33.06 GiB (estimated),
+        # difference: 24.49 GiB (285.9%)`, 53% of the rank's 46.50 GiB KV cache). Only an estimate a line
+        # states: a V2 profiling capture is not the figure vLLM charged (model_runner.py extrapolates it).
+        notes.append(_idle_note(rank, graphs, idle, kv_available))
     if graphs.estimate is not None and graphs.estimate < 0 and not no_estimate:
         notes.append(f"rank {rank}: vLLM's CUDA graph estimate is {fmt_gib(graphs.estimate)}, below zero, and vLLM "
                      f"subtracts it when it sizes the KV cache: the cache was sized {fmt_gib(-graphs.estimate)} past "
@@ -272,7 +317,30 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=kv_blocks,
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
         vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=suggested,
-        vllm_consumed_bytes=r.last(FactKind.CONSUMED)))
+        vllm_consumed_bytes=consumed, vllm_peak_activation_bytes=r.last(FactKind.PEAK_WITH_GRAPHS)))
+
+
+CONSUMED_NOTE_HEAD = "note: non_torch is vLLM's consumed memory less the weights"
+"""Once per log: where non_torch comes from when a 0.28+ log states consumed memory and no non-torch figure."""
+SUGGESTION_BUFFER = 150 * 2**20
+"""gpu_worker.py compile_or_warm_up_model's redundancy_buffer_memory, left out of its --kv-cache-memory suggestion."""
+
+
+def _idle_note(rank: int, graphs: _Graphs, idle: int, available: int | None) -> str:
+    """The graph budget the capture did not use, and the KV cache the same budget would hold: a note
+    (render/summary.py NOTE_PREFIX), capacity left unused and no risk, as the over-case's warning is."""
+    text = (f"note: rank {rank}: vLLM charged {fmt_gib(graphs.estimate)} for CUDA graphs when it sized the KV cache, "
+            f"and the capture took {fmt_gib(graphs.actual)}: {fmt_gib(idle)} of the requested budget holds neither "
+            f"KV nor graphs (graph_pool is the charge)")
+    if available is not None and available > 0:
+        # available + idle − 150 MiB = requested − consumed − transient peak − the capture − 150 MiB: vLLM's
+        # own suggestion with the graph memory counted once (vllm#57936; render/summary.py compares it so)
+        fit = available + idle - SUGGESTION_BUFFER
+        # (a lever vLLM's one profile pass sized, as the log's flags are: the H200's 0.33 log of V3 dims + MTP
+        # overran those by 2.00 GiB under --verify, so it is not called safe)
+        text += (f"; by vLLM's arithmetic the same gpu_memory_utilization sizes about {fmt_gib(available + idle)} "
+                 f"of KV (--kv-cache-memory-bytes={fit}, its 150 MiB buffer kept; not audited)")
+    return text
 
 
 T = TypeVar("T")
@@ -304,7 +372,9 @@ def _phases(rank: int, r: RankFacts, graphs: _Graphs, failure: Failure | None) -
         details[Phase.PROFILE].append(f"includes {v / 2**20:.2f} MiB of B12X sparse DCP transient memory")
     if graphs.estimate is not None:
         details[Phase.GRAPHS].append(f"estimate {fmt_gib(graphs.estimate)}"
-                                     + (" (inferred: no estimate line)" if graphs.inferred_zero else ""))
+                                     + (" (inferred: no estimate line)" if graphs.inferred_zero
+                                        else " (enforce_eager / cudagraph_mode NONE: vLLM profiles no graphs)"
+                                        if graphs.graphs_off else ""))
     if graphs.profile_capture is not None:
         seconds[Phase.GRAPHS] = graphs.profile_capture[0]
         details[Phase.GRAPHS].append(f"profiling capture took {fmt_gib(graphs.profile_capture[1])}")
