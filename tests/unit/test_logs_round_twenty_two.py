@@ -101,3 +101,17 @@ def test_model_runner_v2s_kernel_warmup_frame_is_the_capture_phase() -> None:
     assert report.failure is not None and report.failure.phase is Phase.CAPTURE
     full = _report(WARMUP_KERNELS)
     assert full.failure is not None and full.failure.phase is Phase.CAPTURE
+
+
+def test_the_release_of_the_vllm_image_a_paste_names_is_its_version_where_no_line_states_one() -> None:
+    """An A100's notes (vLLM 0.31.0, MRv2): `vllm image used: vllm/vllm-openai:v0.31.0-ubuntu2404`, no banner, no
+    engine line. Before: engine.version null."""
+    report = _report("graphs_a100_mrv2_usage_line_cut.log")
+    assert (report.engine.version, report.environment.vllm) == ("0.31.0", "0.31.0")
+    # a banner or engine line states the release where there is one; `latest` names none
+    text = ("image: vllm/vllm-openai:v0.30.0\n"
+            "INFO 12-05 05:43:38 [core.py:96] Initializing a V1 LLM engine (v0.31.1) with config: model='m', seed=0\n")
+    assert report_from_log_text(text, "both.log").engine.version == "0.31.1"
+    latest = ("image: vllm/vllm-openai:latest\n"
+              "INFO 12-05 05:43:38 [gpu_model_runner.py:2602] Model loading took 15.2 GiB and 6.1 seconds\n")
+    assert report_from_log_text(latest, "latest.log").engine.version is None

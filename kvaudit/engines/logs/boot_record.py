@@ -186,7 +186,7 @@ class LogBoot:
             r.has(FactKind.ADVISORY_DISABLED) for r in boot.ranks.values()) or bool(
             boot.engine.get(FactKind.ADVISORY_DISABLED))
         rank_notes: list[str] = []
-        version = engine_first(boot.engine, FactKind.VERSION)
+        version = engine_first(boot.engine, FactKind.VERSION) or engine_first(boot.engine, FactKind.IMAGE_VERSION)
         after_warmup = extensible.sized_after_warmup(boot.ranks, version, disabled, config.gpu_memory_utilization)
         per_block = extensible.bytes_per_block(boot.ranks)
         # no CUDA graphs, so no graph estimate, on any rank of the engine: enforce_eager sets cudagraph_mode NONE

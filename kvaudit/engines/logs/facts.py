@@ -108,6 +108,9 @@ class FactKind(StrEnum):
     SET_BLOCK_SIZE = "set_block_size"
     """The platform's `Setting attention block size to N tokens …`: the block size it set (hybrid and
     quantized-KV pages, XPU), over what the user typed."""
+    IMAGE_VERSION = "image_version"
+    """The release in vLLM's container image tag (`vllm/vllm-openai:v0.31.0-ubuntu2404`) a paste names: the
+    version where no banner or engine line states one."""
     MODEL_RUNNER = "model_runner"
     GENERATION = "generation"
     ATTENTION_BACKEND = "attention_backend"
@@ -1451,6 +1454,19 @@ def _version(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.VERSION, m.group(1))
 
 
+IMAGE_NEEDLE = "vllm/vllm-openai"
+# vLLM's images are tagged by release (`vllm/vllm-openai:v0.31.0`, `…:v0.31.0-ubuntu2404`, `vllm/vllm-openai-rocm:
+# v0.29.1`); `latest` and `nightly` name none. Real pastes round twenty-two: an A100's notes gave the release only
+# as the image it ran.
+_IMAGE_TAG = re.compile(r"\bvllm/vllm-openai(?:-rocm|-cpu)?:v?(\d{1,3}\.\d{1,4}\.\d{1,4}(?:\.\d{1,4})?"
+                        r"(?:rc\d{1,4})?(?:\.post\d{1,4})?)(?![\w.])")
+
+
+def _image(msg: str) -> Iterable[Fact]:
+    if m := _IMAGE_TAG.search(msg):
+        yield Fact(FactKind.IMAGE_VERSION, m.group(1))
+
+
 PLATFORM_LINE = "Automatically detected platform "
 """vllm/platforms/__init__.py: `Automatically detected platform cuda.` (rocm, cpu, tpu, xpu, neuron; a plugin's
 `Platform plugin ascend is activated`): what the log's figures are of (on CPU, node memory; on a TPU worker, its
@@ -1632,6 +1648,7 @@ RULES: tuple[Rule, ...] = (
     Rule("resolved_sizes", (MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE),
          _ere(MAX_MODEL_LEN_LINE) + "[0-9]|" + _ere(BLOCK_SIZE_LINE) + "[0-9]", _resolved_sizes),
     Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
+    Rule("image", IMAGE_NEEDLE, r"vllm/vllm-openai(-rocm|-cpu)?:v?[0-9]+\.[0-9]+\.[0-9]", _image),
     Rule("platform", (PLATFORM_LINE, "Platform plugin "), "Automatically detected platform |Platform plugin ",
          _platform),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),

@@ -80,6 +80,7 @@ from kvaudit.engines.logs.facts import (
     ERROR_FRAME_HEAD,
     FRAME_CALLS,
     HYBRID_OFF,
+    IMAGE_NEEDLE,
     KV_BLOCK_WORDS,
     KWARG_NEEDLES,
     LOADING_MODEL,
@@ -148,7 +149,7 @@ _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
                     AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
                     "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE, LINKER_NO_LIBCUDA,
-                    STARTUP_FAILED_SENTENCE)
+                    STARTUP_FAILED_SENTENCE, IMAGE_NEEDLE)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -164,7 +165,8 @@ prelude where the engine core prints it; a worker prints it after loading (real 
 torch's NCCL watchdog line is no vLLM record either (round fifteen), nor is its allocator's OOM warning
 (round seventeen), nor Python's `KeyboardInterrupt` ending a traceback after a ^C (its review), nor
 faulthandler's `Fatal Python error` (round eighteen). The concurrency line is read after a KV line
-in a whole log, and alone in an excerpt (round twenty-one: a paste that kept it and not the size line)."""
+in a whole log, and alone in an excerpt (round twenty-one: a paste that kept it and not the size line); so is
+the vLLM image a paste names, whose tag is the release where no banner is in it (round twenty-two)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = '", line '
 FRAME_WINDOW = 1 << 16
