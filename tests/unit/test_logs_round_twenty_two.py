@@ -115,3 +115,10 @@ def test_the_release_of_the_vllm_image_a_paste_names_is_its_version_where_no_lin
     latest = ("image: vllm/vllm-openai:latest\n"
               "INFO 12-05 05:43:38 [gpu_model_runner.py:2602] Model loading took 15.2 GiB and 6.1 seconds\n")
     assert report_from_log_text(latest, "latest.log").engine.version is None
+
+
+def test_kserves_model_id_flag_names_the_model() -> None:
+    """kserve PR 4470 (vLLM 0.8.5 under KServe's huggingfaceserver): `python -m huggingfaceserver
+    --model_id=Qwen/Qwen3-14B --max-model-len=4096`. Before: the length read, the model not."""
+    config = _report("kserve_hfserver_model_id.log").config
+    assert (config.model, config.max_model_len) == ("Qwen/Qwen3-14B", 4096)

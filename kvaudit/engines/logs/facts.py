@@ -1238,7 +1238,8 @@ SERVE_NEEDLE = "vllm serve "
 # redirection or pipe may follow it (`vllm serve M>serve.log`).
 _MODEL_WORD = r"([^\s'\"`\\\-<${][^\s'\"`<>${}|;&]{0,200})(?![^\s'\"`>|;&])"
 _SERVED_MODEL = re.compile(r"vllm serve[ \t]+" + _MODEL_WORD)
-_MODEL_FLAG = re.compile(_FLAG_AT + r"--model(?:=|[ \t]+)['\"]?" + _MODEL_WORD)
+# (`--model_id` is KServe's huggingfaceserver's: real pastes round twenty-two, kserve PR 4470)
+_MODEL_FLAG = re.compile(_FLAG_AT + r"--model(?:[-_]id)?(?:=|[ \t]+)['\"]?" + _MODEL_WORD)
 _PROMPT_ENDS = ("$", "#", ">", "%")
 _ENV_NAME = r"[A-Za-z_]\w{0,80}="
 """A variable the command line sets for the command: `CUDA_VISIBLE_DEVICES=0,1`."""
