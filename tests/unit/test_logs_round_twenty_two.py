@@ -122,3 +122,15 @@ def test_kserves_model_id_flag_names_the_model() -> None:
     --model_id=Qwen/Qwen3-14B --max-model-len=4096`. Before: the length read, the model not."""
     config = _report("kserve_hfserver_model_id.log").config
     assert (config.model, config.max_model_len) == ("Qwen/Qwen3-14B", 4096)
+
+
+def test_another_programs_error_just_before_a_cut_startup_failure_is_quoted() -> None:
+    """aibrix#1433 (a P/D decode pod, NIXL): UCX's `ib_mlx5dv_md.c:1100 UCX  ERROR mlx5_7: ibv_modify_qp(UMR QP
+    0x9b5e) failed to modify to RTR: No such device`, then `EngineCore failed to start.` and a traceback cut before
+    its exception line. Before: "what failed is not in the log", the UCX line not named."""
+    report = _report("aibrix_ucx_error_then_engine_core_failed.log")
+    assert report.failure is not None and report.failure.message == "EngineCore failed to start."
+    (cut,) = [w for w in report.warnings if w.startswith("the traceback after `EngineCore failed to start.`")]
+    assert cut.endswith("; the line before it is another program's error: `[1754890927.298391] "
+                        "[vllm-1p1d-roleset-sf8w4-decode-85b9745648-0:270  :0]    ib_mlx5dv_md.c:1100 UCX  ERROR "
+                        "mlx5_7: ibv_modify_qp(UMR QP 0x9b5e) failed to modify to RTR: No such device`")

@@ -276,8 +276,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         # Ray's prefix names the failing worker's node (real pastes round twenty-one: no report said which node)
         notes = [*notes, f"the failure was printed by a Ray worker on the node at {ip.group(1)}"]
     if value.priority == GENERIC and cut_before_exception(scan.text, root.pos):
+        before = _other_programs_error(scan.text, root.pos)
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
-                         f"failed is not in the log (the lines after it say)"]
+                         f"failed is not in the log (the lines after it say)"
+                 + (f"; the line before it is another program's error: `{before}`" if before else "")]
     return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
 
 
@@ -446,6 +448,31 @@ def _got_past(marks: _Marks, f: Located, one_engine: bool) -> bool:
     done = marks.first_logged(BOOT_DONE, f.pos, pid=None if one_engine else f.pid)
     finished = min((p for p in (*ends, done) if p is not None), default=None)
     return finished is not None and marks.last_failed < finished
+
+
+_LEVEL_WORD = re.compile(r"\b(?:ERROR|FATAL|WARN)\b")
+OTHER_ERROR_CHARS = 300
+
+
+def _other_programs_error(text: str, pos: int) -> str | None:
+    """The line just before the record at `pos` (blank lines skipped, up to three lines back) where another program,
+    no vLLM logger, printed an error: UCX's `ib_mlx5dv_md.c:1100 UCX  ERROR mlx5_7: ibv_modify_qp(…) failed to modify
+    to RTR: No such device` before `EngineCore failed to start.` and a cut traceback (real pastes round twenty-two,
+    aibrix#1433: the cause the issue names, not in the report). Said as what is near, not as the cause."""
+    start = bounds(text, pos)[0]
+    for _ in range(3):
+        if start == 0:
+            return None
+        before = bounds(text, start - 1)[0]
+        line = text[before:start].strip()
+        start = before
+        if not line:
+            continue
+        if logged(line):
+            return None
+        if _LEVEL_WORD.search(line, 0, LOGGED_HEAD_CHARS):
+            return line[:OTHER_ERROR_CHARS]
+    return None
 
 
 def _dumped_after(marks: _Marks, f: Located, one_engine: bool) -> bool:
