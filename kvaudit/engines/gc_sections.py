@@ -7,10 +7,13 @@ AMD EPYC) and 0.85 s in vLLM 0.34's GPU worker (Llama-3.1-8B dimensions, H100, u
 A section (`section`) collects fully once and freezes what is left (gc.freeze), so each
 collection inside walks only the objects made since. Garbage made inside is collected as
 before; a cycle that holds an object older than the section is kept until the section ends.
-The readings are exact where no such cycle dies inside the section, which is why sections are
-off unless `KVAUDIT_GC_SECTIONS` says otherwise:
+The readings are exact where no such cycle dies inside the section. On the H100 (vLLM 0.34.0,
+2026-12-07) the three real-dimension models (Llama-3.1-8B, DeepSeek-V2-Lite, DeepSeek-V3 dims with
+MTP) sized the same KV to the token with the sections on as with every collection checked, so
+they run unless `KVAUDIT_GC_SECTIONS` says otherwise:
 
-- `on`: the sections run;
+- `on` (the default, also where the variable is unset or not one of MODES): the sections run;
+- `off`: every settle collects fully, as before the sections;
 - `check`: they run, and each settle's collection inside is followed by a full one whose finds
   are counted (objects the section's collection missed), and so is the section's end (vLLM's own
   collections inside are checked there); the section's note says how many. Zero at every check
@@ -35,10 +38,13 @@ GC_SECTIONS_ENV = "KVAUDIT_GC_SECTIONS"
 MODES = ("off", "on", "check")
 
 
+DEFAULT_MODE = "on"
+
+
 def mode() -> str:
-    """The environment's mode; anything not in MODES is off."""
+    """The environment's mode; unset or anything not in MODES is the default."""
     value = os.environ.get(GC_SECTIONS_ENV, "").strip().lower()
-    return value if value in MODES else "off"
+    return value if value in MODES else DEFAULT_MODE
 
 
 @dataclass

@@ -32,17 +32,27 @@ def unfrozen():
     gc.unfreeze()
 
 
-def test_unknown_or_unset_mode_is_off(monkeypatch):
+def test_unknown_or_unset_mode_is_on(monkeypatch):
     monkeypatch.delenv(gc_sections.GC_SECTIONS_ENV, raising=False)
-    assert gc_sections.mode() == "off"
+    assert gc_sections.mode() == "on"
     monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "fast")
-    assert gc_sections.mode() == "off"
+    assert gc_sections.mode() == "on"
     monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, " Check ")
     assert gc_sections.mode() == "check"
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "OFF")
+    assert gc_sections.mode() == "off"
+
+
+def test_unset_opens_a_section(monkeypatch):
+    monkeypatch.delenv(gc_sections.GC_SECTIONS_ENV, raising=False)
+    with gc_sections.section("default") as tally:
+        assert tally is None
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
 
 
 def test_off_freezes_nothing(monkeypatch):
-    monkeypatch.delenv(gc_sections.GC_SECTIONS_ENV, raising=False)
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "off")
     with gc_sections.section("off") as tally:
         assert tally is None
         assert gc.get_freeze_count() == 0
