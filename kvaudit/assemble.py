@@ -110,7 +110,8 @@ def assemble(record: BootRecord) -> Report:
     return Report(source=record.source, engine=record.engine, environment=record.environment, config=record.config,
                   ranks=tuple(ranks), capacity=cap, verdict=verdict, verify=verify, accuracy=accuracy,
                   failure=record.failure, verdict_reason=reason,
-                  warnings=tuple(record.warnings) + tuple(_ledger_notes(ranks, verify)), kvaudit_version=__version__,
+                  warnings=(*record.warnings, *_ledger_notes(ranks, verify), *compile_cache_warning(ranks, cap)),
+                  kvaudit_version=__version__,
                   nodes=node_summaries(ranks))
 
 
@@ -246,6 +247,26 @@ def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[st
             notes.append(f"{_rank_name(r)}: warmup steps {', '.join(r.deferred_steps)} needed the KV cache and ran "
                          f"after it; their bytes were not budgeted")
     return notes
+
+
+COLD_COMPILE = "vLLM compiled the model in this boot"
+"""The start of compile_cache_warning's sentence (repeat.combine drops it where another boot loaded the cache)."""
+
+
+def compile_cache_warning(ranks: Sequence[RankReport], cap: Capacity) -> list[str]:
+    """Where safe flags come from a boot that compiled the model (compile_cache miss or partial): a restart
+    that loads the compiled graphs from vLLM's cache can hold more than this boot did, which the flags
+    do not cover. Measured on the H100 (vLLM 0.34.0, 2026-12-07): DeepSeek-V3 dims with MTP held 2.25 GiB
+    more after vLLM's profile with the cache warm (its KV 2.10 GiB less); Llama-3.1-8B and
+    DeepSeek-V2-Lite held the same."""
+    cold = [r for r in ranks if r.compile_cache in ("miss", "partial")]
+    if not cold or not cap.safe_serve_flags:
+        return []
+    which = "every rank" if len(cold) == len(ranks) > 1 else ", ".join(_rank_name(r) for r in cold)
+    return [f"{COLD_COMPILE} ({which}: vLLM's torch.compile cache did not hold it): a restart that loads it "
+            f"from the cache can hold more memory after vLLM's profile (2.25 GiB more on DeepSeek-V3 dims with MTP, "
+            f"H100, vLLM 0.34.0), which the safe flags do not cover; run kvaudit again now that the cache is warm, "
+            f"or with --repeat 2 (the flags take the fewest safe bytes of the boots)"]
 
 
 def _rank_name(rank: RankReport) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from kvaudit.capacity import KvGeometry
 from kvaudit.config import AuditConfig
 from kvaudit.schema import (
+    COMPILE_CACHE_STATES,
     Engine,
     Environment,
     Failure,
@@ -113,6 +114,8 @@ class MeasuredRank:
     """The worker's allocator ran with expandable segments (see RankReport)."""
     sweep: tuple[SweepPoint, ...] | None = _fact(_sweep)
     kv_cache_spec_dtype: str | None = _fact(_str)
+    compile_cache: str | None = _fact(lambda v: v if v in COMPILE_CACHE_STATES else None)
+    """miss / hit / partial: the model compiled in this boot or loaded from vLLM's compile cache (see RankReport)."""
     node: RankNode | None = None
     """Where the rank ran and how its record arrived (a run's supervisor; None elsewhere)."""
     kv_tensor_block_bytes: tuple[int, ...] | None = _fact(_positive_ints)

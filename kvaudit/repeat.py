@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
+from kvaudit.assemble import COLD_COMPILE
 from kvaudit.capacity import safe_kv_bytes
 from kvaudit.schema import Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict
 from kvaudit.units import fmt_tokens
@@ -82,4 +83,8 @@ def combine(reports: Sequence[Report], *, boots: int, cold: bool) -> Report:
         capacity = replace(capacity, safe_serve_flags=flags)
         note += (f"; its --kv-cache-memory-bytes lowered to {fewest}, the fewest safe bytes of any boot "
                  f"(boot {safe.index(fewest) + 1})")
-    return replace(chosen, capacity=capacity, repeat=section, warnings=(*chosen.warnings, note))
+    warnings = chosen.warnings
+    if any(r.compile_cache == "hit" for report in reports for r in report.ranks):
+        # a boot loaded vLLM's compile cache: the fewest safe bytes above cover a restart that does
+        warnings = tuple(w for w in warnings if not w.startswith(COLD_COMPILE))
+    return replace(chosen, capacity=capacity, repeat=section, warnings=(*warnings, note))

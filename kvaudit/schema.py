@@ -256,6 +256,10 @@ class NodeSummary:
     """KV on that rank."""
 
 
+COMPILE_CACHE_STATES = ("miss", "hit", "partial")
+"""RankReport.compile_cache's values: the model compiled in the boot, loaded from vLLM's compile cache, some of each."""
+
+
 @dataclass(frozen=True)
 class RankReport:
     """Everything one rank measured, and the owners the ledger made of it."""
@@ -334,6 +338,12 @@ class RankReport:
     kv_cache_spec_dtype: str | None = field(default=None, metadata=OMIT_NONE)
     """Extension: the dtype of vLLM's KV cache spec in this boot (`torch.bfloat16`), which
     `--kv-cache-dtype auto` leaves implicit; absent when not recorded."""
+    compile_cache: str | None = field(default=None, metadata=OMIT_NONE)
+    """Extension (`kvaudit run`): `miss` where vLLM compiled the model in this boot (its torch.compile
+    cache held none of it), `hit` where it loaded every compiled graph from that cache, `partial` for
+    some of each; absent where nothing was compiled (eager) or not recorded. A boot that loads the
+    cache can hold more after vLLM's profile than the one that filled it, so flags from a `miss` boot
+    come with a warning (assemble.compile_cache_warning)."""
     kv_tensor_block_bytes: tuple[int, ...] | None = field(default=None, metadata=OMIT_NONE)
     """Extension (CUDA): bytes per block of each KV tensor vLLM allocates; the allocator rounds
     each tensor up to its segments, so KV is sized in whole blocks whose segments fit. Absent

@@ -24,6 +24,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from kvaudit.schema import COMPILE_CACHE_STATES
 from kvaudit.vllm_source import release
 
 
@@ -512,6 +513,32 @@ def attention_backend(worker: Any) -> str | None:
             except Exception:
                 continue
     return None
+
+
+COMPILED_COUNTS = ("num_inductor_compiles", "num_aot_compiles")
+"""vLLM's compilation_counter fields that count a graph compiled in this process (vllm/compilation/counter.py)."""
+LOADED_COUNTS = ("num_compiled_artifacts_loaded", "num_aot_artifacts_loaded")
+"""… and those that count one loaded from vLLM's compile cache instead."""
+
+
+def compile_cache(counter: Any = None) -> str | None:
+    """Whether this process compiled its model or loaded it from vLLM's torch.compile cache, from
+    vLLM's own counters: `miss` (every graph compiled here), `hit` (every one loaded), `partial`
+    (some of each: a speculator compiled beside a cached model), None where nothing was compiled or
+    loaded (eager) or this vLLM keeps no counter. A warm cache can hold more memory after the profile
+    than the boot that filled it (H100, vLLM 0.34.0: 2.25 GiB on DeepSeek-V3 dims + MTP), so a
+    report says which its figures are."""
+    if counter is None:
+        try:
+            from vllm.compilation.counter import compilation_counter as counter
+        except ImportError:
+            return None
+    compiled = sum(int(getattr(counter, name, 0) or 0) for name in COMPILED_COUNTS)
+    loaded = sum(int(getattr(counter, name, 0) or 0) for name in LOADED_COUNTS)
+    miss, hit, partial = COMPILE_CACHE_STATES
+    if compiled and loaded:
+        return partial
+    return miss if compiled else hit if loaded else None
 
 
 def parallel_ranks(worker: Any) -> dict[str, int | None]:

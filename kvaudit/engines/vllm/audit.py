@@ -169,7 +169,8 @@ class AuditMixin:
                  kv_budget=[{"term": t.term.value, "bytes": t.bytes} for t in budget],
                  vllm_kv_available_bytes=vllm_available, deferred_steps=list(self._kva_deferred),
                  warmup_attempts=self._kva_guard.attempts, warmup_errors=list(self._kva_guard.errors),
-                 kv_cache_spec_dtype=self._kva_spec_dtype(), **(adapter.kv_geometry_estimate(self) or {}))
+                 kv_cache_spec_dtype=self._kva_spec_dtype(), compile_cache=adapter.compile_cache(),
+                 **(adapter.kv_geometry_estimate(self) or {}))
         # vLLM's "Actual usage" line reports this as the KV cache in use: make it true.
         self.available_kv_cache_memory_bytes = available
         return available

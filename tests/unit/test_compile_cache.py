@@ -1,0 +1,123 @@
+"""Whether a boot compiled its model or loaded it from vLLM's torch.compile cache (`compile_cache`),
+and the warning on safe flags from a boot that compiled it: on the H100 (vLLM 0.34.0, 2026-12-07)
+DeepSeek-V3 dims with MTP held 2.25 GiB more after vLLM's profile once the cache was warm."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from factories import MiB, gib, rank_journal, real_json
+
+from kvaudit.assemble import COLD_COMPILE, compile_cache_warning, rank_report
+from kvaudit.engines import measured_ranks
+from kvaudit.engines.vllm.adapter import COMPILED_COUNTS, LOADED_COUNTS, compile_cache
+from kvaudit.repeat import combine
+from kvaudit.schema import dumps
+from kvaudit.validate import report_from_json
+
+SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-source"
+
+
+def counter(**counts: int) -> SimpleNamespace:
+    return SimpleNamespace(**{name: 0 for name in (*COMPILED_COUNTS, *LOADED_COUNTS)} | counts)
+
+
+@pytest.mark.parametrize(("counts", "state"), [
+    ({"num_inductor_compiles": 3}, "miss"),
+    ({"num_aot_compiles": 1}, "miss"),
+    ({"num_compiled_artifacts_loaded": 3}, "hit"),
+    ({"num_aot_artifacts_loaded": 1}, "hit"),
+    ({"num_inductor_compiles": 1, "num_compiled_artifacts_loaded": 2}, "partial"),
+    ({}, None),
+])
+def test_the_counters_say_whether_the_model_compiled_or_loaded(counts, state):
+    assert compile_cache(counter(**counts)) == state
+
+
+def test_a_vllm_without_the_counters_says_nothing():
+    assert compile_cache(SimpleNamespace()) is None
+
+
+def test_every_indexed_release_keeps_the_counters_read():
+    # each release's source index (0.22.1 … 0.34.0) lists CompilationCounter's fields
+    names = set(COMPILED_COUNTS) | set(LOADED_COUNTS)
+    indexes = sorted(SOURCES.glob("vllm-*.json"))
+    assert len(indexes) >= 10
+    for index in indexes:
+        attrs = json.loads(index.read_text())["modules"]["vllm.compilation.counter"]["classes"]["CompilationCounter"]
+        assert names <= set(attrs["attrs"]), index.name
+
+
+def test_the_installed_vllm_counts_as_read():
+    from vllm.compilation.counter import compilation_counter
+    assert compile_cache(compilation_counter) is None  # nothing compiled in this process
+    assert {name for name in (*COMPILED_COUNTS, *LOADED_COUNTS) if not hasattr(compilation_counter, name)} == set()
+
+
+def test_the_journaled_state_reaches_the_report_and_anything_else_is_unknown():
+    def state(value):
+        events = rank_journal(0) + [{"type": "fact", "compile_cache": value}]
+        return rank_report(measured_ranks.measured_rank(measured_ranks.fold(0, events), 0.875)).compile_cache
+    assert [state(v) for v in ("miss", "hit", "partial", "cold", 1)] == ["miss", "hit", "partial", None, None]
+
+
+def base():
+    return report_from_json(real_json("run1"))  # a real TP1 run that fits, with safe flags
+
+
+def with_state(report, state, safe=None):
+    cap = report.capacity
+    if safe is not None:
+        cap = replace(cap, safe_serve_flags=tuple(f"--kv-cache-memory-bytes={safe}" if f.startswith("--kv-cache")
+                                                  else f for f in cap.safe_serve_flags))
+    return replace(report, ranks=tuple(replace(r, compile_cache=state) for r in report.ranks), capacity=cap)
+
+
+def test_flags_from_a_boot_that_compiled_come_with_the_warning():
+    report = with_state(base(), "miss")
+    assert report.capacity.safe_serve_flags
+    [warning] = compile_cache_warning(report.ranks, report.capacity)
+    assert warning.startswith(COLD_COMPILE + " (rank 0: vLLM's torch.compile cache did not hold it)")
+    assert "2.25 GiB more on DeepSeek-V3 dims with MTP" in warning and "--repeat 2" in warning
+
+
+@pytest.mark.parametrize("state", ["hit", None])
+def test_no_warning_where_the_boot_loaded_the_cache_or_compiled_nothing(state):
+    report = with_state(base(), state)
+    assert compile_cache_warning(report.ranks, report.capacity) == []
+
+
+def test_no_warning_without_safe_flags():
+    report = with_state(base(), "partial")
+    assert compile_cache_warning(report.ranks, replace(report.capacity, safe_serve_flags=())) == []
+
+
+def test_the_state_is_written_and_read_back():
+    report = with_state(base(), "partial")
+    assert report_from_json(json.loads(dumps(report))).ranks[0].compile_cache == "partial"
+    assert "compile_cache" not in json.loads(dumps(with_state(base(), None)))["ranks"][0]
+
+
+def test_repeat_drops_the_warning_once_a_boot_loaded_the_cache():
+    cold = with_state(base(), "miss", safe=gib(2))
+    cold = replace(cold, warnings=(*cold.warnings, *compile_cache_warning(cold.ranks, cold.capacity)))
+    warm = with_state(base(), "hit", safe=gib(2) - 64 * MiB)
+    both = combine([cold, warm], boots=2, cold=False)
+    assert not [w for w in both.warnings if w.startswith(COLD_COMPILE)]
+    assert f"--kv-cache-memory-bytes={gib(2) - 64 * MiB}" in both.capacity.safe_serve_flags
+    # --repeat 2 --cold: every boot compiled, so a warm restart is still not covered
+    again = combine([cold, replace(cold, capacity=warm.capacity)], boots=2, cold=True)
+    assert len([w for w in again.warnings if w.startswith(COLD_COMPILE)]) == 1
+
+
+def test_a_diff_of_a_cold_and_a_warm_boot_says_so():
+    from kvaudit.diff import diff_reports
+    out = diff_reports(with_state(base(), "miss"), with_state(base(), "hit"))
+    assert [(e.key, e.a, e.b) for e in out.environment_differences if e.key == "compile_cache"] == \
+        [("compile_cache", "miss", "hit")]
+    same = diff_reports(with_state(base(), "hit"), with_state(base(), "hit"))
+    assert [e for e in same.environment_differences if e.key == "compile_cache"] == []
