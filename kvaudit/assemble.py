@@ -42,6 +42,8 @@ from kvaudit.record import (
 )
 from kvaudit.report import phase_map
 from kvaudit.schema import (
+    COMPILE_MISS,
+    COMPILE_PARTIAL,
     VERIFY_TORCH_KEYS,
     AccuracyEntry,
     BudgetTerm,
@@ -259,7 +261,7 @@ def compile_cache_warning(ranks: Sequence[RankReport], cap: Capacity) -> list[st
     do not cover. Measured on the H100 (vLLM 0.34.0, 2026-12-07): DeepSeek-V3 dims with MTP held 2.25 GiB
     more after vLLM's profile with the cache warm (its KV 2.10 GiB less); Llama-3.1-8B and
     DeepSeek-V2-Lite held the same."""
-    cold = [r for r in ranks if r.compile_cache in ("miss", "partial")]
+    cold = [r for r in ranks if r.compile_cache in (COMPILE_MISS, COMPILE_PARTIAL)]
     if not cold or not cap.safe_serve_flags:
         return []
     which = "every rank" if len(cold) == len(ranks) > 1 else ", ".join(_rank_name(r) for r in cold)

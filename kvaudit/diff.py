@@ -180,7 +180,7 @@ def _environment(a: Report, b: Report) -> list[EnvDifference]:
     pairs.append(("allocator_expandable_segments", ra.allocator_expandable_segments if ra else None,
                   rb.allocator_expandable_segments if rb else None))
     # a boot that loaded vLLM's compile cache can hold more after the profile than the one that compiled
-    # the model (H100, vLLM 0.34.0: 2.25 GiB of torch_other on DeepSeek-V3 dims with MTP)
+    # the model (assemble.compile_cache_warning)
     pairs.append(("compile_cache", ra.compile_cache if ra else None, rb.compile_cache if rb else None))
     # the binding rank's device: an L4 against a T4 moves the budget, and with it KV (real pastes round twenty); a
     # log states it to 0.01 GiB, a run to the byte: within that, one device

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from kvaudit.assemble import COLD_COMPILE
 from kvaudit.capacity import safe_kv_bytes
-from kvaudit.schema import Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict
+from kvaudit.schema import COMPILE_HIT, Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict
 from kvaudit.units import fmt_tokens
 
 
@@ -84,7 +84,7 @@ def combine(reports: Sequence[Report], *, boots: int, cold: bool) -> Report:
         note += (f"; its --kv-cache-memory-bytes lowered to {fewest}, the fewest safe bytes of any boot "
                  f"(boot {safe.index(fewest) + 1})")
     warnings = chosen.warnings
-    if any(r.compile_cache == "hit" for report in reports for r in report.ranks):
+    if any(r.compile_cache == COMPILE_HIT for report in reports for r in report.ranks):
         # a boot loaded vLLM's compile cache: the fewest safe bytes above cover a restart that does
         warnings = tuple(w for w in warnings if not w.startswith(COLD_COMPILE))
     return replace(chosen, capacity=capacity, repeat=section, warnings=(*warnings, note))

@@ -256,7 +256,8 @@ class NodeSummary:
     """KV on that rank."""
 
 
-COMPILE_CACHE_STATES = ("miss", "hit", "partial")
+COMPILE_MISS, COMPILE_HIT, COMPILE_PARTIAL = "miss", "hit", "partial"
+COMPILE_CACHE_STATES = (COMPILE_MISS, COMPILE_HIT, COMPILE_PARTIAL)
 """RankReport.compile_cache's values: the model compiled in the boot, loaded from vLLM's compile cache, some of each."""
 
 

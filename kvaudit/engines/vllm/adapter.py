@@ -24,7 +24,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from kvaudit.schema import COMPILE_CACHE_STATES
+from kvaudit.schema import COMPILE_HIT, COMPILE_MISS, COMPILE_PARTIAL
 from kvaudit.vllm_source import release
 
 
@@ -526,8 +526,7 @@ def compile_cache(counter: Any = None) -> str | None:
     vLLM's own counters: `miss` (every graph compiled here), `hit` (every one loaded), `partial`
     (some of each: a speculator compiled beside a cached model), None where nothing was compiled or
     loaded (eager) or this vLLM keeps no counter. A warm cache can hold more memory after the profile
-    than the boot that filled it (H100, vLLM 0.34.0: 2.25 GiB on DeepSeek-V3 dims + MTP), so a
-    report says which its figures are."""
+    than the boot that filled it (assemble.compile_cache_warning), so a report says which its figures are."""
     if counter is None:
         try:
             from vllm.compilation.counter import compilation_counter as counter
@@ -535,10 +534,9 @@ def compile_cache(counter: Any = None) -> str | None:
             return None
     compiled = sum(int(getattr(counter, name, 0) or 0) for name in COMPILED_COUNTS)
     loaded = sum(int(getattr(counter, name, 0) or 0) for name in LOADED_COUNTS)
-    miss, hit, partial = COMPILE_CACHE_STATES
     if compiled and loaded:
-        return partial
-    return miss if compiled else hit if loaded else None
+        return COMPILE_PARTIAL
+    return COMPILE_MISS if compiled else COMPILE_HIT if loaded else None
 
 
 def parallel_ranks(worker: Any) -> dict[str, int | None]:
