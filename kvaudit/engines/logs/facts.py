@@ -1280,9 +1280,22 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
     return m.group(1) if m and not m.group(1).endswith(":") else None
 
 
+# `docker inspect`'s Args and a compose `command:` list as they print: each argument single-quoted (real pastes round
+# twenty-two, vllm#10360: CMD: `'--model' 'Qwen2.5-32B-Instruct-AWQ' '--max-model-len' '4096'
+# '--enable-prefix-caching'`). The run from its first quoted flag is a whole argument list, read as the command it
+# quotes; an argument with a space in it (a JSON value) ends the run.
+_QUOTED_ARGS = re.compile(r"'-{1,2}[A-Za-z][\w.\-]{0,80}'(?:[ \t]{1,8}'[^\s'\\]{1,2000}'){1,256}")
+
+
 def _command(msg: str) -> Iterable[Fact]:
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
+    if "'-" in msg and (quoted := _QUOTED_ARGS.search(msg, 0, 100_000)) is not None:
+        args = " ".join(word.strip("'") for word in quoted.group(0).split())
+        if (m := _MODEL_FLAG.search(args)) is not None:
+            yield Fact(FactKind.COMMAND_ARG, ("model", m.group(1)))
+        yield from _command_facts(args)
+        msg = msg[:quoted.start()] + msg[quoted.end():]
     runs = _COMMAND_CONTEXT.search(msg) is not None
     if runs:
         spans = _command_runs(msg)
@@ -1293,21 +1306,25 @@ def _command(msg: str) -> Iterable[Fact]:
     for start, end in spans:
         if runs and (model := _served_model(msg, start, end)) is not None:
             yield Fact(FactKind.COMMAND_ARG, ("model", model))
-        command = msg[start:min(end, 100_000)]
-        for m in _COMMAND.finditer(command):
-            if (key := command_flag(m.group(1))) is None:
-                continue
-            if (value := _command_value(key, m.group(2))) is not None:
-                yield Fact(FactKind.COMMAND_ARG, (key, value))
-        for m in _EAGER_FLAG.finditer(command):
-            yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
-        if m := _KV_DTYPE_FLAG.search(command):
-            yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
-        yield from _speculative_flags(command)
-        if m := _DTYPE_FLAG.search(command):
-            yield Fact(FactKind.COMMAND_ARG, ("dtype", m.group(1)))
-        if _EP_FLAG.search(command):
-            yield Fact(FactKind.COMMAND_ARG, ("enable_expert_parallel", True))
+        yield from _command_facts(msg[start:min(end, 100_000)])
+
+
+def _command_facts(command: str) -> Iterable[Fact]:
+    """The knobs one pasted command's flags set (its model aside)."""
+    for m in _COMMAND.finditer(command):
+        if (key := command_flag(m.group(1))) is None:
+            continue
+        if (value := _command_value(key, m.group(2))) is not None:
+            yield Fact(FactKind.COMMAND_ARG, (key, value))
+    for m in _EAGER_FLAG.finditer(command):
+        yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
+    if m := _KV_DTYPE_FLAG.search(command):
+        yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
+    yield from _speculative_flags(command)
+    if m := _DTYPE_FLAG.search(command):
+        yield Fact(FactKind.COMMAND_ARG, ("dtype", m.group(1)))
+    if _EP_FLAG.search(command):
+        yield Fact(FactKind.COMMAND_ARG, ("enable_expert_parallel", True))
 
 
 # The speculative config as a command gives it: `--speculative-config '{"method": "eagle3",
