@@ -1252,6 +1252,14 @@ _EXECUTABLE_PATH = re.compile(r"(?:[^\s'\"`]{0,300}/(?=vllm[ \t]))?")
 """The path a command names vLLM by: `/home/u/venv/bin/vllm serve MODEL` (real pastes round seventeen)."""
 _WORD_ENDS = (" ", "\t", "\n", "\r", "'", '"', "`")
 """What ends the path before the command's run (_command_runs starts a run at the word `vllm`)."""
+_IMAGE_MODEL = re.compile(r"(?<![^\s'\"`/])vllm/vllm-openai(?:-rocm|-cpu)?(?::[\w.\-]{1,128})?(?:[ \t]+\\)*[ \t]+"
+                          + _MODEL_WORD)
+"""The model a container's run names after vLLM's image, its first positional (the image's entrypoint is `vllm
+serve`; real pastes round twenty-two, recipes#381: `vllm/vllm-openai:deepseekv4-cu130 \\ deepseek-ai/DeepSeek-V4-Pro
+\\ --trust-remote-code …`, its continuation lines joined). A flag there (`--model M`) is read as one (_MODEL_FLAG)."""
+_NOT_MODELS = frozenset({"vllm", "python", "python3", "bash", "sh"})
+"""Words after the image that start another command (an image run with its entrypoint replaced), no model; a model's
+path or name starts with a letter, a digit, `/`, `.` or `~` (not a shell's `&&`)."""
 
 
 def _served_model(msg: str, start: int, end: int) -> str | None:
@@ -1276,6 +1284,9 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
     run = run[_ENV_WORDS.match(run).end():]  # where the command's run starts at the variables it sets
     run = run[_EXECUTABLE_PATH.match(run).end():]
     m = _SERVED_MODEL.match(run) or _MODEL_FLAG.search(run)
+    if (m is None and (image := _IMAGE_MODEL.search(run)) and image.group(1) not in _NOT_MODELS
+            and (image.group(1)[0].isalnum() or image.group(1)[0] in "/.~")):
+        m = image
     # a heading that names the command (`vllm serve command:`, real pastes round twenty-one) serves no model
     return m.group(1) if m and not m.group(1).endswith(":") else None
 
