@@ -58,3 +58,46 @@ def test_a_flag_after_vllms_image_is_no_model() -> None:
         report = report_from_log_text(edited, IMAGE_MODEL)
         assert report.config.model is None
         assert report.config.block_size == 256
+
+
+KUBECTL_PODS = "04_gke_refarch_kubectl_prefix_two_replicas_gemma4_31b_mrv2_load_grep.log"
+"""A GKE reference architecture's notes: `kubectl logs --prefix` lines of two replicas of one Deployment, each
+`(EngineCore pid=126)` loading 58.99 GiB."""
+TWO_CI_RUNS = "02_vllm33297_ci_quoted_buildkite_caret_colour_levels_free_memory_two_runs.log"
+"""vllm#33297: two Buildkite runs two days apart quoted in one issue, each failing the free-memory check."""
+_POD_A, _POD_B = "vllm-h100-gemma-4-31b-it-595fcb9f4-hq6jp", "vllm-h100-gemma-4-31b-it-595fcb9f4-dw6vg"
+
+
+def test_two_kubectl_pods_are_two_vllms_with_a_note() -> None:
+    """Before: one rank, and no word that the lines are two pods' (two replicas, the same pid in each)."""
+    report = report_from_log_text(_text(KUBECTL_PODS), "x")
+    assert report.warnings[0] == (f"x: the lines of 2 kubectl pods ({_POD_A}, {_POD_B}), each a vLLM of its own; the "
+                                  f"report reads {_POD_A}'s, the first that states a memory figure: pass {_POD_B}'s "
+                                  f"lines on their own (`kubectl logs {_POD_B}`)")
+    assert [r.rank for r in report.ranks] == [0]
+    assert report.ranks[0].owners["weights"] == round(58.99 * 2**30)
+
+
+def test_one_kubectl_pods_lines_get_no_note() -> None:
+    text = "".join(line for line in _text(KUBECTL_PODS).splitlines(keepends=True) if _POD_B not in line)
+    report = report_from_log_text(text, "x")
+    assert not [w for w in report.warnings if "kubectl pods" in w]
+    assert report.ranks[0].owners["weights"] == round(58.99 * 2**30)
+
+
+def test_two_ci_runs_failing_in_one_paste_are_named_and_the_one_read_said() -> None:
+    """Before: the failure of pid 972's run (1.53 GiB free), no word of pid 738's (1.54 GiB)."""
+    report = report_from_log_text(_text(TWO_CI_RUNS), "x")
+    assert report.failure is not None and "(1.53/22.05 GiB)" in report.failure.message
+    assert ("2 engine cores named EngineCore_DP0 each fail (pid=972, pid=738): runs of their own pasted together "
+            "(one boot has one EngineCore_DP0); the report reads pid=972's failure, the others' are not in it"
+            ) in report.warnings
+
+
+def test_two_data_parallel_engines_failing_are_one_boot() -> None:
+    """The same paste with the second engine core named `EngineCore_DP1`: one DP2 boot's two engines, no note."""
+    text = _text(TWO_CI_RUNS).replace("(EngineCore_DP0 pid=738)", "(EngineCore_DP1 pid=738)")
+    assert text != _text(TWO_CI_RUNS)
+    report = report_from_log_text(text, "x")
+    assert report.failure is not None
+    assert not [w for w in report.warnings if "engine cores named" in w]
