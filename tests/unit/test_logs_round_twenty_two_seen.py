@@ -101,3 +101,38 @@ def test_two_data_parallel_engines_failing_are_one_boot() -> None:
     report = report_from_log_text(text, "x")
     assert report.failure is not None
     assert not [w for w in report.warnings if "engine cores named" in w]
+
+
+RANK_NAMES = "13_vllm16841_docker_debug_waiting_core_engine_kv_x4_rank_workers.log"
+"""vllm#16841 (V1 0.8.x): four workers `(VllmWorker rank=0 pid=299)` … `rank=3`, each printing torch.compile's time
+only, then the KV size line four times; no size stated."""
+V0_WORKERS = "12_instructlab2092_wrapper_waiting_lines_interleaved_v0_tp8_load.log"
+"""instructlab#2092 (V0): the driver's and seven `VllmWorkerProcess` pids' weights lines, the wrapper's lines between
+them, cut."""
+_WORLD = "tensor_parallel_size × pipeline_parallel_size: ≥ "
+
+
+def test_workers_named_by_their_rank_bound_the_world() -> None:
+    """Before: tensor_parallel_size null, no ranks, and no note of the four workers."""
+    report = report_from_log_text(_text(RANK_NAMES), RANK_NAMES)
+    assert report.config.tensor_parallel_size is None
+    assert (f"{_WORLD}4, sizes not stated (worker names show rank 0, 1, 2, 3; one process per rank)"
+            in report.warnings)
+
+
+def test_v0s_driver_and_its_worker_pids_bound_the_world() -> None:
+    """Before: ranks 0 and 2–7 and no size note."""
+    report = report_from_log_text(_text(V0_WORKERS), V0_WORKERS)
+    assert (f"{_WORLD}8, sizes not stated (V0's driver and 7 worker processes; one process per rank)"
+            in report.warnings)
+
+
+def test_one_rank_named_or_a_stated_size_gives_no_world_note() -> None:
+    """`VllmWorker rank=0` alone bounds nothing; a pasted `--tensor-parallel-size 8` states the size."""
+    alone = "".join(line for line in _text(RANK_NAMES).splitlines(keepends=True)
+                    if "VllmWorker rank=" not in line or "rank=0 " in line)
+    stated = "$ vllm serve ibm/granite --tensor-parallel-size 8\n" + _text(V0_WORKERS)
+    for text in (alone, stated):
+        report = report_from_log_text(text, "x")
+        assert not [w for w in report.warnings if w.startswith(_WORLD)]
+    assert report_from_log_text(stated, "x").config.tensor_parallel_size == 8
