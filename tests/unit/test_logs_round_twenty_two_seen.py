@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvaudit.engines.logs import report_from_log_text
+from kvaudit.schema import FailureKind, Phase
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_two"
 QUOTED_ARGS = "09_vllm10360_v064post1_qwen32b_awq_a6000_profiling_inline.log"
@@ -136,3 +137,23 @@ def test_one_rank_named_or_a_stated_size_gives_no_world_note() -> None:
         report = report_from_log_text(text, "x")
         assert not [w for w in report.warnings if w.startswith(_WORLD)]
     assert report_from_log_text(stated, "x").config.tensor_parallel_size == 8
+
+
+LMCACHE = "04_lmcache3339_glm5_fp8_tp_ep_v021_lmcache_register_then_workerproc_exception.log"
+"""LMCache#3339 (GLM-5 FP8, TP+EP, LMCache connector): `LMCache INFO: GPU KV Cache Dimensions: [158][4372, 64,
+132]` from its register_kv_caches, then `WorkerProc hit an exception.`, its traceback cut."""
+
+
+def test_a_crash_after_lmcache_registered_the_kv_tensors_is_in_the_kv_phase() -> None:
+    """Before: failure {phase: null, rank: 0, kind: crash}."""
+    report = report_from_log_text(_text(LMCACHE), LMCACHE)
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.phase is Phase.KV and report.failure.rank == 0
+    assert report.failure.message == "WorkerProc hit an exception."
+
+
+def test_without_lmcaches_registration_line_the_crash_has_no_phase() -> None:
+    text = "".join(line for line in _text(LMCACHE).splitlines(keepends=True) if "GPU KV Cache Dimensions" not in line)
+    assert text != _text(LMCACHE)
+    report = report_from_log_text(text, LMCACHE)
+    assert report.failure is not None and report.failure.phase is None

@@ -62,6 +62,10 @@ sized, so the capture whatever the excerpt shows before it (vllm-gfx906#22: ROCm
 cut out of the paste, a kernel's shape check failing in the capture; vllm PR 21747)."""
 
 
+LMCACHE_KV_REGISTERED = "LMCache INFO: GPU KV Cache Dimensions"
+"""LMCache's gpu_connector line as its logger prints it, a rank's KV tensors registered with the connector."""
+
+
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.LOAD, ("Starting to load model", "Loading model from scratch", "Initializing model took",
@@ -84,9 +88,12 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
                      "Dynamo bytecode transform time", "Encoder cache will be initialized", "Cache the graph of",
                      "Compiling a graph for", "Directly load the compiled graph")),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)
+    # (LMCache's `GPU KV Cache Dimensions: [158][4372, 64, 132]` is printed from its register_kv_caches, which vLLM
+    # calls once the KV tensors exist: real pastes round twenty-two, LMCache#3339, a worker's exception right after
+    # it had no phase)
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",
-                *(f"#{words}" for words in KV_BLOCK_WORDS))),
+                *(f"#{words}" for words in KV_BLOCK_WORDS), LMCACHE_KV_REGISTERED)),
     (Phase.CAPTURE, _AFTER_KV_CAPTURE),
 )
 _KV_MARKS = dict(_MILESTONES)[Phase.KV]
