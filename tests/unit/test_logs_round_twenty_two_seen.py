@@ -157,3 +157,25 @@ def test_without_lmcaches_registration_line_the_crash_has_no_phase() -> None:
     assert text != _text(LMCACHE)
     report = report_from_log_text(text, LMCACHE)
     assert report.failure is not None and report.failure.phase is None
+
+
+TWO_NODES = "01_ascend5629_dsv31_terminus_dp4_tp4_ep_2nodes_mtp3_gmu092_profile_compile_error.log"
+"""vllm-ascend#5629 (DeepSeek-V3.1-Terminus W8A8, two nodes): `--data-parallel-size 4 --data-parallel-size-local 2
+--tensor-parallel-size 4 --enable-expert-parallel`, this node's workers `Worker_DP0_*` and `Worker_DP1_*` (EP0–EP7),
+a Dynamo failure of the first forward."""
+
+
+def test_a_two_node_boot_shows_which_ranks_are_not_in_the_log() -> None:
+    """Before: tp 4, dp 4, ranks 0–7, and no word of ranks 8–15."""
+    report = report_from_log_text(_text(TWO_NODES), TWO_NODES)
+    assert [r.rank for r in report.ranks] == list(range(8))
+    assert ("the worker names show 8 of the 16 ranks of DP 4 × TP 4: ranks 8–15 are not in the log (another node's, "
+            "or lines the paste left out): their figures are not in the report") in report.warnings
+
+
+def test_ranks_here_and_there_are_an_excerpt_not_a_node() -> None:
+    """The same log without one worker's lines (rank 1): ranks 0 and 2–7 are no node's share, and no note."""
+    text = "".join(line for line in _text(TWO_NODES).splitlines(keepends=True) if "Worker_DP0_TP1_EP1" not in line)
+    assert text != _text(TWO_NODES)
+    report = report_from_log_text(text, TWO_NODES)
+    assert not [w for w in report.warnings if w.startswith("the worker names show")]

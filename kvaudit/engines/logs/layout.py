@@ -140,7 +140,36 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
         sizes[dim] = Size(value, at_least, source)
     notes.extend(_rank_numbers_assumed(named, sizes))
     notes.extend(_world_at_least(tags, sizes, v0_workers))
+    notes.extend(_ranks_absent(workers, sizes))
     return Layout(sizes, tuple(notes))
+
+
+def _ranks_absent(workers: Sequence[ProcTag], sizes: Mapping[str, Size]) -> list[str]:
+    """Where every size is stated and the worker names show one node's share of DP × PP × PCP × TP ranks: the ranks
+    absent, most often another node's (real pastes round twenty-two, vllm-ascend#5629: `--data-parallel-size 4
+    --data-parallel-size-local 2 --tensor-parallel-size 4` on two nodes, this node's `Worker_DP0_*` and `Worker_DP1_*`
+    only, and the report said nothing of ranks 8–15). Names with no suffix (TP 1) say nothing here."""
+    values = {dim: sizes[dim].value for dim in ("dp", "pp", "pcp", "tp")}
+    if not workers or any(v is None for v in values.values()) or not any(
+            getattr(t, dim) is not None for t in workers for dim in ("dp", "pp", "pcp", "tp")):
+        return []
+    dp, pp, pcp, tp = (int(v) for v in values.values())  # type: ignore[arg-type]
+    world = dp * pp * pcp * tp
+    shown = {(((t.dp or 0) * pp + (t.pp or 0)) * pcp + (t.pcp or 0)) * tp + (t.tp or 0) for t in workers}
+    shown = {r for r in shown if r < world}
+    if not shown:
+        return []
+    first, last = min(shown), max(shown)
+    block = last - first + 1
+    # a node's share: an aligned run of 2 ranks or more that divides the world (an excerpt that kept a few workers'
+    # lines shows ranks here and there, and one rank alone may be all a paste quotes)
+    if len(shown) != block or block < 2 or world % block or first % block or block >= world:
+        return []
+    runs = [str(a) if a == b else f"{a}–{b}" for a, b in ((0, first - 1), (last + 1, world - 1)) if a <= b]
+    sizes_text = " × ".join(f"{LABELS[d]} {v}" for d, v in values.items() if v > 1)
+    return [f"the worker names show {len(shown)} of the {world} ranks of {sizes_text}: ranks "
+            f"{' and '.join(runs)} are not in the log (another node's, or lines the "
+            f"paste left out): their figures are not in the report"]
 
 
 def _world_at_least(tags: Sequence[ProcTag], sizes: Mapping[str, Size], v0_workers: int) -> list[str]:
