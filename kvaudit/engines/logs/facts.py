@@ -1252,6 +1252,14 @@ _EXECUTABLE_PATH = re.compile(r"(?:[^\s'\"`]{0,300}/(?=vllm[ \t]))?")
 """The path a command names vLLM by: `/home/u/venv/bin/vllm serve MODEL` (real pastes round seventeen)."""
 _WORD_ENDS = (" ", "\t", "\n", "\r", "'", '"', "`")
 """What ends the path before the command's run (_command_runs starts a run at the word `vllm`)."""
+_IMAGE_MODEL = re.compile(r"(?<![^\s'\"`/])vllm/vllm-openai(?:-rocm|-cpu)?(?::[\w.\-]{1,128})?(?:[ \t]+\\)*[ \t]+"
+                          + _MODEL_WORD)
+"""The model a container's run names after vLLM's image, its first positional (the image's entrypoint is `vllm
+serve`; real pastes round twenty-two, recipes#381: `vllm/vllm-openai:deepseekv4-cu130 \\ deepseek-ai/DeepSeek-V4-Pro
+\\ --trust-remote-code …`, its continuation lines joined). A flag there (`--model M`) is read as one (_MODEL_FLAG)."""
+_NOT_MODELS = frozenset({"vllm", "python", "python3", "bash", "sh"})
+"""Words after the image that start another command (an image run with its entrypoint replaced), no model; a model's
+path or name starts with a letter, a digit, `/`, `.` or `~` (not a shell's `&&`)."""
 
 
 def _served_model(msg: str, start: int, end: int) -> str | None:
@@ -1276,13 +1284,29 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
     run = run[_ENV_WORDS.match(run).end():]  # where the command's run starts at the variables it sets
     run = run[_EXECUTABLE_PATH.match(run).end():]
     m = _SERVED_MODEL.match(run) or _MODEL_FLAG.search(run)
+    if (m is None and (image := _IMAGE_MODEL.search(run)) and image.group(1) not in _NOT_MODELS
+            and (image.group(1)[0].isalnum() or image.group(1)[0] in "/.~")):
+        m = image
     # a heading that names the command (`vllm serve command:`, real pastes round twenty-one) serves no model
     return m.group(1) if m and not m.group(1).endswith(":") else None
+
+
+# `docker inspect`'s Args and a compose `command:` list as they print: each argument single-quoted (real pastes round
+# twenty-two, vllm#10360: CMD: `'--model' 'Qwen2.5-32B-Instruct-AWQ' '--max-model-len' '4096'
+# '--enable-prefix-caching'`). The run from its first quoted flag is a whole argument list, read as the command it
+# quotes; an argument with a space in it (a JSON value) ends the run.
+_QUOTED_ARGS = re.compile(r"'-{1,2}[A-Za-z][\w.\-]{0,80}'(?:[ \t]{1,8}'[^\s'\\]{1,2000}'){1,256}")
 
 
 def _command(msg: str) -> Iterable[Fact]:
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
+    if "'-" in msg and (quoted := _QUOTED_ARGS.search(msg, 0, 100_000)) is not None:
+        args = " ".join(word.strip("'") for word in quoted.group(0).split())
+        if (m := _MODEL_FLAG.search(args)) is not None:
+            yield Fact(FactKind.COMMAND_ARG, ("model", m.group(1)))
+        yield from _command_facts(args)
+        msg = msg[:quoted.start()] + msg[quoted.end():]
     runs = _COMMAND_CONTEXT.search(msg) is not None
     if runs:
         spans = _command_runs(msg)
@@ -1293,21 +1317,25 @@ def _command(msg: str) -> Iterable[Fact]:
     for start, end in spans:
         if runs and (model := _served_model(msg, start, end)) is not None:
             yield Fact(FactKind.COMMAND_ARG, ("model", model))
-        command = msg[start:min(end, 100_000)]
-        for m in _COMMAND.finditer(command):
-            if (key := command_flag(m.group(1))) is None:
-                continue
-            if (value := _command_value(key, m.group(2))) is not None:
-                yield Fact(FactKind.COMMAND_ARG, (key, value))
-        for m in _EAGER_FLAG.finditer(command):
-            yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
-        if m := _KV_DTYPE_FLAG.search(command):
-            yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
-        yield from _speculative_flags(command)
-        if m := _DTYPE_FLAG.search(command):
-            yield Fact(FactKind.COMMAND_ARG, ("dtype", m.group(1)))
-        if _EP_FLAG.search(command):
-            yield Fact(FactKind.COMMAND_ARG, ("enable_expert_parallel", True))
+        yield from _command_facts(msg[start:min(end, 100_000)])
+
+
+def _command_facts(command: str) -> Iterable[Fact]:
+    """The knobs one pasted command's flags set (its model aside)."""
+    for m in _COMMAND.finditer(command):
+        if (key := command_flag(m.group(1))) is None:
+            continue
+        if (value := _command_value(key, m.group(2))) is not None:
+            yield Fact(FactKind.COMMAND_ARG, (key, value))
+    for m in _EAGER_FLAG.finditer(command):
+        yield Fact(FactKind.COMMAND_ARG, ("enforce_eager", m.group(1) is None))
+    if m := _KV_DTYPE_FLAG.search(command):
+        yield Fact(FactKind.COMMAND_ARG, ("kv_cache_dtype", m.group(1)))
+    yield from _speculative_flags(command)
+    if m := _DTYPE_FLAG.search(command):
+        yield Fact(FactKind.COMMAND_ARG, ("dtype", m.group(1)))
+    if _EP_FLAG.search(command):
+        yield Fact(FactKind.COMMAND_ARG, ("enable_expert_parallel", True))
 
 
 # The speculative config as a command gives it: `--speculative-config '{"method": "eagle3",

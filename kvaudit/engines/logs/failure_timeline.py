@@ -62,6 +62,10 @@ sized, so the capture whatever the excerpt shows before it (vllm-gfx906#22: ROCm
 cut out of the paste, a kernel's shape check failing in the capture; vllm PR 21747)."""
 
 
+LMCACHE_KV_REGISTERED = "LMCache INFO: GPU KV Cache Dimensions"
+"""LMCache's gpu_connector line as its logger prints it, a rank's KV tensors registered with the connector."""
+
+
 # First lines that show the boot entered a phase, for failures whose message does not say where.
 _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     (Phase.LOAD, ("Starting to load model", "Loading model from scratch", "Initializing model took",
@@ -84,9 +88,12 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
                      "Dynamo bytecode transform time", "Encoder cache will be initialized", "Cache the graph of",
                      "Compiling a graph for", "Directly load the compiled graph")),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)
+    # (LMCache's `GPU KV Cache Dimensions: [158][4372, 64, 132]` is printed from its register_kv_caches, which vLLM
+    # calls once the KV tensors exist: real pastes round twenty-two, LMCache#3339, a worker's exception right after
+    # it had no phase)
     (Phase.KV, ("Available KV cache memory", "KV cache size: ", "Auto set (", "Explicitly set (",
                 "as specified by kv_cache_memory_bytes", "reserved for KV Cache is", "available_kv_cache_memory",
-                *(f"#{words}" for words in KV_BLOCK_WORDS))),
+                *(f"#{words}" for words in KV_BLOCK_WORDS), LMCACHE_KV_REGISTERED)),
     (Phase.CAPTURE, _AFTER_KV_CAPTURE),
 )
 _KV_MARKS = dict(_MILESTONES)[Phase.KV]
@@ -149,6 +156,26 @@ def timeline_phase(text: str, pos: int) -> Phase | None:
 def _furthest(*phases: Phase | None) -> Phase | None:
     known = [p for p in phases if p is not None]
     return max(known, key=PHASE_ORDER.index) if known else None
+
+
+def _two_runs(by_file: dict[int, FileScan], during: list[Located], root: Located) -> list[str]:
+    """A note where engine cores of one name but other pids each fail in one file: one boot has one engine core per
+    name (`EngineCore_DP0`), so these are runs of their own pasted together (real pastes round twenty-two,
+    vllm#33297: two CI runs two days apart, pid 972 and pid 738, each failing the free-memory check; the report
+    read the first with no word of the second). The report reads the root cause's run; the note names the others.
+    A V0 boot's workers share one name (`VllmWorkerProcess`) and are not engine cores."""
+    pids: dict[str, dict[int, None]] = {}
+    for f in during:
+        tag = by_file[f.file].tags.get(f.pid) if f.pid is not None and f.file == root.file else None
+        if f.pid is not None and tag is not None and proc_tag(tag).role is Role.ENGINE:
+            pids.setdefault(tag, {}).setdefault(f.pid)
+    name = by_file[root.file].tags.get(root.pid) if root.pid is not None else None
+    if name is None or len(pids.get(name, ())) < 2:
+        return []
+    others = ", ".join(f"pid={pid}" for pid in pids[name] if pid != root.pid)
+    return [f"{len(pids[name])} engine cores named {name} each fail (pid={root.pid}, {others}): runs of their own "
+            f"pasted together (one boot has one {name}); the report reads pid={root.pid}'s failure, the others' are "
+            f"not in it"]
 
 
 def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int | None, list[str]]:
@@ -222,6 +249,7 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
                             for f in during)
     assert chosen is not None  # `during` is not empty
     root = chosen.item
+    notes += _two_runs(by_file, during, root)
     if root.value.kind is FailureKind.WORKER_DIED:
         # a worker's death is how a hung collective ends (the NCCL watchdog's SIGABRT), and its line
         # comes first (real pastes round fifteen, vllm#6042: `… pid 1159 died, exit code: -6`, then

@@ -34,8 +34,10 @@ LABELS = {"tp": "TP", "pp": "PP", "pcp": "PCP", "dp": "DP", "dcp": "DCP"}
 NAME_SCAN_CHARS = 4 << 20
 """Files up to this size have every worker name read (an excerpt's workers may print nothing
 else); larger ones, the names on their memory lines (in a whole log every worker prints some)."""
-_WORKER_NAME = re.compile(r"\((Worker_[A-Z0-9_]{1,80}|VllmWorker [A-Z0-9_]{1,80}) pid=\d{1,10}"
+_WORKER_NAME = re.compile(r"\((Worker_[A-Z0-9_]{1,80}|VllmWorker (?:[A-Z0-9_]{1,80}|rank=\d{1,6})) pid=\d{1,10}"
                           r"(?:, ip=[\w.:\-]{1,64})?\)")
+"""A worker's name: 0.10's `VllmWorker PP0_TP0`, 0.8's `VllmWorker rank=3` (its global rank: real pastes round
+twenty-two, vllm#16841's four workers printed no figure and gave no size)."""
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,12 @@ def worker_names(text: str) -> set[str]:
 
 
 def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]],
-           engine_ran_a_rank: bool = True) -> Layout:
+           engine_ran_a_rank: bool = True, v0_workers: int = 0) -> Layout:
     """The layout from the process names seen and the stated knobs, `stated` in precedence order:
     (source in words, {vLLM's key: value}). An EngineCore and no worker name means one rank (the
     uni executor) only where the engine core printed a rank's own figure (`engine_ran_a_rank`):
-    a paste that kept only its KV-size lines could come from any TP."""
+    a paste that kept only its KV-size lines could come from any TP. `v0_workers`: V0's
+    `VllmWorkerProcess` pids seen (beside its driver, rank 0)."""
     named = {n: proc_tag(n) for n in sorted(set(names))}
     tags = list(named.values())
     workers = [t for t in tags if t.role is Role.WORKER and not t.provisional and not t.ray]
@@ -136,7 +139,55 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
                 value, source = None, None  # one engine's own view: the deployment's size is at least the names
         sizes[dim] = Size(value, at_least, source)
     notes.extend(_rank_numbers_assumed(named, sizes))
+    notes.extend(_world_at_least(tags, sizes, v0_workers))
+    notes.extend(_ranks_absent(workers, sizes))
     return Layout(sizes, tuple(notes))
+
+
+def _ranks_absent(workers: Sequence[ProcTag], sizes: Mapping[str, Size]) -> list[str]:
+    """Where every size is stated and the worker names show one node's share of DP × PP × PCP × TP ranks: the ranks
+    absent, most often another node's (real pastes round twenty-two, vllm-ascend#5629: `--data-parallel-size 4
+    --data-parallel-size-local 2 --tensor-parallel-size 4` on two nodes, this node's `Worker_DP0_*` and `Worker_DP1_*`
+    only, and the report said nothing of ranks 8–15). Names with no suffix (TP 1) say nothing here."""
+    values = {dim: sizes[dim].value for dim in ("dp", "pp", "pcp", "tp")}
+    if not workers or any(v is None for v in values.values()) or not any(
+            getattr(t, dim) is not None for t in workers for dim in ("dp", "pp", "pcp", "tp")):
+        return []
+    dp, pp, pcp, tp = (int(v) for v in values.values())  # type: ignore[arg-type]
+    world = dp * pp * pcp * tp
+    shown = {(((t.dp or 0) * pp + (t.pp or 0)) * pcp + (t.pcp or 0)) * tp + (t.tp or 0) for t in workers}
+    shown = {r for r in shown if r < world}
+    if not shown:
+        return []
+    first, last = min(shown), max(shown)
+    block = last - first + 1
+    # a node's share: an aligned run of 2 ranks or more that divides the world (an excerpt that kept a few workers'
+    # lines shows ranks here and there, and one rank alone may be all a paste quotes)
+    if len(shown) != block or block < 2 or world % block or first % block or block >= world:
+        return []
+    runs = [str(a) if a == b else f"{a}–{b}" for a, b in ((0, first - 1), (last + 1, world - 1)) if a <= b]
+    sizes_text = " × ".join(f"{LABELS[d]} {v}" for d, v in values.items() if v > 1)
+    return [f"the worker names show {len(shown)} of the {world} ranks of {sizes_text}: ranks "
+            f"{' and '.join(runs)} are not in the log (another node's, or lines the "
+            f"paste left out): their figures are not in the report"]
+
+
+def _world_at_least(tags: Sequence[ProcTag], sizes: Mapping[str, Size], v0_workers: int) -> list[str]:
+    """Where one engine's world (TP × PP × PCP) is not stated and the names give no suffix to bound a size, what the
+    workers give: a name with the global rank (0.8's `VllmWorker rank=3`, the provisional `VllmWorker-3`: ≥ 4), or
+    V0's driver and k `VllmWorkerProcess` workers (≥ k + 1), one process a rank (real pastes round twenty-two,
+    vllm#16841: four `VllmWorker rank=N` and instructlab#2092: seven worker pids, each no size, no note)."""
+    ranks = sorted({t.global_rank for t in tags if t.role is Role.WORKER and t.global_rank is not None})
+    least = max(ranks[-1] + 1 if ranks else 0, v0_workers + 1 if v0_workers else 0)
+    world = [sizes[d] for d in ("tp", "pp", "pcp")]
+    if least < 2 or all(size.value is not None for size in world):
+        return []
+    if any(size.at_least > 1 for size in world):  # the suffixes bound it (the note above)
+        return []
+    processes = f"{v0_workers} worker process{'es' if v0_workers > 1 else ''}"
+    shown = (f"worker names show rank {', '.join(map(str, ranks[:8]))}{' …' if len(ranks) > 8 else ''}"
+             if ranks and ranks[-1] + 1 == least else f"V0's driver and {processes}")
+    return [f"{KEYS['tp']} × {KEYS['pp']}: ≥ {least}, sizes not stated ({shown}; one process per rank)"]
 
 
 # vLLM's rank layout (distributed/parallel_state.py) nests dp ⊃ pp ⊃ pcp ⊃ tp: a worker's global

@@ -379,7 +379,7 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
             if line.level is None and marker == LOGO_MARK:
                 line = _logo_head(text, start) or line
             if marker is not None and line.level is not None:
-                service = m.group(1) if (m := _COMPOSE.match(text, start, end)) else None
+                service = _service(m) if (m := _COMPOSE.match(text, start, end)) else None
                 found[start] = (line.pid, marker, service)
             i = text.find(needle, end)
     # one start may print two of the markers (a version line and the logo, a few lines apart); a
@@ -410,8 +410,17 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
 
 
 _COMPOSE_PREFIX = r"(?:\x1b\[[\d;]{0,16}m)?([A-Za-z0-9][\w.\-]{0,63}) +\|(?:\x1b\[[\d;]{0,16}m)? "
-_COMPOSE = re.compile(_COMPOSE_PREFIX)
-"""`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured)."""
+_KUBECTL_PREFIX = r"[ \t]{0,8}\[pod/([a-z0-9][a-z0-9.\-]{0,252})(?:/[a-z0-9][a-z0-9\-]{0,62})?\] "
+"""`kubectl logs --prefix`' prefix, `[pod/NAME/CONTAINER] ` (a paste may indent it): each pod is a vLLM of its own as
+each compose service is (real pastes round twenty-two, a GKE reference architecture's two replicas of one Deployment,
+both `(EngineCore pid=126)`, read as one rank)."""
+_COMPOSE = re.compile(_COMPOSE_PREFIX + "|" + _KUBECTL_PREFIX)
+"""`docker compose logs`' prefix, `service  | ` (the names padded to one width, perhaps coloured), or kubectl's."""
+
+
+def _service(m: re.Match[str]) -> str:
+    """The compose service or the kubectl pod a prefix names."""
+    return m.group(1) or m.group(2)
 MAX_SERVICES = 8
 """More docker compose services than this holding vLLM records are not told apart (each is read
 once more on its own): such a file is read whole, as before."""
@@ -451,16 +460,18 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     owner: list[str | None] = []
     services: dict[str, None] = {}
     printers: dict[tuple[str, int], set[str]] = {}  # (process name, pid) → the services it prints under
+    pods = False  # kubectl's prefix, not compose's
     for line in lines:
         m = _COMPOSE.match(line)
-        owner.append(m.group(1) if m is not None else None)
+        owner.append(_service(m) if m is not None else None)
         if m is None or not has_prefix(line[m.end():]):
             continue  # not a vLLM record (another container's line, a raw traceback line)
-        services.setdefault(m.group(1))
+        services.setdefault(_service(m))
+        pods = pods or m.group(2) is not None
         tag = tag_of(line[m.end():])
         # the API server is pid 1 in every container, one boot's DP ranks behind their own servers too
         if tag is not None and proc_tag(tag[0]).role is not Role.FRONTEND:
-            printers.setdefault(tag, set()).add(m.group(1))
+            printers.setdefault(tag, set()).add(_service(m))
     # one boot may span services (a headless node's workers, DP ranks: each rank's processes named
     # apart): two vLLMs show as one engine or worker name and pid under two services
     if not 1 < len(services) <= MAX_SERVICES or not any(len(s) > 1 for s in printers.values()):
@@ -475,10 +486,12 @@ def _one_compose_service(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     others = [n for n in services if n != chosen]
     why = ("states a failure" if FactKind.FAILURE in facts[chosen]
            else "states a memory figure" if facts[chosen] & RANK_KINDS else "prints")
-    return "".join(texts[chosen]), (f"{where}: the lines of {len(services)} docker compose services "
+    kind, command = ("kubectl pods", f"kubectl logs {others[0]}") if pods else (
+        "docker compose services", f"docker compose logs {others[0]}")
+    return "".join(texts[chosen]), (f"{where}: the lines of {len(services)} {kind} "
                                     f"({', '.join(services)}), each a vLLM of its own; the report reads {chosen}'s, "
                                     f"the first that {why}: pass {', '.join(others)}'s lines on their own "
-                                    f"(`docker compose logs {others[0]}`)",)
+                                    f"(`{command}`)",)
 
 
 _VERSION_NEEDLE = "server version"

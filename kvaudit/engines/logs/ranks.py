@@ -95,7 +95,8 @@ def boot_layout(scans: Sequence[FileScan], engine: dict[FactKind, list[Located]]
               ("vLLM's rank assignment lines (parallel_state)", _assigned_sizes(engine)),
               ("vLLM's KV size line (`… by the cp_world_size`)", _cp_sizes(engine)),
               ("a pasted command line", command_args(engine))]
-    return layout((name for s in scans for name in s.names), stated, engine_ran_a_rank=_engine_ran_a_rank(scans))
+    return layout((name for s in scans for name in s.names), stated, engine_ran_a_rank=_engine_ran_a_rank(scans),
+                  v0_workers=max((len(s.v0_ranks) for s in scans), default=0))
 
 
 def _assigned_sizes(engine: dict[FactKind, list[Located]]) -> dict[str, int]:
