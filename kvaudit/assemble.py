@@ -267,8 +267,8 @@ def compile_cache_warning(ranks: Sequence[RankReport], cap: Capacity) -> list[st
     which = "every rank" if len(cold) == len(ranks) > 1 else ", ".join(_rank_name(r) for r in cold)
     return [f"{COLD_COMPILE} ({which}: vLLM's torch.compile cache did not hold it): a restart that loads it "
             f"from the cache can hold more memory after vLLM's profile (2.25 GiB more on DeepSeek-V3 dims with MTP, "
-            f"H100, vLLM 0.34.0), which the safe flags do not cover; run kvaudit again now that the cache is warm, "
-            f"or with --repeat 2 (the flags take the fewest safe bytes of the boots)"]
+            f"H100, vLLM 0.34.0), which the safe flags do not cover: boot again now that the cache is warm "
+            f"(`kvaudit run` once more, or with --repeat 2: the flags take the fewest safe bytes of the boots)"]
 
 
 def _rank_name(rank: RankReport) -> str:

@@ -340,11 +340,12 @@ class RankReport:
     """Extension: the dtype of vLLM's KV cache spec in this boot (`torch.bfloat16`), which
     `--kv-cache-dtype auto` leaves implicit; absent when not recorded."""
     compile_cache: str | None = field(default=None, metadata=OMIT_NONE)
-    """Extension (`kvaudit run`): `miss` where vLLM compiled the model in this boot (its torch.compile
-    cache held none of it), `hit` where it loaded every compiled graph from that cache, `partial` for
-    some of each; absent where nothing was compiled (eager) or not recorded. A boot that loads the
-    cache can hold more after vLLM's profile than the one that filled it, so flags from a `miss` boot
-    come with a warning (assemble.compile_cache_warning)."""
+    """Extension (`kvaudit run`; a log's `Compiling a graph for` / `Directly load` lines): `miss` where
+    vLLM compiled the model in this boot (its torch.compile cache held none of it), `hit` where it
+    loaded every compiled graph from that cache, `partial` for some of each; absent where nothing was
+    compiled (eager) or not recorded. A boot that loads the cache can hold more after vLLM's profile
+    than the one that filled it, so flags from a `miss` boot come with a warning
+    (assemble.compile_cache_warning)."""
     kv_tensor_block_bytes: tuple[int, ...] | None = field(default=None, metadata=OMIT_NONE)
     """Extension (CUDA): bytes per block of each KV tensor vLLM allocates; the allocator rounds
     each tensor up to its segments, so KV is sized in whole blocks whose segments fit. Absent

@@ -121,3 +121,45 @@ def test_a_diff_of_a_cold_and_a_warm_boot_says_so():
         [("compile_cache", "miss", "hit")]
     same = diff_reports(with_state(base(), "hit"), with_state(base(), "hit"))
     assert [e for e in same.environment_differences if e.key == "compile_cache"] == []
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+COLD_8B = RESULTS / "h100-load-llama-3.1-8b-repeat3-cold-vllm0.34.0-2026-12-05b.boot1.log"
+WARM_8B = RESULTS / "h100-load-llama-3.1-8b-repeat3-warm-vllm0.34.0-2026-12-06.boot2.log"
+COLD_MTP = RESULTS / "h100-load-deepseek-v3-2layer-mtp-vllm0.34.0-capped.log"
+
+
+def from_log(path: Path):
+    from kvaudit.engines.logs import report_from_log_text
+    return report_from_log_text(path.read_text(), path.name)
+
+
+def test_a_real_034_log_says_whether_its_boot_compiled_or_loaded():
+    # vLLM 0.34.0 on an H100: the first boot `[backbone] Compiling a graph for compile range (1, 8192) takes 5.39 s`;
+    # a later one `[backbone] Directly load AOT compilation from path …`; the MTP boot compiled backbone and eagle_head
+    cold, warm, mtp = from_log(COLD_8B), from_log(WARM_8B), from_log(COLD_MTP)
+    assert [r.compile_cache for r in (*cold.ranks, *warm.ranks, *mtp.ranks)] == ["miss", "hit", "miss"]
+    assert [w for w in cold.warnings if w.startswith(COLD_COMPILE)] != []
+    assert [w for w in warm.warnings if w.startswith(COLD_COMPILE)] == []
+
+
+def test_a_diff_of_the_two_real_logs_names_the_compile_cache():
+    from kvaudit.diff import diff_reports
+    out = diff_reports(from_log(COLD_8B), from_log(WARM_8B))
+    assert ("compile_cache", "miss", "hit") in [(e.key, e.a, e.b) for e in out.environment_differences]
+
+
+@pytest.mark.parametrize(("line", "state"), [
+    # 0.8 (tests/fixtures/logs/public/11-v1-0.8-pr-17122-ok.log)
+    ("INFO 04-24 16:33:11 [backends.py:118] Directly load the compiled graph(s) for shape None from the cache, "
+     "took 4.673 s", "hit"),
+    # 0.10 (tests/unit/data/round_ten/folded_147_columns.log)
+    ("(EngineCore_0 pid=1812) INFO 09-04 01:04:11 [backends.py:215] Compiling a graph for dynamic shape takes 58.25 s",
+     "miss"),
+    # printed cold and warm alike: says neither (the warm 8B log above)
+    ("(EngineCore pid=2257) INFO 12-06 05:19:32 [monitor.py:62] [backbone] torch.compile took 0.34 s in total", None),
+])
+def test_each_release_s_wording(line, state):
+    from kvaudit.engines.logs.facts import FactKind, facts_from_message
+    facts = [f.value for f in facts_from_message(line) if f.kind is FactKind.COMPILE]
+    assert facts == ({"miss": ["compiled"], "hit": ["loaded"], None: []}[state])

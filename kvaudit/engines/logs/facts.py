@@ -147,6 +147,8 @@ class FactKind(StrEnum):
     KV_EXTENDED = "kv_extended"
     """(blocks, bytes): the extensible KV cache a rank committed in the end (`Extended KV cache to
     N blocks (X GiB).`): the cache it serves with, the minimum over ranks."""
+    COMPILE = "compile"
+    """A graph of the model compiled in the boot (`compiled`) or loaded from vLLM's compile cache (`loaded`)."""
     KV_KEPT_TRANSIENT = "kv_kept_transient"
     """Bytes the extensible KV cache's sizing kept free for transient activations (`Memory after
     warmup`: the larger of the warmup's allocated peak and torch's reservation growth)."""
@@ -160,6 +162,7 @@ RANK_KINDS = frozenset({
     FactKind.FREE_AT_START, FactKind.REQUESTED, FactKind.PROFILE_SECONDS, FactKind.TORCH_PEAK_INCREASE,
     FactKind.NON_KV_TOTAL, FactKind.B12X_TRANSIENT, FactKind.NON_KV_RSS, FactKind.KV_SUGGESTION, FactKind.KV_BLOCKS,
     FactKind.KV_MEASURED, FactKind.KV_EXTENDED, FactKind.KV_KEPT_TRANSIENT, FactKind.TORCH_PEAK_TOTAL,
+    FactKind.COMPILE,
 })
 """Facts that belong to the rank whose process printed them; the rest describe the boot."""
 
@@ -1575,6 +1578,21 @@ EAGER_LINE = "Cudagraph is disabled under eager mode"
 """config/vllm.py, printed only where enforce_eager is set (vllm#27378: a paste with no config line)."""
 
 
+COMPILED_LINE, LOADED_LINE = "Compiling a graph for ", "Directly load "
+"""vLLM's lines of a graph compiled in the boot (backends.py: `Compiling a graph for dynamic shape|compile range …
+takes …`, each worker, every release with torch.compile; where a cached one failed to load, decorators.py's
+`Compiling model again due to a load failure` comes before it) and of one loaded from its compile cache
+(backends.py's `Directly load the compiled graph(s) for …`, decorators.py's `Directly load AOT compilation from
+path`, 0.33+'s default); from 0.33 each carries `[backbone]` or `[eagle_head]`."""
+
+
+def _compile(msg: str) -> Iterable[Fact]:
+    if COMPILED_LINE in msg:
+        yield Fact(FactKind.COMPILE, "compiled")
+    elif LOADED_LINE in msg:
+        yield Fact(FactKind.COMPILE, "loaded")
+
+
 def _eager(msg: str) -> Iterable[Fact]:
     yield Fact(FactKind.EAGER, True)  # the rule's guard is the line
 
@@ -1684,6 +1702,7 @@ RULES: tuple[Rule, ...] = (
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_. ]+ (attention )?backend", backend),
     Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
+    Rule("compile", (COMPILED_LINE, LOADED_LINE), f"{COMPILED_LINE}|{LOADED_LINE}", _compile),
     Rule("autotuner_oom", AUTOTUNER_OOM, AUTOTUNER_OOM, _autotuner_oom),
     Rule("startup_extras", (ENCODER_BUDGET, HYBRID_OFF, LORA_LINE),
          f"{ENCODER_BUDGET}|{HYBRID_OFF}|{LORA_LINE}", _startup_extras),

@@ -20,7 +20,17 @@ from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import KV_KINDS, Located, RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.record import StatedRank
-from kvaudit.schema import Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
+from kvaudit.schema import (
+    COMPILE_HIT,
+    COMPILE_MISS,
+    COMPILE_PARTIAL,
+    Failure,
+    Owner,
+    Phase,
+    PhaseRecord,
+    PhaseStatus,
+    RankReport,
+)
 from kvaudit.units import GiB, fmt_gib
 
 GRAPH_OVER_LEAST = GiB // 100
@@ -317,7 +327,16 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
         kv_available_bytes=kv_available, phases=_phases(rank, r, graphs, failure), kv_blocks=kv_blocks,
         free_at_start_bytes=r.first(FactKind.FREE_AT_START), graph_pool_retained_bytes=graphs.retained,
         vllm_kv_available_bytes=kv_available, vllm_suggested_kv_cache_memory_bytes=suggested,
-        vllm_consumed_bytes=consumed, vllm_peak_activation_bytes=r.last(FactKind.PEAK_WITH_GRAPHS)))
+        vllm_consumed_bytes=consumed, vllm_peak_activation_bytes=r.last(FactKind.PEAK_WITH_GRAPHS),
+        compile_cache=_compile_cache(r.all(FactKind.COMPILE))))
+
+
+def _compile_cache(lines: list[str]) -> str | None:
+    """The rank's compile_cache from its compile lines (facts.COMPILED_LINE, LOADED_LINE); None without one."""
+    compiled, loaded = "compiled" in lines, "loaded" in lines
+    if compiled and loaded:
+        return COMPILE_PARTIAL
+    return COMPILE_MISS if compiled else COMPILE_HIT if loaded else None
 
 
 CONSUMED_NOTE_HEAD = "note: non_torch is vLLM's consumed memory less the weights"

@@ -74,6 +74,7 @@ from kvaudit.engines.logs.facts import (
     BLOCK_SIZE_LINE,
     CHUNKED_OFF_LINE,
     CHUNKED_PREFILL,
+    COMPILED_LINE,
     CUT_ERROR_HEAD,
     EAGER_LINE,
     ENCODER_BUDGET,
@@ -83,6 +84,7 @@ from kvaudit.engines.logs.facts import (
     IMAGE_NEEDLE,
     KV_BLOCK_WORDS,
     KWARG_NEEDLES,
+    LOADED_LINE,
     LOADING_MODEL,
     LORA_LINE,
     MAX_MODEL_LEN_LINE,
@@ -129,7 +131,9 @@ _ERROR = "Error"
 _ERROR_NEXT = (": ", "(", " executing")
 """`ValueError: …`, `raise ValueError(` when a paste keeps the traceback but not the message, and
 V0's `Error executing method 'determine_num_available_blocks'`."""
-_LONG_NEEDLES = (TRACEBACK,)
+_LONG_NEEDLES = (TRACEBACK, COMPILED_LINE, LOADED_LINE)
+"""Found in a whole log: a traceback's header; vLLM's lines of a graph compiled in the boot or loaded from its
+compile cache (each worker prints its own, once per compile range: a rank's `compile_cache`)."""
 _CUT_ERROR_RX = re.compile(CUT_ERROR_HEAD + r"(?=[\r\n]|\Z)")
 """facts.CUT_ERROR_RECORD as the scan finds it: an ERROR record's level and time at a line's end,
 its `[file.py:N]` not closed."""
