@@ -32,7 +32,7 @@ from kvaudit.engines.failures import (
     error_text,
 )
 from kvaudit.engines.logs.knobs import NAMESPACE
-from kvaudit.schema import FailureKind, Phase
+from kvaudit.schema import COMPILE_HIT, COMPILE_MISS, FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
 
@@ -148,7 +148,7 @@ class FactKind(StrEnum):
     """(blocks, bytes): the extensible KV cache a rank committed in the end (`Extended KV cache to
     N blocks (X GiB).`): the cache it serves with, the minimum over ranks."""
     COMPILE = "compile"
-    """A graph of the model compiled in the boot (`compiled`) or loaded from vLLM's compile cache (`loaded`)."""
+    """A graph of the model compiled in the boot (COMPILE_MISS) or loaded from vLLM's compile cache (COMPILE_HIT)."""
     KV_KEPT_TRANSIENT = "kv_kept_transient"
     """Bytes the extensible KV cache's sizing kept free for transient activations (`Memory after
     warmup`: the larger of the warmup's allocated peak and torch's reservation growth)."""
@@ -1588,9 +1588,9 @@ path`, 0.33+'s default); from 0.33 each carries `[backbone]` or `[eagle_head]`."
 
 def _compile(msg: str) -> Iterable[Fact]:
     if COMPILED_LINE in msg:
-        yield Fact(FactKind.COMPILE, "compiled")
+        yield Fact(FactKind.COMPILE, COMPILE_MISS)
     elif LOADED_LINE in msg:
-        yield Fact(FactKind.COMPILE, "loaded")
+        yield Fact(FactKind.COMPILE, COMPILE_HIT)
 
 
 def _eager(msg: str) -> Iterable[Fact]:

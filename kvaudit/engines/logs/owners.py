@@ -20,17 +20,7 @@ from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import KV_KINDS, Located, RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.record import StatedRank
-from kvaudit.schema import (
-    COMPILE_HIT,
-    COMPILE_MISS,
-    COMPILE_PARTIAL,
-    Failure,
-    Owner,
-    Phase,
-    PhaseRecord,
-    PhaseStatus,
-    RankReport,
-)
+from kvaudit.schema import COMPILE_PARTIAL, Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
 from kvaudit.units import GiB, fmt_gib
 
 GRAPH_OVER_LEAST = GiB // 100
@@ -332,11 +322,10 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
 
 
 def _compile_cache(lines: list[str]) -> str | None:
-    """The rank's compile_cache from its compile lines (facts.COMPILED_LINE, LOADED_LINE); None without one."""
-    compiled, loaded = "compiled" in lines, "loaded" in lines
-    if compiled and loaded:
-        return COMPILE_PARTIAL
-    return COMPILE_MISS if compiled else COMPILE_HIT if loaded else None
+    """The rank's compile_cache from its compile lines (facts.COMPILED_LINE, LOADED_LINE): one state, or
+    partial for both; None without one."""
+    states = set(lines)
+    return COMPILE_PARTIAL if len(states) > 1 else states.pop() if states else None
 
 
 CONSUMED_NOTE_HEAD = "note: non_torch is vLLM's consumed memory less the weights"
