@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
 
@@ -12,3 +19,46 @@ def tp2_boot():
     pytest.importorskip("vllm")
     from boot_processes import watch_tp2_boot
     return watch_tp2_boot("success", None)
+
+
+@dataclass(frozen=True)
+class Refused:
+    proc: subprocess.CompletedProcess
+    folder: Path
+    """The run's own folder (its -o lies there, or it is the run's TMPDIR)."""
+
+
+REFUSED_AFTER_THE_IMPORT: dict[str, Callable[[Path], tuple[list[str], dict[str, str]]]] = {
+    # test_refusals_cpu.py: vLLM refuses the configuration; --trace is refused once vLLM's platform is known
+    "kv_cache_dtype": lambda folder: (["-f", "json", "--kv-cache-dtype", "bogus"], {}),
+    "trace": lambda folder: (["-f", "json", "--trace"], {}),
+    # test_dcp_cpu.py: DCP 2 with attention that returns no LSE, refused before the engine
+    "dcp": lambda folder: (["--tp", "2", "--dcp", "2", "-f", "json", "-o", str(folder / "r.json")], {}),
+    # test_multinode_cpu.py: the Ray executor on the CPU backend
+    "ray": lambda folder: (["--tp", "2", "--", "--distributed-executor-backend", "ray"], {"TMPDIR": str(folder)}),
+}
+"""`kvaudit run`s refused after vLLM's import, none of which boots: each spends its ~15-20 s importing vLLM,
+mostly on one core (one after another they took ~70 s of the CI's 2-core EPYC), so they are started together,
+once a session, and each test asserts its own."""
+
+
+@pytest.fixture(scope="session")
+def refused(tmp_path_factory) -> dict[str, Refused]:
+    pytest.importorskip("vllm")
+    folders = {name: tmp_path_factory.mktemp(f"refused-{name}") for name in REFUSED_AFTER_THE_IMPORT}
+    procs = {}
+    for name, how in REFUSED_AFTER_THE_IMPORT.items():
+        args, env = how(folders[name])
+        procs[name] = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", *args], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    done = {}
+    try:
+        for name, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=300)
+            done[name] = Refused(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), folders[name])
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done

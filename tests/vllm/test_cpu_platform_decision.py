@@ -41,11 +41,34 @@ print(json.dumps({"resolved": resolved.read(config), "backend": chosen.rpartitio
 """
 
 
-def decide(amx: bool, backend: str = "auto") -> dict:
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, "1" if amx else "0", backend],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+ASKED = [(True, "auto"), (False, "auto"), (True, "CPU_MLA")]
+"""The decisions the tests below read: each in a fresh process of its own, the three started together (each
+process spends its ~15 s importing vLLM, mostly on one core: one after another they took ~50 s of the CI's
+2-core EPYC)."""
+
+
+@pytest.fixture(scope="module")
+def decisions() -> dict[tuple[bool, str], tuple[int, str, str]]:
+    procs = {(amx, backend): subprocess.Popen([sys.executable, "-c", SCRIPT, "1" if amx else "0", backend],
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for amx, backend in ASKED}
+    done = {}
+    try:
+        for key, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=300)
+            done[key] = (proc.returncode, stdout, stderr)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
+def decide(decisions: dict[tuple[bool, str], tuple[int, str, str]], amx: bool, backend: str = "auto") -> dict:
+    returncode, stdout, stderr = decisions[(amx, backend)]
+    assert returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _forced(decision: dict) -> list[str]:
@@ -56,16 +79,16 @@ def _forced(decision: dict) -> list[str]:
     return forced_changes(asked, decision["resolved"], "cpu", name)
 
 
-def test_with_amx_tiles_vllm_runs_amx_mla_with_chunked_prefill_and_kvaudit_names_no_change():
-    decision = decide(amx=True)
+def test_with_amx_tiles_vllm_runs_amx_mla_with_chunked_prefill_and_kvaudit_names_no_change(decisions):
+    decision = decide(decisions, amx=True)
     assert decision["backend"] == "AMXMLABackend"
     r = decision["resolved"]
     assert (r["enable_chunked_prefill"], r["max_num_batched_tokens"], r["block_size"]) == (True, 512, 128)
     assert _forced(decision) == []
 
 
-def test_without_amx_tiles_vllm_runs_cpu_mla_whole_prompts_and_kvaudit_names_each_change():
-    decision = decide(amx=False)
+def test_without_amx_tiles_vllm_runs_cpu_mla_whole_prompts_and_kvaudit_names_each_change(decisions):
+    decision = decide(decisions, amx=False)
     assert decision["backend"] == "CPUMLABackend"
     r = decision["resolved"]
     assert (r["enable_chunked_prefill"], r["enable_prefix_caching"], r["max_num_batched_tokens"],
@@ -76,8 +99,8 @@ def test_without_amx_tiles_vllm_runs_cpu_mla_whole_prompts_and_kvaudit_names_eac
     assert "runs the reference CPU_MLA backend where the CPU has no AMX tiles or --attention-backend asks for it" in line
 
 
-def test_attention_backend_cpu_mla_forces_the_non_amx_path_on_a_cpu_with_amx():
-    decision = decide(amx=True, backend="CPU_MLA")
+def test_attention_backend_cpu_mla_forces_the_non_amx_path_on_a_cpu_with_amx(decisions):
+    decision = decide(decisions, amx=True, backend="CPU_MLA")
     assert decision["backend"] == "CPUMLABackend"
     assert decision["resolved"]["attention_backend_asked"] == "CPU_MLA"
     assert (decision["resolved"]["enable_chunked_prefill"], decision["resolved"]["max_num_batched_tokens"]) == \

