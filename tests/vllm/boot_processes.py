@@ -17,6 +17,22 @@ from pathlib import Path
 JOURNAL_ENV = b"KVAUDIT_JOURNAL_DIR="
 
 
+def communicate_all(procs: dict, timeout: float = 300) -> dict:
+    """Each started process's (exit code, stdout, stderr), waited for in turn (they ran together); any left
+    running when one fails to finish is killed."""
+    done = {}
+    try:
+        for key, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=timeout)
+            done[key] = (proc.returncode, stdout, stderr)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
 def processes_under(tmpdir: Path) -> list[tuple[int, str]]:
     """Live processes of the boots whose journal folder is under tmpdir (boot process, engine
     core, workers: all inherit the variable), with their command line."""

@@ -51,14 +51,6 @@ def refused(tmp_path_factory) -> dict[str, Refused]:
         args, env = how(folders[name])
         procs[name] = subprocess.Popen([sys.executable, "-m", "kvaudit", "run", *args], stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-    done = {}
-    try:
-        for name, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=300)
-            done[name] = Refused(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), folders[name])
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return done
+    from boot_processes import communicate_all
+    return {name: Refused(subprocess.CompletedProcess(procs[name].args, *result), folders[name])
+            for name, result in communicate_all(procs).items()}

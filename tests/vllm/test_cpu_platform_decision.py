@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from boot_processes import communicate_all
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -52,17 +53,7 @@ def decisions() -> dict[tuple[bool, str], tuple[int, str, str]]:
     procs = {(amx, backend): subprocess.Popen([sys.executable, "-c", SCRIPT, "1" if amx else "0", backend],
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for amx, backend in ASKED}
-    done = {}
-    try:
-        for key, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=300)
-            done[key] = (proc.returncode, stdout, stderr)
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return done
+    return communicate_all(procs)
 
 
 def decide(decisions: dict[tuple[bool, str], tuple[int, str, str]], amx: bool, backend: str = "auto") -> dict:
