@@ -261,6 +261,13 @@ COMPILE_CACHE_STATES = (COMPILE_MISS, COMPILE_HIT, COMPILE_PARTIAL)
 """RankReport.compile_cache's values: the model compiled in the boot, loaded from vLLM's compile cache, some of each."""
 
 
+def compile_cache_state(compiled: bool, loaded: bool) -> str | None:
+    """compile_cache from whether any graph was compiled in the boot and any loaded from the cache; None for neither."""
+    if compiled and loaded:
+        return COMPILE_PARTIAL
+    return COMPILE_MISS if compiled else COMPILE_HIT if loaded else None
+
+
 @dataclass(frozen=True)
 class RankReport:
     """Everything one rank measured, and the owners the ledger made of it."""

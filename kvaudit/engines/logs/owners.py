@@ -20,7 +20,17 @@ from kvaudit.engines.logs.facts import FactKind, GraphEstimate
 from kvaudit.engines.logs.ranks import KV_KINDS, Located, RankFacts
 from kvaudit.ledger import requested_bytes as request_memory
 from kvaudit.record import StatedRank
-from kvaudit.schema import COMPILE_PARTIAL, Failure, Owner, Phase, PhaseRecord, PhaseStatus, RankReport
+from kvaudit.schema import (
+    COMPILE_HIT,
+    COMPILE_MISS,
+    Failure,
+    Owner,
+    Phase,
+    PhaseRecord,
+    PhaseStatus,
+    RankReport,
+    compile_cache_state,
+)
 from kvaudit.units import GiB, fmt_gib
 
 GRAPH_OVER_LEAST = GiB // 100
@@ -324,8 +334,7 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
 def _compile_cache(lines: list[str]) -> str | None:
     """The rank's compile_cache from its compile lines (facts.COMPILED_LINE, LOADED_LINE): one state, or
     partial for both; None without one."""
-    states = set(lines)
-    return COMPILE_PARTIAL if len(states) > 1 else states.pop() if states else None
+    return compile_cache_state(COMPILE_MISS in lines, COMPILE_HIT in lines)
 
 
 CONSUMED_NOTE_HEAD = "note: non_torch is vLLM's consumed memory less the weights"

@@ -24,7 +24,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from kvaudit.schema import COMPILE_HIT, COMPILE_MISS, COMPILE_PARTIAL
+from kvaudit.schema import compile_cache_state
 from kvaudit.vllm_source import release
 
 
@@ -534,9 +534,7 @@ def compile_cache(counter: Any = None) -> str | None:
             return None
     compiled = sum(int(getattr(counter, name, 0) or 0) for name in COMPILED_COUNTS)
     loaded = sum(int(getattr(counter, name, 0) or 0) for name in LOADED_COUNTS)
-    if compiled and loaded:
-        return COMPILE_PARTIAL
-    return COMPILE_MISS if compiled else COMPILE_HIT if loaded else None
+    return compile_cache_state(compiled > 0, loaded > 0)
 
 
 def parallel_ranks(worker: Any) -> dict[str, int | None]:
