@@ -56,6 +56,7 @@ from kvaudit.schema import (
     RankReport,
     Report,
     Scenario,
+    Source,
     Verdict,
     Verify,
     VerifyRank,
@@ -102,7 +103,8 @@ def assemble(record: BootRecord) -> Report:
         cap = replace(cap, safe_serve_flags=())
     if cap.safe_serve_flags:
         cap = replace(cap, safe_serve_env=allocator_env(record.environment.env))
-    verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify)
+    planned = record.source is Source.PLAN
+    verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify, planned=planned)
     if record.stated.kv_tokens_note and cap.kv_tokens is not None and record.failure is None:
         reason += f" ({record.stated.kv_tokens_note})"
     accuracy = None
@@ -112,7 +114,8 @@ def assemble(record: BootRecord) -> Report:
     return Report(source=record.source, engine=record.engine, environment=record.environment, config=record.config,
                   ranks=tuple(ranks), capacity=cap, verdict=verdict, verify=verify, accuracy=accuracy,
                   failure=record.failure, verdict_reason=reason,
-                  warnings=(*record.warnings, *_ledger_notes(ranks, verify), *compile_cache_warning(ranks, cap)),
+                  warnings=(*record.warnings, *_ledger_notes(ranks, verify, planned=planned),
+                            *compile_cache_warning(ranks, cap)),
                   kvaudit_version=__version__,
                   nodes=node_summaries(ranks))
 
@@ -227,12 +230,19 @@ def verify_of_scenarios(scenarios: Sequence[VerifyScenario], *, oom_count: int =
                   repeats=1, oom_count=oom_count, ranks=worst.ranks, scenarios=tuple(scenarios))
 
 
-def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None) -> list[str]:
+def _over_its_request(who: str, over: int, planned: bool) -> str:
+    """A rank's growth past its request after KV was sized: what a boot did, or what a plan predicts."""
+    if planned:
+        return f"{who} would use {fmt_bytes(over)} more than it requests after KV is sized"
+    return f"{who} used {fmt_bytes(over)} more than it requested after KV was sized"
+
+
+def _ledger_notes(ranks: Sequence[RankReport], verify: Verify | None, planned: bool = False) -> list[str]:
     """What the ledger has to say beside the verdict: overruns within the tolerance, deferred steps."""
     notes = []
     small = overcommit_bytes(ranks)
     if 0 < small <= OVERCOMMIT_TOLERANCE_BYTES:
-        notes.append(f"note: a rank used {fmt_bytes(small)} more than it requested after KV was sized (within the "
+        notes.append(f"note: {_over_its_request('a rank', small, planned)} (within the "
                      f"{fmt_bytes(OVERCOMMIT_TOLERANCE_BYTES)} tolerance)")
     if verify is not None and verify.ok and verify.overrun_bytes:
         over = [s.name.value for s in verify.scenarios or () if (s.slack_bytes or 0) < 0]
@@ -281,8 +291,9 @@ def _rank_name(rank: RankReport) -> str:
 
 
 def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConfig, failure: Failure | None,
-                   verify: Verify | None) -> tuple[Verdict, str]:
-    """ok / fail / unknown, and one sentence that says why and names the fix."""
+                   verify: Verify | None, planned: bool = False) -> tuple[Verdict, str]:
+    """ok / fail / unknown, and one sentence that says why and names the fix (in the conditional for a plan's
+    prediction: nothing was booted)."""
     if failure is not None:
         where = f" in {failure.phase.value}" if failure.phase else ""
         rank = f" on rank {failure.rank}" if failure.rank is not None else ""
@@ -296,8 +307,8 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         return Verdict.FAIL, _does_not_fit(cap, config)
     if over_committed(ranks):
         worst = max(ranks, key=lambda r: -(r.owners.get(Owner.KV_UNALLOCATED) or 0))
-        return Verdict.FAIL, (f"{_rank_name(worst)} used {fmt_bytes(overcommit_bytes(ranks))} more than it requested "
-                              f"after KV was sized ({_growth_text(worst)}): "
+        return Verdict.FAIL, (f"{_over_its_request(_rank_name(worst), overcommit_bytes(ranks), planned)} "
+                              f"({_growth_text(worst)}): "
                               + (f"pass {cap.safe_serve_flags[0]}" if cap.safe_serve_flags
                                  else "lower the KV cache by that much"))
     if verify is not None and not verify.ok:

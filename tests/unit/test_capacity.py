@@ -15,7 +15,7 @@ from factories import BOOT_REQUESTED, GEOMETRY, MiB, boot_rank, config, gib, own
 
 from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, KvGeometry, capacity, verify_holds
 from kvaudit.ledger import check_balance
-from kvaudit.schema import Owner, Verdict, Verify
+from kvaudit.schema import Owner, Source, Verdict, Verify
 
 # ------------------------------------------------------------------------------------------
 # capacity
@@ -263,6 +263,19 @@ def test_overcommit_exactly_at_the_tolerance_is_still_a_warning():
     assert rep.verdict is Verdict.OK and rep.warnings
     rep = report([boot_rank(kv=gib(50.5) + OVERCOMMIT_TOLERANCE_BYTES + 1)], cfg=config(max_model_len=4096))
     assert rep.verdict is Verdict.FAIL
+
+
+def test_a_plans_overcommit_is_worded_as_a_prediction_not_as_what_a_boot_did():
+    # GIVEN the same over-commits as above, predicted by `kvaudit plan` (nothing was booted)
+    over = report([boot_rank(kv=gib(50.5), pool=gib(1.75))], cfg=config(max_model_len=4096), source=Source.PLAN)
+    small = report([boot_rank(kv=gib(50.5) + 8 * MiB)], cfg=config(max_model_len=4096), source=Source.PLAN)
+    # THEN the verdict and the note say what a rank would use; the figures and the fix are a boot's
+    assert over.verdict is Verdict.FAIL
+    assert over.verdict_reason == ("rank 0 would use 512.00 MiB more than it requests after KV is sized "
+                                   f"(graph_pool +512.00 MiB): pass --kv-cache-memory-bytes={gib(50)}")
+    assert small.verdict is Verdict.OK
+    assert [w for w in small.warnings if "more than it" in w] == [
+        "note: a rank would use 8.00 MiB more than it requests after KV is sized (within the 16.00 MiB tolerance)"]
 
 
 def test_safe_flags_take_the_overcommit_off_the_kv_figure():
