@@ -73,6 +73,7 @@ def main() -> int:
     env = dict(os.environ, VLLM_ENABLE_STARTUP_PLAN="0")
     walls: dict[str, list[float]] = {"p": [], "k": [], "s": []}
     stages: list[dict[str, float]] = []
+    boots: list[dict] = []  # every boot, warm-up ones included: kind, wall, KV, compile cache
     tmp = Path(tempfile.mkdtemp(prefix="kvaudit-bench-"))
     warm = "".join(dict.fromkeys(args.orders)) if args.warm else ""
     for i, kind in enumerate(warm + args.orders):
@@ -106,15 +107,20 @@ def main() -> int:
         phases = _phase_seconds(tmp / f"{kind}{i}.json") if kind != "p" else {}
         # each audited boot's KV: a shortcut under test (KVAUDIT_GC_SECTIONS) must leave it to the block
         kv = _kv_tokens(tmp / f"{kind}{i}.json") if kind != "p" else None
+        # and whether vLLM compiled the model in it or loaded it from its cache (a cold first boot can size
+        # other KV than the warm ones: docs/evidence.md), the untimed warm-up boots included
+        cache = _compile_cache(tmp / f"{kind}{i}.json") if kind != "p" else None
+        boots.append({"kind": kind, "timed": timed, "wall_s": round(wall, 1), "kv_tokens": kv, "compile_cache": cache})
         if timed:
             walls[kind].append(wall)
             if phases:
                 stages.append({"kind": kind, "kv_tokens": kv, **phases})
         print(f"{label:12} #{i}: {wall:7.1f} s" + ("" if timed else "  (warm-up, not timed)")
               + (("  phases: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items())) if phases else "")
-              + (f"  KV {kv:,} tokens" if kv is not None else ""), flush=True)
+              + (f"  KV {kv:,} tokens" if kv is not None else "")
+              + (f"  compile cache {cache}" if cache is not None else ""), flush=True)
     out: dict = {"orders": args.orders, "warm": bool(warm), "walls_s": walls, "phase_seconds": stages,
-                 "config": config.to_json()}
+                 "boots": boots, "config": config.to_json()}
     if walls["k"] and walls["p"]:
         out["ratio"] = statistics.mean(walls["k"]) / statistics.mean(walls["p"])
         print(f"kvaudit run / plain LLM boot = {out['ratio']:.3f}  (means of {len(walls['k'])} and "
@@ -137,6 +143,15 @@ def _phase_seconds(report: Path) -> dict[str, float]:
         return {}
     return {p["name"]: float(p["seconds"]) for p in (ranks[0].get("phases") or []) if ranks
             and p.get("seconds") is not None}
+
+
+def _compile_cache(report: Path) -> str | None:
+    """Rank 0's compile_cache in a kvaudit report (miss / hit / partial; None where it is not recorded)."""
+    try:
+        ranks = json.loads(report.read_text(encoding="utf-8")).get("ranks") or []
+    except (OSError, ValueError):
+        return None
+    return ranks[0].get("compile_cache") if ranks else None
 
 
 def _kv_tokens(report: Path) -> int | None:
