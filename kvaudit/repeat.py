@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from kvaudit.assemble import COLD_COMPILE
 from kvaudit.capacity import safe_kv_bytes
-from kvaudit.schema import COMPILE_HIT, Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict
+from kvaudit.schema import COMPILE_HIT, Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict, boot_compile_cache
 from kvaudit.units import fmt_tokens
 
 
@@ -28,7 +28,8 @@ def boot_of(index: int, report: Report) -> RepeatBoot:
                       kv_available_bytes=report.capacity.kv_available_bytes,
                       safe_kv_cache_memory_bytes=safe_kv_bytes(report.capacity),
                       verify_slack_bytes=report.verify.slack_bytes if report.verify is not None else None,
-                      failure=f"{failure.kind.value}: {failure.message}" if failure is not None else None)
+                      failure=f"{failure.kind.value}: {failure.message}" if failure is not None else None,
+                      compile_cache=boot_compile_cache(r.compile_cache for r in report.ranks))
 
 
 def worst_index(reports: Sequence[Report]) -> int:

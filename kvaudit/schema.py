@@ -10,7 +10,7 @@ used everywhere: code, JSON and tables. docs/design.md lists the stable keys; th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum, StrEnum
 from typing import Any
@@ -266,6 +266,12 @@ def compile_cache_state(compiled: bool, loaded: bool) -> str | None:
     if compiled and loaded:
         return COMPILE_PARTIAL
     return COMPILE_MISS if compiled else COMPILE_HIT if loaded else None
+
+
+def boot_compile_cache(states: Iterable[str | None]) -> str | None:
+    """A boot's compile_cache over its ranks' (None where none recorded one): theirs where they agree, else partial."""
+    seen = {state for state in states if state is not None}
+    return seen.pop() if len(seen) == 1 else COMPILE_PARTIAL if seen else None
 
 
 @dataclass(frozen=True)
@@ -539,6 +545,9 @@ class RepeatBoot:
     verify_slack_bytes: int | None = None
     failure: str | None = None
     """Why the boot did not finish (its failure kind and message), or null."""
+    compile_cache: str | None = field(default=None, metadata=OMIT_NONE)
+    """The boot's compile_cache over its ranks (schema.boot_compile_cache); absent where no rank recorded one.
+    A first boot that compiled the model can size other KV than the boots that load it (docs/evidence.md)."""
 
 
 @dataclass(frozen=True)

@@ -422,7 +422,8 @@ def _repeat(node: _JsonObject | None) -> Repeat | None:
                                kv_available_bytes=r.int("kv_available_bytes", required=False),
                                safe_kv_cache_memory_bytes=r.int("safe_kv_cache_memory_bytes", required=False),
                                verify_slack_bytes=r.int("verify_slack_bytes", required=False),
-                               failure=r.str("failure", required=False)))
+                               failure=r.str("failure", required=False),
+                               compile_cache=r.str("compile_cache", required=False)))
     owners = []
     for o in node.children("owners", required=False):
         rank = o.int("rank", least=0)

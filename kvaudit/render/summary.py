@@ -137,6 +137,7 @@ def repeat_lines(report: Report) -> list[str]:
                            + (f", safe {fmt_gib(b.safe_kv_cache_memory_bytes)}" if b.safe_kv_cache_memory_bytes else "")
                            + (f", verify slack {fmt_bytes(b.verify_slack_bytes, signed=True)}"
                               if b.verify_slack_bytes is not None else "")
+                           + (f", compile cache {b.compile_cache}" if b.compile_cache else "")
                            + (f" ({b.failure})" if b.failure else "") for b in r.runs))
     return lines
 

@@ -15,8 +15,9 @@ from factories import MiB, gib, rank_journal, real_json
 from kvaudit.assemble import COLD_COMPILE, compile_cache_warning, rank_report
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.vllm.adapter import COMPILED_COUNTS, LOADED_COUNTS, compile_cache
+from kvaudit.render.summary import repeat_lines
 from kvaudit.repeat import combine
-from kvaudit.schema import dumps
+from kvaudit.schema import boot_compile_cache, dumps
 from kvaudit.validate import report_from_json
 
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-source"
@@ -112,6 +113,29 @@ def test_repeat_drops_the_warning_once_a_boot_loaded_the_cache():
     # --repeat 2 --cold: every boot compiled, so a warm restart is still not covered
     again = combine([cold, replace(cold, capacity=warm.capacity)], boots=2, cold=True)
     assert len([w for w in again.warnings if w.startswith(COLD_COMPILE)]) == 1
+
+
+def test_repeat_says_which_boot_compiled_and_which_loaded():
+    # GIVEN the H100's first (cold) and second (warm) boot of the same config
+    cold, warm = with_state(base(), "miss", safe=gib(2)), with_state(base(), "hit", safe=gib(2) - 64 * MiB)
+    both = combine([cold, warm], boots=2, cold=False)
+    # THEN each boot's line carries its state, written and read back, and shown with its KV
+    assert [b.compile_cache for b in both.repeat.runs] == ["miss", "hit"]
+    again = report_from_json(json.loads(dumps(both)))
+    assert [b.compile_cache for b in again.repeat.runs] == ["miss", "hit"]
+    shown = repeat_lines(again)[1]
+    assert "boot 1: ok" in shown and ", compile cache miss" in shown and ", compile cache hit" in shown
+    # an eager boot records none: the key is left out, as a rank's is
+    eager = combine([with_state(base(), None), with_state(base(), None)], boots=2, cold=False)
+    assert [b.compile_cache for b in eager.repeat.runs] == [None, None]
+    assert all("compile_cache" not in b for b in json.loads(dumps(eager))["repeat"]["runs"])
+
+
+@pytest.mark.parametrize(("states", "boot"), [
+    (["miss", "miss"], "miss"), (["hit", "hit"], "hit"), (["miss", "hit"], "partial"), (["partial"], "partial"),
+    (["hit", None], "hit"), ([None, None], None), ([], None)])
+def test_a_boots_state_over_its_ranks(states, boot):
+    assert boot_compile_cache(states) == boot
 
 
 def test_a_diff_of_a_cold_and_a_warm_boot_says_so():
