@@ -6,6 +6,7 @@
 #     MODEL a folder of tests/gpu/models, graphs 1–64 or vLLM's own list; queue the four runs with queue.sh)
 #   bash tests/gpu/session.sh profile-real MODEL   (issue 31: one kvaudit boot with each phase under cProfile)
 #   bash tests/gpu/session.sh gc-check MODEL   (issue 31: one kvaudit boot with its gc sections checked, one with them on)
+#   bash tests/gpu/session.sh cold-warm MODEL [mtp] [NAME=VALUE …]   (issue 28: --repeat 2 from empty caches)
 #   bash tests/gpu/session.sh load1|load2|load-repeat[-cold|-warm]|user-path   (issue 28: verify scenarios, --repeat,
 #     the user's path)
 #   bash tests/gpu/session.sh release-a|release-b   (a release carried by prepare_release.py, e.g. 0.33.0:
@@ -92,6 +93,23 @@ elif [ "$stage" = bench-real ]; then
     --cudagraph-sizes "$list" --orders ${BENCH_ORDERS:-pkkp} \
     --json "$res/h200-bench-run-$model-$sizes$gc-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes$gc.txt"
   stage=bench-real-$model-$sizes$gc
+elif [ "$stage" = cold-warm ]; then
+  # issue 28: one `kvaudit run --repeat 2` of MODEL in caches of its own, empty at the start: boot 1 compiles
+  # the model, boot 2 loads it (repeat.runs[].compile_cache); a third argument `mtp` adds --mtp 1, and
+  # NAME=VALUE arguments after it go into the environment (e.g. VLLM_USE_MEGA_AOT_ARTIFACT=0): which of them
+  # moves the KV a cold first boot sizes away from the warm ones' (H100, 0.34.0: 5,988,608 against 5,337,536)
+  model=${2:?model}; shift 2
+  mtp=(); tag=""; [ "${1:-}" = mtp ] && { mtp=(--mtp 1); tag=-mtp; shift; }
+  for kv in "$@"; do export "$kv"; tag="$tag-${kv%%=*}-${kv#*=}"; done
+  caches=$(mktemp -d); export VLLM_CACHE_ROOT=$caches/vllm TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton
+  ver=$(python3 -c 'import vllm; print(vllm.__version__)')
+  name=h200-cold-warm-$model$tag-vllm$ver
+  timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" \
+    --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
+    --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --repeat 2 -o "$res/$name.json" --log "$res/$name.log" \
+    > "$res/cold-warm$tag.txt" 2>&1
+  rm -rf "$caches"
+  stage=cold-warm-$model$tag
 elif [ "$stage" = profile-real ]; then
   # issue 31: where each phase's seconds go, one kvaudit boot of MODEL (graphs 1–64) with every phase of every
   # rank under cProfile (KVAUDIT_PROFILE_DIR, kvaudit/engines/stage_profile.py): <phase>-pid<N>.txt/.pstats
@@ -154,4 +172,4 @@ else
   timeout ${STAGE_TIMEOUT:-570} python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 fi
 tar -czf "$OUT/results-$stage.tar.gz" -C "$OUT" results
-tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/profile-*.txt "$res"/*.jsonl "$res"/matrix-*.txt "$res"/plan*.txt "$res"/h200-contract-*.txt 2>/dev/null > "$OUT/summary-$stage.txt"
+tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/profile-*.txt "$res"/cold-warm*.txt "$res"/*.jsonl "$res"/matrix-*.txt "$res"/plan*.txt "$res"/h200-contract-*.txt 2>/dev/null > "$OUT/summary-$stage.txt"
