@@ -1,0 +1,94 @@
+"""Real pastes, round twenty-three: boots that sized their KV cache and then died (LMCache#3430, verl's four
+engines, a docker notes page's sampler warmup, a log viewer's FlashInfer autotune). Each test names its source
+and what kvaudit read before; the data are the excerpts as the round saved them (tests/unit/data/round_twenty_three;
+a case where the rule must not fire beside each rule."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from kvaudit.capacity import SIZED_NOT_SERVED
+from kvaudit.engines.logs import report_from_log_text
+from kvaudit.render import Format, reporter
+from kvaudit.schema import Report
+
+_DATA = Path(__file__).parent / "data" / "round_twenty_three"
+_PUBLIC = Path(__file__).parent.parent / "fixtures" / "logs" / "public"
+LMCACHE = "05_lmcache3430_doc_issue_prose_then_log_chunks_serving_oom.log"
+"""LMCache#3430 (vLLM 0.21.0, Qwen3-8B on an RTX A5000, gmu 0.9764): `Available KV cache memory: 6.37 GiB`, `GPU KV
+cache size: 46,368 tokens`, the first capture bar, then (after a gap in the paste) torch's out-of-memory error and the
+user's script's traceback through `llm.generate`."""
+FOUR_ENGINES = "06_code53815542336_v0110_four_engines_sampler_warmup_oom_after_capture.log"
+"""A verl rollout log (vLLM 0.11.0, Qwen2.5-Math-1.5B): four `EngineCore_DP0` engines side by side; pid 39535 sizes
+70.35 GiB of KV, captures its graphs (`took 3.49 GiB`), then runs out of memory in the sampler warmup."""
+SAMPLER = "07_code62571909065_v0190_eager_kv_then_sampler_failed_first_start.log"
+"""A docker notes page (vLLM 0.19.0, Qwen3-0.6B, eager, gmu 0.75): `GPU KV cache size: 75,152 tokens`, then
+`EngineCore failed to start.` with one frame, `in _dummy_sampler_run`, before the page's `...`."""
+AUTOTUNE = "09_code52000797369_logviewer_ts_mtp_nvfp4_kv_then_flashinfer_autotune_failed.log"
+"""A log viewer's export (vLLM ≈0.20, an NVFP4 hybrid model with MTP): `GPU KV cache size: 36,432 tokens`, the
+FlashInfer autotuner's TMA errors, then `EngineCore failed to start.` through compile_or_warm_up_model →
+kernel_warmup → flashinfer_autotune."""
+
+
+def _text(name: str) -> str:
+    return (_DATA / name).read_text(encoding="utf-8")
+
+
+def _report(name: str, text: str | None = None) -> Report:
+    return report_from_log_text(_text(name) if text is None else text, name)
+
+
+def _table(report: Report) -> str:
+    out = io.StringIO()
+    reporter(Format.TABLE, width=400).report(report, out)
+    return out.getvalue()
+
+
+_OOM_LINE = "(EngineCore pid=4108) ERROR 05-28 08:00:36 [core.py:1142] torch.OutOfMemoryError"
+_SCRIPT = "Traceback (most recent call last):\n  File \"/workspace/lmcache-experiments"
+
+
+def test_a_boot_that_died_after_its_kv_was_sized_offers_no_flags_from_that_kv() -> None:
+    """LMCache#3430 without the user's script's traceback: torch's OOM under the capture bar, a death after KV
+    sizing. Before: `safe_serve_flags` = `--kv-cache-memory-bytes=6839735419 --gpu-memory-utilization=0.9764
+    --max-model-len=16384`, the KV that was live at the OOM, offered as flags."""
+    text = _text(LMCACHE)
+    cut = text[:text.index(_SCRIPT)]
+    report = _report(LMCACHE, cut)
+    assert report.failure is not None and report.failure.phase is not None
+    assert report.capacity.safe_serve_flags == ()
+    assert report.capacity.kv_not_served == f"{SIZED_NOT_SERVED}: the boot died in capture (oom)"
+    assert (f"KV {SIZED_NOT_SERVED}: the boot died in capture (oom): 6.37 GiB on rank 0 = 46,368 tokens; no safe "
+            f"flags are derived from it (they would size the KV cache the boot died with)") in report.warnings
+    assert "KV available: sized, not served: 6.37 GiB on rank 0 = 46,368 tokens" in _table(report)
+
+
+def test_the_same_kv_lines_with_no_death_after_them_are_not_labelled() -> None:
+    """The same paste cut before torch's error: a boot still capturing when the paste ends, its KV figure as it
+    was (no device total is left to derive flags from: torch's error stated it)."""
+    text = _text(LMCACHE)
+    report = _report(LMCACHE, text[:text.index(_OOM_LINE)])
+    assert report.failure is None
+    assert report.capacity.kv_not_served is None
+    assert report.capacity.kv_tokens == 46368
+    assert "sized, not served" not in _table(report)
+    assert not [w for w in report.warnings if "not served" in w]
+
+
+def test_vllms_own_kv_check_failing_keeps_its_corrected_flags() -> None:
+    """vllm#10517 (public 02, V0): the KV check's ValueError at 29,000 tokens. Its flags are the shorter length
+    that fits, not the boot's own: no label."""
+    report = report_from_log_text((_PUBLIC / "02-v0.6-10517-29k-fails.log").read_text(encoding="utf-8"), "x")
+    assert report.failure is not None and report.failure.kind.value == "does_not_fit"
+    assert report.capacity.kv_not_served is None
+    assert report.capacity.safe_serve_flags[-1] == "--max-model-len=23648"
+
+
+def test_a_death_after_the_graph_capture_labels_its_kv_on_the_table() -> None:
+    """verl's engine pid 39535 (vLLM 0.11.0): 70.35 GiB of KV, the capture, then the OOM. Before: "KV available:
+    70.35 GiB on rank 0 = 2,634,544 tokens / one request at max_model_len: fits", nothing saying no boot served
+    with it."""
+    report = _report(FOUR_ENGINES)
+    assert report.capacity.kv_not_served is not None
+    assert report.capacity.kv_not_served.startswith(f"{SIZED_NOT_SERVED}: the boot died ")
+    assert "KV available: sized, not served: 70.35 GiB on rank 0 = 2,634,544 tokens" in _table(report)
