@@ -312,7 +312,7 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
     prediction: nothing was booted)."""
     if failure is not None:
         where = f" {failure.step}" if failure.step else f" in {failure.phase.value}" if failure.phase else ""
-        rank = f" on rank {failure.rank}" if failure.rank is not None else ""
+        rank = f"{',' if failure.step else ''} on rank {failure.rank}" if failure.rank is not None else ""
         if failure.kind is FailureKind.DOES_NOT_FIT and cap.max_model_len_fits is False:
             return Verdict.FAIL, _does_not_fit(cap, config)
         if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):

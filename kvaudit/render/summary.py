@@ -388,7 +388,7 @@ def failure_text(f: Failure, journaled: bool = False) -> str:
     names (Failure.step) says where in the phase, in the phase's stead."""
     where = (f" {f.step}" if f.step else f" in {f.phase.value}" if f.phase else
              " before any rank journaled a phase" if f.rank is None and journaled else "")
-    rank = f" on rank {f.rank}" if f.rank is not None else ""
+    rank = f"{',' if f.step else ''} on rank {f.rank}" if f.rank is not None else ""
     return f"{f.kind.value}{where}{rank}: {f.message}"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from kvaudit.capacity import SIZED_NOT_SERVED
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.render import Format, reporter
-from kvaudit.schema import Report
+from kvaudit.schema import Phase, PhaseStatus, Report
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_three"
 _PUBLIC = Path(__file__).parent.parent / "fixtures" / "logs" / "public"
@@ -92,3 +92,67 @@ def test_a_death_after_the_graph_capture_labels_its_kv_on_the_table() -> None:
     assert report.capacity.kv_not_served is not None
     assert report.capacity.kv_not_served.startswith(f"{SIZED_NOT_SERVED}: the boot died ")
     assert "KV available: sized, not served: 70.35 GiB on rank 0 = 2,634,544 tokens" in _table(report)
+
+
+_SAMPLER_STEP = "after KV sizing, in the sampler warmup (`_dummy_sampler_run`)"
+
+
+def test_a_sampler_frame_after_the_kv_lines_is_the_warmup_after_kv_sizing() -> None:
+    """The docker notes page's first start (vLLM 0.19.0, eager): the KV lines, then `EngineCore failed to start.`
+    and a frame `in _dummy_sampler_run`. Before: failure phase kv, rank 0's `kv` phase marked failed although its
+    lines say it sized the cache (`GPU KV cache size: 75,152 tokens`)."""
+    report = _report(SAMPLER)
+    assert report.failure is not None
+    assert (report.failure.phase, report.failure.step) == (Phase.CAPTURE, _SAMPLER_STEP)
+    phases = {p.name: p.status for p in report.ranks[0].phases}
+    assert phases[Phase.KV] is PhaseStatus.OK and phases[Phase.CAPTURE] is PhaseStatus.FAILED
+    assert report.verdict_reason == (f"audit incomplete {_SAMPLER_STEP}, on rank 0 (crash): EngineCore failed to "
+                                     f"start.")
+
+
+def test_a_sampler_frame_before_any_kv_line_is_the_profiles() -> None:
+    """The same start with its three KV lines taken out: the frame follows `Model loading took`, so it is
+    profile_run's sampler run, before sizing; a paste that starts in the traceback (vllm#17939, public 109) says
+    neither."""
+    text = "".join(line for line in _text(SAMPLER).splitlines(keepends=True)
+                   if "[gpu_worker.py:436]" not in line and "[kv_cache_utils.py:13" not in line)
+    assert "KV cache" not in text
+    report = _report(SAMPLER, text)
+    assert report.failure is not None
+    assert (report.failure.phase, report.failure.step) == (Phase.PROFILE, None)
+    assert all(p.name is not Phase.KV for p in report.ranks[0].phases)
+    cut = report_from_log_text((_PUBLIC / "109-v1-0.8-17939-tp-sampler-warmup-oom.log").read_text(encoding="utf-8"),
+                               "x")
+    assert cut.failure is not None and (cut.failure.phase, cut.failure.step) == (None, None)
+
+
+def test_a_death_after_the_capture_names_the_sampler_warmup_not_the_capture() -> None:
+    """verl's engine pid 39535: `Graph capturing finished in 5 secs, took 3.49 GiB`, then the OOM through
+    compile_or_warm_up_model → _dummy_sampler_run. Before: "FAIL: boot failed in capture on rank 0 (oom)"; the
+    phase stays the capture bucket (fixture 112's), the words say where in it."""
+    report = _report(FOUR_ENGINES)
+    assert report.failure is not None and report.failure.phase is Phase.CAPTURE
+    step = "after the graph capture finished, in the sampler warmup (`_dummy_sampler_run`)"
+    assert report.failure.step == step
+    assert report.verdict_reason.startswith(f"boot failed {step}, on rank 0 (oom): torch.OutOfMemoryError")
+    capture = next(p for p in report.ranks[0].phases if p.name is Phase.CAPTURE)
+    assert capture.detail == f"capture took 3.49 GiB; died {step}"
+    assert f"failure: oom {step}, on rank 0: torch.OutOfMemoryError" in " ".join(_table(report).split())
+
+
+def test_flashinfers_autotune_is_named_before_the_capture() -> None:
+    """The log viewer's NVFP4 boot: compile_or_warm_up_model → kernel_warmup → flashinfer_autotune, no capture
+    line. Before: "UNKNOWN: audit incomplete in capture on rank 0 (crash)"."""
+    report = _report(AUTOTUNE)
+    assert report.failure is not None and report.failure.phase is Phase.CAPTURE
+    assert report.failure.step == "after KV sizing, in `kernel_warmup` / `flashinfer_autotune`, before the graph capture"
+
+
+def test_a_death_under_the_capture_bar_names_no_step() -> None:
+    """LMCache#3430 without the user's traceback: torch's OOM under `Capturing CUDA graphs … 2%`, no frame: the
+    capture it is, in the phase's own word."""
+    text = _text(LMCACHE)
+    report = _report(LMCACHE, text[:text.index(_SCRIPT)])
+    assert report.failure is not None
+    assert (report.failure.phase, report.failure.step) == (Phase.CAPTURE, None)
+    assert report.verdict_reason.startswith("boot failed in capture on rank 0 (oom): ")

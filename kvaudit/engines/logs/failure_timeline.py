@@ -31,7 +31,15 @@ from kvaudit.engines.failures import (
     Evidence,
     decide_failure,
 )
-from kvaudit.engines.logs.facts import FRAME, KV_BLOCK_WORDS, FactKind, FailureFact
+from kvaudit.engines.logs.facts import (
+    FRAME,
+    KERNEL_WARMUPS,
+    KV_BLOCK_WORDS,
+    MRV2_WARMUP,
+    SAMPLER_WARMUP,
+    FactKind,
+    FailureFact,
+)
 from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
 from kvaudit.engines.logs.parse import RAY_IP, FileScan
 from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
@@ -266,6 +274,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     # nineteen: a DP=2 boot's second engine's worker died in init_device while the first one's loaded).
     # Only a worker's: an engine core's frames span phases (its executor's calls), and a paste that
     # cut their inner ones would move the failure back.
+    kv_at = _kv_sized_at(boot, root.file)
+    warmups = [f for f in boot.engine.get(FactKind.WARMUP_FRAME, []) if f.file == root.file
+               and f.pos <= boot_done[root.file]]
+    hints += _sampler_hints(warmups, kv_at, scan.text)
     worker = root.pid is not None and root.pid in scan.tags and proc_tag(scan.tags[root.pid]).role is Role.WORKER
     own = [h.value for h in hints if worker and h.pid == root.pid]
     phase = value.phase or (_furthest(*own) if own else
@@ -308,7 +320,80 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
                          f"failed is not in the log (the lines after it say)"
                  + (f"; the line before it is another program's error: `{before}`" if before else "")]
-    return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+    step = _warmup_step(boot, root, rank, warmups, kv_at) if phase is Phase.CAPTURE else None
+    return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message, step=step), feasible, notes
+
+
+_KV_SIZED = (FactKind.KV_AVAILABLE, FactKind.KV_BLOCKS, FactKind.KV_FIXED, FactKind.KV_IN_USE)
+"""A rank's lines that vLLM prints once its profile is over and the KV cache is being sized."""
+
+
+def _kv_sized_at(boot: Boot, file: int) -> int | None:
+    """Where a file first shows the KV cache sized (a rank's KV figure or block count, the engine's KV tokens or
+    auto-fit), or None."""
+    found = [f.pos for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])
+             if f.file == file]
+    found += [f.pos for r in boot.ranks.values() for kind in _KV_SIZED for f in r.facts.get(kind, [])
+              if f.file == file]
+    return min(found, default=None)
+
+
+def _sampler_hints(warmups: list[Located], kv_at: int | None, text: str) -> list[Located]:
+    """The phase each frame in the sampler run (facts.SAMPLER_WARMUP) names: the capture's (the warmup after the
+    capture, in compile_or_warm_up_model) where a KV line comes before it, else the profile's (profile_run runs
+    it before sizing) where the log shows the boot before it; none where the log starts in the traceback (vllm#17939:
+    which run it was, nothing says). Real pastes round twenty-three: `GPU KV cache size: 75,152 tokens`, then
+    `EngineCore failed to start.` and one frame in `_dummy_sampler_run`, read as a death in kv."""
+    hints, shown = [], None
+    for f in warmups:
+        if f.value != SAMPLER_WARMUP:
+            continue
+        if kv_at is not None and kv_at < f.pos:
+            phase = Phase.CAPTURE
+        else:
+            if shown is None:  # the earliest such frame: a milestone before it is before the later ones
+                shown = timeline_phase(text, f.pos) is not None
+            if not shown:
+                continue
+            phase = Phase.PROFILE
+        hints.append(Located(FactKind.PHASE_HINT, phase, f.file, f.pos, f.pid, f.src))
+    return hints
+
+
+def _warmup_step(boot: Boot, root: Located, rank: int | None, warmups: list[Located],
+                 kv_at: int | None) -> str | None:
+    """Where in the capture phase a death after KV sizing struck, in words for Failure.step, from the failing
+    process's frames (every process's where it printed none): the sampler warmup, a kernel warm-up (before the
+    capture, as compile_or_warm_up_model runs them), or, where the failing rank's `Graph capturing finished` came
+    before the failure, after the capture. None where nothing says more than the capture phase (a frame in
+    capture_model, a death under the capture bar). Round twenty-two F3 and twenty-three F5: "boot failed in
+    capture" for a sampler OOM after a finished capture, and for FlashInfer's autotune before any capture,
+    while shrinking the capture sizes helps neither."""
+    after = [f for f in warmups if kv_at is None or f.pos > kv_at]
+    own = [f for f in after if root.pid is not None and f.pid == root.pid]
+    names = dict.fromkeys(f.value for f in (own or after))
+    captured = kv_at is not None and any(
+        f.file == root.file and kv_at < f.pos < root.pos and (f.pid == root.pid if rank not in boot.ranks else True)
+        for r in ((boot.ranks[rank],) if rank in boot.ranks else boot.ranks.values())
+        for kind in _CAPTURED for f in r.facts.get(kind, []))
+    where = "after the graph capture finished" if captured else "after KV sizing"
+    if SAMPLER_WARMUP in names:
+        return f"{where}, in the sampler warmup (`{SAMPLER_WARMUP}`)"
+    if MRV2_WARMUP in names:
+        return f"{where}, in Model Runner V2's kernel warmup (`{MRV2_WARMUP}`)"
+    # kernel_warmup, then the first of the warm-ups under it its frames name (FlashInfer's autotune, DeepGEMM's)
+    kernels = [n for n in KERNEL_WARMUPS if n == "kernel_warmup" and n in names] + [
+        n for n in names if n in KERNEL_WARMUPS and n != "kernel_warmup"][:1]
+    if kernels:
+        return f"{where}, in {' / '.join(f'`{n}`' for n in kernels)}" + (
+            "" if captured else ", before the graph capture")
+    return where if captured else None
+
+
+_CAPTURED = (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_ACTUAL, FactKind.GRAPH_USAGE)
+"""A rank's lines once its graph capture finished: `Graph capturing finished in 5 secs, took 3.49 GiB`, `CUDA graph
+pool memory: … (actual)`, the worker's `… for CUDAGraph memory` summary (after the KV lines: Model Runner V2's
+estimate before sizing captures too)."""
 
 
 def _foreign_pids(scan: FileScan) -> frozenset[int]:
