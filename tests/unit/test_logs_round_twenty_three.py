@@ -1,20 +1,20 @@
 """Real pastes, round twenty-three: boots that sized their KV cache and then died (LMCache#3430, verl's four
 engines, a docker notes page's sampler warmup, a log viewer's FlashInfer autotune). Each test names its source
 and what kvaudit read before; the data are the excerpts as the round saved them (tests/unit/data/round_twenty_three;
-a case where the rule must not fire beside each rule."""
+LMCache#3430 is the public corpus' 136), a case where the rule must not fire beside each rule."""
 from __future__ import annotations
 
 import io
 from pathlib import Path
 
-from kvaudit.capacity import SIZED_NOT_SERVED
+from kvaudit.capacity import SERVED_THEN_OOM, SIZED_NOT_SERVED
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.render import Format, reporter
-from kvaudit.schema import Phase, PhaseStatus, Report
+from kvaudit.schema import FailureKind, Phase, PhaseStatus, Report, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_three"
 _PUBLIC = Path(__file__).parent.parent / "fixtures" / "logs" / "public"
-LMCACHE = "05_lmcache3430_doc_issue_prose_then_log_chunks_serving_oom.log"
+LMCACHE = "136-v1-0.21-lmcache-3430-oom-in-llm-generate.log"
 """LMCache#3430 (vLLM 0.21.0, Qwen3-8B on an RTX A5000, gmu 0.9764): `Available KV cache memory: 6.37 GiB`, `GPU KV
 cache size: 46,368 tokens`, the first capture bar, then (after a gap in the paste) torch's out-of-memory error and the
 user's script's traceback through `llm.generate`."""
@@ -31,7 +31,7 @@ kernel_warmup → flashinfer_autotune."""
 
 
 def _text(name: str) -> str:
-    return (_DATA / name).read_text(encoding="utf-8")
+    return ((_PUBLIC if name == LMCACHE else _DATA) / name).read_text(encoding="utf-8")
 
 
 def _report(name: str, text: str | None = None) -> Report:
@@ -156,3 +156,45 @@ def test_a_death_under_the_capture_bar_names_no_step() -> None:
     assert report.failure is not None
     assert (report.failure.phase, report.failure.step) == (Phase.CAPTURE, None)
     assert report.verdict_reason.startswith("boot failed in capture on rank 0 (oom): ")
+
+
+_GENERATE = "    outputs = llm.generate(prompts, sampling_params)"
+
+
+def test_an_oom_in_the_users_llm_generate_is_after_startup() -> None:
+    """LMCache#3430: torch's OOM, then the user's script's traceback through `outputs = llm.generate(prompts,
+    sampling_params)` (an `LLM` exists only once startup finished). Before: "FAIL: boot failed in capture on
+    rank 0 (oom)", from the last capture bar before a gap in the paste. Now as public 56's death while serving:
+    no failure, a note after startup, and the KV figure labelled (no flags)."""
+    report = _report(LMCACHE)
+    assert report.failure is None and report.verdict is Verdict.OK
+    after = [w for w in report.warnings if w.startswith("after startup finished: ")]
+    assert len(after) == 1 and after[0].startswith("after startup finished: torch.OutOfMemoryError: CUDA out of "
+                                                   "memory. Tried to allocate 192.00 MiB.")
+    assert report.capacity.kv_not_served == f"{SERVED_THEN_OOM}: the boot ran out of memory after startup, while serving"
+    assert report.capacity.safe_serve_flags == ()
+    assert "KV available: served, then out of memory: 6.37 GiB on rank 0 = 46,368 tokens" in _table(report)
+    assert not [w for w in report.warnings if w.startswith("the log ends before startup finished")]
+
+
+def test_a_traceback_through_the_llm_constructor_is_a_startup_death() -> None:
+    """The same paste with the script's frame constructing the `LLM` (`llm = LLM(**llm_args)`), as a startup
+    failure's traceback reads: the death in the capture stands."""
+    text = _text(LMCACHE).replace(_GENERATE, "    llm = LLM(**llm_args)")
+    assert text != _text(LMCACHE)
+    report = _report(LMCACHE, text)
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase) == (FailureKind.OOM, Phase.CAPTURE)
+    assert report.capacity.kv_not_served == f"{SIZED_NOT_SERVED}: the boot died in capture (oom)"
+
+
+def test_an_error_after_startup_that_is_no_oom_keeps_the_flags() -> None:
+    """A review's served boot (round fourteen) whose paste ends with a request's template error: after startup,
+    but no memory error, so its KV figure stands and its flags are offered."""
+    text = (Path(__file__).parent / "data" / "round_fourteen" / "review_excerpt_ok_boot_then_request_error.log"
+            ).read_text(encoding="utf-8")
+    report = report_from_log_text(text, "x")
+    assert report.failure is None
+    assert any(w.startswith("after startup finished: jinja2.exceptions.TemplateError") for w in report.warnings)
+    assert report.capacity.kv_not_served is None
+    assert report.capacity.safe_serve_flags[0] == "--kv-cache-memory-bytes=9652938998"

@@ -171,7 +171,8 @@ class LogBoot:
         boot = gather(self.scans)
         config, sizes = build_config(boot)
         world = sizes.world()
-        failure, feasible, notes = log_failure(boot, world)
+        failure, feasible, notes, died_serving, in_call = log_failure(boot, world)
+        finished = in_call or any(s.startup_finished for s in self.scans)
         if world == 1 or untagged(boot) or no_worker_named(boot):
             give_check_figures_to_rank_0(boot)
         if untagged(boot):
@@ -217,11 +218,11 @@ class LogBoot:
             warnings += _folded_ranks(boot)
         warnings += _ray_notes(boot) + command_conflicts(boot.engine) + command_disagreements(boot.engine, config)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
-        fits = _passed_kv_check(boot, failure, config, any(s.startup_finished for s in self.scans))
+        fits = _passed_kv_check(boot, failure, config, finished)
         kv_sized = (tokens, derived) != (None, None) or fits or any(  # a KV size stated, even with no tokens
             f.value > 0 for r in boot.ranks.values() for kind in (FactKind.KV_AVAILABLE, FactKind.KV_FIXED)
             for f in r.facts.get(kind, ()))
-        if failure is None and not any(s.startup_finished for s in self.scans):
+        if failure is None and not finished:
             cut = _capture_cut(boot) if kv_sized else None
             warnings.append(unfinished_in_capture(cut) if cut else (
                 (UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED) if kv_sized
@@ -237,7 +238,7 @@ class LogBoot:
                           generation=_generation(boot)),
             environment=Environment(vllm=version, env=_env(boot),
                                     platform=engine_first(boot.engine, FactKind.PLATFORM)),
-            failure=failure, warnings=tuple(warnings),
+            failure=failure, died_serving=died_serving, warnings=tuple(warnings),
             stated=Stated(kv_tokens=tokens if derived is None else derived.tokens, max_feasible_model_len=feasible,
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
                           kv_tokens_note=derived.note if derived is not None else None),
