@@ -198,3 +198,29 @@ def test_an_error_after_startup_that_is_no_oom_keeps_the_flags() -> None:
     assert any(w.startswith("after startup finished: jinja2.exceptions.TemplateError") for w in report.warnings)
     assert report.capacity.kv_not_served is None
     assert report.capacity.safe_serve_flags[0] == "--kv-cache-memory-bytes=9652938998"
+
+
+def test_the_boot_listed_as_a_process_of_the_pid_namespace_is_no_other_process() -> None:
+    """verl's engine (pid 39535 in its container) OOMs with `Process 62912 has 494.00 MiB memory in use. Process
+    113443 has 78.33 GiB memory in use. Of the allocated memory 74.24 GiB is allocated by PyTorch` and no `this
+    process has`: torch names the caller by that clause only where NVML's pid is its getpid(). Before: "names 2
+    other processes on the device holding 78.81 GiB"."""
+    notes = [w for w in _report(FOUR_ENGINES).warnings if "out-of-memory message" in w]
+    assert notes == ["torch's out-of-memory message names 1 other process on the device holding 0.48 GiB (Process "
+                     "113443, 78.33 GiB, is the boot itself: the message has no `this process has`, as in a "
+                     "container's PID namespace, and it holds at least the 74.24 GiB PyTorch allocated)"]
+
+
+def test_listed_processes_stay_others_where_the_largest_holds_less_than_pytorch_allocated() -> None:
+    """The same message with 113443 at 50.00 GiB, less than the 74.24 GiB PyTorch allocated: no listed process can
+    be the boot, so both are others; and a message with its own `this process has` clause (vllm#8731, round
+    twenty-one) lists only others."""
+    text = _text(FOUR_ENGINES).replace("Process 113443 has 78.33 GiB", "Process 113443 has 50.00 GiB")
+    notes = [w for w in _report(FOUR_ENGINES, text).warnings if "out-of-memory message" in w]
+    assert notes == ["torch's out-of-memory message names 2 other processes on the device holding 50.48 GiB"]
+    spec = (Path(__file__).parent / "data" / "round_twenty_one" / "v0_spec_oom_other_processes.log").read_text(
+        encoding="utf-8")
+    assert "this process has" in spec
+    notes = [w for w in report_from_log_text(spec, "x").warnings if "out-of-memory message" in w]
+    assert len(notes) == 1 and notes[0].startswith("torch's out-of-memory message names 3 other processes on the "
+                                                   "device holding 4.86 GiB: with the boot's request")

@@ -280,7 +280,27 @@ def unfinished_before_kv(scans: Sequence[FileScan]) -> str:
 
 _OTHER_PROCESS = re.compile(r"\bProcess (\d{1,9}) has (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) memory in use")
 """torch's out-of-memory message lists every other process on the device (CUDACachingAllocator.cpp:
-`Process 3179876 has 1.62 GiB memory in use.`); its own is `this process has …`."""
+`Process 3179876 has 1.62 GiB memory in use.`); its own is `this process has …`, where the driver's pid is the
+caller's (in a container's PID namespace it is not, and the boot is listed too: _the_boot_listed)."""
+
+
+_OWN_CLAUSE = "this process has"
+_BY_PYTORCH = re.compile(r"Of the allocated memory (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) is allocated by PyTorch")
+
+
+def _the_boot_listed(message: str, held: dict[int, int]) -> tuple[int, int] | None:
+    """(pid, PyTorch's allocated bytes) of the listed process that is the boot itself, where torch's message has
+    no `this process has` clause (torch prints that clause only where an NVML process's pid is the caller's
+    getpid(); in a container with its own PID namespace the driver's host pids never are): the largest listed
+    process, if it holds at least the message's "allocated by PyTorch" figure (no other process holds this
+    process's allocations).
+    Real pastes round twenty-three: verl's engine, pid 39535 in its container, listed as `Process 113443 has
+    78.33 GiB` beside 74.24 GiB allocated by PyTorch, was counted as another process."""
+    if _OWN_CLAUSE in message or (m := _BY_PYTORCH.search(message)) is None:
+        return None
+    allocated = round(float(m.group(1)) * (GiB if m.group(2) == "GiB" else MiB))
+    pid, largest = max(held.items(), key=lambda item: item[1])
+    return (pid, allocated) if largest >= allocated else None
 
 
 def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> list[str]:
@@ -293,9 +313,18 @@ def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> li
             for m in _OTHER_PROCESS.finditer(failure.message)}
     if not held:
         return []
+    listed = _the_boot_listed(failure.message, held)
+    itself = ""
+    if listed is not None:
+        pid, allocated = listed
+        itself = (f" (Process {pid}, {fmt_gib(held.pop(pid))}, is the boot itself: the message has no `this process "
+                  f"has`, as in a container's PID namespace, and it holds at least the {fmt_gib(allocated)} PyTorch "
+                  f"allocated)")
+        if not held:
+            return [f"torch's out-of-memory message names no other process on the device{itself}"]
     others = sum(held.values())
     note = (f"torch's out-of-memory message names {len(held)} other process{'es' if len(held) > 1 else ''} on the "
-            f"device holding {fmt_gib(others)}")
+            f"device holding {fmt_gib(others)}{itself}")
     rank = next((r for r in ranks if r.rank == (failure.rank or 0)), None)
     if rank is not None and rank.device_total_bytes and rank.requested_bytes:
         over = rank.requested_bytes + others - rank.device_total_bytes
