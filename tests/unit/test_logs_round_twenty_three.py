@@ -224,3 +224,28 @@ def test_listed_processes_stay_others_where_the_largest_holds_less_than_pytorch_
     notes = [w for w in report_from_log_text(spec, "x").warnings if "out-of-memory message" in w]
     assert len(notes) == 1 and notes[0].startswith("torch's out-of-memory message names 3 other processes on the "
                                                    "device holding 4.86 GiB: with the boot's request")
+
+
+def test_engine_cores_of_one_name_side_by_side_are_named_and_the_failed_one_said() -> None:
+    """verl's rollout log: `EngineCore_DP0` under pids 39549, 39539, 39535 and 39544, their lines interleaved (one
+    GPU each: `rank 0 in world size 1`); 39535 died. Before: one rank 0, its weights from 39549's line and its KV
+    from 39535's, with no word of four engines."""
+    notes = [w for w in _report(FOUR_ENGINES).warnings if "side by side" in w]
+    assert notes == ["4 engine cores named EngineCore_DP0 print side by side (pid=39549, pid=39539, pid=39535, "
+                     "pid=39544): each a vLLM of its own (one boot has one EngineCore_DP0), as an RL trainer's rollout "
+                     "engines are; pid=39535 failed; the report reads them as one boot, its figures from pid=39549, "
+                     "pid=39539, pid=39535: pass one engine's lines to read it alone"]
+
+
+def test_one_engines_lines_or_runs_one_after_another_get_no_side_by_side_note() -> None:
+    """The failed engine's own lines (with the unprefixed bars) read alone; and vllm#33297's two CI runs, each
+    `EngineCore_DP0`, one after the other (round twenty-two's note says they each fail)."""
+    text = "".join(line for line in _text(FOUR_ENGINES).splitlines(keepends=True)
+                   if "(EngineCore_DP0 pid=" not in line or "pid=39535)" in line)
+    report = _report(FOUR_ENGINES, text)
+    assert report.failure is not None and not [w for w in report.warnings if "side by side" in w]
+    runs = (Path(__file__).parent / "data" / "round_twenty_two" /
+            "02_vllm33297_ci_quoted_buildkite_caret_colour_levels_free_memory_two_runs.log").read_text(encoding="utf-8")
+    report = report_from_log_text(runs, "x")
+    assert [w for w in report.warnings if "engine cores named EngineCore_DP0 each fail" in w]
+    assert not [w for w in report.warnings if "side by side" in w]

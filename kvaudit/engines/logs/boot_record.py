@@ -13,6 +13,7 @@ from kvaudit.config import AuditConfig
 from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.failure_timeline import CAPTURE_BAR, log_failure, timeline_phase
+from kvaudit.engines.logs.lines import Role, proc_tag
 from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
 from kvaudit.engines.logs.parse import V0_WORKER, FileScan
@@ -171,7 +172,8 @@ class LogBoot:
         boot = gather(self.scans)
         config, sizes = build_config(boot)
         world = sizes.world()
-        failure, feasible, notes, died_serving, in_call = log_failure(boot, world)
+        failure, feasible, notes, died_serving, in_call, failed_pid = log_failure(boot, world)
+        notes += engines_side_by_side(boot, failed_pid, notes)
         finished = in_call or any(s.startup_finished for s in self.scans)
         if world == 1 or untagged(boot) or no_worker_named(boot):
             give_check_figures_to_rank_0(boot)
@@ -243,6 +245,46 @@ class LogBoot:
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
                           kv_tokens_note=derived.note if derived is not None else None),
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
+
+
+_MEMORY_FIGURES = RANK_KINDS - {FactKind.LOAD_SECONDS, FactKind.PROFILE_SECONDS, FactKind.COMPILE}
+
+
+def engines_side_by_side(boot: Boot, failed_pid: int | None, notes: Sequence[str]) -> list[str]:
+    """A note where one file holds engine cores of one name (`EngineCore_DP0`) under several pids whose lines
+    interleave: one boot has one engine core of a name, so these are vLLMs of their own running at once (an RL
+    trainer's rollout engines, one per GPU, as docker compose services are: parse._one_compose_service), read
+    here as one boot; which one failed, and whose lines the figures come from. Real pastes round twenty-three: a
+    verl rollout log, four single-GPU engines (pids 39535, 39539, 39544, 39549), one of which died, read as one
+    rank 0 with no word of the others. Engines that fail each are failure_timeline._two_runs' note already."""
+    by_file = {s.index: s for s in boot.scans}
+    spans: dict[tuple[int, str], dict[int, list[int]]] = {}
+    located = [f for fs in boot.engine.values() for f in fs] + [
+        f for r in boot.ranks.values() for fs in r.facts.values() for f in fs]
+    for f in located:
+        name = by_file[f.file].tags.get(f.pid) if f.pid is not None else None
+        if name is None or proc_tag(name).role is not Role.ENGINE:
+            continue
+        span = spans.setdefault((f.file, name), {}).setdefault(f.pid, [f.pos, f.pos])
+        span[0], span[1] = min(span[0], f.pos), max(span[1], f.pos)
+    out = []
+    for (file, name), pids in spans.items():
+        ordered = sorted(pids.items(), key=lambda item: item[1][0])
+        ends = [end for _, (_, end) in ordered]
+        if len(pids) < 2 or not any(start < max(ends[:k]) for k, (_, (start, _)) in enumerate(ordered) if k) \
+                or any(f" engine cores named {name} each fail " in n for n in notes):
+            continue
+        figures = dict.fromkeys(f"pid={f.pid}" for f in sorted(
+            (f for r in boot.ranks.values() for fs in r.facts.values() for f in fs if f.file == file
+             and f.pid in pids and f.kind in _MEMORY_FIGURES), key=lambda f: f.pos))
+        out.append(f"{len(pids)} engine cores named {name} print side by side "
+                   f"({', '.join(f'pid={pid}' for pid, _ in ordered)}): each a vLLM of its own (one boot has one "
+                   f"{name}), as an RL trainer's rollout engines are"
+                   + (f"; pid={failed_pid} failed" if failed_pid in pids else "")
+                   + (f"; the report reads them as one boot, its figures from {', '.join(figures)}" if figures
+                      else "; the report reads them as one boot")
+                   + ": pass one engine's lines to read it alone")
+    return out
 
 
 UNFINISHED_HEAD = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup model) "

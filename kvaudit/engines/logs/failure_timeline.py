@@ -200,6 +200,8 @@ class LogFailure(NamedTuple):
     served: bool = False
     """A failure struck in a call only a started engine runs (_Marks.in_served_call): startup had finished,
     whatever lines a paste kept."""
+    pid: int | None = None
+    """The process that printed the failure's root cause."""
 
 
 def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
@@ -344,7 +346,7 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
                  + (f"; the line before it is another program's error: `{before}`" if before else "")]
     step = _warmup_step(boot, root, rank, warmups, kv_at) if phase is Phase.CAPTURE else None
     return LogFailure(Failure(phase=phase, rank=rank, kind=value.kind, message=value.message, step=step), feasible,
-                      notes, died_serving, in_call)
+                      notes, died_serving, in_call, root.pid)
 
 
 _KV_SIZED = (FactKind.KV_AVAILABLE, FactKind.KV_BLOCKS, FactKind.KV_FIXED, FactKind.KV_IN_USE)
