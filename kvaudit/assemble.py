@@ -18,6 +18,7 @@ from kvaudit.capacity import (
     OVERCOMMIT_TOLERANCE_BYTES,
     allocator_env,
     capacity,
+    kv_not_served,
     node_summaries,
     over_committed,
     overcommit_bytes,
@@ -101,6 +102,10 @@ def assemble(record: BootRecord) -> Report:
                    serve_sizes_after_warmup=serves_sizing_after_warmup(record))
     if not record.serves_vllm:
         cap = replace(cap, safe_serve_flags=())
+    unserved = kv_not_served(record.failure, record.died_serving) \
+        if (cap.kv_available_bytes, cap.kv_tokens) != (None, None) else None
+    if unserved is not None:
+        cap = replace(cap, safe_serve_flags=(), kv_not_served=unserved)
     if cap.safe_serve_flags:
         cap = replace(cap, safe_serve_env=allocator_env(record.environment.env))
     planned = record.source is Source.PLAN
@@ -115,9 +120,20 @@ def assemble(record: BootRecord) -> Report:
                   ranks=tuple(ranks), capacity=cap, verdict=verdict, verify=verify, accuracy=accuracy,
                   failure=record.failure, verdict_reason=reason,
                   warnings=(*record.warnings, *_ledger_notes(ranks, verify, planned=planned),
-                            *compile_cache_warning(ranks, cap)),
+                            *compile_cache_warning(ranks, cap), *_not_served_warning(cap)),
                   kvaudit_version=__version__,
                   nodes=node_summaries(ranks))
+
+
+def _not_served_warning(cap: Capacity) -> list[str]:
+    """The warning beside a KV figure capacity.kv_not_served labels."""
+    if cap.kv_not_served is None:
+        return []
+    tokens = f"{fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else ""
+    figure = (f"{fmt_gib(cap.kv_available_bytes)}{_on_rank(cap)}" + (f" = {tokens}" if tokens else "")
+              if cap.kv_available_bytes is not None else tokens)
+    return [f"KV {cap.kv_not_served}: {figure}; no safe flags are derived from it (they would size the KV cache "
+            f"the boot died with)"]
 
 
 def rank_report(record: RankRecord) -> RankReport:
@@ -295,8 +311,8 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
     """ok / fail / unknown, and one sentence that says why and names the fix (in the conditional for a plan's
     prediction: nothing was booted)."""
     if failure is not None:
-        where = f" in {failure.phase.value}" if failure.phase else ""
-        rank = f" on rank {failure.rank}" if failure.rank is not None else ""
+        where = f" {failure.step}" if failure.step else f" in {failure.phase.value}" if failure.phase else ""
+        rank = f"{',' if failure.step else ''} on rank {failure.rank}" if failure.rank is not None else ""
         if failure.kind is FailureKind.DOES_NOT_FIT and cap.max_model_len_fits is False:
             return Verdict.FAIL, _does_not_fit(cap, config)
         if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):

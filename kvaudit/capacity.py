@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from kvaudit.config import AuditConfig
 from kvaudit.ledger import ALLOC_CONF_ENV, requested_bytes
-from kvaudit.schema import Capacity, Lever, NodeSummary, Owner, RankReport
+from kvaudit.schema import Capacity, Failure, FailureKind, Lever, NodeSummary, Owner, RankReport
 from kvaudit.units import INT64_MAX, fmt_gib, minus
 
 
@@ -353,6 +353,34 @@ def safe_serve_flags(cap: Capacity, binding: RankReport | None, ranks: Sequence[
         flags.append(f"--gpu-memory-utilization={gmu}")
     flags.append(f"--max-model-len={length}")
     return tuple(flags)
+
+
+SIZED_NOT_SERVED = "sized, not served"
+SERVED_THEN_OOM = "served, then out of memory"
+
+
+def kv_not_served(failure: Failure | None, died_serving: Failure | None) -> str | None:
+    """The one gate on a KV figure no boot can be trusted to serve with: its label and why (`sized, not
+    served: the boot died in capture (oom)`), or None where the figure stands. The report then derives no
+    safe flags from it (assemble) and labels it (capacity.kv_not_served, the table's KV line).
+
+    A boot that died in startup sized its KV cache (where it got that far) and never served with it; one that
+    ran out of memory after startup (died_serving: a request's step, the user's `llm.generate`) showed that
+    figure left too little for serving. Flags from either recreate the boot that died (real pastes round
+    twenty-three, LMCache#3430: `--kv-cache-memory-bytes=6839735419` offered from the KV that was live at the
+    OOM). vLLM's own KV check failing (does_not_fit) is no such death: its flags are the corrected ones (a
+    shorter length, a higher GMU)."""
+    if failure is not None and failure.kind is not FailureKind.DOES_NOT_FIT:
+        where = failure.step or (f"in {failure.phase.value}" if failure.phase else "before startup finished")
+        return f"{SIZED_NOT_SERVED}: the boot died {where} ({failure.kind.value})"
+    if died_serving is not None:
+        return f"{SERVED_THEN_OOM}: the boot ran out of memory after startup, while serving"
+    return None
+
+
+def not_served_label(cap: Capacity) -> str | None:
+    """The label kv_not_served put before its reason (SIZED_NOT_SERVED, SERVED_THEN_OOM), or None."""
+    return cap.kv_not_served.split(": ", 1)[0] if cap.kv_not_served else None
 
 
 def safe_kv_bytes(cap: Capacity) -> int | None:

@@ -196,6 +196,9 @@ class BootRecord:
     verify_overrun_bytes: int | None = None
     """How far a verify's true peak went above the budget, when the record's own `verify` does
     not tell it (a plan carries its measured boot's); the safe flags keep that much back."""
+    died_serving: Failure | None = None
+    """An out-of-memory error after startup finished (a log's: while the boot served, not its own
+    failure, which is None then): the KV figure left too little for serving (assemble.kv_not_served)."""
 
 
 class BootSource(Protocol):

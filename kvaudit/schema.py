@@ -430,6 +430,10 @@ class Capacity:
     safe_serve_env: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
     """Extension: `NAME=value` of each allocator setting the boot ran under (capacity.ALLOCATOR_ENV):
     the safe flags were measured with them, so they go with the flags. Absent where it set none."""
+    kv_not_served: str | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: why the KV figure is one the boot sized and never served with (assemble.kv_not_served:
+    it died after sizing, or ran out of memory once serving), in words; no safe flags are derived from it.
+    Absent where the figure stands."""
 
 
 @dataclass(frozen=True)
@@ -603,6 +607,11 @@ class Failure:
     rank: int | None
     kind: FailureKind
     message: str
+    step: str | None = field(default=None, metadata=OMIT_NONE)
+    """Extension: the startup step within the phase where a log's traceback names it, in words that stand
+    for ` in <phase>` (`after KV sizing, in the sampler warmup (`_dummy_sampler_run`)`): the capture phase
+    holds every step after KV sizing (the kernel warmups, the capture, the sampler warmup), and what fixes a
+    death differs between them. Absent where nothing names one."""
 
 
 @dataclass(frozen=True)

@@ -369,7 +369,8 @@ def _capacity(node: _JsonObject) -> Capacity:
         block_size=node.int("block_size", required=False, least=1),
         tokens_per_block=node.int("tokens_per_block", required=False, least=1),
         over_allocation_bytes=node.int("over_allocation_bytes", required=False),
-        levers=tuple(_lever(x) for x in node.children("levers", required=False)))
+        levers=tuple(_lever(x) for x in node.children("levers", required=False)),
+        kv_not_served=node.str("kv_not_served", required=False))
 
 
 def _verify_ranks(node: _JsonObject) -> tuple[VerifyRank, ...]:
@@ -608,7 +609,8 @@ def _kv_sizing(node: _JsonObject) -> tuple[SizingDelta, ...] | None:
 def _failure(node: _JsonObject | None) -> Failure | None:
     return None if node is None else Failure(
         phase=node.enum("phase", Phase, nullable=True), rank=node.int("rank"),
-        kind=node.enum("kind", FailureKind), message=node.str("message") or "")
+        kind=node.enum("kind", FailureKind), message=node.str("message") or "",
+        step=node.str("step", required=False))
 
 
 def _diff_failures(node: _JsonObject | None) -> dict[str, Failure | None] | None:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import groupby
 
-from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, host_allocator_chosen, safe_kv_bytes
+from kvaudit.capacity import OVERCOMMIT_TOLERANCE_BYTES, host_allocator_chosen, not_served_label, safe_kv_bytes
 from kvaudit.config import OUTER_PARALLEL_SIZES
 from kvaudit.plan_schema import on_cpu
 from kvaudit.schema import (
@@ -82,7 +82,7 @@ def _headroom(report: Report) -> str:
 def capacity_lines(report: Report) -> list[tuple[str, str]]:
     cap = report.capacity
     lines = [
-        ("KV available", fmt_gib(cap.kv_available_bytes)
+        ("KV available", (f"{label}: " if (label := not_served_label(cap)) else "") + fmt_gib(cap.kv_available_bytes)
          + ("" if cap.binding_rank is None else f" on rank {cap.binding_rank}")
          + ("" if (node := binding_node(report)) is None else f" (node {node})")
          + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
@@ -384,10 +384,11 @@ def failure_line(report: Report) -> str | None:
 
 def failure_text(f: Failure, journaled: bool = False) -> str:
     """One failure as a line. `journaled`: a run's journal, where a failure of no phase and no rank
-    came before any rank journaled a phase (a log's excerpt may only not show it)."""
-    where = (f" in {f.phase.value}" if f.phase else
+    came before any rank journaled a phase (a log's excerpt may only not show it). A step a log's traceback
+    names (Failure.step) says where in the phase, in the phase's stead."""
+    where = (f" {f.step}" if f.step else f" in {f.phase.value}" if f.phase else
              " before any rank journaled a phase" if f.rank is None and journaled else "")
-    rank = f" on rank {f.rank}" if f.rank is not None else ""
+    rank = f"{',' if f.step else ''} on rank {f.rank}" if f.rank is not None else ""
     return f"{f.kind.value}{where}{rank}: {f.message}"
 
 

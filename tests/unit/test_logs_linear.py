@@ -48,6 +48,12 @@ def hostile_logs(size: int) -> dict[str, str]:
         "a traceback header on every line": "Traceback (most recent call last):\n" * (size // 35),
         "a line dense with startup-call frames": '  File "x.py", line 1, in load_model' * (size // 36) + "\n",
         "nested prefixes on every line": ("(EngineCore pid=2) " * 12 + KV_LINE + "\n") * (size // (len(KV_LINE) + 229)),
+        # round twenty-three's served calls (failure_timeline.served_calls): a user's `llm.generate` under a frame,
+        # after every failure line, and the call dense on one line
+        "an OOM then a traceback through llm.generate on every fourth line": (
+            "ERROR 11-30 10:00:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.\nTraceback (most recent "
+            'call last):\n  File "x.py", line 1, in main\n    out = llm.generate(p)\n') * (size // 150),
+        "a line dense with llm.generate(": "llm.generate(" * (size // 13) + "\n",
         "every line cut at 60 columns": "".join(
             KV_LINE[i:i + 60] + "\n" for _ in range(size // (len(KV_LINE) + 2)) for i in range(0, len(KV_LINE), 60)),
     }

@@ -458,6 +458,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # the records Modal's viewer ran together read one by one: the failed start is the message, not the traceback
     "135-v1-modal-1318-records-joined-on-one-line.log": dict(verdict="unknown", failure=("crash", "profile"),
                                                              message_starts="EngineCore failed to start."),
+    # torch's OOM, then the user's script's traceback through `llm.generate` (the prose: "OOM occurs during
+    # inference"): startup had finished, the OOM is a note after it (it read a death in the capture, under the last
+    # capture bar before a gap in the paste, and offered flags from the KV live at the OOM)
+    "136-v1-0.21-lmcache-3430-oom-in-llm-generate.log": dict(
+        ranks={0: {"available": G("6.37"), "estimate": G("0.52")}}, tokens=46368, max_model_len=16384, gmu=0.9764,
+        verdict="ok", failure=None, warns="after startup finished: torch.OutOfMemoryError: CUDA out of memory"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",

@@ -13,6 +13,7 @@ from kvaudit.config import AuditConfig
 from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.failure_timeline import CAPTURE_BAR, log_failure, timeline_phase
+from kvaudit.engines.logs.lines import Role, proc_tag
 from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
 from kvaudit.engines.logs.parse import V0_WORKER, FileScan
@@ -171,7 +172,9 @@ class LogBoot:
         boot = gather(self.scans)
         config, sizes = build_config(boot)
         world = sizes.world()
-        failure, feasible, notes = log_failure(boot, world)
+        failure, feasible, notes, died_serving, in_call, failed_pid = log_failure(boot, world)
+        notes += engines_side_by_side(boot, failed_pid, notes)
+        finished = in_call or any(s.startup_finished for s in self.scans)
         if world == 1 or untagged(boot) or no_worker_named(boot):
             give_check_figures_to_rank_0(boot)
         if untagged(boot):
@@ -217,11 +220,11 @@ class LogBoot:
             warnings += _folded_ranks(boot)
         warnings += _ray_notes(boot) + command_conflicts(boot.engine) + command_disagreements(boot.engine, config)
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
-        fits = _passed_kv_check(boot, failure, config, any(s.startup_finished for s in self.scans))
+        fits = _passed_kv_check(boot, failure, config, finished)
         kv_sized = (tokens, derived) != (None, None) or fits or any(  # a KV size stated, even with no tokens
             f.value > 0 for r in boot.ranks.values() for kind in (FactKind.KV_AVAILABLE, FactKind.KV_FIXED)
             for f in r.facts.get(kind, ()))
-        if failure is None and not any(s.startup_finished for s in self.scans):
+        if failure is None and not finished:
             cut = _capture_cut(boot) if kv_sized else None
             warnings.append(unfinished_in_capture(cut) if cut else (
                 (UNFINISHED_PAST_CAPTURE if _captured_after_kv(boot) else UNFINISHED) if kv_sized
@@ -237,11 +240,51 @@ class LogBoot:
                           generation=_generation(boot)),
             environment=Environment(vllm=version, env=_env(boot),
                                     platform=engine_first(boot.engine, FactKind.PLATFORM)),
-            failure=failure, warnings=tuple(warnings),
+            failure=failure, died_serving=died_serving, warnings=tuple(warnings),
             stated=Stated(kv_tokens=tokens if derived is None else derived.tokens, max_feasible_model_len=feasible,
                           max_model_len_fits=fits, kv_needed_bytes=_kv_needed(boot, failure),
                           kv_tokens_note=derived.note if derived is not None else None),
             graph_bytes_per_size=graph_bytes_per_size(boot.ranks))
+
+
+_MEMORY_FIGURES = RANK_KINDS - {FactKind.LOAD_SECONDS, FactKind.PROFILE_SECONDS, FactKind.COMPILE}
+
+
+def engines_side_by_side(boot: Boot, failed_pid: int | None, notes: Sequence[str]) -> list[str]:
+    """A note where one file holds engine cores of one name (`EngineCore_DP0`) under several pids whose lines
+    interleave: one boot has one engine core of a name, so these are vLLMs of their own running at once (an RL
+    trainer's rollout engines, one per GPU, as docker compose services are: parse._one_compose_service), read
+    here as one boot; which one failed, and whose lines the figures come from. Real pastes round twenty-three: a
+    verl rollout log, four single-GPU engines (pids 39535, 39539, 39544, 39549), one of which died, read as one
+    rank 0 with no word of the others. Engines that fail each are failure_timeline._two_runs' note already."""
+    by_file = {s.index: s for s in boot.scans}
+    spans: dict[tuple[int, str], dict[int, list[int]]] = {}
+    located = [f for fs in boot.engine.values() for f in fs] + [
+        f for r in boot.ranks.values() for fs in r.facts.values() for f in fs]
+    for f in located:
+        name = by_file[f.file].tags.get(f.pid) if f.pid is not None else None
+        if name is None or proc_tag(name).role is not Role.ENGINE:
+            continue
+        span = spans.setdefault((f.file, name), {}).setdefault(f.pid, [f.pos, f.pos])
+        span[0], span[1] = min(span[0], f.pos), max(span[1], f.pos)
+    out = []
+    for (file, name), pids in spans.items():
+        ordered = sorted(pids.items(), key=lambda item: item[1][0])
+        ends = [end for _, (_, end) in ordered]
+        if len(pids) < 2 or not any(start < max(ends[:k]) for k, (_, (start, _)) in enumerate(ordered) if k) \
+                or any(f" engine cores named {name} each fail " in n for n in notes):
+            continue
+        figures = dict.fromkeys(f"pid={f.pid}" for f in sorted(
+            (f for r in boot.ranks.values() for fs in r.facts.values() for f in fs if f.file == file
+             and f.pid in pids and f.kind in _MEMORY_FIGURES), key=lambda f: f.pos))
+        out.append(f"{len(pids)} engine cores named {name} print side by side "
+                   f"({', '.join(f'pid={pid}' for pid, _ in ordered)}): each a vLLM of its own (one boot has one "
+                   f"{name}), as an RL trainer's rollout engines are"
+                   + (f"; pid={failed_pid} failed" if failed_pid in pids else "")
+                   + (f"; the report reads them as one boot, its figures from {', '.join(figures)}" if figures
+                      else "; the report reads them as one boot")
+                   + ": pass one engine's lines to read it alone")
+    return out
 
 
 UNFINISHED_HEAD = ("the log ends before startup finished (no `init engine (profile, create kv cache, warmup model) "
@@ -279,7 +322,27 @@ def unfinished_before_kv(scans: Sequence[FileScan]) -> str:
 
 _OTHER_PROCESS = re.compile(r"\bProcess (\d{1,9}) has (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) memory in use")
 """torch's out-of-memory message lists every other process on the device (CUDACachingAllocator.cpp:
-`Process 3179876 has 1.62 GiB memory in use.`); its own is `this process has …`."""
+`Process 3179876 has 1.62 GiB memory in use.`); its own is `this process has …`, where the driver's pid is the
+caller's (in a container's PID namespace it is not, and the boot is listed too: _the_boot_listed)."""
+
+
+_OWN_CLAUSE = "this process has"
+_BY_PYTORCH = re.compile(r"Of the allocated memory (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) is allocated by PyTorch")
+
+
+def _the_boot_listed(message: str, held: dict[int, int]) -> tuple[int, int] | None:
+    """(pid, PyTorch's allocated bytes) of the listed process that is the boot itself, where torch's message has
+    no `this process has` clause (torch prints that clause only where an NVML process's pid is the caller's
+    getpid(); in a container with its own PID namespace the driver's host pids never are): the largest listed
+    process, if it holds at least the message's "allocated by PyTorch" figure (no other process holds this
+    process's allocations).
+    Real pastes round twenty-three: verl's engine, pid 39535 in its container, listed as `Process 113443 has
+    78.33 GiB` beside 74.24 GiB allocated by PyTorch, was counted as another process."""
+    if _OWN_CLAUSE in message or (m := _BY_PYTORCH.search(message)) is None:
+        return None
+    allocated = round(float(m.group(1)) * (GiB if m.group(2) == "GiB" else MiB))
+    pid, largest = max(held.items(), key=lambda item: item[1])
+    return (pid, allocated) if largest >= allocated else None
 
 
 def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> list[str]:
@@ -292,9 +355,18 @@ def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> li
             for m in _OTHER_PROCESS.finditer(failure.message)}
     if not held:
         return []
+    listed = _the_boot_listed(failure.message, held)
+    itself = ""
+    if listed is not None:
+        pid, allocated = listed
+        itself = (f" (Process {pid}, {fmt_gib(held.pop(pid))}, is the boot itself: the message has no `this process "
+                  f"has`, as in a container's PID namespace, and it holds at least the {fmt_gib(allocated)} PyTorch "
+                  f"allocated)")
+        if not held:
+            return [f"torch's out-of-memory message names no other process on the device{itself}"]
     others = sum(held.values())
     note = (f"torch's out-of-memory message names {len(held)} other process{'es' if len(held) > 1 else ''} on the "
-            f"device holding {fmt_gib(others)}")
+            f"device holding {fmt_gib(others)}{itself}")
     rank = next((r for r in ranks if r.rank == (failure.rank or 0)), None)
     if rank is not None and rank.device_total_bytes and rank.requested_bytes:
         over = rank.requested_bytes + others - rank.device_total_bytes

@@ -120,6 +120,9 @@ class FactKind(StrEnum):
     """A phase a failing call names: a traceback frame or `Error executing method 'load_model'`."""
     EAGER = "eager"
     """config/vllm.py's info "Cudagraph is disabled under eager mode": enforce_eager was set."""
+    WARMUP_FRAME = "warmup_frame"
+    """A traceback frame of a startup call after KV sizing, or of the sampler run (WARMUP_CALLS): the call's name
+    (failure_timeline: the sampler run's phase, and the step a death after KV sizing names)."""
     GRAPH_CAPTURE_FRAME = "graph_capture_frame"
     """A traceback frame in torch's CUDA graph capture (GRAPH_CAPTURE_CALLS): Phase.CAPTURE, unless the
     log places the failure elsewhere (failure_timeline.log_failure)."""
@@ -929,6 +932,10 @@ PHASE_OF_CALL: dict[str, Phase] = {
     "initialize_kv_cache_tensors": Phase.KV, "_allocate_kv_cache_tensors": Phase.KV,
     "compile_or_warm_up_model": Phase.CAPTURE, "capture_model": Phase.CAPTURE, "_warm_up_model": Phase.CAPTURE,
     "kernel_warmup": Phase.CAPTURE,
+    # kernel_warmup's FlashInfer autotune (model_executor/warmup/kernel_warmup.py: the model run under the
+    # autotuner, after the KV cache and before the capture; real pastes round twenty-three, an NVFP4 boot's
+    # TMA descriptor error there)
+    "flashinfer_autotune": Phase.CAPTURE,
     # Model Runner V2's warmup after its capture (v1/worker/gpu/warmup.py, from compile_or_warm_up_model: the
     # sampler's kernels built and run; real pastes round twenty-two, a FlashInfer JIT build without nvcc)
     "warmup_kernels": Phase.CAPTURE,
@@ -948,7 +955,25 @@ on entry and exit: a frame there is a CUDA graph capture. The frame does not say
 vLLM's real one after the KV cache (capture_model), or, from 0.21, the profiling one before sizing
 (profile_cudagraph_memory), so it is read as the capture only where nothing in the log places the
 failure before the KV cache (failure_timeline.log_failure)."""
-FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS)
+SAMPLER_WARMUP = "_dummy_sampler_run"
+"""gpu_model_runner.py's sampler run, called twice in a V1 startup: by profile_run before KV sizing, and by
+compile_or_warm_up_model after the capture (its error: "CUDA out of memory occurred when warming up sampler with N
+dummy requests"). A frame in it is in the phase the log places it (failure_timeline: the capture's after a KV line,
+else the profile's), so it has no PHASE_OF_CALL entry (real pastes round twenty-three: a frame in it right after
+`GPU KV cache size`, read as a death in kv)."""
+KERNEL_WARMUPS = ("kernel_warmup", "flashinfer_autotune", "deep_gemm_warmup", "deepgemm_fp8_gemm_nt_warmup",
+                  "_deepgemm_fp8_gemm_nt_warmup", "deepgemm_grouped_fp8_gemm_nt_contiguous_warmup",
+                  "_deepgemm_grouped_fp8_gemm_nt_contiguous_warmup")
+"""The kernel warm-ups compile_or_warm_up_model runs after KV sizing and before the graph capture: kernel_warmup,
+and DeepGEMM's and FlashInfer's autotune under it (v1/worker/gpu_worker.py, every release read)."""
+MRV2_WARMUP = "warmup_kernels"
+"""Model Runner V2's kernel warmup (v1/worker/gpu/warmup.py): after the capture in 0.27, before it in later code
+(gpu_worker.py: "A workspace resize after capture frees what the graphs point at"), so its frame says nothing of
+the capture."""
+WARMUP_CALLS = ("compile_or_warm_up_model", "_warm_up_model", "capture_model", *KERNEL_WARMUPS, MRV2_WARMUP,
+                SAMPLER_WARMUP)
+"""The calls whose frames name a step after KV sizing (facts.FactKind.WARMUP_FRAME), the sampler run's too."""
+FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS, SAMPLER_WARMUP)
 """Every call a traceback frame is kept for."""
 _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-Za-z_]\w{0,80})")
 # A traceback frame (`File "…", line N, in name`) or faulthandler's (`File "…", line N in name`).
@@ -991,6 +1016,8 @@ def _call_phase(msg: str) -> Iterable[Fact]:
             yield Fact(FactKind.PHASE_HINT, phase)
         elif m.group(2) in GRAPH_CAPTURE_CALLS:
             yield Fact(FactKind.GRAPH_CAPTURE_FRAME, Phase.CAPTURE)
+        if m.group(2) in WARMUP_CALLS:
+            yield Fact(FactKind.WARMUP_FRAME, m.group(2))
         if m.group(1) is None:  # faulthandler dumps the stack of a process that crashed in C code or hung
             yield Fact(FactKind.FAILURE, FailureFact(
                 FailureKind.CRASH, None, f"a faulthandler stack dump (the process crashed or hung): {m.group(0)}",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from typing import NamedTuple
 
 from kvaudit.engines.failures import (
     BARE,
@@ -31,7 +32,15 @@ from kvaudit.engines.failures import (
     Evidence,
     decide_failure,
 )
-from kvaudit.engines.logs.facts import FRAME, KV_BLOCK_WORDS, FactKind, FailureFact
+from kvaudit.engines.logs.facts import (
+    FRAME,
+    KERNEL_WARMUPS,
+    KV_BLOCK_WORDS,
+    MRV2_WARMUP,
+    SAMPLER_WARMUP,
+    FactKind,
+    FailureFact,
+)
 from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
 from kvaudit.engines.logs.parse import RAY_IP, FileScan
 from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
@@ -178,13 +187,31 @@ def _two_runs(by_file: dict[int, FileScan], during: list[Located], root: Located
             f"not in it"]
 
 
-def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int | None, list[str]]:
-    """The boot's failure (root cause first), its max feasible length, and post-boot notes."""
+class LogFailure(NamedTuple):
+    failure: Failure | None
+    """The boot's failure, root cause first."""
+    feasible: int | None
+    """The max feasible length its message states."""
+    notes: list[str]
+    """Failures after startup, before it but survived, in another program's process, …"""
+    died_serving: Failure | None = None
+    """An out-of-memory error after startup finished (capacity.kv_not_served: the KV figure left too little
+    for serving)."""
+    served: bool = False
+    """A failure struck in a call only a started engine runs (_Marks.in_served_call): startup had finished,
+    whatever lines a paste kept."""
+    pid: int | None = None
+    """The process that printed the failure's root cause."""
+
+
+def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
+    """The boot's failure (root cause first), its max feasible length, post-boot notes, an OOM while serving."""
     facts = boot.engine.get(FactKind.FAILURE, [])
     by_file = {s.index: s for s in boot.scans}
     boot_done: dict[int, int] = {}
     served: dict[int, int] = {}
     during, after, survived = [], [], []
+    in_call = False
     marks: dict[int, _Marks] = {}
     one_engine = not any(tag.role is Role.ENGINE and tag.dp for s in boot.scans
                          for tag in map(proc_tag, s.tags.values()))
@@ -201,6 +228,9 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
             marks[f.file] = _Marks(scan.text)
         if f.pos >= boot_done[f.file] or f.pos < served[f.file] or _dumped_after(marks[f.file], f, one_engine):
             after.append(f)
+        elif marks[f.file].in_served_call(f.pos):
+            after.append(f)
+            in_call = True
         elif _got_past(marks[f.file], f, one_engine):
             survived.append(f)
         else:
@@ -240,8 +270,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         notes.append(f"torch's allocator warned of out-of-memory ({first}{times}): no failure of the boot's, as "
                      f"the allocator frees its cache and retries after this warning, and no death in the log is "
                      f"left for it to explain")
+    oom = next((f.value for f in after if f.value.kind is FailureKind.OOM), None)
+    died_serving = Failure(phase=None, rank=oom.rank, kind=oom.kind, message=oom.message) if oom else None
     if not during:
-        return None, None, notes
+        return LogFailure(None, None, notes, died_serving, in_call)
     # a raise's echoed source line after the exception lines of its priority (FailureFact.echo), and a person's
     # sentence that names the error after them too (_prose)
     chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority,
@@ -266,6 +298,10 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
     # nineteen: a DP=2 boot's second engine's worker died in init_device while the first one's loaded).
     # Only a worker's: an engine core's frames span phases (its executor's calls), and a paste that
     # cut their inner ones would move the failure back.
+    kv_at = _kv_sized_at(boot, root.file)
+    warmups = [f for f in boot.engine.get(FactKind.WARMUP_FRAME, []) if f.file == root.file
+               and f.pos <= boot_done[root.file]]
+    hints += _sampler_hints(warmups, kv_at, scan.text)
     worker = root.pid is not None and root.pid in scan.tags and proc_tag(scan.tags[root.pid]).role is Role.WORKER
     own = [h.value for h in hints if worker and h.pid == root.pid]
     phase = value.phase or (_furthest(*own) if own else
@@ -308,7 +344,81 @@ def log_failure(boot: Boot, world_size: int | None) -> tuple[Failure | None, int
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
                          f"failed is not in the log (the lines after it say)"
                  + (f"; the line before it is another program's error: `{before}`" if before else "")]
-    return Failure(phase=phase, rank=rank, kind=value.kind, message=value.message), feasible, notes
+    step = _warmup_step(boot, root, rank, warmups, kv_at) if phase is Phase.CAPTURE else None
+    return LogFailure(Failure(phase=phase, rank=rank, kind=value.kind, message=value.message, step=step), feasible,
+                      notes, died_serving, in_call, root.pid)
+
+
+_KV_SIZED = (FactKind.KV_AVAILABLE, FactKind.KV_BLOCKS, FactKind.KV_FIXED, FactKind.KV_IN_USE)
+"""A rank's lines that vLLM prints once its profile is over and the KV cache is being sized."""
+
+
+def _kv_sized_at(boot: Boot, file: int) -> int | None:
+    """Where a file first shows the KV cache sized (a rank's KV figure or block count, the engine's KV tokens or
+    auto-fit), or None."""
+    found = [f.pos for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])
+             if f.file == file]
+    found += [f.pos for r in boot.ranks.values() for kind in _KV_SIZED for f in r.facts.get(kind, [])
+              if f.file == file]
+    return min(found, default=None)
+
+
+def _sampler_hints(warmups: list[Located], kv_at: int | None, text: str) -> list[Located]:
+    """The phase each frame in the sampler run (facts.SAMPLER_WARMUP) names: the capture's (the warmup after the
+    capture, in compile_or_warm_up_model) where a KV line comes before it, else the profile's (profile_run runs
+    it before sizing) where the log shows the boot before it; none where the log starts in the traceback (vllm#17939:
+    which run it was, nothing says). Real pastes round twenty-three: `GPU KV cache size: 75,152 tokens`, then
+    `EngineCore failed to start.` and one frame in `_dummy_sampler_run`, read as a death in kv."""
+    hints, shown = [], None
+    for f in warmups:
+        if f.value != SAMPLER_WARMUP:
+            continue
+        if kv_at is not None and kv_at < f.pos:
+            phase = Phase.CAPTURE
+        else:
+            if shown is None:  # the earliest such frame: a milestone before it is before the later ones
+                shown = timeline_phase(text, f.pos) is not None
+            if not shown:
+                continue
+            phase = Phase.PROFILE
+        hints.append(Located(FactKind.PHASE_HINT, phase, f.file, f.pos, f.pid, f.src))
+    return hints
+
+
+def _warmup_step(boot: Boot, root: Located, rank: int | None, warmups: list[Located],
+                 kv_at: int | None) -> str | None:
+    """Where in the capture phase a death after KV sizing struck, in words for Failure.step, from the failing
+    process's frames (every process's where it printed none): the sampler warmup, a kernel warm-up (before the
+    capture, as compile_or_warm_up_model runs them), or, where the failing rank's `Graph capturing finished` came
+    before the failure, after the capture. None where nothing says more than the capture phase (a frame in
+    capture_model, a death under the capture bar). Round twenty-two F3 and twenty-three F5: "boot failed in
+    capture" for a sampler OOM after a finished capture, and for FlashInfer's autotune before any capture,
+    while shrinking the capture sizes helps neither."""
+    after = [f for f in warmups if kv_at is None or f.pos > kv_at]
+    own = [f for f in after if root.pid is not None and f.pid == root.pid]
+    names = dict.fromkeys(f.value for f in (own or after))
+    captured = kv_at is not None and any(
+        f.file == root.file and kv_at < f.pos < root.pos and (f.pid == root.pid if rank not in boot.ranks else True)
+        for r in ((boot.ranks[rank],) if rank in boot.ranks else boot.ranks.values())
+        for kind in _CAPTURED for f in r.facts.get(kind, []))
+    where = "after the graph capture finished" if captured else "after KV sizing"
+    if SAMPLER_WARMUP in names:
+        return f"{where}, in the sampler warmup (`{SAMPLER_WARMUP}`)"
+    if MRV2_WARMUP in names:
+        return f"{where}, in Model Runner V2's kernel warmup (`{MRV2_WARMUP}`)"
+    # kernel_warmup, then the first of the warm-ups under it its frames name (FlashInfer's autotune, DeepGEMM's)
+    kernels = [n for n in KERNEL_WARMUPS if n == "kernel_warmup" and n in names] + [
+        n for n in names if n in KERNEL_WARMUPS and n != "kernel_warmup"][:1]
+    if kernels:
+        return f"{where}, in {' / '.join(f'`{n}`' for n in kernels)}" + (
+            "" if captured else ", before the graph capture")
+    return where if captured else None
+
+
+_CAPTURED = (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_ACTUAL, FactKind.GRAPH_USAGE)
+"""A rank's lines once its graph capture finished: `Graph capturing finished in 5 secs, took 3.49 GiB`, `CUDA graph
+pool memory: … (actual)`, the worker's `… for CUDAGraph memory` summary (after the KV lines: Model Runner V2's
+estimate before sizing captures too)."""
 
 
 def _foreign_pids(scan: FileScan) -> frozenset[int]:
@@ -430,6 +540,64 @@ STARTUP_FAILED = ("Engine core initialization failed", "EngineCore failed to sta
 MAX_MARKS = 4096
 """Logged lines of one marker a file's _Marks keeps (a served log's `"POST /v1/` lines run to millions)."""
 
+LLM_METHODS = ("generate", "chat", "encode", "embed", "classify", "score", "reward", "beam_search")
+"""vllm/entrypoints/llm.py's `LLM` methods that run requests: an `LLM` object exists only once `LLM.__init__`
+returned, that is once the engine finished starting (its KV cache, warmup and capture included)."""
+_LLM_FRAME = re.compile(r'[/\\]entrypoints[/\\]llm\.py", line \d{1,7}, in (?:' + "|".join(LLM_METHODS)
+                        + r"|_run_engine)\b")
+"""A frame in vLLM's own `LLM.generate` (…, or `_run_engine`, which they call)."""
+_HANDLER_FRAME = re.compile(r'[/\\]entrypoints[/\\][^"\n]{0,200}", line \d{1,7}, in create_(?:chat_completion'
+                            r"|completion|embedding|responses|pooling|score|classify|transcription|translation)\b")
+"""A frame in the OpenAI server's request handlers (entrypoints/openai/serving_*.py): a request being served."""
+_LLM_OBJECT = re.compile(r"([\w.\[\]]{0,120})\Z")
+_USER_CALL_NEEDLES = tuple(f".{m}(" for m in LLM_METHODS)
+
+
+def served_calls(text: str) -> list[int]:
+    """Where the text's traceback frames pass through a call that only a started engine runs (at most
+    MAX_MARKS): vLLM's `LLM.generate` / `.chat` / `.encode` …, the user's own script calling one on an object
+    named for it (`outputs = llm.generate(prompts, sampling_params)` under its frame line, the only lines a
+    paste may keep: LMCache#3430), or an API request handler (`in create_chat_completion`). Real pastes round
+    twenty-three: torch's OOM during `llm.generate` was read as the boot's death in the capture, the last
+    startup phase before a gap in the paste."""
+    found: list[int] = []
+    for needle in _USER_CALL_NEEDLES:
+        i = text.find(needle)
+        while i >= 0 and len(found) < MAX_MARKS:
+            start, end = bounds(text, i)
+            obj = _LLM_OBJECT.search(text, max(start, i - 120), i)
+            if obj is not None and "llm" in obj.group(1).lower() and start > 0 and \
+                    _FRAME_LINE in text[bounds(text, start - 1)[0]:start]:
+                found.append(start)
+            i = text.find(needle, end)
+    for needle, rx in (("entrypoints", _LLM_FRAME), (" in create_", _HANDLER_FRAME)):
+        i = text.find(needle)
+        while i >= 0 and len(found) < MAX_MARKS:
+            start, end = bounds(text, i)
+            if rx.search(text, start, end):
+                found.append(start)
+            i = text.find(needle, end)
+    return sorted(found)
+
+
+_FRAME_LINE = '", line '
+"""What a traceback frame's line holds (`File "…", line 70, in main`)."""
+
+
+def _all(text: str, needle: str) -> list[int]:
+    """Where `needle` is in `text`, the first MAX_MARKS times."""
+    found, i = [], text.find(needle)
+    while i >= 0 and len(found) < MAX_MARKS:
+        found.append(i)
+        i = text.find(needle, i + len(needle))
+    return found
+
+
+def _between(positions: list[int], start: int, end: int) -> bool:
+    """Whether a sorted list holds a position in [start, end)."""
+    k = bisect.bisect_left(positions, start)
+    return k < len(positions) and positions[k] < end
+
 
 class _Marks:
     """Where one file's serving markers (on lines vLLM's logger printed) and startup-failure words are,
@@ -440,6 +608,32 @@ class _Marks:
         self.text = text
         self._lines: dict[str, list[tuple[int, int, int | None]]] = {}
         self.last_failed = max(text.rfind(words) for words in STARTUP_FAILED)
+        self._served: tuple[list[int], list[int], list[int]] | None = None
+
+    def in_served_call(self, pos: int) -> bool:
+        """Whether the failure at `pos` struck in a call that only a started engine runs (served_calls): the
+        traceback it ends passes through one, or the next traceback within FRAME_WINDOW does with no startup
+        failure's words between (the engine core logs the error, then the user's script prints its own
+        traceback). Each file's calls, headers and failure words are found once (bisected per failure)."""
+        if self._served is None:
+            text = self.text
+            self._served = (served_calls(text), _all(text, TRACEBACK),
+                            sorted(i for words in STARTUP_FAILED for i in _all(text, words)))
+        calls, headers, failed = self._served
+        if not calls:
+            return False
+        k = bisect.bisect_right(headers, pos)
+        if k and pos < headers[k - 1] + FRAME_WINDOW and _between(calls, headers[k - 1], self._end(headers, k - 1)):
+            return True  # the traceback this failure is in (its header, its exception line) passes through one
+        if k == len(headers) or headers[k] > pos + FRAME_WINDOW:
+            return False
+        j = bisect.bisect_left(calls, headers[k])
+        return j < len(calls) and calls[j] < self._end(headers, k) and not _between(failed, pos, calls[j])
+
+    @staticmethod
+    def _end(headers: list[int], k: int) -> int:
+        """Where the traceback whose header is headers[k] ends, at most: the next header, or FRAME_WINDOW on."""
+        return min(headers[k + 1], headers[k] + FRAME_WINDOW) if k + 1 < len(headers) else headers[k] + FRAME_WINDOW
 
     def _logged(self, marker: str) -> list[tuple[int, int, int | None]]:
         """(where the marker is, its line's start, the line's pid) of each line vLLM's logger printed."""

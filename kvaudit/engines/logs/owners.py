@@ -414,6 +414,9 @@ def _phases(rank: int, r: RankFacts, graphs: _Graphs, failure: Failure | None) -
     if graphs.actual is not None and graphs.real_capture is None:
         details[Phase.CAPTURE].append(f"graph pool {fmt_gib(graphs.actual)}")
     failed = failure.phase if failure is not None and failure.rank == rank else None
+    if failed is not None and failure is not None and failure.step:
+        # the phase's own lines may say it finished (`Graph capturing finished`): the step says what did not
+        details[failed].append(f"died {failure.step}")
     phases = []
     for phase in Phase:
         if phase in details or phase in seconds or phase is failed:
