@@ -249,3 +249,34 @@ def test_one_engines_lines_or_runs_one_after_another_get_no_side_by_side_note() 
     report = report_from_log_text(runs, "x")
     assert [w for w in report.warnings if "engine cores named EngineCore_DP0 each fail" in w]
     assert not [w for w in report.warnings if "side by side" in w]
+
+
+ENV_REPORT_LOG = "02_vllm15457_template_collect_env_traceback_then_prose_command.log"
+"""vllm#15457's bug report: the template's `python collect_env.py` listing holds that script's own traceback
+(`ImportError: cannot import name '__version__' from 'vllm'`, every frame in collect_env.py), then `vllm --version`'s
+platform line; no boot is in the paste."""
+
+
+def test_collect_env_scripts_own_traceback_is_no_crash_of_the_boot() -> None:
+    """Before: "audit incomplete on rank 0 (crash): ImportError: cannot import name '__version__' from 'vllm'"."""
+    report = _report(ENV_REPORT_LOG)
+    assert report.failure is None
+    assert report.verdict is Verdict.UNKNOWN
+    assert [w for w in report.warnings if w.startswith("collect_env.py")] == [
+        "collect_env.py's own error (the environment listing vLLM's bug template asks for), not the boot's: "
+        "ImportError: cannot import name '__version__' from 'vllm' (unknown location)"]
+
+
+def test_collect_env_reaching_into_vllm_that_raised_is_still_a_failure() -> None:
+    """The rule is about the script's own frames: where its import reached vLLM's code and that raised (the innermost
+    frame is vLLM's), the error is vLLM's and stays the failure; a boot's own traceback stays one too."""
+    text = _text(ENV_REPORT_LOG)
+    inner = ('  File "/usr/lib/python3.12/site-packages/vllm/__init__.py", line 12, in <module>\n'
+             '    from vllm.engine.arg_utils import EngineArgs\n')
+    raised = text.replace("ImportError: cannot import name", inner + "ImportError: cannot import name", 1)
+    report = _report(ENV_REPORT_LOG, raised)
+    assert report.failure is not None and report.failure.kind is FailureKind.CRASH
+    assert report.failure.message.startswith("ImportError: cannot import name '__version__' from 'vllm'")
+    assert not [w for w in report.warnings if w.startswith("collect_env.py")]
+    boot = text.replace("collect_env.py", "serve.py")
+    assert _report(ENV_REPORT_LOG, boot).failure is not None

@@ -210,7 +210,7 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
     by_file = {s.index: s for s in boot.scans}
     boot_done: dict[int, int] = {}
     served: dict[int, int] = {}
-    during, after, survived = [], [], []
+    during, after, survived, env_report = [], [], [], []
     in_call = False
     marks: dict[int, _Marks] = {}
     one_engine = not any(tag.role is Role.ENGINE and tag.dp for s in boot.scans
@@ -224,6 +224,9 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
         line = scan.text[slice(*bounds(scan.text, f.pos))]
         if line.lstrip(" \t\ufeff").startswith("#") and not logged(line):
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
+        if _raised_by_env_report(scan.text, f.pos):
+            env_report.append(f)
+            continue
         if f.file not in marks:
             marks[f.file] = _Marks(scan.text)
         if f.pos >= boot_done[f.file] or f.pos < served[f.file] or _dumped_after(marks[f.file], f, one_engine):
@@ -246,6 +249,8 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
                                 f"printed no vLLM record), not vLLM's failure: {f.value.message}" for f in foreign})
     else:
         notes_foreign = []
+    notes_foreign += sorted({f"{ENV_REPORT}'s own error (the environment listing vLLM's bug template asks for), not "
+                             f"the boot's: {f.value.message}" for f in env_report if f.value.priority < BARE})
     # torch's allocator warning (failures.Cause.needs_death) is a cause only beside lines that say no
     # more than that the boot died (an "initialization failed", a bare traceback): an exception that
     # names its own cause (the KV check, torch's OOM error, a crash) is the boot's, the warning a note
@@ -419,6 +424,33 @@ _CAPTURED = (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_ACTUAL, FactKind.GRAPH_USAGE
 """A rank's lines once its graph capture finished: `Graph capturing finished in 5 secs, took 3.49 GiB`, `CUDA graph
 pool memory: … (actual)`, the worker's `… for CUDAGraph memory` summary (after the KV lines: Model Runner V2's
 estimate before sizing captures too)."""
+
+
+ENV_REPORT = "collect_env.py"
+"""vLLM's environment script (`python collect_env.py`, `vllm collect-env`), whose output vLLM's bug template asks
+for above the log: its own traceback is in that listing, not in the boot."""
+
+
+def _raised_by_env_report(text: str, pos: int) -> bool:
+    """Whether the failure line at `pos` is ENV_REPORT's own: an exception whose innermost frame (within the three
+    lines above it) is that script's, or a traceback header whose outermost frame (the line below it) is. Real
+    pastes round twenty-three (vllm#15457): the template's listing held collect_env.py's `ImportError: cannot import
+    name '__version__' from 'vllm'`, read as the boot's crash on rank 0. Where the script's call reached into vLLM
+    and vLLM raised, the exception's innermost frame is vLLM's, and the rule is silent about it."""
+    start, end = bounds(text, pos)
+    above = text[max(0, start - 1200):start]
+    frame = above.rfind('File "')
+    if frame >= 0 and above.count("\n", frame) <= 3:
+        return _script(above, frame) == ENV_REPORT
+    below = text[end:end + 600]
+    frame = below.find('File "')
+    return frame >= 0 and below.count("\n", 0, frame) <= 1 and _script(below, frame) == ENV_REPORT
+
+
+def _script(text: str, frame: int) -> str:
+    """The file name of the frame line `File "…"` at `frame`."""
+    path = text[frame + 6:text.find('"', frame + 6)]
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def _foreign_pids(scan: FileScan) -> frozenset[int]:
