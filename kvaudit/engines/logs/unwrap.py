@@ -48,6 +48,12 @@ log viewer draws (`│ `, `  | `)."""
 _BULLET = re.compile(r"[ \t]{0,8}([-*•])[ \t]+")
 _FRAME_END = re.compile(r"[ \t]{1,400}[│┃║][ \t]{0,8}$")
 _FENCE = ("```", "~~~")
+QUOTE_OPENER = re.compile(r"[ \t]*(?:[-*•>]|\d{1,3}[.)])?[ \t]*\Z")
+"""What may come before an inline code span that quotes a log's record on its line: nothing, or a list's
+bullet (`` - `Starting vLLM API server on http://0.0.0.0:8010`: 服务已成功启动 ``, real pastes round
+eighteen)."""
+FRAME = '", line '
+"""What follows the path a traceback frame quotes (`File "/…/vllm/v1/engine/core.py", line 1482, in …`)."""
 _SPACES = (("\t", " "), ("\u00a0", " "), ("\u202f", " "), ("\u2007", " "), ("\u2009", " "), ("\u200b", ""),
            ("\ufeff", ""))
 _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
