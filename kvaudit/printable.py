@@ -75,6 +75,11 @@ _TAGGED_FIGURE = re.compile(r"<(strong|b|code|em)>" + _FIGURE + r"<\\?/\1>")
 <strong>48.5 GiB<\\/strong>`)."""
 
 
+def marked_figure(span: str) -> bool:
+    """Whether `span` is a figure a person set in bold or as code, which plain_text reads as the figure."""
+    return _MARKED_FIGURE.fullmatch(span) is not None
+
+
 def plain_text(text: str) -> str:
     """A pasted line as vLLM wrote it: with the HTML character references of a copied web page read
     (`&#39;` is `'`), then without colour sequences (strip_colours: `&#27;[31m` is one too), and its

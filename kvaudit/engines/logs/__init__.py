@@ -74,13 +74,22 @@ def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
                                 f"none is from a boot's startup (no config, memory, KV or failure line: a running "
                                 f"server's lines only?): kvaudit reads startup logs")
         if not scan.is_vllm:
+            named = _named_only(scan.mentions)
             if reports_too:
                 raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
-                                    f"(looked for {LOOKED_FOR})")
-            raise BadInputError(f"{where}: not a vLLM log: no vLLM log lines found (looked for {LOG_LINES})")
+                                    f"({named}looked for {LOOKED_FOR})")
+            raise BadInputError(f"{where}: not a vLLM log: no vLLM log lines found ({named}looked for {LOG_LINES})")
         scans.append(scan)
     check_one_boot(scans)
     return LogBoot(tuple(scans)).record()
+
+
+def _named_only(lines: tuple[int, ...]) -> str:
+    """What the refusal of a document says of its lines that name vLLM's wordings (parse._mentions_only)."""
+    if not lines:
+        return ""
+    return (f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} and the like name vLLM's wordings "
+            f"only inside a sentence's quotes or in commands, as a document does; ")
 
 
 def _report_schema(text: str) -> str | None:

@@ -8,6 +8,7 @@ import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kvaudit.engines.failures import BARE, LOG_MESSAGE_CHARS, handled
 from kvaudit.engines.logs.facts import (
@@ -47,7 +48,16 @@ from kvaudit.engines.logs.scan import (
     segment_hits,
     serving_from,
 )
-from kvaudit.engines.logs.unwrap import Cuts, bounds, fixed_column_cuts, joined, line_start, prev_span, record_at
+from kvaudit.engines.logs.unwrap import (
+    Cuts,
+    bounds,
+    fixed_column_cuts,
+    joined,
+    line_start,
+    prev_span,
+    record_at,
+    without_quotations,
+)
 from kvaudit.errors import BadInputError
 from kvaudit.schema import FailureKind
 
@@ -97,6 +107,9 @@ class FileScan:
     names: frozenset[str] = frozenset()
     """Every process name the file shows: its memory lines' and, in a small file, every worker's
     (layout.worker_names): the parallel layout is read from them."""
+    mentions: tuple[int, ...] = ()
+    """In a file that is no log for want of a log line (_mentions_only): the 1-based numbers of the first
+    lines that name vLLM's wordings only inside a sentence's quotes or in a command."""
 
     @functools.cached_property
     def serving_at(self) -> int:
@@ -132,11 +145,14 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     parsed: dict[int, ParsedLine] = {}
     covered: set[int] = set()
     seen_vllm = False
+    said: list[Said] = []
     for start, end in sorted(set(cands.segments + ((cands.backend,) if cands.backend else ()))):
         if start in covered:
             continue
         line, facts = _read_record(text, start, end, covered, cuts.width)
         seen_vllm = seen_vllm or line.is_vllm
+        if line.is_vllm or facts:
+            said.append(Said(start, end, line.is_vllm or any(f.kind is not FactKind.COMMAND_ARG for f in facts)))
         if facts and line.pos not in parsed:
             parsed[line.pos] = ParsedLine(line, facts)
     for start, end in cands.concurrency:
@@ -144,6 +160,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         facts = facts or tuple(concurrency(line.msg))
         if not facts:
             continue
+        said.append(Said(start, end, any(f.kind is not FactKind.COMMAND_ARG for f in facts)))
         if line.pos in parsed:  # joined to the line before it: add what that record lacks
             known = parsed[line.pos]
             extra = tuple(f for f in facts if f not in known.facts)
@@ -156,6 +173,11 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     if is_vllm and not seen_vllm and (other := _other_programs_traceback(text)) is not None:
         raise BadInputError(f"{where}: a traceback in {other[0]}'s code (`{other[1]}`), with no line of vLLM's: "
                             f"kvaudit reads vLLM's logs")
+    mentions: tuple[int, ...] = ()
+    if is_vllm:
+        said += [Said(*bounds(text, pos), True) for pos in parsed if pos not in covered]  # the closing ERROR record
+        if (quoted := _mentions_only(text, said, cuts.width)) is not None:
+            is_vllm, mentions = False, quoted
     tags = _final_tags(text, lines)
     v0 = _v0_workers(text, tags)
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
@@ -168,7 +190,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
                          service + restart + _split_note(where, split) + _cut_notes(where, cuts)
                          + _time_goes_back(where, text, lines),
                          cuts.runs,
-                         frozenset(tags.values()) | frozenset(worker_names(text)))
+                         frozenset(tags.values()) | frozenset(worker_names(text)), mentions)
     if serving_at is not None:
         file_scan.__dict__["serving_at"] = serving_at  # the cached property's value, read once already
     return file_scan
@@ -571,6 +593,66 @@ def _cut_notes(where: str, cuts: Cuts) -> tuple[str, ...]:
     return (f"{where}: lines {shown} ({len(cuts.cut_lines)} in all) stop at column {cuts.width} and go on in the "
             f"next line, as a paste through `fold -w {cuts.width}` or a {cuts.width}-column terminal cuts them: "
             f"they were read joined; a line cut where the paste ends is still lost",)
+
+
+class Said(NamedTuple):
+    """A candidate line whose record has vLLM's prefix or states a fact (parse_file), for _mentions_only."""
+    start: int
+    end: int
+    logged: bool
+    """It has the prefix or states a fact of the log, not only a command's flags."""
+
+
+KVAUDIT_COMMAND = re.compile(r"(?<![\w.\-/])kvaudit[ \t]+(?:run|plan|show|diff|ingest|selftest)\b")
+"""kvaudit's own command line (`kvaudit run -- vllm serve M -tp 8 …`, `$ kvaudit plan r.json --gmu 0.16`): the
+vLLM flags it passes are an example of kvaudit's documentation, not a command a person ran vLLM with."""
+MENTIONS_SHOWN = 3
+"""How many of a document's lines that only mention vLLM's wordings the refusal names."""
+
+
+def _mentions_only(text: str, said: list[Said], width: int | None) -> tuple[int, ...] | None:
+    """None where the text is a log; else the first lines (1-based, at most MENTIONS_SHOWN) that name vLLM's
+    wordings or flags only as a document does. A text is a log where
+    - one of its records has vLLM's prefix or states a fact of the log (more than a command's flags), read
+      without the quotations inside a person's sentences (unwrap.without_quotations);
+    - a process tag or record head of vLLM's stands outside those quotations (lines.looks_like_vllm: a log
+      whose lines state no fact);
+    - or it holds a command outside them (a paste of what a person ran, real pastes round twenty: `docker
+      run … --tensor-parallel-size 8 …` alone; kvaudit's own are no such paste, KVAUDIT_COMMAND) and names
+      no wording of the log only inside them.
+    The README quotes `EngineCore failed to start` in a sentence and its commands are examples; a design note
+    quotes "Available KV cache memory: 12.3 GiB"; an issue around a fenced, `> `-quoted or whole-line quoted
+    paste has the paste's lines, and a description with only a command is read as the command.
+
+    `said` is in text order. A record whose prefix comes before any quotation mark on its line is a log line
+    at once (a log's first record is one); else the text is read without its quotations, once, and the
+    records again from it. A text past EXCERPT_CHARS is a log file, not a person's document."""
+    if len(text) > EXCERPT_CHARS:
+        return None
+    quiet: str | None = None
+    named: list[int] = []
+    commands = mentions = False
+    for start, end, logged in said:
+        head = text[start:min(end, start + TAG_SEARCH_CHARS)]
+        if has_prefix(head[:_first_mark(head)]):
+            return None
+        if quiet is None:
+            quiet = without_quotations(text)
+        line, facts = _read_record(quiet, start, end, set(), width)
+        if line.is_vllm or any(f.kind is not FactKind.COMMAND_ARG for f in facts or concurrency(line.msg)):
+            return None
+        commands = commands or bool(facts) and KVAUDIT_COMMAND.search(line.msg) is None
+        mentions = mentions or logged
+        named.append(line.pos)
+    if looks_like_vllm(without_quotations(text) if quiet is None else quiet) or (commands and not mentions):
+        return None
+    return tuple(text.count("\n", 0, pos) + 1 for pos in sorted(set(named))[:MENTIONS_SHOWN])
+
+
+def _first_mark(line: str) -> int:
+    """Where a line's first quotation mark is (its length where it has none)."""
+    marks = [i for i in (line.find("`"), line.find('"')) if i >= 0]
+    return min(marks, default=len(line))
 
 
 def _is_v1(text: str) -> bool:

@@ -99,7 +99,7 @@ from kvaudit.engines.logs.facts import (
     backend,
 )
 from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, parse_line
-from kvaudit.engines.logs.unwrap import bounds, line_end
+from kvaudit.engines.logs.unwrap import FRAME, QUOTE_OPENER, bounds, line_end
 
 _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner", "V2 requires", "VLLM_", "Vllm")
 # `V` is common (NVLS, NVIDIA, "GPU KV cache usage" in every metrics line): a pattern with a literal
@@ -172,7 +172,7 @@ faulthandler's `Fatal Python error` (round eighteen). The concurrency line is re
 in a whole log, and alone in an excerpt (round twenty-one: a paste that kept it and not the size line); so is
 the vLLM image a paste names, whose tag is the release where no banner is in it (round twenty-two)."""
 EXCERPT_CHARS = 4 << 20
-_FRAME = '", line '
+_FRAME = FRAME
 FRAME_WINDOW = 1 << 16
 """How far after a traceback header its frames are looked for, in a whole log."""
 MAX_NEEDLE_LINES = 256
@@ -614,8 +614,6 @@ _SHAPED = {BENCH_DONE: re.compile(r"[ \t]*Throughput: [\d.]{1,20} requests/s, [\
 _REFUSED = re.compile(r'"POST /v1/[^"\n]{0,300} HTTP/[\d.]{1,3}" 5\d\d\b')
 """A request the server answered 5xx (`"POST /v1/chat/completions HTTP/1.1" 503`): no sign that an
 engine served it (real pastes round nineteen: Xinference's own front end answers 503 while vLLM loads)."""
-_BULLET = re.compile(r"[ \t]*(?:[-*•>]|\d{1,3}[.)])?[ \t]*\Z")
-"""What may come before a quoted record on its line: nothing, or a list's bullet."""
 LINE_LOOKBACK = 400
 """How far back a marker's line start is looked for (past it, the marker is inside a long line)."""
 
@@ -639,7 +637,7 @@ def _not_the_logs(text: str, i: int, marker: str) -> bool:
         return shape is not None or "`" in text[i - LINE_LOOKBACK:i]  # deep inside a long line
     before = text[start:i]
     if before.count("`") % 2:  # inside a quote: the log's line only where the quote opens the line
-        return _BULLET.match(before[:before.rfind("`")]) is None
+        return QUOTE_OPENER.match(before[:before.rfind("`")]) is None
     return shape is not None and shape.match(before) is None
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvaudit.engines.failures import EXCEPTION_NAME, SHELL_JOB_NOTICE
 from kvaudit.engines.logs.lines import has_prefix
+from kvaudit.printable import marked_figure
 
 MAX_RECORD_LINES = 16
 """Physical lines one record may span (vLLM 0.33's KV ValueError is 8 lines at 80 columns, 12 at 60)."""
@@ -48,6 +50,12 @@ log viewer draws (`│ `, `  | `)."""
 _BULLET = re.compile(r"[ \t]{0,8}([-*•])[ \t]+")
 _FRAME_END = re.compile(r"[ \t]{1,400}[│┃║][ \t]{0,8}$")
 _FENCE = ("```", "~~~")
+QUOTE_OPENER = re.compile(r"[ \t]*(?:[-*•>]|\d{1,3}[.)])?[ \t]*\Z")
+"""What may come before an inline code span that quotes a log's record on its line: nothing, or a list's
+bullet (`` - `Starting vLLM API server on http://0.0.0.0:8010`: 服务已成功启动 ``, real pastes round
+eighteen), as scan's serving markers and without_quotations read it."""
+FRAME = '", line '
+"""What follows the path a traceback frame quotes (`File "/…/vllm/v1/engine/core.py", line 1482, in …`)."""
 _SPACES = (("\t", " "), ("\u00a0", " "), ("\u202f", " "), ("\u2007", " "), ("\u2009", " "), ("\u200b", ""),
            ("\ufeff", ""))
 _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
@@ -194,6 +202,144 @@ def clean(line: str) -> str:
         if m.group(1) == "•" or is_head(rest):
             line = rest
     return line
+
+
+def without_quotations(text: str) -> str:
+    """The text with what each quotation inside a person's sentence holds blanked out (spaces; line
+    breaks, offsets and line lengths stay): vLLM's wordings a person mentions are no line of a log
+    (the README's "a boot that died is never `ok` (`EngineCore failed to start`, …)", a design note's
+    'it raises "No available memory for the cache blocks…". It works only…'). A quotation is an inline
+    code span, which may go on past a line break within its block (the lines between blank lines, fences
+    and records with vLLM's prefix: one stray backtick cannot run on through a log), or a pair of double
+    quotes on one line after a word (_IN_A_SENTENCE). What stays is a quoted record (_quotes_a_record), a code span that
+    holds only a figure (`**20865**`, printable.marked_figure), a traceback frame's path (`File "…",
+    line 12, in load_model`) and the marks themselves. One pass over the lines; each block's marks are
+    paired in one pass from its end (_pairs)."""
+    if "`" not in text and '"' not in text:
+        return text
+    blanks: list[tuple[int, int]] = []
+    block: list[_Mark] = []
+    start, n, opens = 0, len(text), True
+    while start <= n:
+        stop = text.find("\n", start)
+        end = n if stop < 0 else stop
+        line = text[start:end]
+        blank = _blank(clean(line))  # a fence too, in a `> ` quote as well
+        if blank or has_prefix(line):
+            blanks += _blanked(text, block)
+            block, opens = [], True
+        if not blank and ("`" in line or '"' in line):
+            block += [_Mark(start + m.start(), start + m.end(), start, end, k == 0, opens)
+                      for k, m in enumerate(_MARKS.finditer(line))]
+        opens = blank
+        start = end + 1
+    blanks += _blanked(text, block)
+    if not blanks:
+        return text
+    out, done = [], 0
+    for a, b in sorted(blanks):
+        out += [text[done:a], _NOT_A_BREAK.sub(" ", text[a:b])]
+        done = b
+    return "".join(out) + text[done:]
+
+
+_MARKS = re.compile('`+|"')
+_NOT_A_BREAK = re.compile(r"[^\r\n]")
+_AFTER_RECORD = re.compile(r"[ \t.,:;!?…)\]]*\r?\Z")
+"""What may follow a record quoted at its line's end: punctuation."""
+_LABEL_END = re.compile(r":[ \t]{0,8}\Z")
+_SPACES_LOOKED_AT = 64
+_IN_A_SENTENCE = re.compile(rf"(?:[\w)\].!?]|(?<!\"):)[ \t]{{1,{_SPACES_LOOKED_AT - 2}}}\Z")
+"""What comes before a pair of double quotes that quotes inside a sentence: a word, or a sentence's punctuation,
+and a space (`it raises "No available memory…"`, `the log says: "…"`). Data's strings are not quotations: a JSON
+value after its key's `":` (Docker's json-file log, `{"log": "INFO … Available KV cache memory: …"}`, real pastes
+round twenty), an item after `[`, `{`, `(`, `,` or `=` (a dict's repr, a call in a traceback's source line)."""
+
+
+class _Mark(NamedTuple):
+    start: int
+    end: int
+    line_start: int
+    line_end: int
+    first: bool
+    """The first mark on its line."""
+    opens_block: bool
+    """Its line is the first of its block."""
+
+
+def _pairs(marks: list[_Mark]) -> list[tuple[_Mark, _Mark]]:
+    """(opening, closing) marks: a mark closes at the next mark of its length (CommonMark's code spans:
+    a run of backticks closes at the next run as long; one that none closes is a plain character)."""
+    closer: list[int | None] = [None] * len(marks)
+    later: dict[int, int] = {}
+    for k in range(len(marks) - 1, -1, -1):
+        size = marks[k].end - marks[k].start
+        closer[k] = later.get(size)
+        later[size] = k
+    pairs, k = [], 0
+    while k < len(marks):
+        j = closer[k]
+        if j is None:
+            k += 1
+            continue
+        pairs.append((marks[k], marks[j]))
+        k = j + 1
+    return pairs
+
+
+def _blanked(text: str, marks: list[_Mark]) -> list[tuple[int, int]]:
+    """What the quotations of one block hold, where it is left out: its code spans, then its pairs of double
+    quotes outside them that follow a word (_IN_A_SENTENCE) and are no traceback frame's path (FRAME)."""
+    ticks = _pairs([m for m in marks if text[m.start] == "`"])
+    spans = iter(ticks)
+    span = next(spans, None)
+    quotes = []
+    for m in marks:  # the double quotes outside every code span (both lists in text order)
+        while span is not None and span[1].end <= m.start:
+            span = next(spans, None)
+        if text[m.start] == '"' and (span is None or m.start < span[0].start):
+            quotes.append(m)
+    said = [(o, c) for o, c in _by_line(quotes) if not text.startswith(FRAME, c.start)
+            and _IN_A_SENTENCE.search(text, max(o.line_start, o.start - _SPACES_LOOKED_AT), o.start)]
+    out = []
+    for opening, closing in ticks + said:
+        figure = text[opening.start] == "`" and marked_figure(text[opening.start:closing.end])
+        if not figure and not _quotes_a_record(text, opening, closing):
+            out.append((opening.end, closing.start))
+    return out
+
+
+def _by_line(quotes: list[_Mark]) -> list[tuple[_Mark, _Mark]]:
+    """Double quotes paired one after another on each line (an odd one out at a line's end pairs with none)."""
+    pairs, k = [], 0
+    while k + 1 < len(quotes):
+        if quotes[k + 1].line_start == quotes[k].line_start:
+            pairs.append((quotes[k], quotes[k + 1]))
+            k += 2
+        else:
+            k += 1
+    return pairs
+
+
+def _quotes_a_record(text: str, opening: _Mark, closing: _Mark) -> bool:
+    """Whether a quotation holds a record quoted whole, closed on its line and either the last thing on it, the
+    first quotation on it or after a label's colon (`LOG: `Memory profiling results: …``, `- vLLM 0.2.5 and
+    `main`: `# GPU blocks: 112, # CPU blocks: 1310``, `I get `torch.OutOfMemoryError: …``, real pastes round
+    twenty-two), or the first thing on it (QUOTE_OPENER) where the line opens its block or a list's item
+    (`` - `Starting vLLM API server on http://0.0.0.0:8010`: 服务已成功启动 ``, round eighteen). A quotation with
+    a sentence's words after it, that goes on past its line or ends a list of them, is a mention (`a boot that
+    died is never `ok` (`EngineCore failed to start`, a cut traceback, …)`, `Failures: `A`, `B`, `C``)."""
+    if closing.line_start != opening.line_start:
+        return False
+    if _AFTER_RECORD.match(text, closing.end, closing.line_end) is not None and (
+            opening.first or _LABEL_END.search(text, max(opening.line_start, opening.start - 10), opening.start)):
+        return True
+    if not opening.first:
+        return False
+    before = text[opening.line_start:opening.start]
+    if (m := _QUOTE.match(before)) is not None:
+        before = before[m.end():]
+    return QUOTE_OPENER.match(before) is not None and (opening.opens_block or bool(before.strip()))
 
 
 def _blank(line: str) -> bool:
