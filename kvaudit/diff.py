@@ -446,7 +446,14 @@ def kv_drop_limit(text: str) -> int | KvDropShare:
             raise UsageError(f"--fail-on-kv-drop: cannot read {text!r} as a share of A's KV: give 0% to 100%, "
                              f"such as 5% or 2.5%")
         return KvDropShare(float(m.group(1)) / 100)
+    if _FRACTION_OF_A_BYTE.fullmatch(text.strip()):  # `0.01` meant as 1 %, read as bytes, would gate at 0 B
+        raise UsageError(f"--fail-on-kv-drop: {text!r} is no whole number of bytes: give a size such as 4096, 512MiB "
+                         f"or 1.5GiB, or a share with its sign, such as 1%")
     return parse_bytes(text)
+
+
+_FRACTION_OF_A_BYTE = re.compile(r"\d*\.\d*[1-9]\d*")
+"""A bare number with a fraction and no unit (a newcomer's `--fail-on-kv-drop 0.01` for 1 %)."""
 
 
 def side_labels(a: str, b: str) -> tuple[str, str]:

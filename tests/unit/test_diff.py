@@ -271,6 +271,18 @@ def test_a_bad_gate_size_is_a_usage_error(tmp_path, cli):
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("bare", ["0.01", "0.5", ".05", "1.5"])
+def test_a_fraction_without_its_percent_sign_is_refused_not_read_as_bytes(tmp_path, cli, bare):
+    """A newcomer's `--fail-on-kv-drop 0.01` meant 1 %; read as 0.01 bytes it gated at 0 B ("more than the allowed
+    0 B"). A whole number of bytes with a `.0` stays bytes (the parametrized gate above)."""
+    a, b = pair(tmp_path, 512 * MiB)
+    result = cli("diff", str(a), str(b), "--fail-on-kv-drop", bare)
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr_lines == [f"kvaudit: error: --fail-on-kv-drop: {bare!r} is no whole number of bytes: give a "
+                                   "size such as 4096, 512MiB or 1.5GiB, or a share with its sign, such as 1%"]
+    assert cli("diff", str(a), str(b), "--fail-on-kv-drop", "536870912.0").code == 0
+
+
 def test_diff_json_follows_the_contract_and_round_trips(tmp_path, cli):
     a, b = pair(tmp_path, 512 * MiB)
     result = cli("diff", str(a), str(b), "-f", "json")
