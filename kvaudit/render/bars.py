@@ -22,7 +22,8 @@ def _cells(value: int, total: int, width: int) -> int:
     return round(min(value, total) / total * width) if value > 0 else 0
 
 
-def rank_bar(rank: RankReport, width: int) -> Text | None:
+def rank_bar(rank: RankReport, width: int, drawn: set[Owner] | None = None) -> Text | None:
+    """The rank's bar; the owners given at least one cell are added to `drawn` (the legend's owners)."""
     total = rank.device_total_bytes
     # The loader accepts any integer: a total of 0 or less has no bar (cell counts would go negative).
     if total is None or total <= 0 or rank.requested_bytes is None:
@@ -36,6 +37,8 @@ def rank_bar(rank: RankReport, width: int) -> Text | None:
         letter, style = STYLE[owner]
         n = min(_cells(value, total, width), width - used)
         text.append(letter * n, style=style)
+        if n > 0 and drawn is not None:
+            drawn.add(owner)
         used += n
     mark = min(_cells(rank.requested_bytes, total, width), width)
     if used < mark:
@@ -49,7 +52,7 @@ def rank_bar(rank: RankReport, width: int) -> Text | None:
 
 
 def legend(owners: set[Owner]) -> Text:
-    """Only the owners that show in the bars, so the legend fits on one line."""
+    """Only the owners drawn in the bars (one that rounds to no cell is not), so the legend fits on one line."""
     text = Text("  ")
     for owner, (letter, style) in STYLE.items():
         if owner in owners:
@@ -61,16 +64,16 @@ def legend(owners: set[Owner]) -> Text:
 
 def report_bars(report: Report, width: int) -> list[Text]:
     lines = []
+    drawn: set[Owner] = set()
     names = [rank_name(r.rank, i) for i, r in enumerate(report.ranks)]
     label_width = max(map(len, names), default=6)
     for rank, name in zip(report.ranks, names):
-        bar = rank_bar(rank, max(width - label_width - 3, 10))
+        bar = rank_bar(rank, max(width - label_width - 3, 10), drawn)
         if bar is not None:
             line = Text(f"{name:<{label_width}} [")
             line.append_text(bar)
             line.append("]")
             lines.append(line)
     if lines:
-        shown = {o for r in report.ranks for o in Owner if (r.owners.get(o) or 0) > 0}
-        lines.append(legend(shown))
+        lines.append(legend(drawn))
     return lines

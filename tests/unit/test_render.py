@@ -31,7 +31,7 @@ from kvaudit.diff import diff_reports
 from kvaudit.engines.inputs import load_report
 from kvaudit.errors import BadInputError
 from kvaudit.render import Format, reporter
-from kvaudit.render.bars import rank_bar
+from kvaudit.render.bars import rank_bar, report_bars
 from kvaudit.render.markdown import markdown_table
 from kvaudit.report import parse_report_text
 from kvaudit.schema import AccuracyEntry, Owner, Source
@@ -188,6 +188,16 @@ def test_bars_stay_within_their_width_for_real_ranks(real_reports):
         for rank in rep.ranks:
             bar = rank_bar(rank, 40)
             assert bar is not None and len(bar.plain) == 40
+
+
+def test_the_legend_names_only_owners_drawn_in_a_bar():
+    # 4 KiB persistent on an 80 GiB device rounds to no cell: the legend must not name it (a newcomer's report
+    # showed "P persistent" under bars with no P in them).
+    owners = owners_of(weights=10, persistent=4 / 1024 / 1024, kv_cache=50)
+    rep = report([plain_rank(0, kv_available=gib(50), owners=owners)])
+    lines = [t.plain for t in report_bars(rep, 80)]
+    assert "P" not in lines[0].split("[", 1)[1] and "W" in lines[0]
+    assert lines[-1].split()[:4] == ["W", "weights", "K", "kv_cache"] and "persistent" not in lines[-1]
 
 
 def test_a_bar_marks_the_requested_budget():
