@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.errors import UsageError
+from kvaudit.printable import clipped
 from kvaudit.units import INT64_MAX
 
 # Engine arguments that replace kvaudit's sizing with a fixed number: the audit would then
@@ -374,8 +375,7 @@ def vllm_size(name: str, text: str, where: str | None) -> int:
         return (human_readable_int_or_auto if name == "max_model_len" else human_readable_int)(text)
     except (ValueError, OverflowError):
         what = f"{where}: {name}" if where else "--" + name.replace("_", "-")
-        shown = text if len(text) <= 60 else text[:60] + "…"
-        raise UsageError(f"{what} {shown!r} is not a number vLLM reads: "
+        raise UsageError(f"{what} {clipped(text)!r} is not a number vLLM reads: "
                          f"{size_hint(text, name == 'max_model_len')}") from None
 
 

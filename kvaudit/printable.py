@@ -25,6 +25,12 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
+def clipped(text: str, most: int = 60) -> str:
+    """`text` in at most `most` characters, its end an ellipsis where it was longer: user text in a message
+    stays one short line whatever the file holds."""
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
 def one_line(text: str) -> str:
     """`text` as a single safe line: newlines escaped too (error messages, progress lines)."""
     return _UNSAFE_ONE_LINE.sub(_escape, text)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.errors import UsageError
+from kvaudit.printable import clipped
 
 MAX_CONFIG_BYTES = 1 << 20
 """A vllm serve config is a few hundred bytes; a file larger than 1 MiB is refused unread."""
@@ -258,17 +259,17 @@ def serve_line(tokens: Sequence[str]) -> list[str] | None:
         return None
     first = tokens[0]
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", first):
-        raise UsageError(f"the serve line starts with the environment assignment {_clip(first.split('=', 1)[0])}=…: "
+        raise UsageError(f"the serve line starts with the environment assignment {clipped(first.split('=', 1)[0])}=…: "
                          f"put it before kvaudit (VAR=value kvaudit run -- vllm serve …)")
     if Path(first).name == "vllm":
         if len(tokens) < 2 or tokens[1] != "serve":
             raise UsageError(f"kvaudit run reads a `vllm serve` line after --, not "
-                             f"`vllm {_clip(' '.join(tokens[1:2]))}`")
+                             f"`vllm {clipped(' '.join(tokens[1:2]))}`")
         return ["serve", *tokens[2:]]
     if re.fullmatch(r"python[0-9.]*", Path(first).name) and len(tokens) >= 3 and tokens[1] == "-m":
         if tokens[2] not in API_SERVER_MODULES:
             raise UsageError(f"kvaudit run reads `vllm serve` or `python -m {API_SERVER_MODULES[0]}` after --, "
-                             f"not `python -m {_clip(tokens[2])}`")
+                             f"not `python -m {clipped(tokens[2])}`")
         return list(tokens[3:])
     return None
 
@@ -354,10 +355,10 @@ def read_deployment(*, config_file: Path | str | None = None, line: Sequence[str
         config_path = args[index + 1]
         if config_file is not None:
             raise UsageError(f"two config files, kvaudit's --config {config_file} and the serve line's --config "
-                             f"{_clip(str(config_path))}: vLLM reads one; give one of them")
+                             f"{clipped(str(config_path))}: vLLM reads one; give one of them")
         if Path(str(config_path)).suffix.lower() not in YAML_SUFFIXES:
-            raise UsageError(f"{where_line}: --config {_clip(str(config_path))}: vLLM reads a config file only with a "
-                             f".yaml or .yml suffix (load_config_file)")
+            raise UsageError(f"{where_line}: --config {clipped(str(config_path))}: vLLM reads a config file only "
+                             f"with a .yaml or .yml suffix (load_config_file)")
         del args[index:index + 2]
     path = config_file if config_file is not None else config_path
     data, text = read_yaml(path) if path is not None else ({}, None)
@@ -445,7 +446,7 @@ def _merge_dotted(words: list[_Word], path: Path | str | None = None) -> list[_W
                 continue
         else:
             if i + 1 >= len(words):
-                raise UsageError(f"{_where(w.from_file, path)}: {_clip(arg)} needs a value (vLLM reads a word with a "
+                raise UsageError(f"{_where(w.from_file, path)}: {clipped(arg)} needs a value (vLLM reads a word with a "
                                  f"dot after a dash as a --json-arg.key)")
             value_text = words[i + 1].text
             delete.add(i + 1)
@@ -454,11 +455,11 @@ def _merge_dotted(words: list[_Word], path: Path | str | None = None) -> list[_W
             value_text = json.dumps(value_text.split(","))
         key, *keys = arg.split(".")
         if len(keys) > MAX_DEPTH:
-            raise UsageError(f"{_where(w.from_file, path)}: {_clip(w.given)} nests deeper than {MAX_DEPTH} levels")
+            raise UsageError(f"{_where(w.from_file, path)}: {clipped(w.given)} nests deeper than {MAX_DEPTH} levels")
         try:
             value: Any = json.loads(value_text)
         except RecursionError:
-            raise UsageError(f"{_where(w.from_file, path)}: {_clip(w.given)}: a JSON value nested too deep") from None
+            raise UsageError(f"{_where(w.from_file, path)}: {clipped(w.given)}: a JSON value nested too deep") from None
         except json.JSONDecodeError:
             try:
                 value = human_readable_int(value_text)
@@ -500,19 +501,13 @@ class _Parsed:
     positionals: list[_Word] = field(default_factory=list)
 
 
-def _clip(text: str, most: int = 60) -> str:
-    """User text in a message, at most `most` characters: a message stays one short line whatever
-    the file holds."""
-    return text if len(text) <= most else text[:most] + "…"
-
-
 def _where(from_file: bool, path: Path | str | None) -> str:
     return f"config file {path}" if from_file else "the serve line"
 
 
 def _shown(option: str, from_file: bool) -> str:
     """How the user wrote it: a file's key without the dashes vLLM adds."""
-    return _clip(option[2:] if from_file and option.startswith("--") else option)
+    return clipped(option[2:] if from_file and option.startswith("--") else option)
 
 
 def _resolve(word: _Word, options: Mapping[str, Any] | None, path: Path | str | None) -> tuple[str, str | None] | None:
@@ -621,7 +616,7 @@ def _parse(words: list[_Word], grammar: Any, path: Path | str | None) -> _Parsed
         nargs = option.nargs
         if nargs == 0:
             if explicit is not None:
-                raise UsageError(f"{where}: {shown} takes no value: got {_clip(explicit)!r} (vLLM refuses it)")
+                raise UsageError(f"{where}: {shown} takes no value: got {clipped(explicit)!r} (vLLM refuses it)")
             parsed.values[option.dest, w.from_file] = (option.const, name, shown)
             i += 1
             continue
@@ -706,10 +701,10 @@ def _bad_value(dest: str, text: str, kind: str, grammar: Any, where: str, shown:
                                                          "kv_cache_memory_bytes"))
     if readable:
         hint = size_hint(text, dest == "max_model_len")
-        return f"{where}: {shown} {_clip(text)!r} is not a number vLLM reads: {hint}"
+        return f"{where}: {shown} {clipped(text)!r} is not a number vLLM reads: {hint}"
     what = {"int": "an integer", "float": "a number", "json": "JSON", "config": "JSON",
             "dict_or_str": "JSON"}.get(kind, "a value")
-    return f"{where}: {shown} {_clip(text)!r} is not {what}, as vLLM reads it"
+    return f"{where}: {shown} {clipped(text)!r} is not {what}, as vLLM reads it"
 
 
 def _expand_numbers(text: str) -> str:
@@ -729,7 +724,7 @@ def _deployment(parsed: _Parsed, grammar: Any, path: Path | str | None, text: st
         if len(parsed.positionals) > 1:
             extra = " ".join(w.text for w in parsed.positionals[1:])
             raise UsageError(f"{_where(parsed.positionals[1].from_file, path)}: vLLM would not read "
-                             f"{_clip(extra)!r}: one model, then options")
+                             f"{clipped(extra)!r}: one model, then options")
         model = parsed.positionals[0].text
     file_values: dict[str, Any] = {}
     line_values: dict[str, Any] = {}

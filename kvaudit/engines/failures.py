@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Generic, TypeVar
 
-from kvaudit.printable import plain_text
+from kvaudit.printable import clipped, plain_text
 from kvaudit.schema import Failure, FailureKind, Phase
 
 
@@ -325,7 +325,7 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     code = _SIGNAL_EXIT.search(first) if cause.kind is FailureKind.WORKER_DIED else None
     if code and int(code.group(1)) in _SIGNALS:
         first = f"{first}: {_SIGNALS[int(code.group(1))]}"
-    return first if len(first) <= limit else first[: limit - 1] + "…"
+    return clipped(first, limit)
 
 
 _SIGNAL_EXIT = re.compile(r"exit ?code:? -(\d{1,2})\b")

@@ -7,8 +7,11 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from kvaudit.capacity import SERVED_THEN_OOM, SIZED_NOT_SERVED
 from kvaudit.engines.logs import report_from_log_text
+from kvaudit.errors import BadInputError
 from kvaudit.render import Format, reporter
 from kvaudit.schema import FailureKind, Phase, PhaseStatus, Report, Verdict
 
@@ -280,3 +283,69 @@ def test_collect_env_reaching_into_vllm_that_raised_is_still_a_failure() -> None
     assert not [w for w in report.warnings if w.startswith("collect_env.py")]
     boot = text.replace("collect_env.py", "serve.py")
     assert _report(ENV_REPORT_LOG, boot).failure is not None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# F1: a write-up that quotes two runs' errors, each in a fenced block of its own, and no log line
+
+WRITE_UP = "04_vllm27934_prose_quoted_errors_no_log.log"
+"""vllm#27934 (vLLM 0.11.1 nightly, RTX 3060 12 GB): a Markdown report, no vLLM record, "### Error 1" (with CPU offload,
+gmu 0.5) quoting `ValueError: No available memory for the cache blocks …` and "### Error 2" (without it) quoting
+`ValueError: Free memory on device (6.44/11.63 GiB) on startup is less than desired GPU memory utilization (0.9, …`,
+each in its own fence. Before: verdict fail, `does_not_fit` in kv with Error 1's message, gmu 0.9 and an 11.63 GiB
+device from Error 2's: a boot that never ran."""
+_FIRST = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing."
+_SECOND = ("ValueError: Free memory on device (6.44/11.63 GiB) on startup is less than desired GPU memory utilization "
+           "(0.9, 10.47 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
+
+
+def test_a_write_up_quoting_two_runs_errors_in_fences_of_their_own_is_refused_in_one_line(cli, tmp_path) -> None:
+    path = tmp_path / WRITE_UP
+    path.write_text(_text(WRITE_UP), encoding="utf-8")
+    for verb in ("show", "ingest"):
+        result = cli(verb, str(path))
+        assert result.code == 2 and result.stdout == "" and len(result.stderr_lines) == 1
+        line = result.stderr_lines[0]
+        assert line.startswith(f"kvaudit: error: {path}: no vLLM log line, only two different errors")
+        assert 'line 23: "ValueError: No available memory for the cache blocks.' in line
+        assert 'line 30: "ValueError: Free memory on device (6.44/11.63 GiB)' in line
+
+
+def _fenced(*blocks: str, between: str = "\n### Another try\n") -> str:
+    return "Setting up vLLM on my card.\n" + between.join(f"```\n{b}\n```" for b in blocks) + "\n"
+
+
+def test_two_runs_errors_in_fences_of_their_own_are_refused() -> None:
+    with pytest.raises(BadInputError, match=r"line 3: \"ValueError: No available memory.*line 7: \"ValueError: Free"):
+        report_from_log_text(_fenced(_FIRST, _SECOND), "w.md")
+
+
+def test_one_quoted_error_is_still_read_as_the_boots_failure() -> None:
+    """A dead boot's last line, fenced, is how many people paste it: the rule needs two runs."""
+    report = report_from_log_text(_fenced(_FIRST), "w.md")
+    assert report.verdict is Verdict.FAIL
+    assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT
+
+
+def test_two_errors_in_one_fence_are_one_pasted_tail_and_read() -> None:
+    report = report_from_log_text(_fenced(f"{_SECOND}\n{_FIRST}"), "w.md")
+    assert report.verdict is Verdict.FAIL and report.failure is not None
+    assert report.failure.message in (_FIRST, _SECOND)
+
+
+def test_the_same_error_quoted_twice_is_one_failure() -> None:
+    report = report_from_log_text(_fenced(_FIRST, _FIRST), "w.md")
+    assert report.failure is not None and report.failure.message.startswith("ValueError: No available memory")
+
+
+def test_fenced_errors_beside_a_vllm_record_are_a_log() -> None:
+    record = "INFO 11-02 10:00:01 [gpu_worker.py:298] Available KV cache memory: -0.5 GiB"
+    report = report_from_log_text(_fenced(f"{record}\n{_FIRST}", _SECOND), "w.md")
+    assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT
+
+
+def test_fenced_errors_with_a_traceback_frame_are_a_log() -> None:
+    frame = ('Traceback (most recent call last):\n  File "/usr/lib/python3/site-packages/vllm/v1/core/kv_cache_utils.py",'
+             ' line 700, in check_enough_kv_cache_memory\n    raise ValueError(')
+    report = report_from_log_text(_fenced(f"{frame}\n{_FIRST}", _SECOND), "w.md")
+    assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import itertools
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kvaudit.engines.failures import BARE, LOG_MESSAGE_CHARS, handled
+from kvaudit.engines.failures import BARE, GENERIC, LOG_MESSAGE_CHARS, handled
 from kvaudit.engines.logs.facts import (
     ERROR_LEVELS,
     RANK_KINDS,
@@ -49,8 +50,10 @@ from kvaudit.engines.logs.scan import (
     serving_from,
 )
 from kvaudit.engines.logs.unwrap import (
+    FRAME,
     Cuts,
     bounds,
+    fenced_block_starts,
     fixed_column_cuts,
     joined,
     line_start,
@@ -59,6 +62,7 @@ from kvaudit.engines.logs.unwrap import (
     without_quotations,
 )
 from kvaudit.errors import BadInputError
+from kvaudit.printable import clipped, one_line
 from kvaudit.schema import FailureKind
 
 V0_WORKER = "VllmWorkerProcess"
@@ -178,6 +182,9 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         said += [Said(*bounds(text, pos), True) for pos in parsed if pos not in covered]  # the closing ERROR record
         if (quoted := _mentions_only(text, said, cuts.width)) is not None:
             is_vllm, mentions = False, quoted
+        elif not seen_vllm and (two := _errors_of_two_runs(text, lines)) is not None:
+            raise BadInputError(f"{where}: no vLLM log line, only two different errors, each quoted in a fenced block "
+                                f"of its own ({two}), as a write-up quotes its runs: pass the log of one run")
     tags = _final_tags(text, lines)
     v0 = _v0_workers(text, tags)
     printers = dict.fromkeys(p.line.pid for p in lines if any(f.kind in RANK_KINDS for f in p.facts))
@@ -576,6 +583,33 @@ def _other_programs_traceback(text: str) -> tuple[str, str] | None:
         frames += 1
         i = text.find('File "', end)
     return other
+
+
+def _errors_of_two_runs(text: str, lines: tuple[ParsedLine, ...]) -> str | None:
+    """Two errors of different runs that a person quoted, in a text with no vLLM record and no traceback frame:
+    two failures that each name a cause (not a generic "initialization failed"), with different messages, each
+    in a fenced block of its own (real pastes round twenty-three, vllm#27934: a write-up with an "Error 1" and an
+    "Error 2" section, each a fenced quote of its own run's ValueError, was read as one boot that failed with the
+    first and ran at the second's GMU on the second's device). Returns the two lines ("line 23: `…`; line 30:
+    `…`), else None. One quoted error, or several in one block (a dead boot's last lines), is read as before."""
+    if FRAME in text:
+        return None
+    fences = fenced_block_starts(text)
+    seen: dict[int, tuple[int, str]] = {}  # fenced block -> its first stated failure (position, message)
+    for parsed in lines:
+        pos = parsed.line.pos
+        block = bisect.bisect_right(fences, pos)
+        if block % 2 == 0 or block in seen:
+            continue  # outside every fenced block, or that block's failure is known
+        for fact in parsed.facts:
+            if fact.kind is FactKind.FAILURE and fact.value.priority < GENERIC:
+                if any(message != fact.value.message for _, message in seen.values()):
+                    first_pos, first_message = next(iter(seen.values()))
+                    return "; ".join(f"line {text.count(chr(10), 0, at) + 1}: \"{clipped(one_line(message), 80)}\""
+                                     for at, message in ((first_pos, first_message), (pos, fact.value.message)))
+                seen[block] = (pos, fact.value.message)
+                break
+    return None
 
 
 def _split_note(where: str, split: int) -> tuple[str, ...]:

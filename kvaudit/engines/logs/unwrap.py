@@ -342,6 +342,15 @@ def _quotes_a_record(text: str, opening: _Mark, closing: _Mark) -> bool:
     return QUOTE_OPENER.match(before) is not None and (opening.opens_block or bool(before.strip()))
 
 
+_FENCE_LINE = re.compile(r"^[ \t]{0,8}(?:```|~~~)", re.M)
+
+
+def fenced_block_starts(text: str) -> list[int]:
+    """Where each fenced block of a Markdown text (```` ``` ```` or `~~~` lines, opening and closing in turn)
+    opens, in order; bisect a position into it (odd count: inside the block) to tell which block holds it."""
+    return [m.start() for m in _FENCE_LINE.finditer(text)]
+
+
 def _blank(line: str) -> bool:
     stripped = line.strip()
     return not stripped or stripped.startswith(_FENCE)
