@@ -53,6 +53,15 @@ def _states_config(report: Report) -> bool:
     return report.source is not Source.LOG or report.config.model is not None
 
 
+def _none_is_known(report: Report, knob: str) -> bool:
+    """Whether this side's None for `knob` is "none": a NONE_IS_KNOWN knob of a side that states its config, and
+    the count of draft tokens only where no method is named (a log may name an MTP drafter, not how many tokens it
+    proposes: parse's MTP_LINE)."""
+    if knob not in NONE_IS_KNOWN or not _states_config(report):
+        return False
+    return knob != "num_speculative_tokens" or report.config.speculative_method is None
+
+
 def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDifference]]:
     """Knobs both sides know and that differ, and knobs a log does not state that the other side
     does. Unknown (None: a log that does not say, a run that left vLLM its default) is no difference:
@@ -61,7 +70,7 @@ def _knobs(a: Report, b: Report) -> tuple[list[KnobDifference], list[KnobDiffere
     out, one_sided = [], []
     for knob in COMPARED_KNOBS:
         av, bv = getattr(a.config, knob), getattr(b.config, knob)
-        if (av is None or bv is None) and (knob not in NONE_IS_KNOWN or not all(map(_states_config, (a, b)))):
+        if not all(_none_is_known(r, knob) for r, v in ((a, av), (b, bv)) if v is None):
             if (av is None) != (bv is None) and (a if av is None else b).source is Source.LOG:
                 one_sided.append(KnobDifference(knob, _plain(av), _plain(bv)))  # a run's None is vLLM's default
             continue

@@ -49,7 +49,7 @@ def headline(report: Report) -> str:
              *(f"{short} {extra[key]}" for short, key in OUTER_PARALLEL_SIZES
                if isinstance(extra.get(key), int) and extra[key] > 1),
              f"dcp {c.decode_context_parallel_size}" if (c.decode_context_parallel_size or 1) > 1 else "",
-             f"{c.speculative_method} {c.num_speculative_tokens}" if c.speculative_method else "",
+             " ".join(str(k) for k in (c.speculative_method, c.num_speculative_tokens) if k is not None),
              f"gmu {c.gpu_memory_utilization}" if c.gpu_memory_utilization is not None else "",
              f"max_model_len {c.max_model_len}" if c.max_model_len else "",
              "eager" if c.enforce_eager else ""]

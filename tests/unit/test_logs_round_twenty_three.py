@@ -13,7 +13,7 @@ from kvaudit.capacity import SERVED_THEN_OOM, SIZED_NOT_SERVED
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.errors import BadInputError
 from kvaudit.render import Format, reporter
-from kvaudit.schema import FailureKind, Phase, PhaseStatus, Report, Verdict
+from kvaudit.schema import FailureKind, Owner, Phase, PhaseStatus, Report, Verdict
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_three"
 _PUBLIC = Path(__file__).parent.parent / "fixtures" / "logs" / "public"
@@ -349,3 +349,63 @@ def test_fenced_errors_with_a_traceback_frame_are_a_log() -> None:
              ' line 700, in check_enough_kv_cache_memory\n    raise ValueError(')
     report = report_from_log_text(_fenced(f"{frame}\n{_FIRST}", _SECOND), "w.md")
     assert report.failure is not None and report.failure.kind is FailureKind.DOES_NOT_FIT
+
+
+# ---------------------------------------------------------------------------------------------------------
+# F9: an MTP drafter no config line names; an issue body that holds only vLLM's environment listing
+
+
+def test_the_mtp_drafters_own_line_names_speculative_decoding_by_mtp() -> None:
+    """AUTOTUNE's boot loaded an MTP drafter (`Detected MTP model. Sharing target model embedding weights with the
+    draft model.`); no config line is in the paste. Before: speculative_method null."""
+    config = _report(AUTOTUNE).config
+    assert config.speculative_method == "mtp" and config.num_speculative_tokens is None
+
+
+def test_a_person_quoting_the_mtp_line_names_no_drafter() -> None:
+    """Write-ups quote the line to say what to look for: only a record vLLM printed counts."""
+    text = ("INFO 05-01 16:51:13 [gpu_model_runner.py:4801] Loading drafter model...\n"
+            "Verify by grepping for `Detected MTP model. Sharing target model embedding weights with the draft model.`\n")
+    assert report_from_log_text(text, "w.md").config.speculative_method is None
+    printed = "INFO 05-01 16:51:13 [llm_base_proposer.py:1445] " + text.split("`")[1]
+    assert report_from_log_text(printed, "w.log").config.speculative_method == "mtp"
+
+
+def test_a_config_line_without_speculative_decoding_is_not_overruled() -> None:
+    engine = ("INFO 05-01 16:51:00 [core.py:77] Initializing a V1 LLM engine (v0.20.0) with config: model='m', "
+              "speculative_config=None, tokenizer='m'\n")
+    mtp = "INFO 05-01 16:51:13 [llm_base_proposer.py:1445] Detected MTP model. Sharing target model lm_head weights.\n"
+    assert report_from_log_text(engine + mtp, "w.log").config.speculative_method is None
+
+
+ENV_ONLY = "03_vllm17227_template_env_dump_8xH20_cut.log"
+"""vllm#17227's body as the corpus gave it: the bug template's `collect_env.py` listing (8×H20, torch 2.6.0) whose one
+vLLM record is its import's `Automatically detected platform cuda.`, cut before any log. Before: read as a boot with
+no rank's memory, warned that "the log ends before startup finished"."""
+
+
+def test_an_environment_listing_alone_is_refused_in_one_line(cli, tmp_path) -> None:
+    path = tmp_path / ENV_ONLY
+    path.write_text(_text(ENV_ONLY), encoding="utf-8")
+    result = cli("show", str(path))
+    assert result.code == 2 and result.stdout == "" and len(result.stderr_lines) == 1
+    assert result.stderr_lines[0] == (f"kvaudit: error: {path}: vLLM's environment listing (collect_env.py's "
+                                      f"`Collecting environment information...`) and no line of a boot's log: pass "
+                                      f"the boot's log with it")
+
+
+def test_an_environment_listing_above_a_boots_lines_is_read() -> None:
+    boot = ("INFO 04-26 11:58:20 [core.py:61] Initializing a V1 LLM engine (v0.8.4) with config: model='m'\n"
+            "INFO 04-26 11:58:40 [gpu_model_runner.py:1200] Model loading took 14.99 GiB and 10.1 seconds\n")
+    report = report_from_log_text(_text(ENV_ONLY) + "\n" + boot, "issue.md")
+    assert report.engine.version == "0.8.4" and report.ranks[0].owners[Owner.WEIGHTS] is not None
+
+
+def test_an_environment_listing_with_a_record_that_states_nothing_is_read() -> None:
+    """A boot's record whose words kvaudit reads no fact from is still a boot's line: the text is no listing alone."""
+    boot = "INFO 04-26 11:58:21 [api_server.py:1043] vLLM API server version 0.8.4\n"
+    other = "INFO 04-26 11:58:22 [api_server.py:1044] args: (something kvaudit reads nothing from)\n"
+    report = report_from_log_text(_text(ENV_ONLY) + "\n" + other, "issue.md")
+    assert report.verdict is Verdict.UNKNOWN and report.environment.platform == "cuda"
+    assert any(w.startswith("the log ends before startup finished") for w in report.warnings)
+    assert report_from_log_text(_text(ENV_ONLY) + "\n" + boot, "issue.md").engine.version == "0.8.4"

@@ -120,6 +120,9 @@ class FactKind(StrEnum):
     """A phase a failing call names: a traceback frame or `Error executing method 'load_model'`."""
     EAGER = "eager"
     """config/vllm.py's info "Cudagraph is disabled under eager mode": enforce_eager was set."""
+    MTP_DRAFTER = "mtp_drafter"
+    """The proposer's info "Detected MTP model. Sharing target model … weights with the draft model.": the boot
+    loaded an MTP drafter (speculative decoding by MTP)."""
     WARMUP_FRAME = "warmup_frame"
     """A traceback frame of a startup call after KV sizing, or of the sampler run (WARMUP_CALLS): the call's name
     (failure_timeline: the sampler run's phase, and the step a death after KV sizing names)."""
@@ -1605,6 +1608,16 @@ EAGER_LINE = "Cudagraph is disabled under eager mode"
 """config/vllm.py, printed only where enforce_eager is set (vllm#27378: a paste with no config line)."""
 
 
+MTP_LINE = "Detected MTP model. Sharing target model"
+"""The proposer's info once it loaded an MTP drafter (v1/spec_decode/eagle.py, llm_base_proposer.py from 0.20: "…
+embedding weights with the draft model.", "… lm_head weights …"): speculative decoding by MTP, where no config line
+says so (real pastes round twenty-three: a log viewer's export of an MTP boot named no speculative method)."""
+
+
+def _mtp(msg: str) -> Iterable[Fact]:
+    yield Fact(FactKind.MTP_DRAFTER, "mtp")  # the rule's guard is the line
+
+
 COMPILED_LINE, LOADED_LINE = "Compiling a graph for ", "Directly load "
 """vLLM's lines of a graph compiled in the boot (backends.py: `Compiling a graph for dynamic shape|compile range …
 takes …`, each worker, every release with torch.compile; where a cached one failed to load, decorators.py's
@@ -1729,6 +1742,7 @@ RULES: tuple[Rule, ...] = (
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_. ]+ (attention )?backend", backend),
     Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
+    Rule("mtp", MTP_LINE, MTP_LINE, _mtp),
     Rule("compile", (COMPILED_LINE, LOADED_LINE), f"{COMPILED_LINE}|{LOADED_LINE}", _compile),
     Rule("autotuner_oom", AUTOTUNER_OOM, AUTOTUNER_OOM, _autotuner_oom),
     Rule("startup_extras", (ENCODER_BUDGET, HYBRID_OFF, LORA_LINE),

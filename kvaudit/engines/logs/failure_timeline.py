@@ -42,7 +42,7 @@ from kvaudit.engines.logs.facts import (
     FailureFact,
 )
 from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
-from kvaudit.engines.logs.parse import RAY_IP, FileScan
+from kvaudit.engines.logs.parse import ENV_REPORT, RAY_IP, FileScan
 from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
@@ -424,11 +424,6 @@ _CAPTURED = (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_ACTUAL, FactKind.GRAPH_USAGE
 """A rank's lines once its graph capture finished: `Graph capturing finished in 5 secs, took 3.49 GiB`, `CUDA graph
 pool memory: … (actual)`, the worker's `… for CUDAGraph memory` summary (after the KV lines: Model Runner V2's
 estimate before sizing captures too)."""
-
-
-ENV_REPORT = "collect_env.py"
-"""vLLM's environment script (`python collect_env.py`, `vllm collect-env`), whose output vLLM's bug template asks
-for above the log: its own traceback is in that listing, not in the boot."""
 
 
 def _raised_by_env_report(text: str, pos: int) -> bool:

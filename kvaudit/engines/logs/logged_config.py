@@ -65,6 +65,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         merged["speculative_method"] = command["speculative_method"]  # a pasted --speculative-config
         if isinstance(command.get("num_speculative_tokens"), int):
             merged["num_speculative_tokens"] = command["num_speculative_tokens"]
+    if "speculative_method" not in merged and engine.get(FactKind.MTP_DRAFTER):
+        merged["speculative_method"] = "mtp"  # the drafter's own line; how many tokens it proposes, it does not say
     if merged.get("enforce_eager") is None and "enforce_eager" in command:
         merged["enforce_eager"] = command["enforce_eager"]
     if merged.get("enforce_eager") is None and engine.get(FactKind.EAGER):

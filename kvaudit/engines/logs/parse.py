@@ -14,6 +14,7 @@ from typing import NamedTuple
 from kvaudit.engines.failures import BARE, GENERIC, LOG_MESSAGE_CHARS, handled
 from kvaudit.engines.logs.facts import (
     ERROR_LEVELS,
+    PLATFORM_LINE,
     RANK_KINDS,
     Fact,
     FactKind,
@@ -182,6 +183,9 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         said += [Said(*bounds(text, pos), True) for pos in parsed if pos not in covered]  # the closing ERROR record
         if (quoted := _mentions_only(text, said, cuts.width)) is not None:
             is_vllm, mentions = False, quoted
+        elif _environment_listing_only(text, lines):
+            raise BadInputError(f"{where}: vLLM's environment listing ({ENV_REPORT}'s `{ENV_LISTING}...`) and no "
+                                f"line of a boot's log: pass the boot's log with it")
         elif not seen_vllm and (two := _errors_of_two_runs(text, lines)) is not None:
             raise BadInputError(f"{where}: no vLLM log line, only two different errors, each quoted in a fenced block "
                                 f"of its own ({two}), as a write-up quotes its runs: pass the log of one run")
@@ -722,14 +726,38 @@ def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
 def _typed(line: LogLine) -> tuple[Fact, ...]:
     """The line's facts; a command-line flag counts only on a line vLLM's logger did not print (a
     pasted `vllm serve …`), never inside a log record's message (the GMU advisory names flags too),
-    vLLM's `Cudagraph is disabled under eager mode` only on one it printed (not a person quoting it),
+    vLLM's `Cudagraph is disabled under eager mode` and `Detected MTP model` only on one it printed (not a
+    person quoting it: _PRINTED_ONLY),
     and a failure only where the line's level does not mark it handled (failures.handled); an ERROR
     record that is a traceback frame is a crash whose cause is not shown (facts.error_frame_facts)."""
     facts = facts_from_message(line.msg) + list(error_frame_facts(line.level, line.msg))
     facts = [f for f in facts if f.kind is not FactKind.FAILURE or not handled(line.level, f.value.kind)]
     if line.is_vllm:
         return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)
-    return tuple(f for f in facts if f.kind is not FactKind.EAGER)  # vLLM's own words, quoted by a person
+    return tuple(f for f in facts if f.kind not in _PRINTED_ONLY)  # vLLM's own words, quoted by a person
+
+
+ENV_REPORT = "collect_env.py"
+"""vLLM's environment script (`python collect_env.py`, `vllm collect-env`), whose output vLLM's bug template asks
+for above the log: its own traceback is in that listing, not in the boot (failure_timeline)."""
+ENV_LISTING = "Collecting environment information"
+"""The first line ENV_REPORT prints."""
+_LISTED = (FactKind.PLATFORM, FactKind.VERSION)
+"""What that listing states in lines kvaudit reads (the platform vLLM's import detected, its version): a text with
+nothing else holds no boot (real pastes round twenty-three, vllm#17227: an issue body cut after the listing was read
+as a boot that "ends before startup finished")."""
+
+
+def _environment_listing_only(text: str, lines: tuple[ParsedLine, ...]) -> bool:
+    """The text holds ENV_LISTING, states nothing but _LISTED, and each of its lines with vLLM's prefix is the
+    platform line the script's import printed: no boot's record is in it."""
+    if ENV_LISTING not in text or any(f.kind not in _LISTED for p in lines for f in p.facts):
+        return False
+    return all(PLATFORM_LINE in line or not has_prefix(line) for line in text.splitlines())
+
+
+_PRINTED_ONLY = (FactKind.EAGER, FactKind.MTP_DRAFTER)
+"""Facts read only from a record vLLM printed: write-ups quote these lines to say what to look for."""
 
 
 _V0_PID = re.compile(V0_WORKER + r" pid=(\d{1,9})\)")

@@ -88,6 +88,7 @@ from kvaudit.engines.logs.facts import (
     LOADING_MODEL,
     LORA_LINE,
     MAX_MODEL_LEN_LINE,
+    MTP_LINE,
     NAMESPACE_ARGS,
     PADDING_LINE,
     PARALLEL_STATE_LINE,
@@ -153,7 +154,7 @@ _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
                     AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
                     "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE, LINKER_NO_LIBCUDA,
-                    STARTUP_FAILED_SENTENCE, IMAGE_NEEDLE)
+                    STARTUP_FAILED_SENTENCE, IMAGE_NEEDLE, MTP_LINE)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -170,7 +171,8 @@ torch's NCCL watchdog line is no vLLM record either (round fifteen), nor is its 
 (round seventeen), nor Python's `KeyboardInterrupt` ending a traceback after a ^C (its review), nor
 faulthandler's `Fatal Python error` (round eighteen). The concurrency line is read after a KV line
 in a whole log, and alone in an excerpt (round twenty-one: a paste that kept it and not the size line); so is
-the vLLM image a paste names, whose tag is the release where no banner is in it (round twenty-two)."""
+the vLLM image a paste names, whose tag is the release where no banner is in it (round twenty-two), and the MTP
+drafter's line (round twenty-three: a paste with no config line; a whole log's config line names the drafter)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = FRAME
 FRAME_WINDOW = 1 << 16
