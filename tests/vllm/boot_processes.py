@@ -38,17 +38,23 @@ def processes_under(tmpdir: Path) -> list[tuple[int, str]]:
     core, workers: all inherit the variable), with their command line."""
     marker = JOURNAL_ENV + str(tmpdir).encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    # the environment first, the rest only for a match: the watchers below call this every 0.1 s, beside the
+    # boots, and reading three files of every process took 6.5 ms a call (2.0 ms this way, 2-core EPYC)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if marker not in fh.read():
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if marker in environ and state != "Z":
-            found.append((int(entry.name), cmd))
+        if state != b"Z":
+            found.append((int(name), cmd))
     return found
 
 
@@ -78,6 +84,8 @@ def shared_memory_mapped(pids: list[int]) -> set[str]:
         except OSError:
             continue
         for line in maps.splitlines():
+            if "/dev/shm/" not in line:
+                continue
             parts = line.split(None, 5)
             if len(parts) == 6 and parts[5].startswith("/dev/shm/") and not parts[5].endswith("(deleted)"):
                 found.add(parts[5])
