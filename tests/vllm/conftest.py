@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,12 +14,27 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tp2_boot():
-    """`kvaudit run --tp 2 --mtp 1 --max-model-len 1024` to its end, watched from outside
-    (boot_processes.watch_tp2_boot): test_run_cpu.py reads its report, test_signals_cpu.py what it left."""
+def tp2_ends() -> dict[str, Future]:
+    """The two boots of `kvaudit run --tp 2 --mtp 1 --max-model-len 1024` that run to their end, each watched
+    from outside (boot_processes.watch_tp2_boot) in a temp dir of its own: `success`, whose report
+    test_run_cpu.py reads and what it left test_signals_cpu.py checks, and `failure`, a budget below the boot's
+    own non-KV memory (boot_processes.BELOW_THE_BOOT) that fails in the KV check once the workers and their
+    shared memory are up (test_signals_cpu.py). Started together, once a session: each spends a third of its
+    time in vLLM's import, in one process, then another (one after the other they took 77-83 s each of the
+    CI's 2-core EPYC, 150-163 s in all; together 129-148 s). Neither test asserts a time; the success's
+    default GMU reads the node's free memory at its start, when the other boot has not grown."""
     pytest.importorskip("vllm")
-    from boot_processes import watch_tp2_boot
-    return watch_tp2_boot("success", None)
+    from boot_processes import BELOW_THE_BOOT, watch_tp2_boot
+    from node_budget import gmu_for
+    with ThreadPoolExecutor(2) as pool:
+        return {"success": pool.submit(watch_tp2_boot, "success", None),
+                "failure": pool.submit(watch_tp2_boot, "failure", None, ("--gmu", gmu_for(BELOW_THE_BOOT)))}
+
+
+@pytest.fixture(scope="session")
+def tp2_boot(tp2_ends):
+    """The `success` boot of tp2_ends (test_run_cpu.py reads its report)."""
+    return tp2_ends["success"].result()
 
 
 @dataclass(frozen=True)
