@@ -331,9 +331,11 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         return Verdict.FAIL, f"verify failed: {verify.error or 'true peak above the budget'}"
     if cap.max_model_len_fits is None:
         return Verdict.UNKNOWN, "not enough facts to decide whether max_model_len fits"
+    # a log may not state the length: a start that finished passed the check at the one it serves
+    length = f"max_model_len {config.max_model_len}" if config.max_model_len else "the max_model_len it serves"
     if cap.max_model_len_fits and (cap.kv_available_bytes, cap.kv_tokens, cap.kv_needed_bytes) == (None, None, None):
         # no KV figure at all (auto-fit named none for a rank): vLLM's word alone
-        return Verdict.OK, f"fits: max_model_len {config.max_model_len} passed vLLM's own check"
+        return Verdict.OK, f"fits: {length} passed vLLM's own check"
     if cap.max_model_len_fits:
         text = f"fits: {_kv_room(cap)}"
         if cap.kv_tokens is not None:
@@ -343,16 +345,16 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
                 # rank 0's own tokens)
                 text += f" across its DCP group of {dcp}"
         if cap.kv_needed_bytes is not None:
-            text += f"; max_model_len {config.max_model_len} needs {fmt_gib(cap.kv_needed_bytes)}"
+            text += f"; {length} needs {fmt_gib(cap.kv_needed_bytes)}"
         elif cap.kv_tokens is not None and config.max_model_len is not None and config.max_model_len > cap.kv_tokens:
             # vLLM checked and passed: its request needs fewer cache tokens than its length (a hybrid or
             # sliding-window model; vllm PR 39559: 89,760 tokens, 262,144 served at concurrency 1.36x)
-            text += (f"; max_model_len {config.max_model_len} passed vLLM's own check (a request takes fewer "
+            text += (f"; {length} passed vLLM's own check (a request takes fewer "
                      f"cache tokens than its length: sliding-window or hybrid layers)")
-        elif cap.kv_tokens is not None:
-            text += f"; max_model_len {config.max_model_len} is within them"
-        else:  # no token count: vLLM's own check (or its auto-fit) passed the length
-            text += f"; max_model_len {config.max_model_len} passed vLLM's own check"
+        elif cap.kv_tokens is not None and config.max_model_len is not None:
+            text += f"; {length} is within them"
+        else:  # no token count, or no length: vLLM's own check (or its auto-fit) passed the length it serves
+            text += f"; {length} passed vLLM's own check"
         return Verdict.OK, text
     return Verdict.FAIL, _does_not_fit(cap, config)
 

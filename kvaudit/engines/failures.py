@@ -118,6 +118,11 @@ EXCEPTION_NAME = r"(?:[A-Za-z_][\w.]{0,80})?(?:Error|Exception|Warning|Interrupt
 """A Python exception's name, as a traceback's last line starts: `RuntimeError`, `torch.OutOfMemoryError`,
 `Exception`, `KeyboardInterrupt`, `SystemExit`."""
 
+ENGINE_CORE_FAILED = "EngineCore failed to start"
+"""V1's engine core's words as it dies starting (v1/engine/core.py run_engine_core: logger.exception); V0 has no
+engine core, so they also say V1 ran."""
+
+
 CAUSES: tuple[Cause, ...] = (
     # kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "models's".
     Cause("To serve at least one request", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
@@ -208,7 +213,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("WorkerProc initialization failed", FailureKind.CRASH, None, GENERIC),
     # Log-only: the ways pasted excerpts show a dead boot when its exception is cut off (issue 27).
     # v1/engine/core.py run_engine_core: logger.exception("EngineCore failed to start.").
-    Cause("EngineCore failed to start", FailureKind.CRASH, None, GENERIC, log_only=True),
+    Cause(ENGINE_CORE_FAILED, FailureKind.CRASH, None, GENERIC, log_only=True),
     # V0 engine/multiprocessing/engine.py (MQLLMEngine): "Engine process failed to start. See stack trace …".
     Cause("Engine process failed to start", FailureKind.CRASH, None, GENERIC, log_only=True),
     # v1/executor/multiproc_executor.py: WorkerProc.worker_main / worker_busy_loop.

@@ -282,9 +282,13 @@ def no_ranks_line(report: Report) -> str:
                 f"its owners")
     if report.capacity.kv_tokens is None and report.capacity.max_model_len_fits is None:
         return NO_FIGURES
+    if report.capacity.kv_tokens is None and report.capacity.kv_available_bytes is None:
+        return NO_MEMORY_LINES  # it fits, and no KV figure says so (a finished start, a concurrency line)
     return NO_RANKS
 
 
+NO_MEMORY_LINES = ("no rank's memory is known: the log shows that vLLM's own KV check passed (a finished start, "
+                   "or its concurrency line), and no line of it states a rank's bytes or the KV cache's size")
 NO_FIGURES = ("no rank's memory is known: the input states no owner's bytes and no KV figure (an excerpt that "
               "ends before the model loaded, or one of other lines)")
 

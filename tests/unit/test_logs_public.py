@@ -162,7 +162,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "54-v0-0.4.2-pr-4650-one-line.log": dict(tp=4, max_model_len=1024, gmu=0.99, version="0.4.2",
                                              model="DeepSeek-V2-Lite-Chat", verdict="unknown"),
     "55-v1-29636-worker-failed-profile.log": dict(verdict="unknown", failure=("crash", "profile")),
-    "56-v1-llm-scaler-154-died-after-serving.log": dict(verdict="unknown", failure=None,
+    # a start that finished fits at the length it serves, stated or not (real pastes round twenty-four)
+    "56-v1-llm-scaler-154-died-after-serving.log": dict(verdict="ok", failure=None,
                                                         warns="after startup finished: Worker proc VllmWorker-3 died"),
     "57-v0-0.4.2-5785-tp8-ray.log": dict(tp=8, max_model_len=8192, version="0.4.2", verdict="unknown",
                                          warns="[repeated 4x across cluster]"),
@@ -374,10 +375,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # the least serves (it read the last, 25,920, before)
     "115-v1-0.8-16570-tp4-kv-sizes-per-worker.log": dict(tokens=25408, max_model_len=4096, verdict="ok",
                                                          failure=None),
-    # the tags in square brackets: worker TP3's figures (TP at least 4), not an untagged rank 0's
+    # the tags in square brackets: worker TP3's figures (TP at least 4), not an untagged rank 0's; it served, so it
+    # fits at the length it serves, which the paste does not state
     "116-v1-29070-bracketed-tags-then-serving.log": dict(
         ranks={3: {W: G("1.24"), A: G("0.22"), N: G("0.09"), "available": G("17.24")}}, tokens=226000, tp=None,
-        verdict="unknown", failure=None, warns="tensor_parallel_size: ≥ 4, size not stated"),
+        verdict="ok", failure=None, warns="tensor_parallel_size: ≥ 4, size not stated"),
     # the KV fits, then the paste ends before startup finished (the issue: out of memory after it)
     "117-v1-gpustack-1897-kv-fits-then-cut.log": dict(
         tokens=106640, max_model_len=8192, verdict="ok", failure=None, warns="the log ends before startup finished"),

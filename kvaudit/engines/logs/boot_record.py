@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvaudit.config import AuditConfig
+from kvaudit.engines.failures import ENGINE_CORE_FAILED
 from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.failure_timeline import CAPTURE_BAR, log_failure, timeline_phase
@@ -79,7 +80,14 @@ def _generation(boot: Boot) -> str | None:
     if any((f.src or "").endswith("gpu_model_runner.py") for r in boot.ranks.values()
            for f in r.facts.get(FactKind.WEIGHTS, ())):
         return "V1"  # V1's runner loads the weights (V0's model_runner.py and worker.py)
+    if any(ENGINE_CORE_FAILED in f.value.message for f in boot.engine.get(FactKind.FAILURE, ())) or any(
+            _V1_FRAME.search(s.text) for s in boot.scans):
+        return "V1"  # real pastes round twenty-four (vllm#17431): an unprefixed V1 traceback
     return None
+
+
+_V1_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\]v1[/\\]')
+"""A traceback frame in V1's code (`File "…/site-packages/vllm/v1/engine/core.py", line 387`): V1 ran."""
 
 
 def _env(boot: Boot) -> dict[str, str]:
@@ -513,7 +521,9 @@ def _passed_kv_check(boot: Boot, failure: Failure | None, config: AuditConfig, f
     if failure is not None and failure.kind is FailureKind.DOES_NOT_FIT and _kv_needed(boot, failure) is not None:
         return False
     if config.max_model_len is None:
-        return None
+        # a finished start passed the check at the length it served, which the excerpt does not state (real pastes
+        # round twenty-four: a paste from `non-default args` to the API server's routes read as "not enough facts")
+        return True if failure is None and finished else None
     if failure is not None and (failure.kind is FailureKind.DOES_NOT_FIT or failure.phase not in _AFTER_KV_CHECK
                                 or (failure.kind is FailureKind.OOM and failure.phase is Phase.KV)):
         # the check's own failure, one before it, one whose place is not known, or an OOM allocating the

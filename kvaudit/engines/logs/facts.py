@@ -101,8 +101,8 @@ class FactKind(StrEnum):
     """A config-time line that turns chunked prefill off after the scheduler's line said it was on
     (config.py: `Only "last" pooling supports chunked prefill and prefix caching; disabling both.`)."""
     MODEL_LOADING = "model_loading"
-    """The model a worker starts to load (`Starting to load model M...`): the model where no config
-    line or command names it."""
+    """The model a worker starts to load (`Starting to load model M...`) or the logo banner names (`█  model   M`):
+    the model where no config line or command names it."""
     LOGGED_MAX_MODEL_LEN = "logged_max_model_len"
     """config/model.py's `Using max model len N`: the length vLLM resolved (the target model's is the first)."""
     SET_BLOCK_SIZE = "set_block_size"
@@ -1464,6 +1464,10 @@ twenty-two: `$ grep -o "non-default args: {[^}]*}" vllm.log`, then the record, w
 # A fork's local version may be long (`0.26.1rc0+glm53.flash.nvfp4.luke.clean.r1.vllme75bcfd.b12x58a046f`, 61
 # characters after `0.26`: real pastes round seventeen).
 _BANNER_VERSION = re.compile(r"(?:vLLM API server version|[█▀▄]\s{1,8}version) (\d{1,3}\.\d{1,4}[\w.+\-]{0,200})")
+# The logo's next line names the model served (`█▄█▀ █     █     █     █  model   Qwen/Qwen3.5-0.8B`, 0.15+); real
+# pastes round twenty-four: a journald excerpt with the banner and no config line lost the model.
+BANNER_MODEL = "█  model "
+_BANNER_MODEL = re.compile(BANNER_MODEL + r"\s{0,8}([^\s<>${}]{1,300})\s*$")
 
 
 # V0 worker/model_runner.py and V1 gpu_model_runner.py load_model: "Starting to load model %s..."
@@ -1514,6 +1518,8 @@ def _chunked(msg: str) -> Iterable[Fact]:
 def _version(msg: str) -> Iterable[Fact]:
     if m := _BANNER_VERSION.search(msg):
         yield Fact(FactKind.VERSION, m.group(1))
+    elif m := _BANNER_MODEL.search(msg):
+        yield Fact(FactKind.MODEL_LOADING, m.group(1))
 
 
 IMAGE_NEEDLE = "vllm/vllm-openai"
@@ -1734,7 +1740,7 @@ RULES: tuple[Rule, ...] = (
          _chunked),
     Rule("resolved_sizes", (MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE),
          _ere(MAX_MODEL_LEN_LINE) + "[0-9]|" + _ere(BLOCK_SIZE_LINE) + "[0-9]", _resolved_sizes),
-    Rule("version", " version ", r"vLLM API server version|[█▀▄] +version [0-9]", _version),
+    Rule("version", (" version ", BANNER_MODEL), r"vLLM API server version|[█▀▄] +version [0-9]|█  model ", _version),
     Rule("image", IMAGE_NEEDLE, r"vllm/vllm-openai(-rocm|-cpu)?:v?[0-9]+\.[0-9]+\.[0-9]", _image),
     Rule("platform", (PLATFORM_LINE, "Platform plugin "), "Automatically detected platform |Platform plugin ",
          _platform),

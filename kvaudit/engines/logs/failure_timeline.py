@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from kvaudit.engines.failures import (
     BARE,
+    ENGINE_CORE_FAILED,
     EXCEPTION_NAME,
     GENERIC,
     LOG_MESSAGE_CHARS,
@@ -560,7 +561,7 @@ def _after_message(text: str, f: Located) -> str:
     return f.value.message
 
 
-STARTUP_FAILED = ("Engine core initialization failed", "EngineCore failed to start", "Engine process failed to start")
+STARTUP_FAILED = ("Engine core initialization failed", ENGINE_CORE_FAILED, "Engine process failed to start")
 """The front end's and the engine core's words for a startup that failed, whatever finished before."""
 
 

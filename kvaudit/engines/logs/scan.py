@@ -71,6 +71,7 @@ from kvaudit.engines.failures import (
 )
 from kvaudit.engines.logs.facts import (
     AUTOTUNER_OOM,
+    BANNER_MODEL,
     BLOCK_SIZE_LINE,
     CHUNKED_OFF_LINE,
     CHUNKED_PREFILL,
@@ -108,7 +109,7 @@ _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
 _PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL, CHUNKED_PREFILL, CHUNKED_OFF_LINE,
-            MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE, PLATFORM_LINE, "Platform plugin ")
+            MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE, PLATFORM_LINE, "Platform plugin ", BANNER_MODEL)
 """Lines printed before anything is loaded that hold no character the other passes look for: V0's
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
 banner's `version 0.19.1`, V0's `vLLM API server version 0.6.3`, its `args: Namespace(…)`, a
