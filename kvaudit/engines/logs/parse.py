@@ -707,6 +707,8 @@ def _read_record(text: str, start: int, end: int, covered: set[int],
     covered.update(s for s, _ in record.spans)
     readings = joined(text, record)
     line = parse_line(readings[0], record.start)
+    if _table_row(text[slice(*record.spans[0])]):
+        return line, ()
     facts = _typed(line)
     for reading in readings[1:]:
         other = parse_line(reading, record.start)
@@ -714,6 +716,27 @@ def _read_record(text: str, start: int, end: int, covered: set[int],
         if _weight(other_facts) > _weight(facts):
             line, facts = other, other_facts
     return line, facts
+
+
+def _table_row(line: str) -> bool:
+    """A Markdown table's row: a line that starts and ends with `|` and has another `|` between, and no vLLM
+    record head. A document's table quotes vLLM's wordings in its cells (real pastes round twenty-four, a course
+    doc's troubleshooting table: `| `No available memory for the cache blocks` | weights fit, no room for KV |
+    … |`, its rows joined into one record, was read as the boot's failure in kv); a log's record is never one. A
+    log pasted in a pane framed by bars keeps its record heads (`| (EngineCore pid=1) ERROR 05-28 … |`), and its
+    other lines (a traceback's) have no bar inside; `│ ` (box drawing) is no `|` (unwrap.clean strips frames)."""
+    row = line.strip()
+    return (len(row) > 2 and row[0] == "|" and row[-1] == "|" and "|" in row[1:-1]
+            and not has_prefix(row.lstrip("| \t")))
+
+
+_ILLUSTRATION = re.compile(r"\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+(?:…|\.{3})[ \t]+(?![\[(])")
+"""A level, then `…` or `...` where vLLM prints the record's time and `[file.py:N]`: a document's illustration of
+what to look for, not a record (real pastes round twenty-four, a course doc's "Expected log landmarks": `INFO …
+Available KV cache memory: 33.4 GiB`, then "(Numbers are illustrative)", filled the owners and the KV figure).
+vLLM's logger never prints that (`vllm/logger.py`'s _FORMAT). A paste that shortened only the time keeps the
+file (`(Worker_TP0 pid=400) INFO … [gpu_worker.py:675] Available KV cache memory: 8.28 GiB`, round nineteen),
+and stays a record."""
 
 
 def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
@@ -730,6 +753,8 @@ def _typed(line: LogLine) -> tuple[Fact, ...]:
     person quoting it: _PRINTED_ONLY),
     and a failure only where the line's level does not mark it handled (failures.handled); an ERROR
     record that is a traceback frame is a crash whose cause is not shown (facts.error_frame_facts)."""
+    if not line.is_vllm and _ILLUSTRATION.match(line.msg):
+        return ()
     facts = facts_from_message(line.msg) + list(error_frame_facts(line.level, line.msg))
     facts = [f for f in facts if f.kind is not FactKind.FAILURE or not handled(line.level, f.value.kind)]
     if line.is_vllm:
