@@ -127,7 +127,7 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
             elif not seen and (workers or uni):
                 value, source = 1, "the worker names (no _" + LABELS[dim] + " suffix)"
             elif not seen and defaults:
-                value, source = 1, "vLLM's default (no line states it)"
+                value, source = 1, _DEFAULT
         if value is None and seen:  # DP only bounded: an engine of its own per rank, perhaps on another node
             notes.append(f"{key}: ≥ {at_least}, size not stated ({word} names show "
                          f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
@@ -138,6 +138,7 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
             if dim == "dp":
                 value, source = None, None  # one engine's own view: the deployment's size is at least the names
         sizes[dim] = Size(value, at_least, source)
+    _no_default_below_the_ranks(sizes, _least_world(tags, v0_workers)[0])
     notes.extend(_rank_numbers_assumed(named, sizes))
     notes.extend(_world_at_least(tags, sizes, v0_workers))
     notes.extend(_ranks_absent(workers, sizes))
@@ -177,8 +178,7 @@ def _world_at_least(tags: Sequence[ProcTag], sizes: Mapping[str, Size], v0_worke
     workers give: a name with the global rank (0.8's `VllmWorker rank=3`, the provisional `VllmWorker-3`: ≥ 4), or
     V0's driver and k `VllmWorkerProcess` workers (≥ k + 1), one process a rank (real pastes round twenty-two,
     vllm#16841: four `VllmWorker rank=N` and instructlab#2092: seven worker pids, each no size, no note)."""
-    ranks = sorted({t.global_rank for t in tags if t.role is Role.WORKER and t.global_rank is not None})
-    least = max(ranks[-1] + 1 if ranks else 0, v0_workers + 1 if v0_workers else 0)
+    least, ranks = _least_world(tags, v0_workers)
     world = [sizes[d] for d in ("tp", "pp", "pcp")]
     if least < 2 or all(size.value is not None for size in world):
         return []
@@ -188,6 +188,30 @@ def _world_at_least(tags: Sequence[ProcTag], sizes: Mapping[str, Size], v0_worke
     shown = (f"worker names show rank {', '.join(map(str, ranks[:8]))}{' …' if len(ranks) > 8 else ''}"
              if ranks and ranks[-1] + 1 == least else f"V0's driver and {processes}")
     return [f"{KEYS['tp']} × {KEYS['pp']}: ≥ {least}, sizes not stated ({shown}; one process per rank)"]
+
+
+def _least_world(tags: Sequence[ProcTag], v0_workers: int) -> tuple[int, list[int]]:
+    """The least TP × PP × PCP the worker processes show (_world_at_least), and the global ranks their names give."""
+    ranks = sorted({t.global_rank for t in tags if t.role is Role.WORKER and t.global_rank is not None})
+    return max(ranks[-1] + 1 if ranks else 0, v0_workers + 1 if v0_workers else 0), ranks
+
+
+_DEFAULT = "vLLM's default (no line states it)"
+
+
+def _no_default_below_the_ranks(sizes: dict[str, Size], least: int) -> None:
+    """No size is vLLM's default 1 where the sizes would then give fewer ranks than the worker processes show: the
+    size is not known, and _world_at_least says what it is at least (real pastes round twenty-four, vllm-ascend DP
+    notes: `VllmWorker rank=6` and a V0 `VllmWorkerProcess` in a paste whose command names `--model=` only, and
+    `tensor_parallel_size` 1 from the default)."""
+    world = 1
+    for dim in ("tp", "pp", "pcp"):
+        world *= sizes[dim].value or 1
+    if world >= least:
+        return
+    for dim in ("tp", "pp"):
+        if sizes[dim].source == _DEFAULT:
+            sizes[dim] = Size(None, sizes[dim].at_least, None)
 
 
 # vLLM's rank layout (distributed/parallel_state.py) nests dp ⊃ pp ⊃ pcp ⊃ tp: a worker's global

@@ -25,6 +25,7 @@ from kvaudit.engines.logs.facts import (
 )
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import (
+    RECORD_TIME,
     RECORD_TIME_RX,
     TAG_SEARCH_CHARS,
     LogLine,
@@ -199,7 +200,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
                          ray_ranks, ray_stated,
                          service + restart + _split_note(where, split) + _cut_notes(where, cuts)
-                         + _time_goes_back(where, text, lines),
+                         + _time_goes_back(where, text, lines) + _runs_days_apart(where, text),
                          cuts.runs,
                          frozenset(tags.values()) | frozenset(worker_names(text)), mentions)
     if serving_at is not None:
@@ -237,6 +238,53 @@ def _time_goes_back(where: str, text: str, lines: tuple[ParsedLine, ...]) -> tup
         if last is None or t > last[0]:
             latest[node] = (t, m.group(0))
     return ()
+
+
+RUNS_APART_S = 24 * 3600
+"""How far forward the records' time may jump in a paste before the records on either side are two runs' (when no
+process prints on both sides): a boot takes minutes, an hour where it downloads its weights; a jump of a day is a
+later run pasted below an earlier one."""
+_DATED_HEAD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(" + RECORD_TIME + ")")
+
+
+def _runs_days_apart(where: str, text: str) -> tuple[str, ...]:
+    """A note where a paste's records jump forward by more than RUNS_APART_S and no process prints records on both
+    sides: two runs pasted one below the other, read as one boot (real pastes round twenty-four, vllm-ascend DP
+    notes: "error msg 1", a V0 `VllmWorkerProcess pid=176029` dying in load_model on 04-17, then "error msg 2", a
+    V1 run's `EngineCore_1 pid=382867` and `VllmWorker rank=6 pid=384550` on 04-22; the report read run 1's failure
+    and said nothing of run 2). The smallest rule that is safe: a boot's records never jump a day and its processes
+    print throughout, while a restart in one container reuses its pids (`APIServer pid=1`) and keeps being read as
+    before (_last_server_start), and a boot that runs past midnight moves on by minutes. Records with no pid on one
+    side say nothing of processes, so no note. One pass over the record heads (pastes only)."""
+    if len(text) > EXCERPT_CHARS:
+        return ()
+    before: set[int] = set()
+    after: set[int] = set()
+    last: tuple[int, str] | None = None
+    jump: tuple[str, str, int] | None = None
+    for m in _DATED_HEAD.finditer(text):
+        t = record_seconds(m.group(1))
+        begin = text.rfind("\n", max(0, m.start() - TAG_SEARCH_CHARS), m.start()) + 1
+        if t is None or (begin == 0 and m.start() > TAG_SEARCH_CHARS):
+            continue
+        tag = tag_of(text[begin:m.start()])
+        if jump is None and last is not None and t > last[0] + RUNS_APART_S:
+            jump = (last[1], m.group(1), text.count("\n", 0, begin) + 1)
+        if tag is not None:
+            (before if jump is None else after).add(tag[1])
+        if jump is None and (last is None or t > last[0]):
+            last = (t, m.group(1))
+    if jump is None or not before or not after or before & after:
+        return ()
+    first, second, line = jump
+    return (f"{where}: two runs pasted together: records up to {first} (pid {_pids(before)}) and, from line {line}, "
+            f"records of {second} (pid {_pids(after)}), a day or more later, no process in both: they were read as "
+            f"one boot, and its figures and failure may be either run's",)
+
+
+def _pids(pids: set[int]) -> str:
+    shown = sorted(pids)
+    return ", ".join(str(pid % 2**32) for pid in shown[:4]) + (" …" if len(shown) > 4 else "")
 
 
 def _ray_ranks(ray: list[int], lines: tuple[ParsedLine, ...], first: int) -> tuple[dict[int, int], frozenset[int]]:
@@ -707,6 +755,8 @@ def _read_record(text: str, start: int, end: int, covered: set[int],
     covered.update(s for s, _ in record.spans)
     readings = joined(text, record)
     line = parse_line(readings[0], record.start)
+    if _table_row(text[slice(*record.spans[0])]):
+        return line, ()
     facts = _typed(line)
     for reading in readings[1:]:
         other = parse_line(reading, record.start)
@@ -714,6 +764,27 @@ def _read_record(text: str, start: int, end: int, covered: set[int],
         if _weight(other_facts) > _weight(facts):
             line, facts = other, other_facts
     return line, facts
+
+
+def _table_row(line: str) -> bool:
+    """A Markdown table's row: a line that starts and ends with `|` and has another `|` between, and no vLLM
+    record head. A document's table quotes vLLM's wordings in its cells (real pastes round twenty-four, a course
+    doc's troubleshooting table: `| `No available memory for the cache blocks` | weights fit, no room for KV |
+    … |`, its rows joined into one record, was read as the boot's failure in kv); a log's record is never one. A
+    log pasted in a pane framed by bars keeps its record heads (`| (EngineCore pid=1) ERROR 05-28 … |`), and its
+    other lines (a traceback's) have no bar inside; `│ ` (box drawing) is no `|` (unwrap.clean strips frames)."""
+    row = line.strip()
+    return (len(row) > 2 and row[0] == "|" and row[-1] == "|" and "|" in row[1:-1]
+            and not has_prefix(row.lstrip("| \t")))
+
+
+_ILLUSTRATION = re.compile(r"\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+(?:…|\.{3})[ \t]+(?![\[(])")
+"""A level, then `…` or `...` where vLLM prints the record's time and `[file.py:N]`: a document's illustration of
+what to look for, not a record (real pastes round twenty-four, a course doc's "Expected log landmarks": `INFO …
+Available KV cache memory: 33.4 GiB`, then "(Numbers are illustrative)", filled the owners and the KV figure).
+vLLM's logger never prints that (`vllm/logger.py`'s _FORMAT). A paste that shortened only the time keeps the
+file (`(Worker_TP0 pid=400) INFO … [gpu_worker.py:675] Available KV cache memory: 8.28 GiB`, round nineteen),
+and stays a record."""
 
 
 def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
@@ -730,6 +801,8 @@ def _typed(line: LogLine) -> tuple[Fact, ...]:
     person quoting it: _PRINTED_ONLY),
     and a failure only where the line's level does not mark it handled (failures.handled); an ERROR
     record that is a traceback frame is a crash whose cause is not shown (facts.error_frame_facts)."""
+    if not line.is_vllm and _ILLUSTRATION.match(line.msg):
+        return ()
     facts = facts_from_message(line.msg) + list(error_frame_facts(line.level, line.msg))
     facts = [f for f in facts if f.kind is not FactKind.FAILURE or not handled(line.level, f.value.kind)]
     if line.is_vllm:

@@ -47,6 +47,10 @@ _QUOTE_CHARS = ">│┃║|▎▍▌▏"
 _QUOTE = re.compile(rf"[ \t]{{0,8}}(?:[{_QUOTE_CHARS}][ \t]?){{1,8}}")
 """`> ` quote markers, the bars of chat and editor tools (`▎ `), and the frame a terminal pane or CI
 log viewer draws (`│ `, `  | `)."""
+CARET_CR = "^M"
+"""A CRLF line's CR as a terminal or `cat -v` shows it, at the line's end: the line break's, as a real `\\r` is
+(real pastes round twenty-four, vllm-ascend DP notes: `… error code is 7^M` was the failure's message). Colour
+sequences in caret form (`^[[0;36m`) are printable.strip_colours'."""
 _BULLET = re.compile(r"[ \t]{0,8}([-*•])[ \t]+")
 _FRAME_END = re.compile(r"[ \t]{1,400}[│┃║][ \t]{0,8}$")
 _FENCE = ("```", "~~~")
@@ -187,7 +191,9 @@ def prev_span(text: str, start: int) -> tuple[int, int] | None:
 
 
 def clean(line: str) -> str:
-    """A physical line without quote markers, tabs or special spaces."""
+    """A physical line without quote markers, tabs or special spaces, or a CRLF's CR shown in caret form."""
+    if line.endswith(CARET_CR):
+        line = line[:-len(CARET_CR)]
     for char, space in _SPACES:
         if char in line:  # str.replace per character found: translate() is a dict look-up per character
             line = line.replace(char, space)
