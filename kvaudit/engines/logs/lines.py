@@ -46,11 +46,14 @@ def record_seconds(stamp: str) -> int | None:
     if not 1 <= month <= 12:
         return None
     return (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
-_RECORD_HEAD = (r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(" + RECORD_TIME + r")(?:[.,]\d{1,9})?\s+"
+LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL"
+"""The levels vLLM's logger prints (WARN: older releases' and other programs' word for WARNING), as a regex's
+alternatives."""
+_RECORD_HEAD = (r"(" + LEVELS + r")\s+(" + RECORD_TIME + r")(?:[.,]\d{1,9})?\s+"
                 r"\[?([^\]\s]{1,200}?\.py):\d{1,7}\]")
 """vLLM's record head: `INFO 08-04 07:35:11 [core.py:515]` (V0: `core.py:515]`, no opening bracket)."""
 _HEAD = re.compile(r"\s*" + _RECORD_HEAD + r"\s?")
-_LEVEL_COLON = re.compile(r"\s?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL): ")
+_LEVEL_COLON = re.compile(r"\s?(" + LEVELS + r"): ")
 """A tagged record whose head the paste shortened to the level and a colon (`(Worker_PP1 pid=297)
 ERROR: torch.AcceleratorError: …`, real pastes round fifteen), as Python logging's own `LEVEL:`."""
 _UNTAGGED_HEAD = re.compile(_RECORD_HEAD + r"\s?")
@@ -60,7 +63,7 @@ _UNTAGGED_HEAD = re.compile(_RECORD_HEAD + r"\s?")
 # (`18:03:00  (Worker_TP0) INFO [gpu_model_runner.py:5332] …`, spark-vllm-docker#336).
 _BARE_HEAD = re.compile(
     r"\s{0,8}(?:\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s+)?(?:\([A-Za-z][\w.\-]{0,80}\)\s+)?"
-    r"(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+)?(?:" + RECORD_TIME + r"(?:[.,]\d{1,9})?\s+)?"
+    r"(?:(" + LEVELS + r")\s+)?(?:" + RECORD_TIME + r"(?:[.,]\d{1,9})?\s+)?"
     r"\[([^\]\s]{1,200}?\.py):\d{1,7}\]\s?")
 
 def bare_records(text: str, most: int = 10_000) -> int:

@@ -25,6 +25,7 @@ from kvaudit.engines.logs.facts import (
 )
 from kvaudit.engines.logs.layout import worker_names
 from kvaudit.engines.logs.lines import (
+    LEVELS,
     RECORD_TIME,
     RECORD_TIME_RX,
     TAG_SEARCH_CHARS,
@@ -244,7 +245,7 @@ RUNS_APART_S = 24 * 3600
 """How far forward the records' time may jump in a paste before the records on either side are two runs' (when no
 process prints on both sides): a boot takes minutes, an hour where it downloads its weights; a jump of a day is a
 later run pasted below an earlier one."""
-_DATED_HEAD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(" + RECORD_TIME + ")")
+_DATED_HEAD = re.compile(r"\b(?:" + LEVELS + r")\s+(" + RECORD_TIME + ")")
 
 
 def _runs_days_apart(where: str, text: str) -> tuple[str, ...]:
@@ -778,7 +779,7 @@ def _table_row(line: str) -> bool:
             and not has_prefix(row.lstrip("| \t")))
 
 
-_ILLUSTRATION = re.compile(r"\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+(?:…|\.{3})[ \t]+(?![\[(])")
+_ILLUSTRATION = re.compile(r"\s*(?:" + LEVELS + r")[ \t]+(?:…|\.{3})[ \t]+(?![\[(])")
 """A level, then `…` or `...` where vLLM prints the record's time and `[file.py:N]`: a document's illustration of
 what to look for, not a record (real pastes round twenty-four, a course doc's "Expected log landmarks": `INFO …
 Available KV cache memory: 33.4 GiB`, then "(Numbers are illustrative)", filled the owners and the KV figure).

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kvaudit.engines.failures import EXCEPTION_NAME, SHELL_JOB_NOTICE
-from kvaudit.engines.logs.lines import has_prefix
+from kvaudit.engines.logs.lines import LEVELS, has_prefix
 from kvaudit.printable import marked_figure
 
 MAX_RECORD_LINES = 16
@@ -62,7 +62,7 @@ FRAME = '", line '
 """What follows the path a traceback frame quotes (`File "/…/vllm/v1/engine/core.py", line 1482, in …`)."""
 _SPACES = (("\t", " "), ("\u00a0", " "), ("\u202f", " "), ("\u2007", " "), ("\u2009", " "), ("\u200b", ""),
            ("\ufeff", ""))
-_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
+_LEVELS = r"(?:" + LEVELS + r")\b"
 _HEAD_MARK = re.compile(
     _LEVELS
     + r"|\d{4}-\d\d-\d\d[T ]\d\d:|\d\d-\d\d \d\d:\d\d"          # an ISO or vLLM timestamp
