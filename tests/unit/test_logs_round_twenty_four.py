@@ -120,7 +120,7 @@ def test_a_caret_m_at_a_lines_end_is_its_line_break() -> None:
     """The vllm-ascend notes: CRLF lines pasted as `^M`. Before: the failure's message ended in "error code is 7^M".
     Must not fire: a traceback's `^^^^^` underline keeps its own carets (only the last two characters go), and a
     real `\\r` reads the same."""
-    report = _report(ASCEND)
+    report = _report(ASCEND, _run_one())
     assert report.failure is not None and report.failure.message.endswith(_HCCL_END)
     underline = "    ^^^^^^^^^^^^^M"
     assert clean(underline) == "    ^^^^^^^^^^^^"
@@ -143,11 +143,11 @@ def test_a_worker_rank_above_zero_leaves_tp_unknown_not_one() -> None:
 def test_a_stated_size_that_covers_the_ranks_keeps_the_default() -> None:
     """Must not fire: the same paste with `--pipeline-parallel-size=8` typed: PP 8 holds rank 6, so TP stays vLLM's
     default 1; with `--tensor-parallel-size=8` TP is 8."""
-    text = _text(ASCEND)
-    pp = _report(ASCEND, text.replace("--dp-size=2", "--pipeline-parallel-size=8", 1))
+    text = _text(ASCEND)  # the command is printed above run 1 and again below run 2, which the report reads
+    pp = _report(ASCEND, text.replace("--dp-size=2", "--pipeline-parallel-size=8"))
     assert pp.config.tensor_parallel_size == 1
     assert not any(w.startswith("tensor_parallel_size × ") for w in pp.warnings)
-    tp = _report(ASCEND, text.replace("--dp-size=2", "--tensor-parallel-size=8", 1))
+    tp = _report(ASCEND, text.replace("--dp-size=2", "--tensor-parallel-size=8"))
     assert tp.config.tensor_parallel_size == 8
 
 
@@ -155,18 +155,29 @@ _TWO_RUNS = ": two runs pasted together: records up to 04-17 15:30:42 (pid 17602
             "04-22 17:08:49 (pid 382867, 382869), a day or more later, no process in both"
 
 
-def test_two_runs_days_apart_with_no_process_in_common_are_named() -> None:
-    """The vllm-ascend notes. Before: run 1's failure, engine V0, and no word of run 2 (04-22, V1, its engine cores'
-    "got fatal signal from worker processes").
+def test_two_runs_days_apart_with_no_process_in_common_are_read_as_the_later_run() -> None:
+    """The vllm-ascend notes. Before: run 1's failure (rank 1, V0) with run 2's layout, and no word of run 2 (04-22,
+    V1, its engine cores' "got fatal signal from worker processes"). Now, as for restarts, the later run, whose lines
+    state a failure: its worker rank 6's traceback, its exception not in the paste.
 
     The rule is the smallest that is safe: the records jump forward by more than a day and no pid prints on both
     sides. Dates alone would fire on one container restarted a day later, whose `APIServer pid=1` prints on both
     sides and which _last_server_start already reads; pids alone would fire on every paste that kept two workers'
-    lines; V0 against V1 is not needed once both hold, and a note (not a split) never drops a figure. The report
-    still reads run 1's failure, and the note says the figures may be either run's."""
+    lines; V0 against V1 is not needed once both hold. The figures of the two runs never mix."""
     report = _report(ASCEND)
-    assert any(w.endswith("they were read as one boot, and its figures and failure may be either run's")
+    assert any(w.endswith("the report reads the later one; the earlier one's figures and failure are not in it")
                and _TWO_RUNS in w for w in report.warnings)
+    assert report.failure is not None and report.failure.rank == 6 and _HCCL_END not in report.failure.message
+    assert report.engine.generation == "V1"
+
+
+def test_the_earlier_run_is_read_where_the_later_states_nothing() -> None:
+    """Run 2 cut to a record that states nothing: run 1 is read, its HCCL failure in load."""
+    quiet = "# error msg 2:\n(EngineCore_1 pid=382867) INFO 04-22 17:08:40 [core.py:100] Waiting for the workers.\n"
+    report = _report(ASCEND, _run_one() + quiet)
+    assert any("the report reads the earlier one, as the later one's lines state no figure or failure" in w
+               for w in report.warnings)
+    assert report.failure is not None and report.failure.message.endswith(_HCCL_END)
 
 
 @pytest.mark.parametrize("change", [

@@ -143,6 +143,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         text, split = split_joined_records(text)
     text, service = _one_compose_service(where, text)
     text, restart = _last_server_start(where, text)
+    text, apart = _one_of_runs_days_apart(where, text)
     cuts = fixed_column_cuts(text)
     cands: Candidates = scan_exhaustive(text) if exhaustive else scan(text)
     cands = _with_cut_runs(text, cands, cuts)
@@ -201,7 +202,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     file_scan = FileScan(index, where, text, lines, tags, is_vllm, {pid: rank for rank, pid in enumerate(v0, 1)},
                          ray_ranks, ray_stated,
                          service + restart + _split_note(where, split) + _cut_notes(where, cuts)
-                         + _time_goes_back(where, text, lines) + _runs_days_apart(where, text),
+                         + _time_goes_back(where, text, lines) + apart,
                          cuts.runs,
                          frozenset(tags.values()) | frozenset(worker_names(text)), mentions)
     if serving_at is not None:
@@ -248,17 +249,19 @@ later run pasted below an earlier one."""
 _DATED_HEAD = re.compile(r"\b(?:" + LEVELS + r")\s+(" + RECORD_TIME + ")")
 
 
-def _runs_days_apart(where: str, text: str) -> tuple[str, ...]:
-    """A note where a paste's records jump forward by more than RUNS_APART_S and no process prints records on both
-    sides: two runs pasted one below the other, read as one boot (real pastes round twenty-four, vllm-ascend DP
-    notes: "error msg 1", a V0 `VllmWorkerProcess pid=176029` dying in load_model on 04-17, then "error msg 2", a
-    V1 run's `EngineCore_1 pid=382867` and `VllmWorker rank=6 pid=384550` on 04-22; the report read run 1's failure
-    and said nothing of run 2). The smallest rule that is safe: a boot's records never jump a day and its processes
-    print throughout, while a restart in one container reuses its pids (`APIServer pid=1`) and keeps being read as
-    before (_last_server_start), and a boot that runs past midnight moves on by minutes. Records with no pid on one
-    side say nothing of processes, so no note. One pass over the record heads (pastes only)."""
+def _one_of_runs_days_apart(where: str, text: str) -> tuple[str, tuple[str, ...]]:
+    """The text of one run, and a note, where a paste's records jump forward by more than RUNS_APART_S and no process
+    prints records on both sides: two runs pasted one below the other (real pastes round twenty-four, vllm-ascend DP
+    notes: "error msg 1", a V0 `VllmWorkerProcess pid=176029` dying in load_model on 04-17, then "error msg 2", a V1
+    run's `EngineCore_1 pid=382867` and `VllmWorker rank=6 pid=384550` on 04-22; the report read run 1's failure
+    with run 2's layout and said nothing of run 2). As for restarts (_last_server_start), the later run is read
+    where its lines state a figure or a failure, else the earlier, and the figures of the two never mix. The
+    smallest rule that is safe: a boot's records never jump a day and its processes print throughout, while a restart
+    in one container reuses its pids (`APIServer pid=1`) and is _last_server_start's, and a boot that runs past
+    midnight moves on by minutes. Records with no pid on one side say nothing of processes: left as they are. One
+    pass over the record heads (pastes only)."""
     if len(text) > EXCERPT_CHARS:
-        return ()
+        return text, ()
     before: set[int] = set()
     after: set[int] = set()
     last: tuple[int, str] | None = None
@@ -270,17 +273,22 @@ def _runs_days_apart(where: str, text: str) -> tuple[str, ...]:
             continue
         tag = tag_of(text[begin:m.start()])
         if jump is None and last is not None and t > last[0] + RUNS_APART_S:
-            jump = (last[1], m.group(1), text.count("\n", 0, begin) + 1)
+            jump = (last[1], m.group(1), begin)
         if tag is not None:
             (before if jump is None else after).add(tag[1])
         if jump is None and (last is None or t > last[0]):
             last = (t, m.group(1))
     if jump is None or not before or not after or before & after:
-        return ()
-    first, second, line = jump
-    return (f"{where}: two runs pasted together: records up to {first} (pid {_pids(before)}) and, from line {line}, "
-            f"records of {second} (pid {_pids(after)}), a day or more later, no process in both: they were read as "
-            f"one boot, and its figures and failure may be either run's",)
+        return text, ()
+    first, second, at = jump
+    line = text.count("\n", 0, at) + 1
+    runs = (f"{where}: two runs pasted together: records up to {first} (pid {_pids(before)}) and, from line {line}, "
+            f"records of {second} (pid {_pids(after)}), a day or more later, no process in both: ")
+    if _states_anything(text[at:]):
+        return text[at:], (runs + "the report reads the later one; the earlier one's figures and failure are not "
+                                  "in it",)
+    return text[:at], (runs + "the report reads the earlier one, as the later one's lines state no figure or "
+                              "failure",)
 
 
 def _pids(pids: set[int]) -> str:
