@@ -20,7 +20,7 @@ import typer
 from kvaudit.config import size_option
 from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.printable import one_line
-from kvaudit.render import DOCUMENT_FORMATS, Format, check_format, reporter
+from kvaudit.render import DOCUMENT_FORMATS, DOCUMENT_SUFFIXES, Format, check_format, reporter
 
 if TYPE_CHECKING:
     from kvaudit.write_config import Written
@@ -87,6 +87,11 @@ def _emit(view: Callable[[TextIO], None], record: Callable[[], str], fmt: Format
             _silence(stream)     # so the record is still written and the exit code is still the command's
     if output is None or (to_stdout and fmt in DOCUMENT_FORMATS):
         return
+    named = next((f for f, suffixes in DOCUMENT_SUFFIXES.items() if output.suffix.lower() in suffixes), None)
+    if named is not None and fmt is not named:
+        # a newcomer's `show r.json -o report.html`: the file gets the JSON, as documented; say so at once
+        typer.echo(f"kvaudit: note: -o {one_line(output.name)} gets the JSON record; pass -f {named.value} for the "
+                   f"{'page' if named is Format.HTML else 'metrics'}", err=True)
     _write(output, record(), "report", inputs)
 
 

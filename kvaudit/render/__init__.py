@@ -32,6 +32,8 @@ class Format(StrEnum):
 
 
 DOCUMENT_FORMATS = frozenset({Format.HTML, Format.PROM})
+DOCUMENT_SUFFIXES = {Format.HTML: (".html", ".htm"), Format.PROM: (".prom",)}
+"""The file suffixes that name a document format (an `-o` with one but another -f gets a note)."""
 """Formats that are files by nature (a page, a textfile-collector file): `-o FILE` writes the
 document itself, atomically, and nothing goes to stdout. For the other formats `-o` keeps the
 report JSON (the record) and the view goes to stdout."""

@@ -273,3 +273,23 @@ def test_a_full_disk_is_one_line_naming_it_not_an_internal_error():
     assert done.returncode == 3
     assert done.stderr.splitlines() == ["kvaudit: error: could not write: No space left on device (free space or "
                                         "a writable place, then run it again)"]
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("report.html", "html"), ("r.HTM", "html"), ("kvaudit.prom", "prom")])
+def test_a_document_suffix_without_its_format_gets_the_json_and_a_note(tmp_path, name: str, fmt: str):
+    """A newcomer's `kvaudit show r.json -o report.html` (stop 55): the file gets the JSON record, as the README
+    says, and stderr says how to get the page or the metrics instead."""
+    out = tmp_path / name
+    result = run_cli("show", str(REPORT), "-o", str(out))
+    assert result.code == 0
+    assert json.loads(out.read_text(encoding="utf-8"))["schema"] == "kvaudit.report/1"
+    assert result.stderr_lines == [f"kvaudit: note: -o {name} gets the JSON record; pass -f {fmt} for the "
+                                   f"{'page' if fmt == 'html' else 'metrics'}", f"kvaudit: report written to {out}"]
+
+
+@pytest.mark.parametrize("name", ["r.json", "r.html.bak", "notes.txt"])
+def test_other_suffixes_or_the_documents_own_format_get_no_note(tmp_path, name: str):
+    result = run_cli("show", str(REPORT), "-o", str(tmp_path / name))
+    assert result.code == 0 and not any(line.startswith("kvaudit: note:") for line in result.stderr_lines)
+    page = run_cli("show", str(REPORT), "-f", "prom", "-o", str(tmp_path / "k.prom"))
+    assert page.code == 0 and not any(line.startswith("kvaudit: note:") for line in page.stderr_lines)
