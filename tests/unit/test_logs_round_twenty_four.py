@@ -41,9 +41,12 @@ _NO_LOG = "neither a kvaudit report nor a vLLM log: no vLLM log lines found"
 def test_a_course_docs_illustrative_lines_and_table_are_no_log() -> None:
     """The course doc, whole. Before: verdict fail, "boot failed in kv on rank 0 (does_not_fit): Symptom | Cause |
     Diagnose | Fix | ---|…" (the table's rows joined into one failure), weights 0.93 GiB and KV 33.4 GiB =
-    2,918,000 tokens from the illustration. Now the one-line refusal a document with no log gets."""
-    with pytest.raises(BadInputError, match=_NO_LOG):
+    2,918,000 tokens from the illustration. Now the one-line refusal a document with no log gets, naming the
+    illustration's lines (a newcomer read "looked for `Model loading took`" as contradicting the file, stop 55)."""
+    with pytest.raises(BadInputError, match=_NO_LOG) as refused:
         _report(COURSE)
+    assert ("(lines 16, 17, 18 show vLLM's records with `…` where the time and file go, as a document's example "
+            "does; looked for") in str(refused.value)
 
 
 def _landmarks() -> str:

@@ -74,7 +74,7 @@ def record_from_logs(texts: Sequence[tuple[str, str]], *, exhaustive: bool = Fal
                                 f"none is from a boot's startup (no config, memory, KV or failure line: a running "
                                 f"server's lines only?): kvaudit reads startup logs")
         if not scan.is_vllm:
-            named = _named_only(scan.mentions)
+            named = _named_only(scan.mentions) + _illustrated(scan.illustrations)
             if reports_too:
                 raise BadInputError(f"{where}: neither a kvaudit report nor a vLLM log: no vLLM log lines found "
                                     f"({named}looked for {LOOKED_FOR})")
@@ -90,6 +90,14 @@ def _named_only(lines: tuple[int, ...]) -> str:
         return ""
     return (f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} and the like name vLLM's wordings "
             f"only inside a sentence's quotes or in commands, as a document does; ")
+
+
+def _illustrated(lines: tuple[int, ...]) -> str:
+    """What the refusal of a document says of its lines that show records with `…` for their time."""
+    if not lines:
+        return ""
+    return (f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} show vLLM's records with `…` where the "
+            f"time and file go, as a document's example does; ")
 
 
 def _report_schema(text: str) -> str | None:

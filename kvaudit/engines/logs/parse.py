@@ -117,6 +117,9 @@ class FileScan:
     mentions: tuple[int, ...] = ()
     """In a file that is no log for want of a log line (_mentions_only): the 1-based numbers of the first
     lines that name vLLM's wordings only inside a sentence's quotes or in a command."""
+    illustrations: tuple[int, ...] = ()
+    """In a file that is no log: the 1-based numbers of the first lines that show a record with `…` for its time
+    (_ILLUSTRATION), as a document's example does."""
 
     @functools.cached_property
     def serving_at(self) -> int:
@@ -204,7 +207,8 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
                          service + restart + _split_note(where, split) + _cut_notes(where, cuts)
                          + _time_goes_back(where, text, lines) + apart,
                          cuts.runs,
-                         frozenset(tags.values()) | frozenset(worker_names(text)), mentions)
+                         frozenset(tags.values()) | frozenset(worker_names(text)), mentions,
+                         illustrations=() if is_vllm else _illustrations(text))
     if serving_at is not None:
         file_scan.__dict__["serving_at"] = serving_at  # the cached property's value, read once already
     return file_scan
@@ -794,6 +798,17 @@ Available KV cache memory: 33.4 GiB`, then "(Numbers are illustrative)", filled 
 vLLM's logger never prints that (`vllm/logger.py`'s _FORMAT). A paste that shortened only the time keeps the
 file (`(Worker_TP0 pid=400) INFO … [gpu_worker.py:675] Available KV cache memory: 8.28 GiB`, round nineteen),
 and stays a record."""
+
+
+_ILLUSTRATION_LINE = re.compile(r"^[ \t]*" + _ILLUSTRATION.pattern.removeprefix(r"\s*"), re.M)
+
+
+def _illustrations(text: str) -> tuple[int, ...]:
+    """The first MENTIONS_SHOWN lines (1-based) of a text that is no log which show an _ILLUSTRATION."""
+    if len(text) > EXCERPT_CHARS:
+        return ()
+    found = itertools.islice(_ILLUSTRATION_LINE.finditer(text), MENTIONS_SHOWN)
+    return tuple(text.count("\n", 0, m.start()) + 1 for m in found)
 
 
 def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
