@@ -46,13 +46,19 @@ def report_from_text(text: str, where: str) -> Report:
             try:
                 return _from_log(text, where)
             except BadInputError:
-                if _LOG_HEAD.match(text.lstrip("\ufeff \t\r\n")):
-                    raise  # `[loggers.py:123] …`: a log's lines, whatever the log reader says of them
+                stripped = text.lstrip("\ufeff \t\r\n")
+                if _LOG_HEAD.match(stripped) or not _JSON_ARRAY.match(stripped):
+                    # `[loggers.py:123] …`: a log's lines, whatever the log reader says of them; `[project]`: a
+                    # TOML or INI file (a newcomer's `kvaudit show pyproject.toml` was "not valid JSON")
+                    raise
                 # neither: the JSON error says more about a file that starts like JSON
         return parse_report_text(text, where)
     return _from_log(text, where)
 
 
+_JSON_ARRAY = re.compile(r"\[\s*(?:[\[{\"\-\d\]]|true\b|false\b|null\b)")
+"""How a JSON array opens: what a text that starts with `[` must look like for its JSON error to say more than the
+log reader's refusal."""
 _LOG_HEAD = re.compile(r"\[[^\]\s]{1,200}\.py:\d{1,7}\]")
 """A record head a paste shortened to `[file.py:N]`: a text that opens with one is a log's, not JSON."""
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvaudit import input_text as report_module
+from kvaudit.engines.inputs import report_from_text
 from kvaudit.errors import BadInputError
 from kvaudit.input_text import read_text
 
@@ -305,3 +306,18 @@ def test_reading_stays_linear_under_a_tracer(tmp_path: Path) -> None:
         sys.settrace(None)
     assert traced == text
     assert seconds < 4 * plain + 0.5  # without the join: 3.9 s against 0.31 s here
+
+
+@pytest.mark.parametrize("text", ["[project]\nname = \"kvaudit\"\n", "[tool.ruff]\nline-length = 120\n",
+                                  "[section]\nkey=value\n"])
+def test_a_toml_or_ini_file_is_neither_a_report_nor_a_log(text: str) -> None:
+    """A newcomer's `kvaudit show pyproject.toml` (stop 55) was "not valid JSON (Expecting value …)": a file that
+    opens with `[` and a word is no JSON array, and the log reader's refusal says what kvaudit reads."""
+    with pytest.raises(BadInputError, match=r"neither a kvaudit report nor a vLLM log"):
+        report_from_text(text, "x.toml")
+
+
+@pytest.mark.parametrize("text", ["[1, 2", "[true, {", "[\n  {\"schema\": 1}", "[]x", "[\"a\""])
+def test_a_damaged_json_array_still_gets_the_json_error(text: str) -> None:
+    with pytest.raises(BadInputError, match=r"not valid JSON"):
+        report_from_text(text, "x.json")
