@@ -50,7 +50,7 @@ from kvaudit.schema import (
     SweepPoint,
     Verdict,
 )
-from kvaudit.units import fmt_bytes, fmt_tokens
+from kvaudit.units import fmt_bytes, fmt_tokens, log_gib_rounding
 
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
@@ -249,11 +249,16 @@ def plan_report(measured: Report, edits: Edits) -> Plan:
     geometry, kv_note = _planned_geometry(measured, config)
     if kv_note:
         notes.append(kv_note)
+    # a log's figures are vLLM's GiB to 1 or 2 decimals: what the plan takes from them is that far off either way
+    rounded = measured.source is Source.LOG
+    if rounded:
+        notes.append("the log prints its figures in GiB to 1 or 2 decimals: its KV figure, its device total (times "
+                     "the GMU step) and each edited owner count ± half their last digit in the stated error")
     plan_ranks, reports = [], []
     for rank in measured.ranks:
         figures = _rank_figures(measured, rank, config)
         edited = {o for o, f in figures.items() if f != _measured(rank, o)}
-        plan_rank, rank_report = _planned_rank(rank, figures, edited, config, old.gpu_memory_utilization)
+        plan_rank, rank_report = _planned_rank(rank, figures, edited, config, old.gpu_memory_utilization, rounded)
         plan_ranks.append(plan_rank)
         reports.append(rank_report)
     # As the run sizes KV on CUDA: whole blocks whose tensors' allocator segments fit.
@@ -557,17 +562,23 @@ def _block_table_delta(old: AuditConfig, new: AuditConfig, geometry: KvGeometry 
 
 
 def _planned_rank(rank: RankReport, figures: dict[Owner, Figure], edited: set[Owner], config: AuditConfig,
-                  measured_gmu: float | None) -> tuple[PlanRank, RankReport]:
+                  measured_gmu: float | None, rounded: bool = False) -> tuple[PlanRank, RankReport]:
     """The sizing charge of the measured boot (requested − its KV figure: every owner and reserve,
-    known or not), moved by each edited owner's change."""
+    known or not), moved by each edited owner's change. `rounded`: the measured figures are a log's,
+    printed in GiB to 1 or 2 decimals (a run's are bytes)."""
+    def rounding(value: int | None) -> int:
+        return log_gib_rounding(value) if rounded and value is not None else 0
+
     requested = rank.requested_bytes
     gmu = config.gpu_memory_utilization
+    error = rounding(rank.kv_available_bytes)
     if rank.device_total_bytes is not None and gmu is not None and gmu != measured_gmu:
         requested = requested_bytes(rank.device_total_bytes, gmu)
+        # both requests are the same total times a GMU: its rounding moves by the step
+        error += math.ceil(rounding(rank.device_total_bytes) * abs(gmu - (measured_gmu or 0)))
     # The budget left unused so that whole blocks' segments fit is no owner's: it is not charged.
     charge = (rank.requested_bytes - rank.kv_available_bytes - (rank.kv_segment_rounding_bytes or 0)
               if rank.requested_bytes is not None and rank.kv_available_bytes is not None else None)
-    error = 0
     for owner, fig in figures.items():
         if owner not in edited:
             continue
@@ -576,7 +587,11 @@ def _planned_rank(rank: RankReport, figures: dict[Owner, Figure], edited: set[Ow
             charge = None
             break
         charge = None if charge is None else charge + fig.bytes - old
-        error += fig.error_bytes
+        # the change new − old carries the measured figure's rounding as far as the new one scales it (none where
+        # the edit adds exact bytes to it, all of it where the new figure is unrelated to it); a log's owner may
+        # be the difference of two printed figures (non-torch: consumed − weights), so twice a figure's rounding
+        off = 2 * rounding(old)
+        error += fig.error_bytes + (math.ceil(off * abs(fig.bytes - old) / old) if old > 0 else off)
     for owner, fig in figures.items():
         if owner not in edited:
             error += fig.error_bytes

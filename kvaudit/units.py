@@ -78,6 +78,15 @@ def gib_to_bytes(text: str) -> int:
     return round(float(text) * GiB)
 
 
+def log_gib_rounding(value: int) -> int:
+    """How far a figure a vLLM log printed in GiB (as gib_to_bytes read it) may be from the bytes it
+    stands for: most lines print 2 decimals (`format_gib`: 0.005 GiB either way), some 1 (`Free memory
+    on device (139.1/139.8 GiB)`, `Model loading took 15.0 GiB`: 0.05 GiB). A whole tenth of a GiB
+    may be either, so it counts as 1 decimal: the bound errs on the safe side."""
+    tenths = round(value * 10 / GiB)
+    return round(0.05 * GiB) if value == round(tenths * GiB / 10) else round(0.005 * GiB)
+
+
 def minus(a: int | None, b: int | None) -> int | None:
     """a − b of byte counts either of which may be unknown: unknown (None) then, never 0."""
     return None if a is None or b is None else a - b

@@ -7,6 +7,7 @@ taken from the implementation.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -640,3 +641,37 @@ def test_no_lever_halves_the_batched_tokens_of_whole_prompt_steps():
     chunked = load_report(RESULTS.parents[2] / "configs" / "examples" / "cpu-batch512.json")
     assert "max_num_batched_tokens" in [lv.name for lv in plan_report(chunked, Edits(gpu_memory_utilization=0.05))
                                         .report.capacity.levers]
+
+
+# -- a log's figures are rounded --------------------------------------------------------------
+
+def test_a_plan_from_a_log_counts_the_rounding_of_the_figures_it_moves():
+    # the H200's vLLM 0.33 8B log: `Available KV cache memory: 120.94 GiB` (2 decimals: ± 0.005 GiB) and
+    # `Free memory on device (139.1/139.8 GiB)` (1 decimal: ± 0.05 GiB); a newcomer's plan of it stated
+    # its KV to ± 128 KiB, far finer than the log's own figures
+    from kvaudit.units import GiB, gib_to_bytes
+    log = load_report(Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "gpu-0.33-v2-h200-llama-8b.log")
+    rank = log.ranks[0]
+    assert rank.kv_available_bytes == gib_to_bytes("120.94") and rank.device_total_bytes == gib_to_bytes("139.8")
+    plan = plan_report(log, Edits(gpu_memory_utilization=0.85))
+    kv_rounding, total_rounding = round(0.005 * GiB), round(0.05 * GiB)
+    assert plan.ranks[0].kv_error_bytes == kv_rounding + math.ceil(total_rounding * (0.98 - 0.85))
+    assert any("GiB to 1 or 2 decimals" in n for n in plan.notes)
+    # non-torch is 15.1 − 15.0 GiB (consumed less weights, 1 decimal each); a shorter max_model_len leaves it
+    # and counts the block tables' change as its error: the owner does not move, so its rounding cancels out
+    shorter = plan_report(log, Edits(max_model_len=8192))
+    non_torch = next(f for f in shorter.ranks[0].figures if f.owner is Owner.NON_TORCH)
+    assert non_torch.bytes == rank.owners[Owner.NON_TORCH] == gib_to_bytes("0.1") and non_torch.error_bytes > 0
+    assert shorter.ranks[0].kv_error_bytes == kv_rounding + non_torch.error_bytes
+
+
+def test_a_plan_from_a_run_counts_no_rounding(run1):
+    # a run's figures are bytes: a GMU edit moves no owner, and the KV is exact before whole blocks
+    assert plan_report(run1, Edits(gpu_memory_utilization=0.2)).ranks[0].kv_error_bytes == 0
+
+
+@pytest.mark.parametrize(("printed", "rounding"), [("15.0", 0.05), ("139.8", 0.05), ("120.94", 0.005),
+                                                   ("0.06", 0.005), ("0.10", 0.05), ("0.00", 0.05)])
+def test_a_log_figure_counts_half_its_last_printed_digit(printed, rounding):
+    from kvaudit.units import GiB, gib_to_bytes, log_gib_rounding
+    assert log_gib_rounding(gib_to_bytes(printed)) == round(rounding * GiB)
