@@ -498,7 +498,12 @@ def _usage_error(exc: Exception) -> NoReturn:
         if len(given) == 1 and repr(given[0]) not in message:
             message += f": got {given[0]!r}"
         ctx = getattr(exc, "ctx", None)
-        typer.echo(f"kvaudit: error: {one_line(message)} (see {ctx.command_path if ctx else 'kvaudit'} --help)", err=True)
+        where = ctx.command_path if ctx else "kvaudit"
+        if type(exc).__name__ == "NoSuchOption":  # said as `kvaudit run` says its own (config.check_run_options)
+            near = sorted(getattr(exc, "possibilities", None) or ())
+            message = f"{where} has no option {getattr(exc, 'option_name', '')}" + (
+                f": did you mean {' or '.join(near)}?" if near else "")
+        typer.echo(f"kvaudit: error: {one_line(message)} (see {where} --help)", err=True)
     sys.exit(int(ExitCode.USAGE))
 
 

@@ -244,7 +244,7 @@ def test_the_cli_refuses_with_one_line_and_exit_2_before_booting(cli, monkeypatc
 
 
 @pytest.mark.parametrize("args, text", [
-    (["show", "--bogus", "x.json"], "No such option: --bogus"),
+    (["show", "--bogus", "x.json"], "kvaudit show has no option --bogus (see kvaudit show --help)"),
     (["show"], "Missing"),
     (["diff", "only-one.json"], "Missing"),
     (["run", "--tp", "two"], "two"),

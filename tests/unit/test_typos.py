@@ -72,3 +72,18 @@ def test_the_installed_vllm_s_names_are_read_without_importing_it():
             "'vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.split()
     assert int(out[0]) > 100 and out[1:] == ["True", "True", "True", "False"]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["show", "--formt", "json", "r.json"], "kvaudit show has no option --formt: did you mean --format? "
+                                            "(see kvaudit show --help)"),
+    (["diff", "--jsn", "a", "b"], "kvaudit diff has no option --jsn (see kvaudit diff --help)"),
+    (["plan", "--gmuu", "0.9", "r.json"], "kvaudit plan has no option --gmuu: did you mean --gmu? "
+                                          "(see kvaudit plan --help)"),
+])
+def test_every_verb_refuses_an_option_it_lacks_as_run_does(cli, args, line):
+    # a newcomer met `kvaudit run has no option --gmuu: did you mean --gmu?` but click's `No such option:
+    # --formt (Possible options: --format)` from show: one wording for one mistake
+    result = cli(*args)
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr_lines == [f"kvaudit: error: {line}"]
