@@ -32,6 +32,7 @@ from kvaudit.engines.failures import (
     error_text,
 )
 from kvaudit.engines.logs.knobs import NAMESPACE
+from kvaudit.engines.logs.lines import person_heading
 from kvaudit.schema import COMPILE_HIT, COMPILE_MISS, FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
@@ -851,9 +852,14 @@ def _failure(msg: str) -> Iterable[Fact]:
             (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at) is not None)
     yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo,
                                              needs_death=cause.needs_death))
-    if kind is FailureKind.OOM and (m := _OOM_TOTAL.search(msg)):
+    if kind is not FailureKind.OOM or person_heading(msg):
+        # an issue's title that quotes torch's OOM (`# [Bug]:torch.OutOfMemoryError: … GPU 6 has a total capacity
+        # of 44.53 GiB …`) names no rank: its device total made a rank 0 of it beside the Ray worker whose lines
+        # the body holds (real pastes round twenty-five, vllm#15598); failure_timeline skips its failure alike
+        return
+    if m := _OOM_TOTAL.search(msg):
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(1) or m.group(2)))
-    elif kind is FailureKind.OOM and (m := _ALLOC_OOM_TOTAL.search(msg)):
+    elif m := _ALLOC_OOM_TOTAL.search(msg):
         yield Fact(FactKind.DEVICE_TOTAL, int(m.group(1)))
 
 
@@ -918,6 +924,12 @@ PHASE_OF_CALL: dict[str, Phase] = {
     # distributed/parallel_state.py, which init_worker_distributed_environment calls: the groups and
     # their communicators (NCCL's ncclCommInitRank) made (gpustack#835)
     "ensure_model_parallel_initialized": Phase.BASELINE, "initialize_model_parallel": Phase.BASELINE,
+    # a group's NCCL communicator: made (device_communicators/cuda_communicator.py `PyNcclCommunicator(`) and
+    # initialised (pynccl.py `self.nccl.ncclCommInitRank(`) in the group's __init__, which a paste keeps while it
+    # cuts the frames above (real pastes round twenty-five, trl#3310: two DP engine cores dying there). A
+    # communicator a trainer makes after the start (its weight sync) comes after the boot finished, where no
+    # frame names a phase.
+    "PyNcclCommunicator": Phase.BASELINE, "ncclCommInitRank": Phase.BASELINE,
     "load_model": Phase.LOAD,
     # model_executor/model_loader: the model built (its layers made in its __init__) and its weights read
     "initialize_model": Phase.LOAD, "make_layers": Phase.LOAD, "load_weights": Phase.LOAD,
@@ -998,9 +1010,9 @@ for it in an excerpt)."""
 # traceback's `gpu_worker.py:573 in determine_available_memory` / `-> self.model_runner.profile_run()`,
 # real pastes round fourteen). Only a statement calling the method reads so, at the start of a
 # record or right after its frame's header (a bare traceback's lines joined into one record), not a
-# person's sentence that names it.
+# person's sentence that names it; an annotated assignment too (pynccl.py's `self.comm: ncclComm_t = …`).
 _SOURCE_CALL = re.compile(r"(?:^|(?:, |\.py:\d{1,7} )in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:-> )?"
-                          r"(?:[\w.,\[\] ]{1,120}=[ \t]*)?(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
+                          r"(?:[\w.,:\[\] ]{1,120}=[ \t]*)?(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
 
 
 _RPC_CALL = re.compile(r"\b" + _RPC_CALL_HEAD)

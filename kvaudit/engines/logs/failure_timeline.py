@@ -42,7 +42,15 @@ from kvaudit.engines.logs.facts import (
     FactKind,
     FailureFact,
 )
-from kvaudit.engines.logs.lines import RECORD_TIME_RX, TAG_SEARCH_CHARS, Role, parse_line, proc_tag, record_seconds
+from kvaudit.engines.logs.lines import (
+    RECORD_TIME_RX,
+    TAG_SEARCH_CHARS,
+    Role,
+    parse_line,
+    person_heading,
+    proc_tag,
+    record_seconds,
+)
 from kvaudit.engines.logs.parse import ENV_REPORT, RAY_IP, FileScan
 from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import (
@@ -223,7 +231,7 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
             served[f.file] = last_logged(scan.text, STATS)
             boot_done[f.file] = _server_up_at(scan.text, boot_done[f.file])
         line = scan.text[slice(*bounds(scan.text, f.pos))]
-        if line.lstrip(" \t\ufeff").startswith("#") and not logged(line):
+        if person_heading(line) and not logged(line):
             continue  # a `#` comment or a Markdown heading: a person's words (BuildKit's `#12 3.6 INFO …` is vLLM's)
         if _raised_by_env_report(scan.text, f.pos):
             env_report.append(f)

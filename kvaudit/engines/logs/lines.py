@@ -39,6 +39,13 @@ RECORD_TIME = r"\d\d-\d\d \d\d:\d\d:\d\d"
 RECORD_TIME_RX = re.compile(r"\b" + RECORD_TIME + r"\b")
 
 
+def person_heading(text: str) -> bool:
+    """A line (or an unlogged line's message) that opens with `#`: a shell comment or a Markdown heading, a
+    person's words, as an issue's title pasted above its log (BuildKit's `#12 3.6 INFO …` is a record: its
+    message starts after that head)."""
+    return text.lstrip(" \t\ufeff").startswith("#")
+
+
 def record_seconds(stamp: str) -> int | None:
     """A record time (`MM-DD HH:MM:SS`) in seconds within its year, months taken as 31 days: only
     differences of minutes are read from it. None for a month outside 1–12 (no record time)."""
