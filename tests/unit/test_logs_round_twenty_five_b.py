@@ -127,3 +127,28 @@ def test_an_untagged_core_records_failure_alone_keeps_rank_0() -> None:
             "GiB. GPU 0 has a total capacity of 23.57 GiB of which 1.02 GiB is free.\n")
     report = _report(FLATTENED, line)
     assert report.failure is not None and report.failure.rank == 0
+
+
+# --------------------------------------------------------------------------------------------
+# F4: the DP note quotes the names as the log spells them
+
+
+def test_the_dp_note_quotes_engine_cores_named_without_dp() -> None:
+    """The trl paste, whole. Before: "process names show _DP4, _DP6", names the log does not hold."""
+    assert _report(DP_CORES).warnings == (
+        "data_parallel_size: ≥ 7, size not stated (process names show EngineCore_4, EngineCore_6; one engine core "
+        "per DP rank)",)
+
+
+def test_the_dp_note_keeps_the_suffix_of_engine_cores_named_with_dp() -> None:
+    """Must not fire: 0.9's `EngineCore_DP4` (the trl paste with its engine cores renamed so)."""
+    text = _text(DP_CORES).replace("EngineCore_4 ", "EngineCore_DP4 ").replace("EngineCore_6 ", "EngineCore_DP6 ")
+    assert _report(DP_CORES, text).warnings == (
+        "data_parallel_size: ≥ 7, size not stated (process names show _DP4, _DP6; one engine core per DP rank)",)
+
+
+def test_the_tp_note_keeps_the_workers_suffixes() -> None:
+    """Must not fire: the Ascend paste's `Worker_TP7` names, as before."""
+    assert _report(ASCEND_TP).warnings == (
+        "tensor_parallel_size: ≥ 8, size not stated (worker names show _TP0, _TP2, _TP4, _TP7; vLLM adds the suffix "
+        "only when the group has 2 or more ranks)",)
