@@ -11,6 +11,9 @@ import pytest
 
 from kvaudit.engines.logs import report_from_log_text
 from kvaudit.engines.logs.lines import split_joined_records
+from kvaudit.engines.logs.parse import parse_file
+from kvaudit.engines.logs.ranks import _served_runs
+from kvaudit.errors import BadInputError
 from kvaudit.schema import Report
 
 _DATA = Path(__file__).parent / "data" / "round_twenty_five"
@@ -152,3 +155,50 @@ def test_the_tp_note_keeps_the_workers_suffixes() -> None:
     assert _report(ASCEND_TP).warnings == (
         "tensor_parallel_size: ≥ 8, size not stated (worker names show _TP0, _TP2, _TP4, _TP7; vLLM adds the suffix "
         "only when the group has 2 or more ranks)",)
+
+
+# --------------------------------------------------------------------------------------------
+# F5: a file of more than two runs says how many
+
+
+def test_three_runs_in_one_paste_are_counted_three() -> None:
+    """The vllm#10517 comment, whole. Before: "the logs of two engine runs in one file (served length 20000, then
+    29000)". The third run's load line comes after the second's served length; its own length is cut off."""
+    with pytest.raises(BadInputError) as refused:
+        _report(THREE_RUNS)
+    assert str(refused.value) == (
+        f"{THREE_RUNS}: the logs of three engine runs in one file (served length 20000, then 29000, then one the log "
+        f"does not state): split it and ingest each run on its own, or compare them with kvaudit diff")
+
+
+def test_two_runs_in_one_paste_are_still_two() -> None:
+    """Must not fire: the comment cut before its third block."""
+    text = _text(THREE_RUNS)
+    with pytest.raises(BadInputError) as refused:
+        _report(THREE_RUNS, text[:text.index("35k - OK")])
+    assert str(refused.value) == (
+        f"{THREE_RUNS}: the logs of two engine runs in one file (served length 20000, then 29000): split it and "
+        f"ingest each run on its own, or compare them with kvaudit diff")
+
+
+_TP_BOOT = """(Worker_TP0 pid=101) INFO 12-02 10:00:00 [gpu_model_runner.py:1186] Model loading took 7.49 GiB and 9.1 seconds
+(Worker_TP1 pid=102) INFO 12-02 10:00:00 [gpu_model_runner.py:1186] Model loading took 7.49 GiB and 9.2 seconds
+(EngineCore_DP0 pid=100) INFO 12-02 10:00:30 [kv_cache_utils.py:1087] Maximum concurrency for {n} tokens per request: 1.56x
+"""
+
+
+def test_tp_workers_each_printing_the_load_line_are_one_run() -> None:
+    """Must not fire: two TP boots, each worker printing `Model loading took` once: two runs, not four."""
+    text = _TP_BOOT.format(n=20000) + _TP_BOOT.format(n=29000).replace("pid=10", "pid=20")
+    assert _served_runs(parse_file(_TP_BOOT.format(n=20000), "x")) == [20000]
+    with pytest.raises(BadInputError, match=r"the logs of two engine runs in one file \(served length 20000, then "
+                                            r"29000\)"):
+        _report(THREE_RUNS, text)
+
+
+def test_untagged_load_lines_before_one_served_length_are_one_run() -> None:
+    """Must not fire: V0's driver and a worker whose tag the paste dropped each print the load line in one boot."""
+    boot = ("INFO 12-02 10:00:00 model_runner.py:1072] Loading model weights took 14.9888 GB\n"
+            "INFO 12-02 10:00:00 model_runner.py:1072] Loading model weights took 14.9888 GB\n"
+            "INFO 12-02 10:00:30 executor_base.py:110] Maximum concurrency for {n} tokens per request: 1.56x\n")
+    assert _served_runs(parse_file(boot.format(n=20000) + boot.format(n=29000), "x")) == [20000, 29000]
