@@ -110,6 +110,14 @@ def test_an_untagged_workers_failure_in_a_world_of_one_is_rank_0() -> None:
     assert (report.failure.message, report.failure.rank) == (_NCCL_ERROR, 0)
 
 
+def test_an_untagged_workers_failure_on_vllms_cpu_platform_is_rank_0() -> None:
+    """Must not fire: vLLM's CPU platform runs the mp executor for a world of 1 too."""
+    text = f"INFO 11-04 18:02:50 [__init__.py:235] Automatically detected platform cpu.\n{_WORKER_ERROR}\n"
+    report = _report(FLATTENED, text)
+    assert report.failure is not None
+    assert (report.failure.message, report.failure.rank) == (_NCCL_ERROR, 0)
+
+
 @pytest.mark.parametrize(("name", "rank", "message"), [
     (V0_UNTAGGED, 0, "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
                      "when initializing the engine."),
