@@ -52,7 +52,7 @@ from kvaudit.engines.logs.lines import (
     record_seconds,
 )
 from kvaudit.engines.logs.parse import ENV_REPORT, RAY_IP, FileScan
-from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, parallel_sizes, rank_of_proc, untagged
+from kvaudit.engines.logs.ranks import Boot, Located, boot_layout, engine_first, parallel_sizes, rank_of_proc, untagged
 from kvaudit.engines.logs.scan import (
     BOOT_DONE,
     FRAME_WINDOW,
@@ -343,7 +343,7 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
         rank = scan.v0_ranks.get(int(died.group(1)))  # V0's monitor: a non-driver worker, by its pid
     elif root.pid is None and value.rank is not None:
         rank = value.rank  # torch.distributed's `[rank3]:` prefix on the frames
-    elif rank is None and (world_size == 1 or untagged(boot)) and engines == 1:
+    elif rank is None and (world_size == 1 or (untagged(boot) and not _workers_record(boot, root))) and engines == 1:
         rank = 0  # one rank, unless several data-parallel engines each have theirs (which, the name does not say)
     feasible = None
     if value.kind is FailureKind.DOES_NOT_FIT:
@@ -745,6 +745,23 @@ def _dumped_after(marks: _Marks, f: Located, one_engine: bool) -> bool:
         return False
     done = marks.first_logged(BOOT_DONE, f.pos, pid)
     return done is None or done > dump
+
+
+MULTIPROC_EXECUTOR = "multiproc_executor.py"
+"""V1's multiprocess executor (vllm/v1/executor/multiproc_executor.py), whose WorkerProc logs a worker's
+exception."""
+
+
+def _workers_record(boot: Boot, root: Located) -> bool:
+    """Whether an untagged failure's record is multiproc_executor.py's: V1's WorkerProc (`WorkerProc hit an
+    exception.` and the traceback it logs), or the executor that runs them. On a GPU vLLM picks that executor by
+    default only for a world of 2 ranks or more (ParallelConfig: `uni` for a world of 1), so the record names no
+    rank, and an untagged log's "one process, rank 0" does not hold (real pastes round twenty-five, vllm#21661:
+    `ERROR … [v1/executor/multiproc_executor.py:597] RuntimeError: NCCL error: unhandled cuda error` was "crash on
+    rank 0", while the paste's one device is the NCCL lines' `[1]`). A log that states a world of 1 (the executor
+    forced), or vLLM's CPU platform (which always runs it), keeps rank 0."""
+    return (root.pid is None and root.src is not None and re.split(r"[/\\]", root.src)[-1] == MULTIPROC_EXECUTOR
+            and str(engine_first(boot.engine, FactKind.PLATFORM)).lower() != "cpu")
 
 
 _DIED_V0_WORKER = re.compile(r"\bWorker VllmWorkerProcess pid (\d{1,9}) died\b")

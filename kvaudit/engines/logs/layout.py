@@ -87,6 +87,11 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
     `VllmWorkerProcess` pids seen (beside its driver, rank 0)."""
     named = {n: proc_tag(n) for n in sorted(set(names))}
     tags = list(named.values())
+    # 0.8's engine cores are `EngineCore_4`, with no DP in the name (lines._ENGINE_INDEX): a note quotes them
+    # so, not as `_DP4` (real pastes round twenty-five, trl#3310: "process names show _DP4, _DP6"), unless another
+    # name spells that rank `_DP4` (`EngineCore_DP4`, `Worker_DP4_TP0`)
+    cores = {t.dp: n for n, t in named.items() if t.role is Role.ENGINE and n == f"EngineCore_{t.dp}"}
+    bare_cores = {i: n for i, n in cores.items() if not any(t.dp == i and m != n for m, t in named.items())}
     workers = [t for t in tags if t.role is Role.WORKER and not t.provisional and not t.ray]
     named = {n: t for n, t in named.items() if t in workers}
     uni = (engine_ran_a_rank and any(t.role is Role.ENGINE for t in tags)
@@ -129,8 +134,9 @@ def layout(names: Iterable[str], stated: Sequence[tuple[str, Mapping[str, Any]]]
             elif not seen and defaults:
                 value, source = 1, _DEFAULT
         if value is None and seen:  # DP only bounded: an engine of its own per rank, perhaps on another node
+            quoted = [bare_cores[i] if dim == "dp" and i in bare_cores else f"_{LABELS[dim]}{i}" for i in seen[:8]]
             notes.append(f"{key}: ≥ {at_least}, size not stated ({word} names show "
-                         f"{', '.join('_' + LABELS[dim] + str(i) for i in seen[:8])}"
+                         f"{', '.join(quoted)}"
                          f"{' …' if len(seen) > 8 else ''}; {why})")
         if value is not None and value < at_least:
             notes.append(f"{key} {value} ({source}) is below what the {word} names show (≥ {at_least})"

@@ -90,14 +90,21 @@ def bare_records(text: str, most: int = 10_000) -> int:
 TAG_SEARCH_CHARS = 400
 """How far into a line the process tag may sit (container prefixes are short)."""
 
+NCCL_RECORD = r"[\w.\-]{1,64}:\d{1,7}:\d{1,7} \[\d{1,3}\] NCCL (?:INFO|WARN|ERROR)\b"
+"""The head of NCCL's own debug record (NCCL_DEBUG=INFO: `host:pid:tid [cuda device] NCCL INFO …`), which NCCL
+prints to the process's stdout beside vLLM's records, with no level-time-file prefix of vLLM's."""
+
 # A log viewer that runs a paste's records together on one line (Modal's: `Aug 04  00:35:11.716 |
 # ERROR 08-04 07:35:11 [core.py:515] EngineCore failed to start. ERROR 08-04 07:35:11
 # [core.py:515] Traceback (most recent call last): ERROR …`, modal-examples#1318): each record head
 # after the line's first, with its chain of process tags where it has one (MAX_NESTED_TAGS), starts
-# a record of its own.
+# a record of its own; an NCCL debug record's head too (real pastes round twenty-five, vllm#21661: a
+# paste whose line breaks became spaces, `… RuntimeError: NCCL error: unhandled cuda error (run with
+# NCCL_DEBUG=INFO for details) 02fdc141b80d:213:213 [1] NCCL INFO cudaDriverVersion 12080 …`, was
+# the failure's message).
 _JOINED_HEAD = re.compile(r"(?<=\S)[ \t]+(?=(?P<record>(?:[(\[][A-Za-z][\w.:\-]{0,160}(?: [\w.=\-]{1,40}){0,3} "
                           r"pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?[)\]][ \t]+){0," + str(MAX_NESTED_TAGS) + "}"
-                          + _RECORD_HEAD + "))")
+                          + "(?:" + _RECORD_HEAD + "|(?P<nccl>" + NCCL_RECORD + "))))")
 _HEAD_CHARS = 260
 """The longest record head _RECORD_HEAD matches (a 200-character file name and its line number)."""
 
@@ -115,33 +122,35 @@ def split_joined_records(text: str) -> tuple[str, int]:
     tags is a whole log flattened onto it (an issue copied by a wiki mirror, real pastes round nineteen:
     `### Your current environment … vllm serve … (Worker_TP1_EP1 pid=96931) ERROR … WorkerProc hit an
     exception. (Worker pid=96931) …`): each record on it, the first included, tagged or not, is split
-    off. A `\r` ends a line as a `\n` does. One pass; each line's start looked at once."""
+    off. A `\r` ends a line as a `\n` does. One pass; each line's start looked at once. NCCL's debug
+    records (NCCL_RECORD) are split off as vLLM's are, and not counted: the count is of vLLM's records."""
     out: list[str] = []
-    done = 0
+    done = nccl = 0
     for line, heads in _heads_by_line(text):
-        start, end, tagged = heads[0]
+        start, end, tagged, _ = heads[0]
         own = _UNTAGGED_HEAD.search(text, line, min(start, line + TAG_SEARCH_CHARS + _HEAD_CHARS))
         first_at = own.start() if own is not None else end  # the line's first record head
-        cuts: list[tuple[int, int]] = []
-        if first_at - line > PROSE_LEAD and sum(t for _, _, t in heads) >= 2:
-            cuts = [(s, e) for s, e, _ in heads]  # a flattened log after a person's words: every record
+        cuts: list[tuple[int, int, bool]] = []
+        if first_at - line > PROSE_LEAD and sum(t for _, _, t, _ in heads) >= 2:
+            cuts = [(s, e, n) for s, e, _, n in heads]  # a flattened log after a person's words: every record
         elif own is not None and own.start() - line <= TAG_SEARCH_CHARS:
-            cuts = [(s, e) for s, e, _ in heads]  # the line's own head is before the first joined one
+            cuts = [(s, e, n) for s, e, _, n in heads]  # the line's own head is before the first joined one
         elif own is None and end - line <= TAG_SEARCH_CHARS:
-            cuts = [(s, e) for s, e, _ in heads[1:]]  # the first joined head is the line's own
-        for s, e in cuts:
+            cuts = [(s, e, n) for s, e, _, n in heads[1:]]  # the first joined head is the line's own
+        for s, e, is_nccl in cuts:
             out += [text[done:s], "\n"]
             done = e
+            nccl += is_nccl
     if not out:
         return text, 0
-    return "".join(out) + text[done:], len(out) // 2
+    return "".join(out) + text[done:], len(out) // 2 - nccl
 
 
-def _heads_by_line(text: str) -> Iterator[tuple[int, list[tuple[int, int, bool]]]]:
+def _heads_by_line(text: str) -> Iterator[tuple[int, list[tuple[int, int, bool, bool]]]]:
     """Each line that holds a joined record head: (its start, [(the blank before each head, the head's
-    start, whether the head has a process tag)])."""
+    start, whether the head has a process tag, whether it is NCCL's)])."""
     line: int | None = None
-    heads: list[tuple[int, int, bool]] = []
+    heads: list[tuple[int, int, bool, bool]] = []
     seen = 0
     for m in _JOINED_HEAD.finditer(text):
         if m.start() < seen:  # the blank between a record's process tag and its level
@@ -155,7 +164,7 @@ def _heads_by_line(text: str) -> Iterator[tuple[int, list[tuple[int, int, bool]]
                 brk = max(text.rfind("\n", 0, m.start()), text.rfind("\r", 0, m.start()))
             line, heads = brk + 1, []
         seen = m.end("record")
-        heads.append((m.start(), m.end(), text[m.end()] in "(["))
+        heads.append((m.start(), m.end(), text[m.end()] in "([", m.group("nccl") is not None))
     if heads:
         yield line, heads  # type: ignore[misc]
 

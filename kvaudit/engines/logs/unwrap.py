@@ -6,7 +6,9 @@ by an e-mail client or a markdown renderer (at a space, the rest indented or not
 head line and the continuation lines that follow it. A line is a head when it begins like a log
 record: a process tag `(Worker_TP0 pid=1)` or vLLM's level-time-file prefix near its start, a
 level, a timestamp, a `[file.py:N]` tag, an exception name (`ValueError:`), `Traceback`, a shell's
-job notice (`run.sh: line 3: 1234 Killed …`), a pasted `vllm serve` command. Any other line
+job notice (`run.sh: line 3: 1234 Killed …`), a pasted `vllm serve` command, NCCL's debug record
+(`02fdc141b80d:213:213 [1] NCCL INFO …`: its host name's lower-case letter or digit would continue the
+record above it, the failure's message in real pastes round twenty-five, vllm#21661). Any other line
 continues the record above it when it is indented deeper than the head, begins as the rest of a
 sentence (a lower-case letter, a digit, punctuation), follows a line that breaks off mid-sentence
 (after `,`, `(` or a word such as `the` or `than`), or follows a line cut at the excerpt's fixed
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kvaudit.engines.failures import EXCEPTION_NAME, SHELL_JOB_NOTICE
-from kvaudit.engines.logs.lines import LEVELS, has_prefix
+from kvaudit.engines.logs.lines import LEVELS, NCCL_RECORD, has_prefix
 from kvaudit.printable import marked_figure
 
 MAX_RECORD_LINES = 16
@@ -72,6 +74,7 @@ _HEAD_MARK = re.compile(
     + r"|" + EXCEPTION_NAME + r"(?::|$)"
     + r"|" + SHELL_JOB_NOTICE                                    # a shell's job notice: `run.sh: line 3: 1234 Killed …`
     + r"|vllm serve |python3? -m vllm\."                        # a pasted command (`I ran:` then `vllm serve M …`)
+    + r"|" + NCCL_RECORD                                         # NCCL's debug record (`host:213:213 [1] NCCL INFO …`)
     + r"|Traceback \(most recent|File \"|During handling of|The above exception")
 _ELISION = re.compile(r"[ \t]*(?:\.{3,}|…+|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)|<(?:snip|\.{3}|…)>)[ \t]*")
 """A line that is only the paste's mark of lines left out (`...`, `…`, `[...]`, `<snip>`): it ends
