@@ -284,17 +284,21 @@ COLD_COMPILE = "vLLM compiled the model in this boot"
 def compile_cache_warning(ranks: Sequence[RankReport], cap: Capacity) -> list[str]:
     """Where safe flags come from a boot that compiled the model (compile_cache miss or partial): a restart
     that loads the compiled graphs from vLLM's cache can hold more than this boot did, which the flags
-    do not cover. Measured on the H100 (vLLM 0.34.0, 2026-12-07): DeepSeek-V3 dims with MTP held 2.25 GiB
-    more after vLLM's profile with the cache warm (its KV 2.10 GiB less); Llama-3.1-8B and
-    DeepSeek-V2-Lite held the same."""
+    do not cover. Measured on the H100 (2026-12-07): DeepSeek-V3 dims with MTP held 2.25 GiB more after
+    vLLM's profile with the cache warm on vLLM 0.34.0 (its KV 2.10 GiB less), 2.35 GiB more on 0.26.0;
+    Llama-3.1-8B and DeepSeek-V2-Lite held the same (0.34.0)."""
     cold = [r for r in ranks if r.compile_cache in (COMPILE_MISS, COMPILE_PARTIAL)]
     if not cold or not cap.safe_serve_flags:
         return []
     which = "every rank" if len(cold) == len(ranks) > 1 else ", ".join(_rank_name(r) for r in cold)
-    return [f"{COLD_COMPILE} ({which}: vLLM's torch.compile cache did not hold it): a restart that loads it "
+    held = ("did not hold it" if all(r.compile_cache == COMPILE_MISS for r in cold)
+            else "held it in part" if all(r.compile_cache == COMPILE_PARTIAL for r in cold)
+            else "did not hold it, or in part")
+    return [f"{COLD_COMPILE} ({which}: vLLM's torch.compile cache {held}): a restart that loads it "
             f"from the cache can hold more memory after vLLM's profile (2.25 GiB more on DeepSeek-V3 dims with MTP, "
-            f"H100, vLLM 0.34.0), which the safe flags do not cover: boot again now that the cache is warm "
-            f"(`kvaudit run` once more, or with --repeat 2: the flags take the fewest safe bytes of the boots)"]
+            f"H100, vLLM 0.34.0; 2.35 GiB on 0.26.0), which the safe flags do not cover: boot again now that the "
+            f"cache is warm (`kvaudit run` once more, or with --repeat 2: the flags take the fewest safe bytes of "
+            f"the boots)"]
 
 
 def _rank_name(rank: RankReport) -> str:

@@ -17,7 +17,17 @@ from dataclasses import replace
 
 from kvaudit.assemble import COLD_COMPILE
 from kvaudit.capacity import safe_kv_bytes
-from kvaudit.schema import COMPILE_HIT, Owner, OwnerSpread, Repeat, RepeatBoot, Report, Verdict, boot_compile_cache
+from kvaudit.schema import (
+    COMPILE_HIT,
+    COMPILE_PARTIAL,
+    Owner,
+    OwnerSpread,
+    Repeat,
+    RepeatBoot,
+    Report,
+    Verdict,
+    boot_compile_cache,
+)
 from kvaudit.units import fmt_tokens
 
 
@@ -85,7 +95,12 @@ def combine(reports: Sequence[Report], *, boots: int, cold: bool) -> Report:
         note += (f"; its --kv-cache-memory-bytes lowered to {fewest}, the fewest safe bytes of any boot "
                  f"(boot {safe.index(fewest) + 1})")
     warnings = chosen.warnings
-    if any(r.compile_cache == COMPILE_HIT for report in reports for r in report.ranks):
-        # a boot loaded vLLM's compile cache: the fewest safe bytes above cover a restart that does
+    if any(r.compile_cache == COMPILE_HIT for report in reports for r in report.ranks) or not cold and any(
+            r.compile_cache == COMPILE_PARTIAL for report in reports[1:] for r in report.ranks):
+        # a boot loaded vLLM's compile cache: the fewest safe bytes above cover a restart that does. A later boot
+        # in the caches the first one filled is that restart, though vLLM counts some graphs as compiled in it:
+        # vLLM 0.26 loads the AOT artifact and still runs inductor, from its cache, for the pieces (`Directly load
+        # AOT compilation …` beside `Compiling a graph … takes 0.51 s`; H100, DeepSeek-V3 dims with MTP: 2.35 GiB
+        # more held after the profile than the first boot, as 0.34's warm boots)
         warnings = tuple(w for w in warnings if not w.startswith(COLD_COMPILE))
     return replace(chosen, capacity=capacity, repeat=section, warnings=(*warnings, note))

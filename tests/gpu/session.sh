@@ -26,6 +26,9 @@ site=${KVAUDIT_SITE:-/tmp/site}
 [ -d "$site/nvidia_cutlass_dsl/dsl_packages" ] && site=$site/nvidia_cutlass_dsl/dsl_packages:$site
 export PYTHONPATH=$site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 res=$OUT/results; mkdir -p "$res"
+# the card in the result files' names (h200-…, h100-…): the device tool lends either
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -oiE 'h[0-9]{3}' | head -n 1 | tr 'H' 'h')
+card=${card:-gpu}
 export KVAUDIT_GPU_RESULTS=$res
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } > "$res/env-$stage.txt" 2>&1
 case $stage in
@@ -40,14 +43,14 @@ case $stage in
 esac
 if [ "$stage" = trace ]; then
   timeout ${STAGE_TIMEOUT:-380} python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -p no:cacheprovider 2>&1 | tee "$res/pytest-trace.txt"
-  timeout 150 python3 tests/benchmarks/bench_trace.py --pairs 2 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
+  timeout 150 python3 tests/benchmarks/bench_trace.py --pairs 2 --json "$res/$card-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
 elif [ "$stage" = trace-selftest ]; then
   timeout 120 python3 -m pytest -q -rA tests/gpu/test_trace_gpu.py -k planted -p no:cacheprovider 2>&1 | tee "$res/pytest-trace-selftest.txt"
-  timeout 200 python3 tests/benchmarks/bench_trace.py --pairs 3 --json "$res/h200-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
-  timeout 120 python3 tests/benchmarks/probe_trace.py --out /tmp untraced traced > "$res/h200-probe-trace.jsonl"
+  timeout 200 python3 tests/benchmarks/bench_trace.py --pairs 3 --json "$res/$card-bench-trace.json" 2>&1 | tee "$res/bench-trace.txt"
+  timeout 120 python3 tests/benchmarks/probe_trace.py --out /tmp untraced traced > "$res/$card-probe-trace.jsonl"
 elif [ "$stage" = release-a ]; then
   ver=$(python3 -c 'import vllm; print(vllm.__version__)')
-  timeout 60 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/h200-contract-vllm$ver.txt"
+  timeout 60 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/$card-contract-vllm$ver.txt"
   MATRIX_TIMEOUT=${EMBEDDED_TIMEOUT:-220} timeout 280 python3 tests/gpu/proof.py matrix "$res" embedded-mtp 2>&1 | tee "$res/matrix-$ver.txt"
   timeout ${STAGE_TIMEOUT:-300} python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k dense_8b -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
   stage=$stage-$ver
@@ -64,14 +67,14 @@ elif [ "$stage" = real1 ]; then
 elif [ "$stage" = real2 ]; then
   timeout 330 python3 -m pytest -q -rA tests/gpu/test_real_scale_gpu.py -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
   timeout 90 python3 -m pytest -q -rA tests/gpu/test_selftest_gpu.py -k retained -p no:cacheprovider 2>&1 | tee "$res/pytest-retained.txt"
-  timeout 60 python3 tests/gpu/record_pool_snapshot.py "$res/h200-pool-snapshot.json" 2>&1 | tail -3
+  timeout 60 python3 tests/gpu/record_pool_snapshot.py "$res/$card-pool-snapshot.json" 2>&1 | tail -3
 elif [ "$stage" = bench ]; then
-  timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/h200-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
+  timeout 560 python3 tests/benchmarks/bench_run.py --gmu 0.9 --orders pkkp --json "$res/$card-bench-run.json" 2>&1 | tee "$res/bench-run.txt"
 elif [ "$stage" = matrix ]; then
   shift
   ver=$(python3 -c 'import vllm; print(vllm.__version__)')
   timeout ${STAGE_TIMEOUT:-1000} python3 tests/gpu/proof.py matrix "$res" "$@" 2>&1 | tee "$res/matrix-$ver.txt"
-  timeout 90 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/h200-contract-vllm$ver.txt"
+  timeout 90 python3 -m pytest -q tests/vllm/test_contract.py -p no:cacheprovider 2>&1 | tee "$res/$card-contract-vllm$ver.txt"
   stage=matrix-$ver
 elif [ "$stage" = plan ] || [ "$stage" = plan-edits ] || [ "$stage" = plan-solve ]; then
   shift
@@ -80,7 +83,7 @@ elif [ "$stage" = bench-sweep ]; then
   # the cost of --sweep at real dimensions: kvaudit run, then --sweep (BENCH_ORDERS=kssk for a balanced order)
   timeout ${STAGE_TIMEOUT:-560} python3 tests/benchmarks/bench_run.py --model tests/gpu/models/llama-3.2-1b \
     --dummy-weights --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
-    --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders ${BENCH_ORDERS:-ks} --json "$res/h200-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
+    --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --orders ${BENCH_ORDERS:-ks} --json "$res/$card-bench-sweep.json" 2>&1 | tee "$res/bench-sweep.txt"
 elif [ "$stage" = bench-real ]; then
   model=${2:?model} sizes=${3:?small|default}  # [gc-on]
   [ "$sizes" = small ] && list=1,2,4,8,16,24,32,48,64 || list=default
@@ -91,7 +94,7 @@ elif [ "$stage" = bench-real ]; then
   timeout ${STAGE_TIMEOUT:-1500} python3 tests/benchmarks/bench_run.py --model "tests/gpu/models/$model" --dummy-weights \
     "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
     --cudagraph-sizes "$list" --orders ${BENCH_ORDERS:-pkkp} \
-    --json "$res/h200-bench-run-$model-$sizes$gc-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes$gc.txt"
+    --json "$res/$card-bench-run-$model-$sizes$gc-vllm$ver.json" 2>&1 | tee "$res/bench-run-$model-$sizes$gc.txt"
   stage=bench-real-$model-$sizes$gc
 elif [ "$stage" = cold-warm ]; then
   # issue 28: one `kvaudit run --repeat 2` of MODEL in caches of its own, empty at the start: boot 1 compiles
@@ -103,7 +106,7 @@ elif [ "$stage" = cold-warm ]; then
   for kv in "$@"; do export "$kv"; tag="$tag-${kv%%=*}-${kv#*=}"; done
   caches=$(mktemp -d); export VLLM_CACHE_ROOT=$caches/vllm TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton
   ver=$(python3 -c 'import vllm; print(vllm.__version__)')
-  name=h200-cold-warm-$model$tag-vllm$ver
+  name=$card-cold-warm-$model$tag-vllm$ver
   timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" \
     --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 --max-num-batched-tokens 8192 \
     --cudagraph-sizes 1,2,4,8,16,24,32,48,64 --repeat 2 -o "$res/$name.json" --log "$res/$name.log" \
@@ -117,7 +120,7 @@ elif [ "$stage" = profile-real ]; then
   mtp=(); [ "$model" = deepseek-v3-2layer-mtp ] && mtp=(--mtp 1)
   KVAUDIT_PROFILE_DIR=$res/profile-$model timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run \
     --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 \
-    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-profile-$model.json" \
+    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/$card-profile-$model.json" \
     > "$res/profile-$model.txt" 2>&1
   stage=profile-real-$model
 elif [ "$stage" = gc-check ]; then
@@ -128,16 +131,16 @@ elif [ "$stage" = gc-check ]; then
   mtp=(); [ "$model" = deepseek-v3-2layer-mtp ] && mtp=(--mtp 1)
   KVAUDIT_GC_SECTIONS=check timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run \
     --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 \
-    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-gc-check-$model.json" \
+    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/$card-gc-check-$model.json" \
     > "$res/gc-check-$model.txt" 2>&1
-  grep -o 'gc check ([^)]*): [^;]*; [^"]*missed[^;"]*' "$res/h200-gc-check-$model.json" | tee "$res/gc-check-$model-notes.txt"
+  grep -o 'gc check ([^)]*): [^;]*; [^"]*missed[^;"]*' "$res/$card-gc-check-$model.json" | tee "$res/gc-check-$model-notes.txt"
   # then the same boot with the sections on, as a default would run them: its KV against the check's (whose
   # readings follow a full collection, so equal to the full measurement's)
   KVAUDIT_GC_SECTIONS=on timeout ${STAGE_TIMEOUT:-570} python3 -m kvaudit run \
     --model "tests/gpu/models/$model" --dummy-weights "${mtp[@]}" --gmu 0.98 --max-model-len 32768 --max-num-seqs 16 \
-    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/h200-gc-on-$model.json" \
+    --max-num-batched-tokens 8192 --cudagraph-sizes 1,2,4,8,16,24,32,48,64 -o "$res/$card-gc-on-$model.json" \
     > "$res/gc-on-$model.txt" 2>&1
-  python3 - "$res/h200-gc-check-$model.json" "$res/h200-gc-on-$model.json" <<'PY' | tee -a "$res/gc-check-$model-notes.txt"
+  python3 - "$res/$card-gc-check-$model.json" "$res/$card-gc-on-$model.json" <<'PY' | tee -a "$res/gc-check-$model-notes.txt"
 import json, sys
 kv = [(json.load(open(p)).get("capacity") or {}).get("kv_tokens") for p in sys.argv[1:]]
 print(f"KV tokens: check {kv[0]}, on {kv[1]}: {'equal' if kv[0] == kv[1] else 'DIFFERENT'}")
@@ -172,4 +175,4 @@ else
   timeout ${STAGE_TIMEOUT:-570} python3 -m pytest -q -rA tests/gpu -k "$sel" -p no:cacheprovider 2>&1 | tee "$res/pytest-$stage.txt"
 fi
 tar -czf "$OUT/results-$stage.tar.gz" -C "$OUT" results
-tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/profile-*.txt "$res"/cold-warm*.txt "$res"/*.jsonl "$res"/matrix-*.txt "$res"/plan*.txt "$res"/h200-contract-*.txt 2>/dev/null > "$OUT/summary-$stage.txt"
+tail -30 "$res"/pytest-*.txt "$res"/bench-*.txt "$res"/profile-*.txt "$res"/cold-warm*.txt "$res"/*.jsonl "$res"/matrix-*.txt "$res"/plan*.txt "$res"/$card-contract-*.txt 2>/dev/null > "$OUT/summary-$stage.txt"

@@ -187,3 +187,32 @@ def test_each_release_s_wording(line, states):
     from kvaudit.engines.logs.facts import FactKind, facts_from_message
     facts = [f.value for f in facts_from_message(line) if f.kind is FactKind.COMPILE]
     assert facts == states
+
+
+COLD_MTP_026 = RESULTS / "h100-cold-warm-deepseek-v3-2layer-mtp-mtp-vllm0.26.0-2026-12-07.boot1.log"
+WARM_MTP_026 = RESULTS / "h100-cold-warm-deepseek-v3-2layer-mtp-mtp-vllm0.26.0-2026-12-07.boot2.log"
+
+
+def test_a_warm_026_boot_loads_its_aot_artifact_and_still_compiles_pieces():
+    # vLLM 0.26.0 on an H100, `kvaudit run --repeat 2` in fresh caches: boot 1 `Compiling a graph for compile range
+    # (1, 8192) takes 13.62 s`; boot 2 `Directly load AOT compilation from path …` and `Compiling a graph … takes
+    # 0.51 s` (inductor's own cache): partial, as vLLM's counters say in the run
+    cold, warm = from_log(COLD_MTP_026), from_log(WARM_MTP_026)
+    assert [r.compile_cache for r in (*cold.ranks, *warm.ranks)] == ["miss", "partial"]
+
+
+def test_a_later_boot_that_loaded_in_part_is_the_restart_the_warning_is_about():
+    # the same two boots' states: boot 2 held 2.35 GiB more after the profile (torch_other 2.28 → 4.62 GiB), its
+    # safe bytes the fewest; the flags cover it, so the cold-boot warning is dropped (it stayed before)
+    cold = with_state(base(), "miss", safe=gib(2))
+    cold = replace(cold, warnings=(*cold.warnings, *compile_cache_warning(cold.ranks, cold.capacity)))
+    partial = with_state(base(), "partial", safe=gib(2) - 64 * MiB)
+    partial = replace(partial, warnings=(*partial.warnings, *compile_cache_warning(partial.ranks, partial.capacity)))
+    assert [w for w in partial.warnings if "vLLM's torch.compile cache held it in part" in w] != []
+    both = combine([cold, partial], boots=2, cold=False)
+    assert not [w for w in both.warnings if w.startswith(COLD_COMPILE)]
+    # a first boot that loaded in part says nothing of a restart, nor does a --cold boot in emptied caches
+    first = combine([partial, cold], boots=2, cold=False)
+    assert len([w for w in first.warnings if w.startswith(COLD_COMPILE)]) == 1
+    emptied = combine([cold, partial], boots=2, cold=True)
+    assert len([w for w in emptied.warnings if w.startswith(COLD_COMPILE)]) == 1
