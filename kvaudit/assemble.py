@@ -19,6 +19,7 @@ from kvaudit.capacity import (
     allocator_env,
     capacity,
     kv_not_served,
+    kv_shortfall,
     node_summaries,
     over_committed,
     overcommit_bytes,
@@ -381,9 +382,7 @@ def _does_not_fit(cap: Capacity, config: AuditConfig) -> str:
         left = "no memory" if cap.kv_available_bytes is None else fmt_gib(cap.kv_available_bytes)
         return (f"no request fits: {left} is left for KV{_on_rank(cap)}; "
                 f"raise --gmu or free memory from the other owners")
-    # vLLM's check keeps one block back (the null block), so that much more must be freed.
-    short = (cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
-             if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None else None)
+    short = kv_shortfall(cap)
     where = _on_rank(cap)
     if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None:
         text = (f"does not fit: max_model_len {length} needs {fmt_gib(cap.kv_needed_bytes)} KV, "

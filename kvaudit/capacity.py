@@ -249,6 +249,14 @@ def _tokens_in(geometry: KvGeometry | None, freed: int | None) -> int | None:
     return (freed // geometry.bytes_per_block) * geometry.tokens_per_block
 
 
+def kv_shortfall(cap: Capacity) -> int | None:
+    """How much more KV max_model_len needs than the binding rank has: its bytes and the block vLLM's check
+    keeps back (the null block; none counted where the block is unknown), less the KV available."""
+    if cap.kv_needed_bytes is None or cap.kv_available_bytes is None:
+        return None
+    return cap.kv_needed_bytes + (cap.kv_bytes_per_block or 0) - cap.kv_available_bytes
+
+
 def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankReport], config: AuditConfig,
                    geometry: KvGeometry | None, graph_bytes_per_size: int | None, *,
                    serve_sizes_after_warmup: bool = False) -> tuple[Lever, ...]:
@@ -257,9 +265,8 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
     what it frees is sizing from the profile's, and with the extensible cache the GMU is a cap."""
     levers: list[Lever] = []
     device_total = binding.device_total_bytes
-    shortfall = None
-    if cap.kv_needed_bytes is not None and cap.kv_available_bytes is not None and geometry is not None:
-        shortfall = max(cap.kv_needed_bytes + geometry.bytes_per_block - cap.kv_available_bytes, 0)
+    short = kv_shortfall(cap)
+    shortfall = None if short is None else max(short, 0)
     overcommit = overcommit_bytes(ranks)
     if overcommit > 0:
         shortfall = max(shortfall or 0, overcommit)
@@ -312,6 +319,12 @@ def compute_levers(cap: Capacity, binding: RankReport, ranks: Sequence[RankRepor
         levers.append(Lever("max_num_batched_tokens", f"--max-num-batched-tokens={half}", freed,
                             _tokens_in(geometry, freed),
                             "estimate: the profile's transient scales about linearly with batched tokens"))
+    if shortfall:
+        # a lever that frees less than the config is short of makes it fit only beside others (a newcomer read
+        # `--enforce-eager frees 1.25 GiB` under `free 2.25 GiB` as the fix)
+        levers = [replace(lv, note=f"{lv.note}; not enough alone: the config is {fmt_gib(shortfall)} short")
+                  if lv.name != "max_model_len" and lv.frees_bytes is not None and lv.frees_bytes < shortfall else lv
+                  for lv in levers]
     # A lever that frees less than one block gains no KV (max_model_len's tokens are the context given up)
     return tuple(lv for lv in levers if lv.name == "max_model_len" or lv.frees_tokens != 0)
 

@@ -463,6 +463,9 @@ def _config(node: _JsonObject) -> AuditConfig:
 
 def report_from_json(data: Any, where: str = "report") -> Report:
     """Parse a `kvaudit.report/1` document; raises BadInputError with the path to the first problem."""
+    if not isinstance(data, dict):  # said as the other inputs that are no report are (a newcomer's JSON list)
+        raise BadInputError(f"{where}: holds {_kind(data)}, not a kvaudit report (one JSON object with \"schema\": "
+                            f"\"{REPORT_SCHEMA}\")")
     node = _JsonObject(data, where)
     schema = node.str("schema")
     if schema != REPORT_SCHEMA:

@@ -41,8 +41,8 @@ def check_output(path: Path | str, *, flag: str = "-o", inputs: Iterable[Path | 
     """Refuse (UsageError) an output path that cannot take a file as a shell's `>` would, or that
     is one of `inputs`; see the module's docstring."""
     name = str(path)
-    if name in ("", "."):  # typer turns `-o ""` into Path("."), the current folder
-        raise UsageError(f"{flag} needs a file name, got an empty path")
+    if name in ("", "."):  # typer turns `-o ""` into Path("."), the current folder, so the two look alike
+        raise UsageError(f"{flag} needs a file name, got the current folder (or an empty path)")
     if name == STDOUT:
         if stdout_ok:
             return

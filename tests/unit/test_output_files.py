@@ -197,10 +197,12 @@ def test_plan_writes_its_report_with_o(tmp_path):
     assert run_cli("show", str(out), "-f", "json").code == 0
 
 
-def test_an_empty_path_is_a_usage_error():
-    result = ingest_to("")
+@pytest.mark.parametrize("path", ["", "."])
+def test_an_empty_path_or_the_current_folder_is_a_usage_error(path):
+    # typer reads both as Path("."); a newcomer's `-o .` was told "got an empty path"
+    result = ingest_to(path)
     assert result.code == 2
-    assert result.stderr_lines == ["kvaudit: error: -o needs a file name, got an empty path"]
+    assert result.stderr_lines == ["kvaudit: error: -o needs a file name, got the current folder (or an empty path)"]
 
 
 def test_a_directory_is_a_usage_error(tmp_path):

@@ -276,7 +276,8 @@ def test_a_diff_passed_as_a_report_is_named_as_such(tmp_path):
     (lambda text: text[: len(text) // 2], r": not valid JSON \(.* at line \d+ column \d+\)$"),
     (lambda text: text[:1], r": not valid JSON"),
     (lambda text: text + "\n}", r": not valid JSON \(Extra data"),
-    (lambda text: "[1, 2, 3]", r": expected an object, got a list$"),
+    (lambda text: "[1, 2, 3]", r": holds a list, not a kvaudit report \(one JSON object with \"schema\": "
+                               r"\"kvaudit.report/1\"\)$"),
     (lambda text: "{}", r": missing key 'schema'$"),
     (lambda text: "{" + "\x00\xff\xfe" * 10, r": not valid JSON"),
     (lambda text: "[" * 200_000, r": not valid JSON \(RecursionError\)$"),
