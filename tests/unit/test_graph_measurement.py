@@ -71,3 +71,18 @@ def test_a_retained_pool_of_free_pages_holds_the_capture_again():
     g = measure_graphs(resident=(0, 0), start=(0, 0), end=(80 * MiB, 80 * MiB), peak_reserved=80 * MiB,
                        pool=80 * MiB, after=(80 * MiB, 80 * MiB), retained=(96 * MiB, 0))
     assert g.estimate_bytes == 96 * MiB
+
+
+def test_kv_structures_are_at_least_what_was_allocated():
+    from kvaudit.ledger import kv_structures_bytes
+    kv = 4 * MiB  # the minimal KV cache's tensors
+    # H200, vLLM 0.26 (a cold boot): 36 MiB allocated beside the cache, 39.2 MiB reserved: the segments count
+    assert kv_structures_bytes((1000 * MiB, 900 * MiB), (1000 * MiB + kv + 40141 * 1024, 900 * MiB + kv + 36 * MiB),
+                               kv) == 40141 * 1024
+    # H100, vLLM 0.26, DeepSeek-V3 dims with MTP, the warm boot: the allocator's cache held the minimal cache and its
+    # structures, so nothing more was reserved; the real cache's structures then reserved 76.01 MiB for 75,499,008
+    # bytes allocated, and the boot ended 75.39 MiB over. The allocated bytes are kept back now.
+    warm_before, warm_built = (56058970112, 53593412096), (56058970112, 53593412096 + kv + 75499008)
+    assert kv_structures_bytes(warm_before, warm_built, kv) == 75499008
+    # nothing built beside the cache (or the cache landed in reserved memory already there): nothing kept back
+    assert kv_structures_bytes((100 * MiB, 50 * MiB), (100 * MiB, 50 * MiB + kv), kv) == 0

@@ -18,7 +18,7 @@ from kvaudit.engines.sequence import PhaseHandle
 from kvaudit.engines.trace import AllocationTracer
 from kvaudit.engines.vllm import adapter
 from kvaudit.engines.vllm.audit import AuditMixin, mark_deferred
-from kvaudit.ledger import GraphMeasurement, expandable_segments, measure_graphs
+from kvaudit.ledger import GraphMeasurement, expandable_segments, kv_structures_bytes, measure_graphs
 from kvaudit.schema import Phase
 
 
@@ -70,18 +70,16 @@ class AuditWorker(AuditMixin, Worker):
         def attempt() -> None:
             steps.clear()
             probe.settle()
-            before = probe.read(pools=False).reserved_bytes
+            read = probe.read(pools=False)
+            before = (read.reserved_bytes, read.allocated_bytes)
             # MRv2: enough blocks for warmup_kernels to schedule every sequence, as after KV
             blocks = adapter.warmup_blocks(self.model_runner) if adapter.uses_v2_runner(self) else None
             with gc_sections.section("persistent warmup", handle.note, torch.cuda.memory_allocated), \
                     adapter.minimal_kv_cache(self, blocks):
-                # What KV initialisation takes besides the cache (metadata builders, block
-                # tables, input batch): it comes again with the real cache, so it is reserved.
-                # Reserved, not allocated: the device holds the structures' segments, and the
-                # allocator's rounding of the KV tensors (up to 2 MiB) lands here too, as it will
-                # with the real cache (H200, vLLM 0.26: 36 MiB allocated, 39.2 MiB reserved).
-                built = probe.read(pools=False).reserved_bytes
-                self._kva_kv_structures = max(built - before - adapter.kv_cache_bytes(self), 0)
+                # What KV initialisation takes besides the cache: ledger.kv_structures_bytes
+                read = probe.read(pools=False)
+                self._kva_kv_structures = kv_structures_bytes(before, (read.reserved_bytes, read.allocated_bytes),
+                                                              adapter.kv_cache_bytes(self))
                 real(self)
                 steps.append("kernel_warmup")
                 if adapter.v2_scheduler_warmup(self):
