@@ -285,6 +285,14 @@ CAUSES: tuple[Cause, ...] = (
           means="exit 15, from a handler of SIGTERM: the process was told to stop"),
     Cause(INTERRUPTED_LINE, FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}KeyboardInterrupt\b"),
           log_only=True, means="the process was interrupted (SIGINT, or a stop of vLLM's own)"),
+    # An exception as its repr, the whole of a record's message: the worker's executor logs the error it returns
+    # so (real pastes round twenty-six: `(Worker_TP0 pid=60352) ERROR … [multiproc_executor.py:852] ValueError("type
+    # fp8e4nv not supported in this architecture. …")`, an fp8 KV cache on a V100); a raise's echoed source line
+    # (`raise ValueError(`) and a sentence that names one do not start with the name or do not end with `)`.
+    Cause("Error(", FailureKind.CRASH, None, 1,
+          re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Error\((?:\"|').{0,4000}\)\s*$"), log_only=True),
+    Cause("Exception(", FailureKind.CRASH, None, 1,
+          re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Exception\((?:\"|').{0,4000}\)\s*$"), log_only=True),
     # Any other exception line, as a traceback ends: "subprocess.CalledProcessError: Command …".
     Cause("Error: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Error: "), log_only=True),
     Cause("Exception: ", FailureKind.CRASH, None, 1, re.compile(r"^\W{0,4}[A-Za-z_][\w.]{0,100}Exception: "),

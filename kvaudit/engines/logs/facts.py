@@ -907,6 +907,9 @@ def error_frame_facts(level: str | None, msg: str) -> Iterable[Fact]:
     elif level is None and (m := _RANK_FRAME.match(msg)):
         yield Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, RANK_FRAME_TEXT.format(m.group(1)),
                                                  rank=int(m.group(1)), priority=BARE))
+    elif level is None and (m := _STARTUP_FRAME.match(msg)):
+        yield Fact(FactKind.FAILURE, FailureFact(FailureKind.CRASH, None, STARTUP_FRAME_TEXT.format(m.group(1)),
+                                                 priority=BARE))
 
 
 _RANK_FRAME = re.compile(r'\[rank(\d{1,6})\]:\s{1,8}File "[^"\n]{0,400}/vllm/')
@@ -990,6 +993,16 @@ WARMUP_CALLS = ("compile_or_warm_up_model", "_warm_up_model", "capture_model", *
 """The calls whose frames name a step after KV sizing (facts.FactKind.WARMUP_FRAME), the sampler run's too."""
 FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS, SAMPLER_WARMUP)
 """Every call a traceback frame is kept for."""
+# A frame of vLLM's own code in a startup call, on a line no logger wrote (a process's stderr, as compose or
+# journald pass it on): a traceback through the start, which is how an engine core dies (real pastes round
+# twenty-six: a compose paste of frames only, `(EngineCore pid=165)   File ".../vllm/v1/engine/core.py", line 261,
+# in _initialize_kv_caches` … `in determine_available_memory`, header and exception line not pasted). faulthandler's
+# frames (`line N in name`, no comma) are its own rule; a request's frames after the start name no startup call,
+# and log_failure keeps what comes after the start a note.
+_STARTUP_FRAME = re.compile(r'\s{0,12}File "[^"\n]{0,400}/vllm/[^"\n]{0,400}", line \d{1,7}, in (' + "|".join(
+    PHASE_OF_CALL) + r")\b")
+STARTUP_FRAME_TEXT = ("traceback frames through vLLM's startup (`in {}`): the boot died; the traceback's header and "
+                      "exception line are not in the log")
 _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-Za-z_]\w{0,80})")
 # A traceback frame (`File "…", line N, in name`) or faulthandler's (`File "…", line N in name`).
 FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
@@ -1323,7 +1336,7 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
         words = words[:container]
     while words and (_ENV_WORD.match(words[-1]) or words[-1] in _LAUNCHERS):
         words.pop()
-    if words and not words[-1].endswith(_PROMPT_ENDS):
+    if words and not words[-1].endswith(_PROMPT_ENDS) and not _labelled(msg, start, words[-1]):
         return None
     run = msg[start:min(end, 100_000)]
     run = run[_ENV_WORDS.match(run).end():]  # where the command's run starts at the variables it sets
@@ -1334,6 +1347,22 @@ def _served_model(msg: str, start: int, end: int) -> str | None:
         m = image
     # a heading that names the command (`vllm serve command:`, real pastes round twenty-one) serves no model
     return m.group(1) if m and not m.group(1).endswith(":") else None
+
+
+_LABEL_ENDS = (":", "：")
+_LABEL_WORDS = 3
+"""The most words a label before a command may have (`start cmd:`, `Launch command:`, `启动命令为：`)."""
+
+
+def _labelled(msg: str, start: int, last: str) -> bool:
+    """Whether the command at `start` follows a label that opens its line (`start cmd:  python -m
+    vllm.entrypoints.openai.api_server --model M …`, real pastes round twenty-six: its flags were read and its
+    model dropped as a sentence's), not the end of a sentence's clause."""
+    if not last.endswith(_LABEL_ENDS):
+        return False
+    line = msg[msg.rfind("\n", 0, start) + 1:start]
+    head = line[:line.find(last) + len(last)] if last in line else ""
+    return 0 < len(head.split()) <= _LABEL_WORDS
 
 
 # `docker inspect`'s Args and a compose `command:` list as they print: each argument single-quoted (real pastes round
