@@ -137,6 +137,10 @@ class FactKind(StrEnum):
     PARALLEL_RANKS = "parallel_ranks"
     """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}, global rank) from parallel_state.py's
     `rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 1, …`."""
+    COMPILE_RANK = "compile_rank"
+    """(rank within the DP engine, DP index) from the `rank_1_0` directory of a worker's own torch.compile cache path
+    (`Using cache directory: …/rank_1_0/backbone for vLLM's torch.compile`, `saved AOT compiled function to
+    …/rank_1_0/model`, `Directly load AOT compilation from path …/rank_1_0/model`)."""
     WORLD_RANK = "world_rank"
     """(world size, global rank) from parallel_state.py's init_distributed_environment line `world_size=4
     rank=3 local_rank=3 distributed_init_method=… backend=nccl`: the rank of a worker whose name states none."""
@@ -1086,6 +1090,24 @@ def _parallel_state(msg: str) -> Iterable[Fact]:
             yield Fact(FactKind.PARALLEL_RANKS, (int(m.group(2)), ranks, int(m.group(1))))
 
 
+# compilation/backends.py and decorators.py name a worker's compile cache `rank_{rank}_{dp_rank}` (parallel_config's
+# rank within its DP engine, and the DP index) and print the path once a compile or load: a Ray worker's lines name no
+# rank, but this one states it (real pastes round twenty-six, vllm#36861: `(RayWorkerWrapper pid=33834, ip=…)` saved
+# its graph to `…/torch_aot_compile/84065e…/rank_1_0/model` and its KV and graph figures were put on rank 0). Read in
+# vLLM's own three sentences only: a `cache_dir` in a config or command, or a path in prose, states nothing. The rank
+# directory is the last one of the path (a user's cache_dir may hold `rank_` in its own name), followed by the
+# backbone's prefix or the AOT file's `model`, or by nothing (0.8's `…/rank_0_0 for vLLM's torch.compile`).
+COMPILE_CACHE_LINES = ("Using cache directory: ", "saved AOT compiled function to ",
+                       "Directly load AOT compilation from path ")
+_COMPILE_CACHE_RANK = re.compile(r"(?:" + "|".join(COMPILE_CACHE_LINES) + r")\S{0,1000}?[/\\]rank_(\d{1,6})_(\d{1,6})"
+                                 r"(?:[/\\][\w.-]{0,64})?(?: for vLLM's torch\.compile|[ \t\r]*$)")
+
+
+def _compile_cache_rank(msg: str) -> Iterable[Fact]:
+    if m := _COMPILE_CACHE_RANK.search(msg):
+        yield Fact(FactKind.COMPILE_RANK, (int(m.group(1)), int(m.group(2))))
+
+
 CP_WORLD_LINE = "Multiplying the GPU KV cache size by the cp_world_size"
 _CP_WORLD = re.compile(r"cp_world_size (\d{1,4}) \(pcp_world_size (\d{1,4}) \* dcp_world_size (\d{1,4})\)")
 DCP_WORLD_LINE = "Multiplying the GPU KV cache size by the dcp_world_size"
@@ -1767,6 +1789,8 @@ RULES: tuple[Rule, ...] = (
          + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("parallel_state", PARALLEL_STATE_LINE, PARALLEL_STATE_LINE, _parallel_state),
+    Rule("compile_cache_rank", COMPILE_CACHE_LINES, r"(" + "|".join(COMPILE_CACHE_LINES) + r").*/rank_[0-9]+_[0-9]+",
+         _compile_cache_rank),
     Rule("cp_world", (CP_WORLD_LINE, DCP_WORLD_LINE), f"{CP_WORLD_LINE}|{DCP_WORLD_LINE}", _cp_world),
     Rule("world_rank", WORLD_RANK_LINE, "world_size=[0-9]+ rank=[0-9]+ local_rank=", _world_rank),
     Rule("command", ("--", "-tp", "-pp", "-dp", "-dcp", SERVE_NEEDLE) + KWARG_NEEDLES,

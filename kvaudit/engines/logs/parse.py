@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -103,8 +103,8 @@ class FileScan:
     alone): in the order they first print a figure of their own, from 1 under V0 (its driver, rank 0, runs in
     the engine's process) and from 0 under V1 (every worker is a Ray actor). Not vLLM's rank order,
     which the log does not state: the report says so), or the rank a worker's own parallel_state line
-    states (ray_stated); and the rank of a worker named with no rank (`(Worker pid=N)`) whose own
-    `world_size=… rank=…` line states it."""
+    or torch.compile cache path states (ray_stated, _ray_claim); and the rank of a worker named with no rank
+    (`(Worker pid=N)`) whose own `world_size=… rank=…` line states it."""
     ray_stated: frozenset[int] = frozenset()
     """The pids in ray_ranks whose rank their own line states."""
     notes: tuple[str, ...] = ()
@@ -301,12 +301,28 @@ def _pids(pids: set[int]) -> str:
 
 
 def _ray_ranks(ray: list[int], lines: tuple[ParsedLine, ...], first: int) -> tuple[dict[int, int], frozenset[int]]:
-    """pid → rank of the Ray workers that print figures: the global rank a worker's own parallel_state
-    line states (`rank 0 in world size 4 is assigned as …`), else the next rank not stated, in the
-    order the workers first print a figure, from `first` (FileScan.ray_ranks)."""
-    stated = _stated_ranks(set(ray), lines, FactKind.PARALLEL_RANKS, 2)
+    """pid → rank of the Ray workers that print figures: the global rank a worker's own lines state (_ray_claim),
+    else the next rank not stated, in the order the workers first print a figure, from `first`
+    (FileScan.ray_ranks)."""
+    stated = _stated_ranks(set(ray), lines, _ray_claim)
     free = (r for r in itertools.count(first) if r not in stated.values())
     return {pid: stated[pid] if pid in stated else next(free) for pid in ray}, frozenset(stated)
+
+
+def _ray_claim(f: Fact) -> int | None:
+    """The global rank a Ray worker's fact states: its parallel_state line's (`rank 0 in world size 4 is assigned as
+    …`), or its torch.compile cache path's `rank_1_0` (real pastes round twenty-six, vllm#36861: a Ray excerpt
+    rarely holds the parallel_state line and almost always a cache path a worker). The path's rank is the one within
+    the worker's DP engine: the global rank only in DP engine 0, as the engines' world size is not in the path."""
+    if f.kind is FactKind.PARALLEL_RANKS:
+        return int(f.value[2])
+    if f.kind is FactKind.COMPILE_RANK and f.value[1] == 0:
+        return int(f.value[0])
+    return None
+
+
+def _world_rank_claim(f: Fact) -> int | None:
+    return int(f.value[1]) if f.kind is FactKind.WORLD_RANK else None
 
 
 def _unnamed_worker_ranks(printers: Mapping[int | None, None], tags: Mapping[int, str],
@@ -315,18 +331,20 @@ def _unnamed_worker_ranks(printers: Mapping[int | None, None], tags: Mapping[int
     `world_size=4 rank=3 local_rank=3 …` line does; none where two workers claim one rank or one two
     (a paste of several boots)."""
     named = {pid for pid in printers if pid is not None and pid in tags and _rankless_worker(tags[pid])}
-    return _stated_ranks(named, lines, FactKind.WORLD_RANK, 1)
+    return _stated_ranks(named, lines, _world_rank_claim)
 
 
-def _stated_ranks(pids: set[int], lines: tuple[ParsedLine, ...], kind: FactKind, at: int) -> dict[int, int]:
-    """pid → the rank the process's own lines state (fact `kind`, the rank at index `at` of its value);
-    none where a process states two ranks or two state one: a paste of several boots, none is trusted."""
+def _stated_ranks(pids: set[int], lines: tuple[ParsedLine, ...],
+                  claim: Callable[[Fact], int | None]) -> dict[int, int]:
+    """pid → the rank the process's own lines state (`claim`: the rank a fact states, or None); none where a process
+    states two ranks, by one line or two of different kinds, or two state one: a paste of several boots, none is
+    trusted."""
     claims: dict[int, set[int]] = {}
     for p in lines:
         if p.line.pid in pids:
             for f in p.facts:
-                if f.kind is kind:
-                    claims.setdefault(p.line.pid, set()).add(f.value[at])
+                if (rank := claim(f)) is not None:
+                    claims.setdefault(p.line.pid, set()).add(rank)
     stated = {pid: min(ranks) for pid, ranks in claims.items()}
     if any(len(ranks) > 1 for ranks in claims.values()) or len(set(stated.values())) != len(stated):
         return {}

@@ -75,6 +75,7 @@ from kvaudit.engines.logs.facts import (
     BLOCK_SIZE_LINE,
     CHUNKED_OFF_LINE,
     CHUNKED_PREFILL,
+    COMPILE_CACHE_LINES,
     COMPILED_LINE,
     CUT_ERROR_HEAD,
     EAGER_LINE,
@@ -155,7 +156,7 @@ _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
                     AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
                     "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE, LINKER_NO_LIBCUDA,
-                    STARTUP_FAILED_SENTENCE, IMAGE_NEEDLE, MTP_LINE)
+                    STARTUP_FAILED_SENTENCE, IMAGE_NEEDLE, MTP_LINE, *COMPILE_CACHE_LINES[:2])
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
@@ -173,7 +174,9 @@ torch's NCCL watchdog line is no vLLM record either (round fifteen), nor is its 
 faulthandler's `Fatal Python error` (round eighteen). The concurrency line is read after a KV line
 in a whole log, and alone in an excerpt (round twenty-one: a paste that kept it and not the size line); so is
 the vLLM image a paste names, whose tag is the release where no banner is in it (round twenty-two), and the MTP
-drafter's line (round twenty-three: a paste with no config line; a whole log's config line names the drafter)."""
+drafter's line (round twenty-three: a paste with no config line; a whole log's config line names the drafter). So
+are a worker's torch.compile cache path lines (the third, `Directly load …`, is a long needle anyway), as the
+parallel_state line: the rank of a Ray worker (round twenty-six)."""
 EXCERPT_CHARS = 4 << 20
 _FRAME = FRAME
 FRAME_WINDOW = 1 << 16

@@ -577,6 +577,21 @@ class Cuts:
     """1-based numbers of the lines that were cut (go on in the next)."""
 
 
+_WHOLE_BAR = re.compile(r"\d{1,3}%\|[^|]{0,400}\| {0,8}\d{1,9}/\d{1,9} \[[^\]]{0,200}\][ \t]*\Z")
+"""A whole tqdm bar, up to its closing `]`: tqdm pads every bar to the terminal's width, so bars alone make lines of
+one length that go on in the next (the next bar, the program's next print), and set no column a paste was cut at
+(real pastes round twenty-six, vllm#16258: three 115-column `Processed prompts: 100%|████| 10/10 [00:31<00:00, …]`
+bars of a benchmark's output made a false `fold -w 115` warning, the last bar joined to the next line). A whole bar is
+no cut line, whatever column other lines set, and no line goes on in one: tqdm's redraw starts with `\r`, a line
+break in a paste, so the line before it ended there (FlashInfer's autotuner: two WARNING records of 211 columns printed
+after a bar, each followed by the next bar). A bar a fold cut ends inside it, not at `]`, and is a cut line; a line a
+fold cut right before a bar's percentage is one this misses (its words are the bar's label: no figure)."""
+
+
+def _whole_bar(line: str) -> bool:
+    return "%|" in line and _WHOLE_BAR.search(line) is not None
+
+
 def _same_bullet(line: str, following: str) -> bool:
     """A list's next item, which a fold does not make: both lines open with the same indent and bullet (two
     152-column `  - tag … digest …` items of a report, real pastes round twenty)."""
@@ -601,7 +616,8 @@ def fixed_column_cuts(text: str) -> Cuts:
     lines = [clean(line.removesuffix("\r")) for line in raw]
     goes_on = [i for i in range(len(lines) - 1)
                if len(lines[i]) >= MIN_CUT_WIDTH and not _blank(lines[i + 1]) and not is_head(lines[i + 1])
-               and not _same_bullet(lines[i], lines[i + 1])]
+               and not _same_bullet(lines[i], lines[i + 1])
+               and not _whole_bar(lines[i]) and not _whole_bar(lines[i + 1])]
     if len(goes_on) < 2:
         return Cuts(None)
     counts: dict[int, int] = {}
