@@ -238,6 +238,10 @@ class Rule:
 # --------------------------------------------------------------------------------------------
 # Weights (§5.2)
 
+LOADED_WEIGHTS = ("Model loading took", "Loading model weights took")
+"""The line a worker's weight load ends with: V1's (and V2's) `Model loading took`, V0's (and vllm-ascend's)
+`Loading model weights took`."""
+
 # V1 gpu_model_runner.py load_model: info_once "Model loading took %s GiB memory and %.6f seconds"
 # (rank 0 only); V2 gpu/model_runner.py: the same, per worker; U/N V2 and V0 said "… GiB and …".
 # Pastes and notes drop the time often (`Model loading took 81.8 GiB memory`: real pastes round seventeen).
@@ -1737,7 +1741,7 @@ def _ere(text: str) -> str:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("load", ("Model loading took", "Loading model weights took", "Pre-loading model weights on"),
+    Rule("load", (*LOADED_WEIGHTS, "Pre-loading model weights on"),
          r"Model loading took -?[0-9.]+ (GiB|GB)|Loading model weights took|Pre-loading model weights on", _load),
     Rule("available", ("Available KV cache memory", "as specified by kv_cache_memory_bytes"),
          r"Available KV cache memory: -?[0-9.]+ GiB|as specified by kv_cache_memory_bytes", _available),

@@ -37,6 +37,7 @@ from kvaudit.engines.logs.facts import (
     FRAME,
     KERNEL_WARMUPS,
     KV_BLOCK_WORDS,
+    LOADED_WEIGHTS,
     MRV2_WARMUP,
     SAMPLER_WARMUP,
     FactKind,
@@ -102,7 +103,7 @@ _MILESTONES: tuple[tuple[Phase, tuple[str, ...]], ...] = (
     # (V0's model_runner.py and vllm-ascend's model_runner_v1.py say `Loading model weights took 45.6571 GB` where
     # V1 says `Model loading took`: real pastes round twenty-two, vllm-ascend#5629, a Dynamo failure of the first
     # forward had no phase; vllm#9630, a V0 boot's profile run cut before its exception line, none either)
-    (Phase.PROFILE, ("Model loading took", "Loading model weights took", "torch.compile takes",
+    (Phase.PROFILE, (*LOADED_WEIGHTS, "torch.compile takes",
                      "Dynamo bytecode transform time", "Encoder cache will be initialized", "Cache the graph of",
                      "Compiling a graph for", "Directly load the compiled graph")),
     (Phase.GRAPHS, ("Profiling CUDA graph memory", "Estimated CUDA graph memory")),  # V1 (gone in 0.34)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvaudit.engines.logs.facts import RANK_KINDS, Fact, FactKind
+from kvaudit.engines.logs.facts import LOADED_WEIGHTS, RANK_KINDS, Fact, FactKind
 from kvaudit.engines.logs.knobs import NAMESPACE, knobs_from_engine_line, non_default_args
 from kvaudit.engines.logs.layout import ARGS_NAMESPACE, ENGINE_LINE, Layout, layout
 from kvaudit.engines.logs.layout import KEYS as LAYOUT_KEYS
@@ -323,13 +323,11 @@ def _check_one_run(scan: FileScan, engine: dict[FactKind, list[Located]]) -> Non
 
 
 RUN_COUNTS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
-LOAD_LINES = ("Loading model weights took", "Model loading took")
-"""The line a boot's weight load ends with (V0 model_runner.py, V1 gpu_model_runner.py load_model)."""
 
 
 def _served_runs(scan: FileScan) -> list[int | None]:
     """Each engine run of a file that shows two served lengths, in order: the length it serves, or None where the
-    log does not state it. A run starts at the file's start and at an untagged load line (LOAD_LINES) after a
+    log does not state it. A run starts at the file's start and at an untagged load line (facts.LOADED_WEIGHTS) after a
     served length: one boot prints its served length after its weights are loaded (real pastes round twenty-five,
     vllm#10517: three runs of one model at 20000, 29000 and 35000, the third cut before its length, refused as "two
     engine runs"). Not a tagged one: a data-parallel engine's worker may finish loading after another engine's
@@ -339,7 +337,7 @@ def _served_runs(scan: FileScan) -> list[int | None]:
     for parsed in scan.lines:
         for fact in parsed.facts:
             if fact.kind is FactKind.WEIGHTS and parsed.line.pid is None and any(
-                    w in parsed.line.msg for w in LOAD_LINES) and (not runs or runs[-1] is not None):
+                    w in parsed.line.msg for w in LOADED_WEIGHTS) and (not runs or runs[-1] is not None):
                 runs.append(None)
             elif (length := _served_length(fact)) is not None:
                 if not runs:
