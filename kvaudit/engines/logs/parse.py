@@ -285,7 +285,7 @@ def _one_of_runs_days_apart(where: str, text: str) -> tuple[str, tuple[str, ...]
     if jump is None or not before or not after or before & after:
         return text, ()
     first, second, at = jump
-    line = text.count("\n", 0, at) + 1
+    line = line_number(text, at)
     runs = (f"{where}: two runs pasted together: records up to {first} (pid {_pids(before)}) and, from line {line}, "
             f"records of {second} (pid {_pids(after)}), a day or more later, no process in both: ")
     if _states_anything(text[at:]):
@@ -293,6 +293,11 @@ def _one_of_runs_days_apart(where: str, text: str) -> tuple[str, tuple[str, ...]
                                   "in it",)
     return text[:at], (runs + "the report reads the earlier one, as the later one's lines state no figure or "
                               "failure",)
+
+
+def line_number(text: str, pos: int) -> int:
+    """The 1-based number of the line that holds `pos`, as a message names it."""
+    return text.count("\n", 0, pos) + 1
 
 
 def _pids(pids: set[int]) -> str:
@@ -511,7 +516,7 @@ def _last_server_start(where: str, text: str) -> tuple[str, tuple[str, ...]]:
     chosen = next((n for n in newest if _states_anything(text[edges[n]:edges[n + 1]])),
                   len(starts) - 1 - MAX_STARTS_READ if len(starts) > MAX_STARTS_READ else 0)
     at, end = edges[chosen], edges[chosen + 1]
-    first, last = text.count("\n", 0, at) + 1, text.count("\n", 0, end) + (end == len(text))
+    first, last = line_number(text, at), text.count("\n", 0, end) + (end == len(text))
     if chosen == len(starts) - 1:
         return text[at:], (f"{where}: {len(starts)} starts of `vllm serve` (its version line); the report reads "
                            f"the last, from line {first} on: the earlier ones' figures and failures are not in it",)
@@ -688,7 +693,7 @@ def _errors_of_two_runs(text: str, lines: tuple[ParsedLine, ...]) -> str | None:
             if fact.kind is FactKind.FAILURE and fact.value.priority < GENERIC:
                 if any(message != fact.value.message for _, message in seen.values()):
                     first_pos, first_message = next(iter(seen.values()))
-                    return "; ".join(f"line {text.count(chr(10), 0, at) + 1}: \"{clipped(one_line(message), 80)}\""
+                    return "; ".join(f"line {line_number(text, at)}: \"{clipped(one_line(message), 80)}\""
                                      for at, message in ((first_pos, first_message), (pos, fact.value.message)))
                 seen[block] = (pos, fact.value.message)
                 break
@@ -763,7 +768,7 @@ def _mentions_only(text: str, said: list[Said], width: int | None) -> tuple[int,
         named.append(line.pos)
     if looks_like_vllm(without_quotations(text) if quiet is None else quiet) or (commands and not mentions):
         return None
-    return tuple(text.count("\n", 0, pos) + 1 for pos in sorted(set(named))[:MENTIONS_SHOWN])
+    return tuple(line_number(text, pos) for pos in sorted(set(named))[:MENTIONS_SHOWN])
 
 
 def _first_mark(line: str) -> int:
@@ -826,7 +831,7 @@ def _illustrations(text: str) -> tuple[int, ...]:
     if len(text) > EXCERPT_CHARS:
         return ()
     found = itertools.islice(_ILLUSTRATION_LINE.finditer(text), MENTIONS_SHOWN)
-    return tuple(text.count("\n", 0, m.start()) + 1 for m in found)
+    return tuple(line_number(text, m.start()) for m in found)
 
 
 def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:
