@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, Optional, TextIO
 
 import typer
 
-from kvaudit.config import size_option
+from kvaudit.config import no_option, size_option
 from kvaudit.errors import ExitCode, KvauditError, UsageError
 from kvaudit.printable import one_line
 from kvaudit.render import DOCUMENT_FORMATS, DOCUMENT_SUFFIXES, Format, check_format, reporter
@@ -501,8 +501,7 @@ def _usage_error(exc: Exception) -> NoReturn:
         where = ctx.command_path if ctx else "kvaudit"
         if type(exc).__name__ == "NoSuchOption":  # said as `kvaudit run` says its own (config.check_run_options)
             near = sorted(getattr(exc, "possibilities", None) or ())
-            message = f"{where} has no option {getattr(exc, 'option_name', '')}" + (
-                f": did you mean {' or '.join(near)}?" if near else "")
+            message = no_option(where, getattr(exc, "option_name", ""), " or ".join(near) or None)
         typer.echo(f"kvaudit: error: {one_line(message)} (see {where} --help)", err=True)
     sys.exit(int(ExitCode.USAGE))
 

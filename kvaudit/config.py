@@ -332,8 +332,14 @@ def check_run_options(tokens: Iterable[str], options: Iterable[str], engine_args
         if near is None and engine_args:
             vllm = _suggest(key, engine_args)
             near = f"the vLLM engine argument --{vllm.replace('_', '-')} (after --)" if vllm else None
-        raise UsageError(f"kvaudit run has no option {flag}" + (f": did you mean {near}?" if near else
-                         "; vLLM engine arguments go after --: kvaudit run -- --name value (see kvaudit run --help)"))
+        raise UsageError(no_option("kvaudit run", flag, near) if near else no_option("kvaudit run", flag) +
+                         "; vLLM engine arguments go after --: kvaudit run -- --name value (see kvaudit run --help)")
+
+
+def no_option(command: str, flag: str, near: str | None = None) -> str:
+    """How every verb refuses an option it does not have: `kvaudit show has no option --formt: did you mean
+    --format?` (the run's own check above, and cli's for the others' parse errors)."""
+    return f"{command} has no option {flag}" + (f": did you mean {near}?" if near else "")
 
 
 def load_preset(path: Path, engine_args: frozenset[str] | None = None) -> AuditConfig:
