@@ -305,3 +305,14 @@ def hf_cache(root: Path, model_id: str = "kvaudit/tiny-deepseek") -> Path:
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(revision, encoding="utf-8")
     return hub
+
+
+def pasted(round_folder: str, name: str) -> str:
+    """A real-pastes round's saved paste (tests/unit/data/<round_folder>/<name>), as the round saved it."""
+    return (DATA / round_folder / name).read_text(encoding="utf-8")
+
+
+def log_report(text: str, name: str = "paste.log") -> Report:
+    """The report kvaudit reads from a log's text."""
+    from kvaudit.engines.logs import report_from_log_text
+    return report_from_log_text(text, name)

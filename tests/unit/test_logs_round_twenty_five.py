@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvaudit.engines.logs import report_from_log_text
-from kvaudit.schema import FailureKind, Phase, Report
+from factories import log_report, pasted
 
-_DATA = Path(__file__).parent / "data" / "round_twenty_five"
+from kvaudit.schema import FailureKind, Phase
+
 TRL = "09_trl3310_v1_dp8_engine_cores_interleaved_pynccl_init_exception.log"
 """huggingface/trl#3310 (vLLM 0.8, DP 8 under TRL): `EngineCore_4` and `EngineCore_6` print their tracebacks
 interleaved, the last frames `parallel_state.py … in __init__`, `self.pynccl_comm = PyNcclCommunicator(`,
@@ -21,11 +21,10 @@ across cluster]`) and another worker's `Error executing metho`, cut."""
 
 
 def _text(name: str) -> str:
-    return (_DATA / name).read_text(encoding="utf-8")
+    return pasted("round_twenty_five", name)
 
 
-def _report(text: str, name: str = "paste.log") -> Report:
-    return report_from_log_text(text, name)
+_report = log_report
 
 
 def test_an_engine_core_dying_in_its_nccl_communicator_dies_in_baseline():

@@ -5,12 +5,10 @@ are the files as the round saved them (tests/unit/data/round_twenty_six), a case
 each rule."""
 from __future__ import annotations
 
-from pathlib import Path
+from factories import log_report, pasted
 
-from kvaudit.engines.logs import report_from_log_text
-from kvaudit.schema import FailureKind, Phase, Report
+from kvaudit.schema import FailureKind, Phase
 
-_DATA = Path(__file__).parent / "data" / "round_twenty_six"
 FRAMES = "06_strixhalo73_gfx1151_compose_prefix_traceback_determine_available_memory_no_error_prefix_cut.log"
 """`vllm-1  | (EngineCore pid=165)   File ".../vllm/v1/engine/core.py", line 261, in _initialize_kv_caches` … `in
 determine_available_memory` … `in collective_rpc`, cut: no `Traceback (most recent call last)`, no exception line."""
@@ -24,11 +22,10 @@ is less than desired GPU memory utilization (0.97, …)`."""
 
 
 def _text(name: str) -> str:
-    return (_DATA / name).read_text(encoding="utf-8")
+    return pasted("round_twenty_six", name)
 
 
-def _report(text: str, name: str = "paste.log") -> Report:
-    return report_from_log_text(text, name)
+_report = log_report
 
 
 def test_frames_through_the_start_without_header_or_exception_are_a_death_in_their_phase():
