@@ -57,6 +57,10 @@ class Cause:
         return next((s for s in self.starts if s in line), self.anchor)
 
 
+FATAL_SIGNAL = "ot fatal signal from worker processes"
+"""V1's words (before 0.9) for a worker that died: `MulitprocExecutor got fatal signal from worker processes` (the
+executor) and `Got fatal signal from worker processes` (the front end), each `…, shutting down. See stack trace
+above for root cause issue.`"""
 GENERIC = 2
 """The priority of a line that only reports a failure printed elsewhere."""
 BARE = 3
@@ -208,6 +212,13 @@ CAUSES: tuple[Cause, ...] = (
     # the collective stays the cause; a death it brings is placed after it (failure_timeline).
     Cause(NCCL_WATCHDOG, FailureKind.TIMEOUT, None, 1,
           means="a collective (NCCL) hung past its timeout and the watchdog took the process down"),
+    # V1 before 0.9 (v1/executor/multiproc_executor.py's SIGUSR1 handler: "MulitprocExecutor got fatal signal from
+    # worker processes, shutting down. See stack trace above for root cause issue.", and core_client.py's "Got fatal
+    # signal …"): a worker died, the reason in its own traceback above (round twenty-four b, vllm-ascend#616: the
+    # engine cores' CRITICAL lines, read as nothing, while a worker's shutdown noise became the failure).
+    Cause(FATAL_SIGNAL, FailureKind.WORKER_DIED, None, GENERIC, log_only=True,
+          means="a worker process died (V1's executor was signalled); its own traceback, which says why, is not in "
+                "the log"),
     # core_client / engine utils: the generic tail every failed boot prints.
     Cause("Engine core initialization failed", FailureKind.CRASH, None, GENERIC),
     Cause("WorkerProc initialization failed", FailureKind.CRASH, None, GENERIC),
@@ -334,7 +345,7 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
         before = None  # a warning's own words: a paste may have joined it to the lines above it
         msg = msg[at:]
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
-    first = f"{first}: {cause.means}" if cause.means else first
+    first = f"{first.removesuffix('.')}: {cause.means}" if cause.means else first  # no `.:` between
     code = _SIGNAL_EXIT.search(first) if cause.kind is FailureKind.WORKER_DIED else None
     if code and int(code.group(1)) in _SIGNALS:
         first = f"{first}: {_SIGNALS[int(code.group(1))]}"

@@ -55,11 +55,12 @@ def test_nccl_records_run_on_after_the_failure_are_not_its_message() -> None:
     """The flattened paste, whole. Before: "crash on rank 0: RuntimeError: NCCL error: unhandled cuda error (run with
     NCCL_DEBUG=INFO for details) 02fdc141b80d:213:213 [1] NCCL INFO cudaDriverVersion 12080 02fdc141b80d:213:213 [1]
     N". Now the NCCL records are lines of their own; `(run with NCCL_DEBUG=INFO for details)` is the error's own, and
-    the note still counts the 6 vLLM records that ran on."""
+    the note counts the 7 vLLM records that ran on (6 before the cut frame opening the first line was read as a frame
+    of its own: round twenty-four b, G2)."""
     report = _report(FLATTENED)
     assert report.failure is not None
     assert (report.failure.message, report.failure.rank) == (_NCCL_ERROR, None)
-    assert report.warnings == (f"{FLATTENED}: 6 vLLM records ran on after another record on the same line, as a log "
+    assert report.warnings == (f"{FLATTENED}: 7 vLLM records ran on after another record on the same line, as a log "
                                f"viewer copies them: each was read as a line of its own",)
 
 

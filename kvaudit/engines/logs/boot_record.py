@@ -425,7 +425,28 @@ def _captured_after_kv(boot: Boot) -> bool:
     estimate before KV sizing too). Real pastes round fourteen: four ranks' summaries, then the end."""
     first = _kv_sized_at(boot, FactKind.KV_BLOCKS)
     return any(f.file in first and f.pos > first[f.file] for r in boot.ranks.values()
-               for kind in (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_USAGE) for f in r.facts.get(kind, []))
+               for kind in (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_USAGE) for f in r.facts.get(kind, [])) or any(
+        _bars_finished(scan.text, first[scan.index]) for scan in boot.scans if scan.index in first)
+
+
+_PROFILED_MODES = re.compile(r"Profiling CUDA graph memory: ((?:[A-Z_]{1,20}=\d{1,6}[^,\r\n]{0,40},? ?){1,4})")
+
+
+def _bars_finished(text: str, start: int) -> bool:
+    """Whether the capture bars after offset `start` (the KV size) all reached their count: the last bar of each mode
+    drawn (`Capturing CUDA graphs (decode, FULL): 100%|██████████| 35/35`), every mode the graph profile named
+    (`Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)`) among them. Real pastes round
+    twenty-seven (vllm PR 29335): both bars at n/n and the paste's end, said to end before the capture."""
+    last: dict[str, tuple[int, int]] = {}
+    for m in CAPTURE_BAR.finditer(text, start):
+        mode = (m.group(1) or "").rsplit(",", 1)[-1].strip()
+        last[mode] = (int(m.group(2)), int(m.group(3)))
+    if not last or any(done < count for done, count in last.values()):
+        return False
+    profiled = _PROFILED_MODES.search(text, 0, start)
+    named = ({part.split("=", 1)[0].strip() for part in profiled.group(1).split(",") if "=" in part}
+             if profiled else set())
+    return named <= set(last)
 
 
 KV_LINE_WORDS = "Available KV cache memory"

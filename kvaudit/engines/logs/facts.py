@@ -1012,8 +1012,33 @@ _STARTUP_FRAME = re.compile(r'\s{0,12}File "[^"\n]{0,400}/vllm/[^"\n]{0,400}", l
 STARTUP_FRAME_TEXT = ("traceback frames through vLLM's startup (`in {}`): the boot died; the traceback's header and "
                       "exception line are not in the log")
 _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-Za-z_]\w{0,80})")
-# A traceback frame (`File "…", line N, in name`) or faulthandler's (`File "…", line N in name`).
-FRAME = re.compile(r'File "[^"\n]{1,400}", line \d{1,7}(,)? in ([A-Za-z_]\w{0,80})')
+# A traceback frame (`File "…", line N, in name`) or faulthandler's (`File "…", line N in name`); also one whose
+# `File "` a paste cut, where its path (no space, ending .py) follows a blank or opens the text (`l/lib/…/pynccl.py",
+# line 139, in __init__`), and one whose dunder name Markdown made bold (`in **init**`: a traceback pasted into an
+# issue unfenced, real pastes round twenty-five, vllm#21661). frame_call gives the name as Python wrote it.
+FRAME = re.compile(r'(?:File "|(?<!\S)(?=[^"\s]{1,400}\.py", ))[^"\n]{1,400}", line \d{1,7}(,)? in '
+                   r'(\*\*[A-Za-z]\w{0,76}\*\*|[A-Za-z_]\w{0,80})')
+
+
+def frame_call(m: re.Match[str]) -> str:
+    """The function a FRAME match names, a Markdown-bolded dunder (`**init**`) as Python wrote it (`__init__`)."""
+    name = m.group(2)
+    return f"__{name[2:-2]}__" if name.startswith("**") else name
+
+
+_COMMUNICATOR_INIT = re.compile(r'[/\\]distributed[/\\]device_communicators[/\\]\w{1,80}\.py", line \d{1,7}, in '
+                                r'(?:__init__\b|\*\*init\*\*)')
+"""A frame in a device communicator's constructor (pynccl.py's PyNcclCommunicator, cuda_communicator.py,
+custom_all_reduce.py, shm_broadcast.py): vLLM makes them while it sets up its process groups
+(init_worker_distributed_environment → initialize_model_parallel), before the model loads; pynccl's __init__ also
+runs a warm-up all_reduce there, whose NCCL error is a death in baseline (real pastes round twenty-five, vllm#21661:
+`pynccl.py", line 139, in **init**` over `self.all_reduce(data)` → `RuntimeError: NCCL error: unhandled cuda
+error`). A trainer's weight-sync communicator made after the start is after the boot, as PHASE_OF_CALL's."""
+
+
+def communicator_init(line: str) -> bool:
+    """Whether a line holds a frame in a device communicator's constructor (_COMMUNICATOR_INIT)."""
+    return _COMMUNICATOR_INIT.search(line) is not None
 
 
 _STARTUP_CALLS = "|".join(PHASE_OF_CALL)
@@ -1021,9 +1046,9 @@ _STARTUP_CALLS = "|".join(PHASE_OF_CALL)
 # `self.collective_rpc("initialize_cache", …)` (V0 0.7–0.10, V1): the source line names the phase.
 # (A POSIX ERE as well: the ingest benchmark greps for it.)
 _RPC_CALL_HEAD = r"(_run_workers|collective_rpc)\( {0,4}" + '["\']' + "(" + _STARTUP_CALLS + ")" + '["\']'
-SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + r")\(|" + _RPC_CALL_HEAD
-"""A call of a startup method in a line of code, or by its name through an executor (scan.py looks
-for it in an excerpt)."""
+SOURCE_CALL_HEAD = r"(^|[^A-Za-z0-9_])(" + _STARTUP_CALLS + "|" + SAMPLER_WARMUP + r")\(|" + _RPC_CALL_HEAD
+"""A call of a startup method (or of the sampler run: _SAMPLER_SOURCE) in a line of code, or by its name through an
+executor (scan.py looks for it in an excerpt)."""
 # The source line a traceback prints under each frame is the call in progress in it, so a call of a
 # startup method there places the failure as the next frame would: where a paste cut that frame
 # (modal-examples#1318, vllm#17822's journalctl lines, vllm-ascend#8440:
@@ -1032,8 +1057,16 @@ for it in an excerpt)."""
 # real pastes round fourteen). Only a statement calling the method reads so, at the start of a
 # record or right after its frame's header (a bare traceback's lines joined into one record), not a
 # person's sentence that names it; an annotated assignment too (pynccl.py's `self.comm: ncclComm_t = …`).
-_SOURCE_CALL = re.compile(r"(?:^|(?:, |\.py:\d{1,7} )in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:-> )?"
-                          r"(?:[\w.,:\[\] ]{1,120}=[ \t]*)?(?:[A-Za-z_]\w{0,80}\.){0,6}(" + _STARTUP_CALLS + r")\(")
+def _source_call(calls: str) -> re.Pattern[str]:
+    return re.compile(r"(?:^|(?:, |\.py:\d{1,7} )in [A-Za-z_<][\w<>]{0,80}\s+)[ \t]{0,12}(?:-> )?"
+                      r"(?:[\w.,:\[\] ]{1,120}=[ \t]*)?(?:[A-Za-z_]\w{0,80}\.){0,6}(" + calls + r")\(")
+
+
+_SOURCE_CALL = _source_call(_STARTUP_CALLS)
+# The sampler run's call as the statement under its caller's frame, the run's own frame cut (real pastes round
+# twenty-seven, vllm#29049: `in compile_or_warm_up_model`, then `self.model_runner._dummy_sampler_run(hidden_states=
+# last_hidden_states)`, the excerpt's end): a frame in it, as far as the phase and step go (_sampler_hints).
+_SAMPLER_SOURCE = _source_call(SAMPLER_WARMUP)
 
 
 _RPC_CALL = re.compile(r"\b" + _RPC_CALL_HEAD)
@@ -1042,18 +1075,23 @@ _RPC_CALL = re.compile(r"\b" + _RPC_CALL_HEAD)
 def _call_phase(msg: str) -> Iterable[Fact]:
     for m in _SOURCE_CALL.finditer(msg):
         yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(1)])
+    if SAMPLER_WARMUP in msg and _SAMPLER_SOURCE.search(msg):
+        yield Fact(FactKind.WARMUP_FRAME, SAMPLER_WARMUP)
     if m := _RPC_CALL.search(msg):
         yield Fact(FactKind.PHASE_HINT, PHASE_OF_CALL[m.group(2)])
     if m := _METHOD.search(msg):
         if (phase := PHASE_OF_CALL.get(m.group(1))) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
     if m := FRAME.search(msg):
-        if (phase := PHASE_OF_CALL.get(m.group(2))) is not None:
+        call = frame_call(m)
+        if (phase := PHASE_OF_CALL.get(call)) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
-        elif m.group(2) in GRAPH_CAPTURE_CALLS:
+        elif call in GRAPH_CAPTURE_CALLS:
             yield Fact(FactKind.GRAPH_CAPTURE_FRAME, Phase.CAPTURE)
-        if m.group(2) in WARMUP_CALLS:
-            yield Fact(FactKind.WARMUP_FRAME, m.group(2))
+        elif communicator_init(m.group(0)):
+            yield Fact(FactKind.PHASE_HINT, Phase.BASELINE)
+        if call in WARMUP_CALLS:
+            yield Fact(FactKind.WARMUP_FRAME, call)
         if m.group(1) is None:  # faulthandler dumps the stack of a process that crashed in C code or hung
             yield Fact(FactKind.FAILURE, FailureFact(
                 FailureKind.CRASH, None, f"a faulthandler stack dump (the process crashed or hung): {m.group(0)}",
@@ -1790,7 +1828,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cut_error", "ERROR", r"ERROR [0-9][0-9]-[0-9][0-9] [0-9:.,]+( \[?[^] ]*)?$", _cut_error),
     Rule("call_phase", ("method", '", line ', "("),
          r"Error executing meth|while processing method|\", line [0-9]+(, in (" + "|".join(FRAME_CALLS)
-         + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<])|" + SOURCE_CALL_HEAD, _call_phase),
+         + r")([^A-Za-z0-9_]|$)| in [A-Za-z_<*])|" + SOURCE_CALL_HEAD, _call_phase),
     Rule("ray", "x across cluster]", r"x across cluster\]", _ray),
     Rule("parallel_state", PARALLEL_STATE_LINE, PARALLEL_STATE_LINE, _parallel_state),
     Rule("compile_cache_rank", COMPILE_CACHE_LINES, r"(" + "|".join(COMPILE_CACHE_LINES) + r").*/rank_[0-9]+_[0-9]+",

@@ -42,6 +42,7 @@ from kvaudit.engines.logs.facts import (
     SAMPLER_WARMUP,
     FactKind,
     FailureFact,
+    frame_call,
 )
 from kvaudit.engines.logs.lines import (
     RECORD_TIME_RX,
@@ -349,7 +350,8 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
     feasible = None
     if value.kind is FailureKind.DOES_NOT_FIT:
         lens = [f.value for f in boot.engine.get(FactKind.MAX_FEASIBLE_LEN, []) if f.pos <= boot_done[f.file]]
-        feasible = lens[0] if lens else (0 if no_kv_memory else None)  # not one token fits
+        feasible = min(lens) if lens else (0 if no_kv_memory else None)  # not one token fits
+        notes = [*notes, *_checks_disagree(boot, lens)]
     head = scan.text[root.pos:root.pos + 300]
     if (ip := RAY_IP.search(head)) is not None and head.rfind("pid=", max(0, ip.start() - 24), ip.start()) >= 0:
         # Ray's prefix names the failing worker's node (real pastes round twenty-one: no report said which node)
@@ -364,17 +366,40 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
                       notes, died_serving, in_call, root.pid)
 
 
+def _checks_disagree(boot: Boot, lens: list[int]) -> list[str]:
+    """A note where vLLM's KV check failed more than once with different figures: runs or ranks the log does not
+    tell apart (real pastes round twenty-seven, a CI log's two `FAILED test…[param] - ValueError: To serve at least
+    one request …` lines, 3.6 GiB / 33,664 tokens and 3.74 GiB / 34,944). The length offered is the shortest any
+    of them states, which fits every one of them (each line's own pair: its available memory and its estimate);
+    the first line's alone would over-commit a run with less memory than it."""
+    available = sorted({f.value for f in boot.engine.get(FactKind.KV_AVAILABLE_AT_CHECK, [])})
+    if len(set(lens)) < 2 and len(available) < 2:
+        return []
+    said = [f"{', '.join(fmt_gib(v) for v in available)} available" if len(available) > 1 else "",
+            f"longest feasible {', '.join(f'{n:,}' for n in sorted(set(lens)))} tokens" if len(set(lens)) > 1 else ""]
+    return [f"vLLM's KV check failed with different figures ({'; '.join(w for w in said if w)}): runs or ranks the "
+            f"log does not tell apart; the smallest is read, which fits each"]
+
+
 _KV_SIZED = (FactKind.KV_AVAILABLE, FactKind.KV_BLOCKS, FactKind.KV_FIXED, FactKind.KV_IN_USE)
 """A rank's lines that vLLM prints once its profile is over and the KV cache is being sized."""
 
 
+_CAPTURE_DONE = (FactKind.GRAPH_CAPTURE, FactKind.GRAPH_ACTUAL)
+"""A rank's lines once its graph capture finished (`Graph capturing finished in 22 secs, took 0.64 GiB`, the pool's
+actual size): the capture comes after KV sizing (compile_or_warm_up_model; 0.34's extensible cache sizes after
+it, and its sampler warmup still follows the capture), so they show the boot past sizing where a paste cut the KV
+lines (real pastes round twenty-seven: the capture line, then a traceback in `_dummy_sampler_run`, read with no
+phase)."""
+
+
 def _kv_sized_at(boot: Boot, file: int) -> int | None:
     """Where a file first shows the KV cache sized (a rank's KV figure or block count, the engine's KV tokens or
-    auto-fit), or None."""
+    auto-fit) or a rank past it (_CAPTURE_DONE), or None."""
     found = [f.pos for kind in (FactKind.KV_TOKENS, FactKind.AUTOFIT) for f in boot.engine.get(kind, [])
              if f.file == file]
-    found += [f.pos for r in boot.ranks.values() for kind in _KV_SIZED for f in r.facts.get(kind, [])
-              if f.file == file]
+    found += [f.pos for r in boot.ranks.values() for kind in (*_KV_SIZED, *_CAPTURE_DONE)
+              for f in r.facts.get(kind, []) if f.file == file]
     return min(found, default=None)
 
 
@@ -413,7 +438,7 @@ def _warmup_step(boot: Boot, root: Located, rank: int | None, warmups: list[Loca
     own = [f for f in after if root.pid is not None and f.pid == root.pid]
     names = dict.fromkeys(f.value for f in (own or after))
     captured = kv_at is not None and any(
-        f.file == root.file and kv_at < f.pos < root.pos and (f.pid == root.pid if rank not in boot.ranks else True)
+        f.file == root.file and kv_at <= f.pos < root.pos and (f.pid == root.pid if rank not in boot.ranks else True)
         for r in ((boot.ranks[rank],) if rank in boot.ranks else boot.ranks.values())
         for kind in _CAPTURED for f in r.facts.get(kind, []))
     where = "after the graph capture finished" if captured else "after KV sizing"
@@ -519,11 +544,12 @@ def _seconds(text: str) -> int | None:
     return None if m is None else record_seconds(m.group(0))
 
 
-_EXCEPTION_LINE = re.compile(r"(?!Exception ignored in\b)(?:[A-Za-z_][\w.]{0,200}: |" + EXCEPTION_NAME + r"\s*$)")
+_EXCEPTION_LINE = re.compile(r"(?!Exception ignored in\b)(?:[A-Za-z_][\w.]{0,200}: |" + EXCEPTION_NAME + r":?\s*$)")
 """A traceback's last line, its exception: a dotted name and `: ` (`RuntimeError: …`,
 `triton.runtime.errors.OutOfResources: …`, `torch._dynamo.exc.Unsupported: …`), or an exception's
-name alone (`AssertionError`, `KeyboardInterrupt`). Not `Exception ignored in: …`, which heads a
-traceback, and not a sentence: its first word is followed by a space."""
+name alone (`AssertionError`, `KeyboardInterrupt`), or with the colon of an empty message whose blank the paste
+trimmed (`SystemExit:`, a worker's `raise SystemExit()` under vLLM's signal handler: round twenty-four b). Not
+`Exception ignored in: …`, which heads a traceback, and not a sentence: its first word is followed by a space."""
 _SAME_KIND = ("RayWorkerWrapper",)
 """Process names whose lines Ray may print under another worker of the same name (its dedup): an
 exception line of any of them ends the traceback."""
@@ -792,13 +818,13 @@ def _kv_check_cut(scan: FileScan, root: Located) -> FailureFact | None:
     if value.kind is not FailureKind.CRASH or not value.message.startswith("ValueError"):
         return None
     frames = list(FRAME.finditer(scan.text, max(0, root.pos - _RAISE_WINDOW), root.pos))
-    if not frames or frames[-1].group(2) not in KV_CHECKS:
+    if not frames or frame_call(frames[-1]) not in KV_CHECKS:
         return None
     line = scan.text[scan.text.rfind("\n", 0, frames[-1].start()) + 1:frames[-1].start()]
     if root.pid is not None and f"pid={root.pid})" not in line:
         return None  # another process's frame, interleaved
     return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
-                       f"{value.message} (cut; raised in {frames[-1].group(2)}, whose only errors say the KV "
+                       f"{value.message} (cut; raised in {frame_call(frames[-1])}, whose only errors say the KV "
                        f"cache does not fit)", rank=value.rank, priority=0)
 
 

@@ -109,6 +109,12 @@ _HEAD_CHARS = 260
 """The longest record head _RECORD_HEAD matches (a 200-character file name and its line number)."""
 
 
+_FRAME_BEFORE = re.compile(r'", line \d{1,7},? in \S{1,84}$')
+"""A traceback frame's header ending where a joined record's head starts: the frame is a record of its own, not the
+record's prefix (real pastes round twenty-five, vllm#21661: a flattened paste's first line `…/pynccl.py", line 139,
+in **init** ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] self.all_reduce(data) …`)."""
+
+
 PROSE_LEAD = 200
 """A line whose first record head comes after more than this many characters starts with a person's
 words, not with a prefix (a container's, a viewer's, a journal's: all far shorter)."""
@@ -135,8 +141,10 @@ def split_joined_records(text: str) -> tuple[str, int]:
             cuts = [(s, e, n) for s, e, _, n in heads]  # a flattened log after a person's words: every record
         elif own is not None and own.start() - line <= TAG_SEARCH_CHARS:
             cuts = [(s, e, n) for s, e, _, n in heads]  # the line's own head is before the first joined one
-        elif own is None and end - line <= TAG_SEARCH_CHARS:
+        elif own is None and end - line <= TAG_SEARCH_CHARS and not _FRAME_BEFORE.search(text, line, start):
             cuts = [(s, e, n) for s, e, _, n in heads[1:]]  # the first joined head is the line's own
+        elif own is None and end - line <= TAG_SEARCH_CHARS:
+            cuts = [(s, e, n) for s, e, _, n in heads]  # a traceback frame before it is a record of its own
         for s, e, is_nccl in cuts:
             out += [text[done:s], "\n"]
             done = e

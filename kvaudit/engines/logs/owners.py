@@ -250,6 +250,15 @@ def stated_rank(rank: int, r: RankFacts, *, gmu: float | None, runner: str | Non
                          f"can be: {owner.value} left unknown")
             readings[owner] = None
     weights, consumed = readings[Owner.WEIGHTS], r.last(FactKind.CONSUMED)
+    if weights == 0 and activation == 0 and readings[Owner.NON_TORCH] == 0 and kv_available:
+        # a profile that saw none of the model: vLLM measured another device than the one the model is on (an RL
+        # trainer's side device; real pastes round twenty-seven, trl#2688: an 8B model's `model weights take
+        # 0.00GiB; non_torch_memory takes 0.00GiB; PyTorch activation peak memory takes 0.00GiB`, the whole
+        # 71.19 GiB budget then given to KV and the boot dead right after)
+        notes.append(f"rank {rank}: vLLM measured 0 bytes of weights, activation peak and non-torch memory, which a "
+                     f"loaded model cannot be: its profile did not see this model's memory (another device "
+                     f"measured?), so the KV cache it sized ({fmt_gib(kv_available)}) is not backed by a "
+                     f"measurement")
     if weights is not None and largest_device and weights > largest_device:
         # the ranks of one boot share a GPU type: weights no device of the log holds are another run's line
         # (real pastes round twenty-two: a GB300 decode worker's log trimmed into srt-slurm's tests, where a DP

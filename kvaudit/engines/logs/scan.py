@@ -100,6 +100,7 @@ from kvaudit.engines.logs.facts import (
     STREAM_CAPTURE,
     WORLD_RANK_LINE,
     backend,
+    communicator_init,
 )
 from kvaudit.engines.logs.lines import TAG_SEARCH_CHARS, parse_line
 from kvaudit.engines.logs.unwrap import FRAME, QUOTE_OPENER, bounds, line_end
@@ -191,7 +192,10 @@ _COMMAND_NEEDLES = ("--", "-tp", "-pp", "-dp", SERVE_NEEDLE) + KWARG_NEEDLES
 _CALLS = tuple(sorted(FRAME_CALLS, key=len, reverse=True))
 _FRAME_NAME = re.compile(r"[A-Za-z_<]")
 """What starts a faulthandler frame's function name (`line 207 in run_engine_core`, `in <module>`)."""
-_FRAME_RX = re.compile(r'", line \d{1,7}(?:, in (?:' + "|".join(map(re.escape, _CALLS)) + r')(?!\w)| in [A-Za-z_<])')
+_FRAME_RX = re.compile(r'", line \d{1,7}(?:, in (?:' + "|".join(map(re.escape, _CALLS)) + r')(?!\w)| in [A-Za-z_<]'
+                       r'|(?P<init>, in (?:__init__(?!\w)|\*\*init\*\*)))')
+"""A frame naming a startup call, faulthandler's frame, or a constructor's frame (kept where it is a device
+communicator's: facts.communicator_init)."""
 CONCURRENCY_WINDOW = 4096
 """How far after a KV size line the old second line ("Maximum concurrency for …") may be."""
 
@@ -355,8 +359,9 @@ def _frame_lines(text: str, found: dict[int, int], start: int, stop: int, kept: 
     m = _FRAME_RX.search(text, start, stop)
     while m is not None and kept[0] < MAX_FRAMES:
         line_start, end = bounds(text, m.start())
-        found.setdefault(line_start, end)
-        kept[0] += 1
+        if m.group("init") is None or communicator_init(text[line_start:end]):
+            found.setdefault(line_start, end)
+            kept[0] += 1
         m = _FRAME_RX.search(text, end, stop)
 
 
@@ -368,7 +373,7 @@ def _frame_counts(text: str, j: int) -> bool:
         return False
     if text.startswith(" in ", k):
         return _FRAME_NAME.match(text, k + 4) is not None  # faulthandler: `line N in name`, as _FRAME_RX
-    return text.startswith(", in ", k) and _names_startup_call(text, k + 5)
+    return text.startswith(", in ", k) and (_names_startup_call(text, k + 5) or communicator_init(text))
 
 
 def _names_startup_call(text: str, k: int) -> bool:

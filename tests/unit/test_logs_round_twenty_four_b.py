@@ -1,0 +1,130 @@
+"""Real pastes, round twenty-four b (a re-audit of rounds twenty-four and twenty-five, whose notes were lost): a
+traceback frame a paste cut and Markdown bolded (`l/lib/…/pynccl.py", line 139, in **init**`, vllm#21661), a V1
+0.8 worker's death told only by the engine core's `got fatal signal from worker processes` (vllm-ascend#616), and
+environment variables of two pasted commands that disagree (vllm#17431). Each test names its source and what
+kvaudit read before; the pastes are the rounds' saved files, a case where the rule must not fire beside each rule."""
+from __future__ import annotations
+
+import pytest
+
+from kvaudit.engines.logs.facts import FRAME, frame_call
+from tests.unit.factories import log_report, pasted
+
+FLATTENED = "10_vllm21661_v1_flattened_whitespace_nccl_unhandled_cuda_error_with_nccl_info.log"
+"""vllm#21661, turn 5 (tests/unit/data/round_twenty_five): a flattened worker traceback whose first frame lost its
+`File "/usr/loca` to the excerpt and whose `__init__` GitHub's Markdown made bold: `l/lib/python3.12/dist-packages/
+vllm/distributed/device_communicators/pynccl.py", line 139, in **init** ERROR 11-04 18:02:56 [v1/executor/
+multiproc_executor.py:597] self.all_reduce(data) …`, ending `RuntimeError: NCCL error: unhandled cuda error`."""
+_ERROR = "ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] "
+_NCCL = f"{_ERROR}RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)\n"
+_PYNCCL = "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl.py"
+
+
+# --------------------------------------------------------------------------------------------
+# G2: a communicator's constructor frame, cut and bolded, is a death in baseline
+
+
+def test_the_flattened_nccl_paste_dies_in_baseline() -> None:
+    """Before: "crash: RuntimeError: NCCL error: unhandled cuda error …", no phase. pynccl.py's __init__ (the
+    communicator's warm-up all_reduce) runs while vLLM makes its process groups, before the model loads."""
+    report = log_report(pasted("round_twenty_five", FLATTENED), FLATTENED)
+    assert report.failure is not None
+    assert (report.failure.phase, report.failure.message) == (
+        "baseline", "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)")
+
+
+@pytest.mark.parametrize("frame", [
+    f'File "{_PYNCCL}", line 139, in __init__',
+    f'File "{_PYNCCL}", line 139, in **init**',
+    f'{_PYNCCL[9:]}", line 139, in **init**',  # the excerpt cut `File "/usr/loca`
+    f'{_ERROR}File "{_PYNCCL}", line 139, in __init__',
+])
+def test_a_communicator_constructor_frame_places_the_nccl_error_in_baseline(frame: str) -> None:
+    report = log_report(f"{frame}\n{_ERROR}self.all_reduce(data)\n{_NCCL}")
+    assert report.failure is not None and report.failure.phase == "baseline"
+
+
+@pytest.mark.parametrize("frame", [
+    # a model's constructor: no phase from this rule (the model's layers are made in load, by make_layers' frames)
+    'File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/llama.py", line 300, in **init**',
+    # the communicator's all_reduce alone: where it ran is not said
+    f'File "{_PYNCCL}", line 162, in all_reduce',
+])
+def test_other_frames_name_no_phase(frame: str) -> None:
+    report = log_report(f"{frame}\n{_NCCL}")
+    assert report.failure is not None and report.failure.phase is None
+
+
+def test_a_communicator_made_after_the_start_is_no_boot_failure() -> None:
+    """A trainer's weight-sync communicator, made after vLLM finished starting: the start is not what failed."""
+    text = ("INFO 11-04 18:00:00 [api_server.py:1] Application startup complete.\n"
+            f'File "{_PYNCCL}", line 139, in **init**\n{_NCCL}')
+    report = log_report(text)
+    assert report.failure is None
+    assert report.warnings == ("after startup finished: RuntimeError: NCCL error: unhandled cuda error (run with "
+                               "NCCL_DEBUG=INFO for details)",)
+
+
+def test_a_bolded_dunder_is_read_as_python_wrote_it_and_a_bold_word_elsewhere_is_no_frame() -> None:
+    m = FRAME.search(f'{_PYNCCL[9:]}", line 139, in **init**')
+    assert m is not None and frame_call(m) == "__init__"
+    assert FRAME.search("run it with **script** and output = func(*args, **kwargs)") is None
+    assert FRAME.search('he wrote "x.py", line 3, in main') is None  # a quote, not a path opening a word
+
+
+# --------------------------------------------------------------------------------------------
+# G1: V1 0.8's "got fatal signal from worker processes" is a worker's death, its shutdown noise no failure
+
+ASCEND_TWO_RUNS = "14_code55786078040_ascend_two_error_msgs_two_runs_caret_ansi_caret_M.log"
+"""vllm-ascend#616 (tests/unit/data/round_twenty_four): two runs of a DP2×TP8 DeepSeek-V2-Lite boot; the later one
+ends in both engine cores' `CRITICAL … [multiproc_executor.py:49] MulitprocExecutor got fatal signal from worker
+processes, shutting down. See stack trace above for root cause issue.` and a worker's `Exception ignored in:
+<Finalize object, dead>` traceback through vLLM's `signal_handler` to `SystemExit:`; the dying worker's own
+traceback is not in the paste."""
+_FATAL = ("CRITICAL 04-22 17:08:49 [core_client.py:359] Got fatal signal from worker processes, shutting down. See "
+          "stack trace above for root cause issue.\n")
+_DIED = ("a worker process died (V1's executor was signalled); its own traceback, which says why, is not in the "
+         "log")
+
+
+def test_the_engine_cores_fatal_signal_is_the_failure_and_the_shutdown_traceback_is_not() -> None:
+    """Before: "crash on rank 6: Traceback (most recent call last): the boot died; its exception line is not in the
+    log" (rank 6's traceback is its own shutdown, `raise SystemExit()` in the handler) and a warning that a traceback
+    ends before its exception line."""
+    report = log_report(pasted("round_twenty_four", ASCEND_TWO_RUNS), ASCEND_TWO_RUNS)
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.rank, report.failure.phase) == ("worker_died", None, None)
+    assert report.failure.message == (
+        "MulitprocExecutor got fatal signal from worker processes, shutting down. See stack trace above for root "
+        f"cause issue: {_DIED}")
+    assert not any("before its exception line" in w for w in report.warnings)
+
+
+def test_the_front_ends_fatal_signal_alone_is_a_worker_death() -> None:
+    report = log_report(_FATAL)
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.message) == (
+        "worker_died", f"Got fatal signal from worker processes, shutting down. See stack trace above for root cause "
+                       f"issue: {_DIED}")
+
+
+def test_the_workers_own_error_above_the_fatal_signal_stays_the_failure() -> None:
+    """The stack trace above, pasted: its exception is the cause, the fatal signal what followed."""
+    text = ("(VllmWorker rank=1 pid=2) ERROR 04-22 17:08:48 [multiproc_executor.py:400] WorkerProc hit an exception.\n"
+            "(VllmWorker rank=1 pid=2) ERROR 04-22 17:08:48 [multiproc_executor.py:400] torch.OutOfMemoryError: CUDA "
+            "out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.19 GiB of which 1.00 GiB is "
+            "free.\n" + _FATAL)
+    report = log_report(text)
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.rank) == ("oom", 1)
+
+
+def test_a_traceback_ending_in_a_bare_system_exit_has_its_exception_line() -> None:
+    """`SystemExit:` (an empty message, its blank trimmed) ends a traceback as `SystemExit` does."""
+    from kvaudit.engines.logs.failure_timeline import traceback_end
+    text = ("(VllmWorker rank=6 pid=7) Traceback (most recent call last):\n"
+            '(VllmWorker rank=6 pid=7)   File "/v/vllm/v1/executor/multiproc_executor.py", line 308, in signal_handler\n'
+            "(VllmWorker rank=6 pid=7)     raise SystemExit()\n"
+            "(VllmWorker rank=6 pid=7) SystemExit:\n")
+    assert traceback_end(text, 0) == (True, "SystemExit:")
+    assert traceback_end(text.replace("SystemExit:\n", "Shutting down: bye\n"), 0) == (True, None)
