@@ -95,3 +95,21 @@ def test_the_cap_holds_the_allocator_to_the_budget_less_non_torch_for_the_scenar
     assert rank.caps == caps
     verify = [e for e in rank._kva_seq.journal.events if e.get("type") == "phase" and e["name"] == "verify"][0]
     assert ("allocator capped at" in verify["detail"]) is (value == "1")
+
+
+def test_a_scenario_over_its_budget_inside_the_tolerance_says_so() -> None:
+    """A newcomer read `batch -14.65 MiB … ok` as a contradiction: the outcome names the tolerance it passed inside."""
+    import dataclasses
+    from pathlib import Path
+
+    from kvaudit.render.frames import verify_frame
+    from kvaudit.report import parse_report_text
+    path = Path(__file__).parents[1] / "benchmarks/results/cpu-verify-defaults-held-threshold-2026-12-06.json"
+    report = parse_report_text(path.read_text(encoding="utf-8"), path.name)
+    assert report.verify is not None and report.verify.scenarios
+    first, *rest = report.verify.scenarios
+    over = dataclasses.replace(first, slack_bytes=-(14 << 20))
+    report = dataclasses.replace(report, verify=dataclasses.replace(report.verify, scenarios=(over, *rest)))
+    frame = verify_frame(report)
+    outcomes = [row[frame.columns.index("outcome")] for row in frame.rows]
+    assert outcomes == ["ok, within 16.00 MiB", "ok", "ok"]
