@@ -269,7 +269,7 @@ def run(ctx: typer.Context,
       kvaudit run --tp 2 -- --enable-expert-parallel
       kvaudit run -- vllm serve MODEL --config config.yaml -tp 4
     """
-    from kvaudit.config import build_run, check_run_options
+    from kvaudit.config import build_run, check_run_options, passthrough_overrides
     from kvaudit.engines.process import StopSignals
     from kvaudit.engines.vllm import RunOptions, node_rank, preflight, run_audit, run_follower
     from kvaudit.engines.vllm.engine_args import engine_arg_names
@@ -290,12 +290,19 @@ def run(ctx: typer.Context,
                       [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")],
                       engine_args)
     check_format(fmt)  # -f html without matplotlib: now, not after the boot
+    if config_file is not None:
+        config_not_a_report(config_file)
     config, deployment = build_run(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
                                    engine_args=engine_args,
                                    tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
                                    gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                                    max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
                                    kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
+    for said in passthrough_overrides(ctx.args, tensor_parallel_size=tp, decode_context_parallel_size=dcp,
+                                      gpu_memory_utilization=gmu, max_model_len=max_model_len,
+                                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                      kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager):
+        typer.echo(f"kvaudit: note: {said}", err=True)
     if write_config is not None:
         from kvaudit.write_config import check_run_target
         check_run_target(config, deployment)
@@ -498,12 +505,34 @@ def _usage_error(exc: Exception) -> NoReturn:
         if len(given) == 1 and repr(given[0]) not in message:
             message += f": got {given[0]!r}"
         ctx = getattr(exc, "ctx", None)
-        where = ctx.command_path if ctx else "kvaudit"
+        # an option missing its value is refused before the verb's context exists: the verb is the first argument
+        verb = next((a for a in sys.argv[1:2] if a in {c.name or c.callback.__name__ for c in app.registered_commands
+                                                        if c.callback is not None}), None)
+        where = ctx.command_path if ctx else f"kvaudit {verb}" if verb else "kvaudit"
         if type(exc).__name__ == "NoSuchOption":  # said as `kvaudit run` says its own (config.check_run_options)
             near = sorted(getattr(exc, "possibilities", None) or ())
             message = no_option(where, getattr(exc, "option_name", ""), " or ".join(near) or None)
         typer.echo(f"kvaudit: error: {one_line(message)} (see {where} --help)", err=True)
     sys.exit(int(ExitCode.USAGE))
+
+
+def config_not_a_report(path: Path) -> None:
+    """A kvaudit report given as `--config` is refused as what it is (a newcomer's got "source is not an option of
+    vllm serve": JSON is YAML, and the report's keys were read as serve options)."""
+    import json
+
+    from kvaudit.schema import REPORT_SCHEMA
+    from kvaudit.serve_config import read_config_text
+    text = read_config_text(path, "config file")
+    if not text.lstrip().startswith("{"):
+        return
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return
+    if isinstance(data, dict) and data.get("schema") == REPORT_SCHEMA:
+        raise UsageError(f"config file {path} is a kvaudit report, not a config: --config takes a vllm serve YAML or "
+                         f"a TOML preset (a report goes to kvaudit show, plan or diff)")
 
 
 def _silence(stream: TextIO) -> None:

@@ -487,6 +487,26 @@ def build_run(*, model: str | None, dummy_weights: bool, preset: Path | None, pa
     return config.validated(), deployment
 
 
+def passthrough_overrides(passthrough: list[str], **flags: Any) -> list[str]:
+    """What follows `--` gives a knob kvaudit's own option gave too, with another value: it wins (the order
+    embedded < config file < flags < what follows `--`), said, since one of the two was a slip
+    (`kvaudit run --max-model-len 2048 -- --max-model-len 1024` booted 1024 without a word)."""
+    from kvaudit.serve_config import serve_line
+    if not passthrough or serve_line(passthrough) is not None:
+        return []
+    try:
+        args = parse_passthrough(passthrough)
+    except UsageError:
+        return []  # build_run says what is wrong with them
+    said = []
+    for key, value in args.items():
+        given = flags.get(key)
+        if given is not None and key in MODELLED_KEYS and given != value:
+            flag = "--" + key.replace("_", "-")
+            said.append(f"{flag} {given} is overridden by {flag} {value} after -- (what follows -- comes last)")
+    return said
+
+
 def _with_values(config: AuditConfig, values: Mapping[str, Any], where: str) -> AuditConfig:
     """Engine arguments read as vLLM reads them (typed): a knob kvaudit models replaces its field
     (`speculative_config`'s method and token count are speculative_method and num_speculative_tokens),

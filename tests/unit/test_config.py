@@ -387,3 +387,29 @@ def test_a_log_config_fills_every_modelled_key():
     known, extra = knobs_from_args(args)
     assert set(known) == set(MODELLED_KEYS)
     assert extra == {"swap_space": 4, "speculative_config": {"method": "mtp", "num_speculative_tokens": 1}}
+
+
+def test_a_pass_through_knob_that_overrides_a_flag_is_said():
+    """A newcomer's `kvaudit run --max-model-len 2048 -- --max-model-len 1024` booted 1024 without a word."""
+    from kvaudit.config import passthrough_overrides
+    assert passthrough_overrides(["--max-model-len", "1024"], max_model_len=2048, gpu_memory_utilization=None) == [
+        "--max-model-len 2048 is overridden by --max-model-len 1024 after -- (what follows -- comes last)"]
+    # the same value twice, a knob the flags left alone, and an engine argument kvaudit does not model: nothing
+    assert passthrough_overrides(["--max-model-len", "2048", "--gpu-memory-utilization", "0.5", "--seed", "7"],
+                                 max_model_len=2048, gpu_memory_utilization=None) == []
+
+
+def test_a_report_given_as_the_config_is_refused_as_a_report(tmp_path):
+    """A newcomer's report passed to --config read as a serve YAML: "source is not an option of vllm serve"."""
+    report = tmp_path / "r.json"
+    report.write_text('{"source": "run", "ranks": [], "schema": "kvaudit.report/1"}\n', encoding="utf-8")
+    from kvaudit.cli import config_not_a_report
+    with pytest.raises(UsageError) as info:
+        config_not_a_report(report)
+    assert one_line_usage_error(info) == (f"config file {report} is a kvaudit report, not a config: --config takes a "
+                                          f"vllm serve YAML or a TOML preset (a report goes to kvaudit show, plan or "
+                                          f"diff)")
+    other = tmp_path / "serve.json"  # JSON that is no report stays a serve config (YAML holds JSON)
+    other.write_text('{"max-model-len": 2048}\n', encoding="utf-8")
+    config_not_a_report(other)
+    assert build(preset=other).max_model_len == 2048

@@ -87,3 +87,16 @@ def test_every_verb_refuses_an_option_it_lacks_as_run_does(cli, args, line):
     result = cli(*args)
     assert result.code == 2 and result.stdout == ""
     assert result.stderr_lines == [f"kvaudit: error: {line}"]
+
+
+@pytest.mark.parametrize("argv, where", [
+    (["run", "--write-config"], "kvaudit run"), (["show", "--width"], "kvaudit show"), (["--width"], "kvaudit")])
+def test_an_option_missing_its_value_points_to_its_verbs_help(argv, where, monkeypatch, capsys):
+    """Click refuses a missing value before the verb's context exists; a newcomer was sent to `kvaudit --help`."""
+    from kvaudit import cli
+    monkeypatch.setattr("sys.argv", ["kvaudit", *argv])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"(see {where} --help)") and err.count("\n") == 0
