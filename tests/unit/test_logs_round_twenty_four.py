@@ -136,18 +136,23 @@ _AT_LEAST = "tensor_parallel_size × pipeline_parallel_size: ≥ 7, sizes not st
 
 
 def test_a_worker_rank_above_zero_leaves_tp_unknown_not_one() -> None:
-    """The vllm-ascend notes: `VllmWorker rank=6`, and a command that states only `--model=` (its `--tp-size=8` is
-    the example script's own flag). Before: tensor_parallel_size 1, vLLM's default, no word of the ranks."""
-    report = _report(ASCEND)
+    """The vllm-ascend notes: `VllmWorker rank=6`, and a command whose sizes are the data-parallel example's own
+    flags. Before: tensor_parallel_size 1, vLLM's default, no word of the ranks. Since round twenty-four b the
+    example's `--tp-size=8` is read as what it passes to LLM(...): TP 8, which holds rank 6; with it gone, TP is
+    unknown and the warning says how far the ranks reach."""
+    assert _report(ASCEND).config.tensor_parallel_size == 8
+    report = _report(ASCEND, _text(ASCEND).replace("--tp-size=8", ""))
     assert report.config.tensor_parallel_size is None
     assert any(w.startswith(_AT_LEAST) for w in report.warnings)
 
 
 def test_a_stated_size_that_covers_the_ranks_keeps_the_default() -> None:
-    """Must not fire: the same paste with `--pipeline-parallel-size=8` typed: PP 8 holds rank 6, so TP stays vLLM's
-    default 1; with `--tensor-parallel-size=8` TP is 8."""
+    """Must not fire: the same paste with `--pipeline-parallel-size=8` typed for its sizes: PP 8 holds rank 6, so TP
+    stays vLLM's default 1; with `--tensor-parallel-size=8` TP is 8. (The paste's own `--dp-size=2 --tp-size=8` are
+    the data-parallel example's, read since round twenty-four b: TP 8.)"""
     text = _text(ASCEND)  # the command is printed above run 1 and again below run 2, which the report reads
-    pp = _report(ASCEND, text.replace("--dp-size=2", "--pipeline-parallel-size=8"))
+    assert "--dp-size=2 --tp-size=8" in text
+    pp = _report(ASCEND, text.replace("--dp-size=2 --tp-size=8", "--pipeline-parallel-size=8 "))
     assert pp.config.tensor_parallel_size == 1
     assert not any(w.startswith("tensor_parallel_size × ") for w in pp.warnings)
     tp = _report(ASCEND, text.replace("--dp-size=2", "--tensor-parallel-size=8"))

@@ -128,3 +128,69 @@ def test_a_traceback_ending_in_a_bare_system_exit_has_its_exception_line() -> No
             "(VllmWorker rank=6 pid=7) SystemExit:\n")
     assert traceback_end(text, 0) == (True, "SystemExit:")
     assert traceback_end(text.replace("SystemExit:\n", "Shutting down: bye\n"), 0) == (True, None)
+
+
+# --------------------------------------------------------------------------------------------
+# G4: a variable two pasted commands set differently is taken from neither
+
+TWO_COMMANDS = "03_vllm17431_a800_success_and_error_commands_v1_kv_failed_cut.log"
+"""vllm#17431 (tests/unit/data/round_twenty_four): a "success case" `VLLM_USE_V1=0  …/python -m
+vllm.entrypoints.openai.api_server --model …` and an "error case" without the variable, above a V1 engine core's
+`EngineCore failed to start.`"""
+_DISAGREE = ("the pasted commands set VLLM_USE_V1 differently (0, unset): which command this log is of is not known, "
+             "so it is not taken from them")
+_SERVE = "vllm serve /m/X --tensor-parallel-size 2"
+
+
+def test_a_variable_only_one_of_two_commands_sets_is_not_the_runs() -> None:
+    """Before: `"env": {"VLLM_USE_V1": "0"}` beside `"generation": "V1"`: the success command's setting given to the
+    failing run."""
+    report = log_report(pasted("round_twenty_four", TWO_COMMANDS), TWO_COMMANDS)
+    assert report.environment.env == {}
+    assert report.engine.generation == "V1"
+    assert _DISAGREE in report.warnings
+
+
+@pytest.mark.parametrize("text", [
+    f"VLLM_USE_V1=0 {_SERVE}\n",  # one command
+    f"VLLM_USE_V1=0 {_SERVE}\nVLLM_USE_V1=0 {_SERVE} --max-model-len 4096\n",  # two that agree
+    f"VLLM_USE_V1=0 {_SERVE}\nI ran it with python 3.11 and it worked before.\n",  # a sentence naming python
+])
+def test_a_variable_the_commands_agree_on_is_kept(text: str) -> None:
+    report = log_report(text)
+    assert report.environment.env == {"VLLM_USE_V1": "0"}
+    assert not any("set VLLM_USE_V1 differently" in w for w in report.warnings)
+
+
+# --------------------------------------------------------------------------------------------
+# G3: a prompt in a folder named vllm, and vLLM's data-parallel example's sizes
+
+
+def test_the_dp_example_after_a_prompt_in_a_vllm_folder_names_model_and_sizes() -> None:
+    """Before: `kvaudit log · vllm` with no model, TP "≥ 7, sizes not stated": the prompt's `vllm]#` was taken for
+    the program, and the example's `--tp-size`/`--dp-size` were no flags kvaudit read."""
+    report = log_report(pasted("round_twenty_four", ASCEND_TWO_RUNS), ASCEND_TWO_RUNS)
+    assert (report.config.model, report.config.tensor_parallel_size) == ("/mnt/deepseek/DeepSeek-V2-Lite", 8)
+    assert report.config.extra_args["data_parallel_size"] == 2
+
+
+@pytest.mark.parametrize("line, model, tp", [
+    ("[root@h vllm]# python -m vllm.entrypoints.openai.api_server --model /m/X --tensor-parallel-size 8", "/m/X", 8),
+    ("(venv) user@box:~/vllm$ python -m vllm.entrypoints.openai.api_server --model /m/X --tensor-parallel-size 4",
+     "/m/X", 4),
+    ("(venv) user@box:~/vllm$ vllm serve /m/X --tensor-parallel-size 2", "/m/X", 2),  # read so before too
+    ("root@box:/workspace/vllm# vllm serve /m/X --tensor-parallel-size 2", "/m/X", 2),
+])
+def test_a_prompt_in_a_vllm_folder_is_no_program(line: str, model: str, tp: int) -> None:
+    report = log_report(line + "\n")
+    assert (report.config.model, report.config.tensor_parallel_size) == (model, tp)
+
+
+def test_another_programs_tp_size_is_not_vllms() -> None:
+    """Must not fire: SGLang's launch_server takes `--tp-size` too."""
+    text = ("python -m sglang.launch_server --model-path /m/X --tp-size 8\n"
+            "INFO 01-01 00:00:00 [gpu_model_runner.py:1] Model loading took 1.00 GiB and 1.0 seconds\n")
+    report = log_report(text)
+    dp_example = log_report(text.replace("-m sglang.launch_server --model-path", "examples/offline_inference/"
+                                                                                   "data_parallel.py --model"))
+    assert (report.config.tensor_parallel_size, dp_example.config.tensor_parallel_size) == (None, 8)

@@ -91,7 +91,28 @@ _V1_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\]v1[/\\]')
 
 
 def _env(boot: Boot) -> dict[str, str]:
-    return {name: value for name, value in (f.value for f in boot.engine.get(FactKind.ENV, []))}
+    """vLLM's variables the log sets, less those the pasted commands disagree on (_env_disagreements)."""
+    env = {name: value for name, value in (f.value for f in boot.engine.get(FactKind.ENV, []))}
+    return {name: value for name, value in env.items() if name not in _commands_disagree(boot)}
+
+
+def _commands_disagree(boot: Boot) -> dict[str, list[str | None]]:
+    """The VLLM_* variables two or more pasted command lines set differently (one of them not at all), each with
+    its values in the order the lines come: which command the log is of is not known, so none is taken (real
+    pastes round twenty-four b, vllm#17431: a "success case" `VLLM_USE_V1=0 python -m vllm…` and an "error case"
+    without it above a V1 engine's traceback, read as `VLLM_USE_V1=0`), as for a flag (ranks.command_conflicts)."""
+    commands = [dict(f.value) for f in boot.engine.get(FactKind.COMMAND_ENV, [])]
+    if len(commands) < 2:
+        return {}
+    names = dict.fromkeys(n for c in commands for n in c if n.startswith("VLLM_"))
+    values = {n: list(dict.fromkeys(c.get(n) for c in commands)) for n in names}
+    return {n: v for n, v in values.items() if len(v) > 1}
+
+
+def _env_disagreements(boot: Boot) -> list[str]:
+    return [f"the pasted commands set {name} differently ({', '.join('unset' if v is None else v for v in values)}): "
+            f"which command this log is of is not known, so it is not taken from them"
+            for name, values in _commands_disagree(boot).items()]
 
 
 def _kv_tokens(boot: Boot) -> int | None:
@@ -226,7 +247,8 @@ class LogBoot:
                 warnings.append("the log names no process (no `(Worker_TP0 pid=…)` prefixes): its figures are taken "
                                 "as one rank, rank 0")
             warnings += _folded_ranks(boot)
-        warnings += _ray_notes(boot) + command_conflicts(boot.engine) + command_disagreements(boot.engine, config)
+        warnings += (_ray_notes(boot) + command_conflicts(boot.engine) + _env_disagreements(boot)
+                     + command_disagreements(boot.engine, config))
         derived = _tokens_from_blocks(boot, config.block_size) if tokens is None else None
         fits = _passed_kv_check(boot, failure, config, finished)
         kv_sized = (tokens, derived) != (None, None) or fits or any(  # a KV size stated, even with no tokens

@@ -133,6 +133,9 @@ class FactKind(StrEnum):
     RAY_FOLDED = "ray_folded"
     """Ray's `[repeated Nx across cluster]`: N more workers printed a line of this shape."""
     COMMAND_ARG = "command_arg"
+    COMMAND_ENV = "command_env"
+    """A pasted command line's own VLLM_* assignments before its program (none: an empty tuple), one per line that
+    holds a command with a flag or a model: which lines set a variable, where two commands were pasted."""
     """(flag, value) from a pasted command line: `--tensor-parallel-size 8`, `-tp=8`."""
     PARALLEL_RANKS = "parallel_ranks"
     """(world size, {"dp": rank, "pp": rank, "pcp": rank, "tp": rank}, global rank) from parallel_state.py's
@@ -234,6 +237,9 @@ class Rule:
         guard = self.guard
         return guard in msg if isinstance(guard, str) else any(g in msg for g in guard)
 
+
+COMMAND_KINDS = (FactKind.COMMAND_ARG, FactKind.COMMAND_ENV)
+"""What a pasted command states (its flags, its model, the variables it sets): no fact of a boot's own lines."""
 
 # --------------------------------------------------------------------------------------------
 # Weights (§5.2)
@@ -1212,7 +1218,9 @@ def command_flag(word: str) -> str | None:
                  if name.startswith(shortest) and flag.startswith(name)), None)
 
 
-_COMMAND_CONTEXT = re.compile(r"(?<![A-Za-z0-9_])(?:vllm|python|api_server)", re.IGNORECASE)
+# (not a shell prompt's folder named vllm: `[root@host vllm]# python …`, `user@box:~/vllm$ python …`, where the
+# command is what follows the prompt; real pastes round twenty-four b, vllm-ascend#616: the model was lost)
+_COMMAND_CONTEXT = re.compile(r"(?<![A-Za-z0-9_])(?:vllm|python|api_server)(?![\]$#%])", re.IGNORECASE)
 MAX_COMMAND_RUNS = 64
 """Commands read from one line at most: a line holds a few; each run reads a few words and the 4 KiB
 before it, so a line of `vllm vllm vllm …` costs no more than 64 runs (untrusted input stays linear)."""
@@ -1452,14 +1460,34 @@ def _command(msg: str) -> Iterable[Fact]:
         spans = _flag_spans(msg)
     else:
         return
+    said: list[Fact] = []
     for start, end in spans:
         if runs and (model := _served_model(msg, start, end)) is not None:
-            yield Fact(FactKind.COMMAND_ARG, ("model", model))
-        yield from _command_facts(msg[start:min(end, 100_000)])
+            said.append(Fact(FactKind.COMMAND_ARG, ("model", model)))
+        said += _command_facts(msg[start:min(end, 100_000)])
+    yield from said
+    if runs and said:
+        head = _ENV_PREFIX.match(msg)
+        yield Fact(FactKind.COMMAND_ENV, tuple((m.group(1), m.group(2).strip("'\""))
+                                               for m in _ENV_ASSIGNMENT.finditer(msg, 0, head.end() if head else 0)))
+
+
+_DP_EXAMPLE = "data_parallel.py"
+"""vLLM's data-parallel example (examples/offline_inference/data_parallel.py), which takes its sizes as `--tp-size`
+and `--dp-size` and passes them to LLM(tensor_parallel_size=…) per DP rank; DP issues run it (round twenty-four b,
+vllm-ascend#616: `python examples/offline_inference/data_parallel.py --model=… --dp-size=2 --tp-size=8` read as TP
+1). Other programs' `--tp-size` (SGLang's launch_server) are not vLLM's."""
+_DP_EXAMPLE_SIZE = re.compile(r"(?<![\w-])--(tp|dp)-size(?:=|[ \t]+)['\"]?(\d{1,6})(?![\d.])")
+"""(its digits may run into the paste's next words: `--tp-size=8Read from remote error: …`, a terminal's line glued
+to the command's)"""
 
 
 def _command_facts(command: str) -> Iterable[Fact]:
     """The knobs one pasted command's flags set (its model aside)."""
+    if _DP_EXAMPLE in command:
+        for m in _DP_EXAMPLE_SIZE.finditer(command):
+            key = "tensor_parallel_size" if m.group(1) == "tp" else "data_parallel_size"
+            yield Fact(FactKind.COMMAND_ARG, (key, int(m.group(2))))
     for m in _COMMAND.finditer(command):
         if (key := command_flag(m.group(1))) is None:
             continue
@@ -1522,6 +1550,9 @@ _BACKEND = re.compile(r"Using ([A-Z][A-Z0-9_]{1,40}) attention backend"
                       r"|Using (Triton) backend on V1 engine")  # cuda.py 0.8–0.10
 # A shell dump of the environment, or vLLM's own `VLLM_CPU_OMP_THREADS_BIND='auto', …` detail line.
 _ENV = re.compile(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]{1,80})=('[^']{0,200}'|\"[^\"]{0,200}\"|[^\s,;]{0,200})")
+_ENV_ASSIGNMENT = re.compile(r"([A-Za-z_]\w{0,80})=('[^']{0,200}'|\"[^\"]{0,200}\"|[^\s,;]{0,200})")
+_ENV_PREFIX = re.compile(r"\s*(?:(?:[A-Za-z_]\w{0,80})=(?:'[^']{0,200}'|\"[^\"]{0,200}\"|[^\s,;]{0,200})\s+){1,16}")
+"""The variables a command line sets for its program, before it: `VLLM_USE_V1=0 CUDA_VISIBLE_DEVICES=0 python -m …`."""
 
 
 def _config(msg: str) -> Iterable[Fact]:

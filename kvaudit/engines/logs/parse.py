@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from kvaudit.engines.failures import BARE, GENERIC, LOG_MESSAGE_CHARS, handled
 from kvaudit.engines.logs.facts import (
+    COMMAND_KINDS,
     ERROR_LEVELS,
     PLATFORM_LINE,
     RANK_KINDS,
@@ -163,7 +164,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         line, facts = _read_record(text, start, end, covered, cuts.width)
         seen_vllm = seen_vllm or line.is_vllm
         if line.is_vllm or facts:
-            said.append(Said(start, end, line.is_vllm or any(f.kind is not FactKind.COMMAND_ARG for f in facts)))
+            said.append(Said(start, end, line.is_vllm or any(f.kind not in COMMAND_KINDS for f in facts)))
         if facts and line.pos not in parsed:
             parsed[line.pos] = ParsedLine(line, facts)
     for start, end in cands.concurrency:
@@ -171,7 +172,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
         facts = facts or tuple(concurrency(line.msg))
         if not facts:
             continue
-        said.append(Said(start, end, any(f.kind is not FactKind.COMMAND_ARG for f in facts)))
+        said.append(Said(start, end, any(f.kind not in COMMAND_KINDS for f in facts)))
         if line.pos in parsed:  # joined to the line before it: add what that record lacks
             known = parsed[line.pos]
             extra = tuple(f for f in facts if f not in known.facts)
@@ -761,7 +762,7 @@ def _mentions_only(text: str, said: list[Said], width: int | None) -> tuple[int,
         if quiet is None:
             quiet = without_quotations(text)
         line, facts = _read_record(quiet, start, end, set(), width)
-        if line.is_vllm or any(f.kind is not FactKind.COMMAND_ARG for f in facts or concurrency(line.msg)):
+        if line.is_vllm or any(f.kind not in COMMAND_KINDS for f in facts or concurrency(line.msg)):
             return None
         commands = commands or bool(facts) and KVAUDIT_COMMAND.search(line.msg) is None
         mentions = mentions or logged
@@ -853,7 +854,7 @@ def _typed(line: LogLine) -> tuple[Fact, ...]:
     facts = facts_from_message(line.msg) + list(error_frame_facts(line.level, line.msg))
     facts = [f for f in facts if f.kind is not FactKind.FAILURE or not handled(line.level, f.value.kind)]
     if line.is_vllm:
-        return tuple(f for f in facts if f.kind is not FactKind.COMMAND_ARG)
+        return tuple(f for f in facts if f.kind not in COMMAND_KINDS)
     return tuple(f for f in facts if f.kind not in _PRINTED_ONLY)  # vLLM's own words, quoted by a person
 
 
