@@ -140,3 +140,26 @@ def test_a_bar_short_of_its_count_or_a_mode_not_drawn_is_no_finished_capture() -
     assert UNFINISHED_PAST_CAPTURE not in log_report(short).warnings
     assert UNFINISHED_PAST_CAPTURE not in log_report(piecewise).warnings
     assert UNFINISHED_PAST_CAPTURE in log_report(both).warnings
+
+
+ROCM_AITER = "10_vllm28052_rocm_v0111_aiter_python_logging_lines_kv_83_88_610816_tokens_cut.log"
+"""vllm#28052 (0.11.1 on ROCm): `(EngineCore_DP0 pid=4448) [aiter] import [module_aiter_enum] under …`, no
+`Automatically detected platform` line in the paste."""
+ASCEND_ACL = "08_ascend11514_tp8_acl_graph_estimate_0_29_kv_5_15_gmu_095_cut.log"
+"""vllm-ascend#11514: `(Worker_TP7 pid=36409) INFO … [worker.py:566] ACL graph memory profiling is enabled (default
+since v0.22.1). …`, no platform plugin line in the paste."""
+
+
+def test_a_platforms_own_runtime_lines_name_it() -> None:
+    """F6. Before: platform null on both (the graph rows said "CUDA graph" of an ACL graph pool)."""
+    assert log_report(pasted(_ROUND, ROCM_AITER), ROCM_AITER).environment.platform == "rocm"
+    assert log_report(pasted(_ROUND, ASCEND_ACL), ASCEND_ACL).environment.platform == "ascend"
+
+
+def test_a_package_listing_that_names_aiter_names_no_platform() -> None:
+    """Must not fire: collect_env's pip list (`aiter==0.1.5`) beside a CUDA boot's lines."""
+    text = ("aiter==0.1.5\n"
+            "INFO 01-01 00:00:00 [gpu_model_runner.py:1] Model loading took 1.00 GiB and 1.0 seconds\n")
+    assert log_report(text).environment.platform is None
+    cuda = "INFO 01-01 00:00:00 [__init__.py:1] Automatically detected platform cuda.\n" + text
+    assert log_report(cuda).environment.platform == "cuda"

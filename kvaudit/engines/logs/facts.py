@@ -1679,9 +1679,19 @@ _PLATFORM = re.compile(r"(?:Automatically detected platform|Platform plugin) ([A
                        r"(?:\.| is activated)")
 
 
+PLATFORM_SIGNS = (("[aiter] import [module_", "rocm"), ("ACL graph memory profiling", "ascend"))
+"""Lines only one platform's runtime prints, where a paste cut the platform's own line (real pastes round
+twenty-seven): AMD's aiter kernel library loading its modules (`[aiter] import [module_aiter_enum] under …`, ROCm
+only; a package listing's `aiter==…` is not this), and vllm-ascend's ACL graph memory profiling (`ACL graph memory
+profiling is enabled (default since v0.22.1). The current --gpu-memory-utilization=…`, its CUDA-graph line's twin)."""
+
+
 def _platform(msg: str) -> Iterable[Fact]:
     if m := _PLATFORM.search(msg):
         yield Fact(FactKind.PLATFORM, m.group(1))
+    for sign, platform in PLATFORM_SIGNS:
+        if sign in msg:
+            yield Fact(FactKind.PLATFORM, platform)
 
 
 STREAM_CAPTURE = ("when stream is capturing", "cudaErrorStreamCapture")
@@ -1880,7 +1890,8 @@ RULES: tuple[Rule, ...] = (
          _ere(MAX_MODEL_LEN_LINE) + "[0-9]|" + _ere(BLOCK_SIZE_LINE) + "[0-9]", _resolved_sizes),
     Rule("version", (" version ", BANNER_MODEL), r"vLLM API server version|[█▀▄] +version [0-9]|█  model ", _version),
     Rule("image", IMAGE_NEEDLE, r"vllm/vllm-openai(-rocm|-cpu)?:v?[0-9]+\.[0-9]+\.[0-9]", _image),
-    Rule("platform", (PLATFORM_LINE, "Platform plugin "), "Automatically detected platform |Platform plugin ",
+    Rule("platform", (PLATFORM_LINE, "Platform plugin ", *(sign for sign, _ in PLATFORM_SIGNS)),
+         "Automatically detected platform |Platform plugin |" + "|".join(_ere(sign) for sign, _ in PLATFORM_SIGNS),
          _platform),
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),

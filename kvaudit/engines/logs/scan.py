@@ -95,6 +95,7 @@ from kvaudit.engines.logs.facts import (
     PADDING_LINE,
     PARALLEL_STATE_LINE,
     PLATFORM_LINE,
+    PLATFORM_SIGNS,
     SERVE_NEEDLE,
     SOURCE_CALL_HEAD,
     STREAM_CAPTURE,
@@ -111,14 +112,15 @@ _V_WORDS = ("V cache size", "V1 LLM engine", "V2 Model Runner", "V1 model runner
 _V_RX = re.compile("V(?:" + "|".join(re.escape(w[1:]) for w in _V_WORDS) + ")")
 _ARGS = "non-default args: "
 _PRELUDE = ("LLM engine", " version ", NAMESPACE_ARGS, LOADING_MODEL, CHUNKED_PREFILL, CHUNKED_OFF_LINE,
-            MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE, PLATFORM_LINE, "Platform plugin ", BANNER_MODEL)
+            MAX_MODEL_LEN_LINE, BLOCK_SIZE_LINE, PLATFORM_LINE, "Platform plugin ", BANNER_MODEL, PLATFORM_SIGNS[0][0])
 """Lines printed before anything is loaded that hold no character the other passes look for: V0's
 config line `Initializing an LLM engine (v0.5.4) with config: …` (V1's is found by its `V`), the
 banner's `version 0.19.1`, V0's `vLLM API server version 0.6.3`, its `args: Namespace(…)`, a
 worker's `Starting to load model M...`, the scheduler's `Chunked prefill is enabled with …` (and a line
 turning it off again: `… supports chunked prefill and prefix caching; disabling both.`), the
 model config's `Using max model len N`, the platform's `Setting attention block size to N tokens` and the
-platform itself (`Automatically detected platform rocm.`, a plugin's `Platform plugin ascend is activated`)."""
+platform itself (`Automatically detected platform rocm.`, a plugin's `Platform plugin ascend is activated`),
+or AMD's aiter loading its modules, a ROCm boot's sign where that line was cut (facts.PLATFORM_SIGNS)."""
 
 
 def prelude_limit(text: str, first_hit: int) -> int:
