@@ -81,11 +81,15 @@ def _headroom(report: Report) -> str:
 
 def capacity_lines(report: Report) -> list[tuple[str, str]]:
     cap = report.capacity
+    where = (("" if cap.binding_rank is None else f" on rank {cap.binding_rank}")
+             + ("" if (node := binding_node(report)) is None else f" (node {node})"))
+    if cap.kv_available_bytes is None and cap.kv_tokens is not None:  # a log that states the tokens alone
+        available = f"{fmt_tokens(cap.kv_tokens)} tokens{where} (their bytes not stated)"
+    else:
+        available = (fmt_gib(cap.kv_available_bytes) + where
+                     + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else ""))
     lines = [
-        ("KV available", (f"{label}: " if (label := not_served_label(cap)) else "") + fmt_gib(cap.kv_available_bytes)
-         + ("" if cap.binding_rank is None else f" on rank {cap.binding_rank}")
-         + ("" if (node := binding_node(report)) is None else f" (node {node})")
-         + (f" = {fmt_tokens(cap.kv_tokens)} tokens" if cap.kv_tokens is not None else "")),
+        ("KV available", (f"{label}: " if (label := not_served_label(cap)) else "") + available),
         ("naive single-profile KV", fmt_gib(cap.naive_kv_available_bytes)
          + (f" (over-allocates {fmt_gib(cap.over_allocation_bytes)})" if cap.over_allocation_bytes else "")),
         ("one request at max_model_len", _one_request(cap)),

@@ -543,3 +543,11 @@ def test_a_figure_that_rounds_to_zero_prints_as_zero_never_minus_zero() -> None:
     the tolerance a note names); the README's example shows `0.000`."""
     from kvaudit.units import fmt_gib3
     assert [fmt_gib3(-280 << 10), fmt_gib3(-280 << 10, signed=True), fmt_gib3(-2 << 20)] == ["0.000", "+0.000", "-0.002"]
+
+
+def test_a_kv_figure_of_tokens_alone_is_said_without_a_dash():
+    """A newcomer read `KV available: — = 1,127,936 tokens` (a log that states only vLLM's KV size in tokens)."""
+    from kvaudit.render.summary import capacity_lines
+    from tests.unit.factories import log_report
+    report = log_report("INFO 01-01 00:00:00 [kv_cache_utils.py:1] GPU KV cache size: 1,127,936 tokens\n")
+    assert dict(capacity_lines(report))["KV available"] == "1,127,936 tokens (their bytes not stated)"
