@@ -292,16 +292,12 @@ def run(ctx: typer.Context,
     check_format(fmt)  # -f html without matplotlib: now, not after the boot
     if config_file is not None:
         config_not_a_report(config_file)
+    knobs = dict(tensor_parallel_size=tp, decode_context_parallel_size=dcp, gpu_memory_utilization=gmu,
+                 max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                 kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
     config, deployment = build_run(model=model, dummy_weights=dummy_weights, preset=config_file, passthrough=ctx.args,
-                                   engine_args=engine_args,
-                                   tensor_parallel_size=tp, decode_context_parallel_size=dcp, mtp=mtp,
-                                   gpu_memory_utilization=gmu, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                                   max_num_batched_tokens=max_num_batched_tokens, cudagraph_sizes=cudagraph_sizes,
-                                   kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager)
-    for said in passthrough_overrides(ctx.args, tensor_parallel_size=tp, decode_context_parallel_size=dcp,
-                                      gpu_memory_utilization=gmu, max_model_len=max_model_len,
-                                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                      kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager):
+                                   engine_args=engine_args, mtp=mtp, cudagraph_sizes=cudagraph_sizes, **knobs)
+    for said in passthrough_overrides(ctx.args, **knobs):
         typer.echo(f"kvaudit: note: {said}", err=True)
     if write_config is not None:
         from kvaudit.write_config import check_run_target
