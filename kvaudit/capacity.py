@@ -176,15 +176,35 @@ def _grown_after_sizing(rank: RankReport, verify_overrun_bytes: int) -> int:
     return max(grown, verify_overrun_bytes, 0)
 
 
-ALLOCATOR_ENV = (*ALLOC_CONF_ENV, "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD")
+JIT_CACHE_ENV = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+"""How many compiled kernels oneDNN's primitive cache and torch's (ideep's) keep on the host, each one
+per GEMM shape (DNNL_ is oneDNN's older name for the first)."""
+
+ALLOCATOR_ENV = (*ALLOC_CONF_ENV, "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD", *JIT_CACHE_ENV)
 """Environment variables (names, or prefixes ending in `_`) that set how memory is allocated, torch's
 caching allocator or the host's (glibc's tunables, jemalloc's MALLOC_CONF, tcmalloc's, one
-preloaded): the same KV bytes fit or not with them, so the safe flags hold only where they are set."""
+preloaded), or how much the host's kernel caches keep (JIT_CACHE_ENV): the same KV bytes fit or not
+with them, so the safe flags hold only where they are set."""
 
 
 HOST_MMAP_THRESHOLD = ("MALLOC_MMAP_THRESHOLD_", "131072")
 """glibc's mmap threshold at a process's start (128 KiB): `kvaudit run` holds it there for a CPU boot that chose no
 allocator (engines/vllm/supervise.py), as its moving default moved a boot's RSS by tens of MiB."""
+
+
+HOST_JIT_CACHES = (("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "32"), ("LRU_CACHE_CAPACITY", "32"))
+"""The kernel caches' capacities `kvaudit run` holds a CPU boot at where its environment sets none
+(engines/vllm/supervise.py): at their default, 1024 kernels each, oneDNN on an AVX-512 CPU keeps
+0.27-0.53 MiB per GEMM row count a server meets, up to ~0.8 GiB, all of it after KV sizing; at 32
+(what vLLM's own oneDNN handlers keep) the audit fills them before sizing
+(worker_cpu.fill_gemm_caches) and the safe flags carry the setting."""
+
+
+def jit_caches_unset(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The HOST_JIT_CACHES an environment leaves to their default (oneDNN's variable under either name)."""
+    onednn = JIT_CACHE_ENV[:2]
+    return tuple((name, value) for name, value in HOST_JIT_CACHES
+                 if not any(n in env for n in (onednn if name in onednn else (name,))))
 
 
 def host_allocator_chosen(env: Mapping[str, str]) -> bool:

@@ -17,6 +17,7 @@ BOOT_FACTS = frozenset({
     "vllm_requested_bytes", "host", "node_ip", "node_rank", "local_rank", "device_index",
     # what the supervisors read beside the record: KV geometry, what vLLM resolved, warmups, verify
     "attention_backend", "block_size", "kv_bytes_per_block", "use_mla", "resolved", "amx_tiles", "prefill_probe",
+    "gemm_caches",
     "warmup_attempts", "warmup_calls", "warmup_errors", "warmup_skipped_calls", "verify", "verify_true_peak_bytes",
     "verify_scenario_peaks", "sweep_error", "planted", "sizing",
     # kept in the journal for whoever reads it; the report derives its own (ledger.kv_budget, rank_ledger)

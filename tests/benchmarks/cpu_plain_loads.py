@@ -5,7 +5,9 @@ resident memory around each: what a user's `vllm serve` with kvaudit's flags hol
 
 The embedded model at kvaudit's CPU defaults (max_model_len 4096, 8 sequences, GMU 0.13, dummy weights, eager);
 the loads are verify's: prefill (one 4092-token prompt + 4), batch (eight 4076-token prompts + 20, greedy),
-sampling (the same with top-k 50, top-p 0.9, min-p 0.05, logprobs 20), then batch and sampling again. Each line:
+sampling (the same with top-k 50, top-p 0.9, min-p 0.05, logprobs 20), then batch and sampling again, then twice
+64 prompts of 64 lengths each with that sampling (a server's traffic: GEMM row counts no other load had). The
+kernel caches are held as kvaudit's safe flags hold them (capacity.HOST_JIT_CACHES) unless --default-caches. Each line:
 the engine core's VmRSS at the load's start, its VmHWM over the load (reset through /proc/PID/clear_refs) and its
 VmRSS at the end, in MiB. Compare the peak with the report's requested bytes."""
 from __future__ import annotations
@@ -22,8 +24,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kv-cache-memory-bytes", type=int, required=True)
     parser.add_argument("--model", default=str(EMBEDDED))
+    parser.add_argument("--default-caches", action="store_true",
+                        help="leave oneDNN's and torch's kernel caches at their default capacity (1024)")
     args = parser.parse_args()
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")  # as kvaudit's safe flags carry it
+    if not args.default_caches:  # as they carry these (capacity.HOST_JIT_CACHES)
+        from kvaudit.capacity import jit_caches_unset
+        os.environ.update(jit_caches_unset(os.environ))
     import psutil
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -42,9 +49,12 @@ def main() -> None:
                               min_p=0.05, logprobs=20)
     loads = [("prefill", 1, 4092, SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False, temperature=0.0)),
              ("batch", 8, 4076, greedy), ("sampling", 8, 4076, sampling), ("batch again", 8, 4076, greedy),
-             ("sampling again", 8, 4076, sampling)]
-    for name, requests, length, params in loads:
-        prompts = [TokensPrompt(prompt_token_ids=[(i * 7 + j) % 1000 + 1 for j in range(length)])
+             ("sampling again", 8, 4076, sampling), ("lengths", 64, 0, sampling), ("lengths again", 64, 0, sampling)]
+    for n, (name, requests, length, params) in enumerate(loads):
+        # "lengths": 64 prompts of 64 different lengths (101 to 4038 tokens) over eight sequences, so every GEMM
+        # meets row counts no other load had, as a long-running server's traffic does
+        prompts = [TokensPrompt(prompt_token_ids=[(n * 1000 + i * 7 + j) % 1000 + 1
+                                                  for j in range(length or 101 + i * 62 + (n % 2) * 31)])
                    for i in range(requests)]
         start = status()["VmRSS"]
         Path(f"/proc/{core.pid}/clear_refs").write_text("5")

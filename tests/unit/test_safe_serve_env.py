@@ -134,3 +134,21 @@ def test_what_counts_as_an_allocator_the_environment_chose(env, chosen):
     """`kvaudit run` holds glibc's mmap threshold on CPU only where the environment chose none of these."""
     from kvaudit.capacity import host_allocator_chosen
     assert host_allocator_chosen(env) is chosen
+
+
+@pytest.mark.parametrize(("env", "unset"), [
+    ({}, ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")),
+    ({"DNNL_PRIMITIVE_CACHE_CAPACITY": "1024"}, ("LRU_CACHE_CAPACITY",)),  # oneDNN's older name counts as set
+    ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "0", "LRU_CACHE_CAPACITY": "8"}, ()),
+])
+def test_kvaudit_run_holds_only_the_kernel_caches_the_environment_left_to_their_default(env, unset):
+    from kvaudit.capacity import jit_caches_unset
+    assert jit_caches_unset(env) == tuple((name, "32") for name in unset)
+
+
+def test_the_kernel_caches_capacities_go_with_the_safe_flags_as_allocator_settings_do():
+    from kvaudit.capacity import allocator_env
+    env = {"LRU_CACHE_CAPACITY": "32", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32", "DNNL_PRIMITIVE_CACHE_CAPACITY": "8",
+           "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "2"}
+    assert allocator_env(env) == ("DNNL_PRIMITIVE_CACHE_CAPACITY=8", "LRU_CACHE_CAPACITY=32",
+                                  "MALLOC_MMAP_THRESHOLD_=131072", "ONEDNN_PRIMITIVE_CACHE_CAPACITY=32")

@@ -363,6 +363,19 @@ def test_a_failed_prefill_probe_is_a_warning(tmp_path):
                             "attention at 4096 tokens") for w in rep.warnings)
 
 
+def test_a_failed_gemm_cache_fill_is_a_warning_and_a_finished_one_is_none(tmp_path):
+    failed = rank_journal(0) + [{"type": "fact", "gemm_caches": {"layers": 14, "rows": 32, "seconds": 0.1,
+                                                                 "error": "RuntimeError: boom"}}]
+    rep = run(tmp_path, {0: failed})
+    assert [w for w in rep.warnings if "GEMM kernel caches" in w] == [
+        "rank 0: filling the GEMM kernel caches failed (RuntimeError: boom): what oneDNN compiles per row count "
+        "while serving is not charged; check with --verify"]
+    filled = rank_journal(0) + [{"type": "fact", "gemm_caches": {"layers": 14, "rows": 32, "seconds": 0.1,
+                                                                 "error": None}}]
+    (tmp_path / "filled").mkdir()
+    assert not [w for w in run(tmp_path / "filled", {0: filled}).warnings if "GEMM" in w]
+
+
 def test_a_boot_process_that_died_at_import_shows_the_error_it_printed(tmp_path):
     log = ("Traceback (most recent call last):\n  File \"<frozen runpy>\", line 189, in _run_module_as_main\n"
            "ModuleNotFoundError: No module named 'kvaudit.engines'\n")

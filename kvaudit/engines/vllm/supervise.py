@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.assemble import BootRecord, Stated, report_of, scenario_summary, verify_of_scenarios, verify_summary
-from kvaudit.capacity import HOST_MMAP_THRESHOLD, KvGeometry, host_allocator_chosen
+from kvaudit.capacity import HOST_MMAP_THRESHOLD, KvGeometry, host_allocator_chosen, jit_caches_unset
 from kvaudit.config import AuditConfig, config_from_json, node_gmu_share
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import (
@@ -380,6 +380,11 @@ def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sig
         # newcomer); held at its start value, boots repeat to 0.1 MiB. The report records it, and its safe flags
         # carry it (capacity.safe_serve_env) for the user's own vLLM.
         env[HOST_MMAP_THRESHOLD[0]] = HOST_MMAP_THRESHOLD[1]
+    if _device_count() == (len(os.sched_getaffinity(0)), CPU_CORES):
+        # oneDNN's and torch's kernel caches keep one kernel per GEMM row count, 1024 each by default (up to ~0.8
+        # GiB on an AVX-512 CPU, all grown while serving); held at vLLM's own handlers' 32, the audit fills them
+        # before sizing (worker_cpu.fill_gemm_caches) and the safe flags carry the setting.
+        env.update(jit_caches_unset(env))
     if options.sweep:
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
     finished = run_supervised("kvaudit.engines.vllm.boot", spec_path, log_path=log_path, journal_dir=journal_dir,
@@ -581,6 +586,12 @@ class RunOutcome:
         warnings += self.forced_changes(asked, folded)
         verified = self.result.get("verify") if isinstance(self.result.get("verify"), dict) else {}
         warnings += [w for w in verified.get("warnings") or [] if isinstance(w, str)]
+        for f in folded:
+            fill = f.facts.get("gemm_caches")
+            if isinstance(fill, dict) and fill.get("error"):
+                warnings.append(f"rank {f.rank}: filling the GEMM kernel caches failed ({fill['error']}): what oneDNN "
+                                "compiles per row count while serving is not charged; check with --verify")
+                break
         for f in folded:
             probe = f.facts.get("prefill_probe")
             if isinstance(probe, dict) and probe.get("error"):

