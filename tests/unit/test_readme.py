@@ -75,8 +75,8 @@ def test_the_test_command_names_the_venv_it_needs_in_the_same_block():
 
 def test_the_example_output_names_its_machine_and_is_the_recorded_one():
     section = README.split("## Example output")[1].split("## ")[0]
-    assert "AMD EPYC without AMX" in section and "CPU_MLA" in section
-    recorded = (REPO / "tests" / "benchmarks" / "results" / "cpu-mla-epyc-run.txt").read_text(encoding="utf-8")
+    assert "AMD EPYC with AVX-512, without AMX" in section and "CPU_MLA" in section
+    recorded = (REPO / "tests" / "benchmarks" / "results" / "cpu-mla-epyc-avx512-run.txt").read_text(encoding="utf-8")
     assert section.split("```")[1].strip("\n") == recorded.rstrip("\n")
     assert "(V1, CPU_MLA)" in recorded.splitlines()[0]
     assert "AMX_MLA" in section  # the other kind of CPU is labelled, not shown as this one
@@ -88,7 +88,7 @@ def test_the_example_output_is_what_kvaudit_shows_for_the_recorded_report(cli):
     # its recorded report, rendered by this code, which holds on any CPU: the text is kvaudit's, not
     # edited by hand, and the warning is the one kvaudit gives for CPU_MLA.
     section = README.split("## Example output")[1].split("## ")[0]
-    run = REPO / "tests" / "benchmarks" / "results" / "cpu-mla-epyc-run.json"
+    run = REPO / "tests" / "benchmarks" / "results" / "cpu-mla-epyc-avx512-run.json"
     shown = cli("show", str(run), "--width", "100")
     assert shown.code == 0, shown.stderr
     assert section.split("```")[1].strip("\n") == shown.stdout.rstrip("\n")
