@@ -110,7 +110,8 @@ def assemble(record: BootRecord) -> Report:
     if cap.safe_serve_flags:
         cap = replace(cap, safe_serve_env=allocator_env(record.environment.env))
     planned = record.source is Source.PLAN
-    verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify, planned=planned)
+    verdict, reason = decide_verdict(ranks, cap, record.config, record.failure, verify, planned=planned,
+                                     died_serving=record.died_serving)
     if record.stated.kv_tokens_note and cap.kv_tokens is not None and record.failure is None:
         reason += f" ({record.stated.kv_tokens_note})"
     accuracy = None
@@ -312,9 +313,11 @@ def _rank_name(rank: RankReport) -> str:
 
 
 def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConfig, failure: Failure | None,
-                   verify: Verify | None, planned: bool = False) -> tuple[Verdict, str]:
+                   verify: Verify | None, planned: bool = False,
+                   died_serving: Failure | None = None) -> tuple[Verdict, str]:
     """ok / fail / unknown, and one sentence that says why and names the fix (in the conditional for a plan's
-    prediction: nothing was booted)."""
+    prediction: nothing was booted). `died_serving`: an out-of-memory error a log shows after startup finished,
+    a finding of the same kind as a failed verify: the KV cache sized at startup left too little for the load."""
     if failure is not None:
         where = f" {failure.step}" if failure.step else f" in {failure.phase.value}" if failure.phase else ""
         rank = f"{',' if failure.step else ''} on rank {failure.rank}" if failure.rank is not None else ""
@@ -323,6 +326,14 @@ def decide_verdict(ranks: Sequence[RankReport], cap: Capacity, config: AuditConf
         if failure.kind in (FailureKind.DOES_NOT_FIT, FailureKind.OOM, FailureKind.STARTUP_MEMORY):
             return Verdict.FAIL, f"boot failed{where}{rank} ({failure.kind.value}): {failure.message}"
         return Verdict.UNKNOWN, f"audit incomplete{where}{rank} ({failure.kind.value}): {failure.message}"
+    if died_serving is not None:
+        # startup fitted and served; then a step ran out of memory (real pastes round twenty-eight: "OK: fits"
+        # beside it read as a healthy server)
+        rank = f" on rank {died_serving.rank}" if died_serving.rank is not None else ""
+        return Verdict.FAIL, (f"out of memory while serving, after startup finished{rank} ({died_serving.message}); "
+                              "the KV cache sized at startup left too little for the load: lower "
+                              "--gpu-memory-utilization, --max-num-seqs or --max-num-batched-tokens "
+                              "(kvaudit run --verify runs such loads before serving)")
     if cap.kv_available_bytes is not None and cap.kv_available_bytes <= 0:
         # nothing to size: what the owners hold beyond the request is no over-commit of a KV cache
         return Verdict.FAIL, _does_not_fit(cap, config)

@@ -345,6 +345,10 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
         before = None  # a warning's own words: a paste may have joined it to the lines above it
         msg = msg[at:]
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
+    if before and msg[before.start() - 1:before.start()] == "`":
+        # quoted as inline code in prose (`ValueError: Free memory … processes.`): its closing backtick is the
+        # person's, not the error's (real pastes round twenty-eight, vllm-omni#276)
+        first = first.rstrip().removesuffix("`")
     first = f"{first.removesuffix('.')}: {cause.means}" if cause.means else first  # no `.:` between
     code = _SIGNAL_EXIT.search(first) if cause.kind is FailureKind.WORKER_DIED else None
     if code and int(code.group(1)) in _SIGNALS:

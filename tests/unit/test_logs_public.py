@@ -465,7 +465,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     # capture bar before a gap in the paste, and offered flags from the KV live at the OOM)
     "136-v1-0.21-lmcache-3430-oom-in-llm-generate.log": dict(
         ranks={0: {"available": G("6.37"), "estimate": G("0.52")}}, tokens=46368, max_model_len=16384, gmu=0.9764,
-        verdict="ok", failure=None, warns="after startup finished: torch.OutOfMemoryError: CUDA out of memory"),
+        verdict="fail", failure=None, warns="after startup finished: torch.OutOfMemoryError: CUDA out of memory"),
 }
 
 _FIELDS = {"total": "device_total_bytes", "requested": "requested_bytes", "free": "free_at_start_bytes",
