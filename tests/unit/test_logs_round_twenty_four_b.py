@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kvaudit.engines.logs.facts import FRAME, frame_call
+from kvaudit.schema import Phase
 from tests.unit.factories import log_report, pasted
 
 FLATTENED = "10_vllm21661_v1_flattened_whitespace_nccl_unhandled_cuda_error_with_nccl_info.log"
@@ -194,3 +195,36 @@ def test_another_programs_tp_size_is_not_vllms() -> None:
     dp_example = log_report(text.replace("-m sglang.launch_server --model-path", "examples/offline_inference/"
                                                                                    "data_parallel.py --model"))
     assert (report.config.tensor_parallel_size, dp_example.config.tensor_parallel_size) == (None, 8)
+
+
+# --------------------------------------------------------------------------------------------
+# G5: a traceback cut inside the engine core's constructor places the failure no further than the log shows
+
+_OR_LATER = "in profile or later (its traceback is cut before the call that failed)"
+
+
+def test_a_traceback_cut_in_the_engine_cores_constructor_is_profile_or_later() -> None:
+    """vllm#17431's error log: `torch.compile takes 13.93 s in total`, `EngineCore failed to start.`, frames cut in
+    `EngineCore.__init__`; the issue's title says the KV check failed. Before: "audit incomplete in profile on rank 0
+    (crash)": the compile line shows profiling had begun, and the engine core's start goes on to size the KV cache
+    and capture."""
+    report = log_report(pasted("round_twenty_four", TWO_COMMANDS), TWO_COMMANDS)
+    assert report.failure is not None and (report.failure.phase, report.failure.step) == (Phase.PROFILE, _OR_LATER)
+    assert report.verdict_reason == f"audit incomplete {_OR_LATER}, on rank 0 (crash): EngineCore failed to start."
+
+
+def test_a_cut_traceback_whose_frames_name_the_call_stays_in_it() -> None:
+    """Must not fire: the same paste whose frames go on to `determine_available_memory` (the profile's call), still
+    cut; nor where its exception line is there (the KV check: kv, exactly)."""
+    text = pasted("round_twenty_four", TWO_COMMANDS)
+    frames = "".join(f'ERROR 04-30 10:20:36 [core.py:396]   File "/home/env/lib/python3.11/site-packages/vllm/v1/{path}", '
+                     f"line {n}, in {call}\nERROR 04-30 10:20:36 [core.py:396]     {code}\n" for path, n, call, code in (
+                         ("engine/core.py", 71, "__init__", "self._initialize_kv_caches(vllm_config)"),
+                         ("engine/core.py", 129, "_initialize_kv_caches", "self.model_executor.determine_available_memory()"),
+                         ("worker/gpu_worker.py", 160, "determine_available_memory", "self.model_runner.profile_run()")))
+    report = log_report(text.rstrip("\n").rsplit("\n", 1)[0] + "\n" + frames, TWO_COMMANDS)
+    assert report.failure is not None and (report.failure.phase, report.failure.step) == (Phase.PROFILE, None)
+    kv = text + ("\nERROR 04-30 10:20:36 [core.py:396] ValueError: No available memory for the cache blocks. Try "
+                 "increasing `gpu_memory_utilization` when initializing the engine.\n")
+    report = log_report(kv, TWO_COMMANDS)
+    assert report.failure is not None and (report.failure.phase, report.failure.step) == (Phase.KV, None)

@@ -356,12 +356,18 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
     if (ip := RAY_IP.search(head)) is not None and head.rfind("pid=", max(0, ip.start() - 24), ip.start()) >= 0:
         # Ray's prefix names the failing worker's node (real pastes round twenty-one: no report said which node)
         notes = [*notes, f"the failure was printed by a Ray worker on the node at {ip.group(1)}"]
-    if value.priority == GENERIC and cut_before_exception(scan.text, root.pos):
+    cut = value.priority == GENERIC and cut_before_exception(scan.text, root.pos)
+    if cut:
         before = _other_programs_error(scan.text, root.pos)
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
                          f"failed is not in the log (the lines after it say)"
                  + (f"; the line before it is another program's error: `{before}`" if before else "")]
     step = _warmup_step(boot, root, rank, warmups, kv_at) if phase is Phase.CAPTURE else None
+    if cut and value.phase is None and not hints and phase not in (None, Phase.CAPTURE):
+        # Only the log's milestones place it, and the traceback that would name the failing call is cut (real
+        # pastes round twenty-four b, vllm#17431: `torch.compile takes …`, then frames cut inside
+        # EngineCore.__init__, whose start goes on to size the KV cache and capture; the cause was the KV check)
+        step = f"in {phase.value} or later (its traceback is cut before the call that failed)"
     return LogFailure(Failure(phase=phase, rank=rank, kind=value.kind, message=value.message, step=step), feasible,
                       notes, died_serving, in_call, root.pid)
 
