@@ -176,9 +176,14 @@ def _grown_after_sizing(rank: RankReport, verify_overrun_bytes: int) -> int:
     return max(grown, verify_overrun_bytes, 0)
 
 
-JIT_CACHE_ENV = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
-"""How many compiled kernels oneDNN's primitive cache and torch's (ideep's) keep on the host, each one
-per GEMM shape (DNNL_ is oneDNN's older name for the first)."""
+ONEDNN_CACHE_ENV = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
+"""How many compiled kernels oneDNN's primitive cache keeps, one per GEMM shape (the first name read first; DNNL_ is
+oneDNN's older name)."""
+IDEEP_CACHE_ENV = ("LRU_CACHE_CAPACITY",)
+"""How many torch's oneDNN front end (ideep, under `F.linear` on CPU) keeps, one per GEMM shape."""
+JIT_CACHE_ENV = (*ONEDNN_CACHE_ENV, *IDEEP_CACHE_ENV)
+JIT_CACHE_DEFAULT = 1024
+"""Either cache's capacity where no variable sets it."""
 
 ALLOCATOR_ENV = (*ALLOC_CONF_ENV, "MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "LD_PRELOAD", *JIT_CACHE_ENV)
 """Environment variables (names, or prefixes ending in `_`) that set how memory is allocated, torch's
@@ -192,19 +197,29 @@ HOST_MMAP_THRESHOLD = ("MALLOC_MMAP_THRESHOLD_", "131072")
 allocator (engines/vllm/supervise.py), as its moving default moved a boot's RSS by tens of MiB."""
 
 
-HOST_JIT_CACHES = (("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "32"), ("LRU_CACHE_CAPACITY", "32"))
+HOST_JIT_CACHES = ((ONEDNN_CACHE_ENV[0], "32"), (IDEEP_CACHE_ENV[0], "32"))
 """The kernel caches' capacities `kvaudit run` holds a CPU boot at where its environment sets none
-(engines/vllm/supervise.py): at their default, 1024 kernels each, oneDNN on an AVX-512 CPU keeps
-0.27-0.53 MiB per GEMM row count a server meets, up to ~0.8 GiB, all of it after KV sizing; at 32
-(what vLLM's own oneDNN handlers keep) the audit fills them before sizing
-(worker_cpu.fill_gemm_caches) and the safe flags carry the setting."""
+(engines/vllm/supervise.py): at JIT_CACHE_DEFAULT, oneDNN on an AVX-512 CPU keeps 0.27-0.53 MiB per GEMM row
+count a server meets, up to ~0.8 GiB, all of it after KV sizing; at 32 (what vLLM's own oneDNN handlers keep)
+the audit fills them before sizing (worker_cpu.fill_gemm_caches) and the safe flags carry the setting."""
 
 
 def jit_caches_unset(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The HOST_JIT_CACHES an environment leaves to their default (oneDNN's variable under either name)."""
-    onednn = JIT_CACHE_ENV[:2]
     return tuple((name, value) for name, value in HOST_JIT_CACHES
-                 if not any(n in env for n in (onednn if name in onednn else (name,))))
+                 if not any(n in env for n in (ONEDNN_CACHE_ENV if name in ONEDNN_CACHE_ENV else IDEEP_CACHE_ENV)))
+
+
+def jit_cache_capacities(env: Mapping[str, str]) -> tuple[int, int]:
+    """(oneDNN's, ideep's) kernel cache capacity in a process of this environment, as each reads its variables
+    (JIT_CACHE_DEFAULT where unset or not a number)."""
+    def capacity(names: tuple[str, ...]) -> int:
+        raw = next((env[n] for n in names if n in env), None)
+        try:
+            return max(int(raw), 0) if raw is not None else JIT_CACHE_DEFAULT
+        except ValueError:
+            return JIT_CACHE_DEFAULT
+    return capacity(ONEDNN_CACHE_ENV), capacity(IDEEP_CACHE_ENV)
 
 
 def host_allocator_chosen(env: Mapping[str, str]) -> bool:

@@ -345,10 +345,14 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
         before = None  # a warning's own words: a paste may have joined it to the lines above it
         msg = msg[at:]
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
-    if before and msg[before.start() - 1:before.start()] == "`":
-        # quoted as inline code in prose (`ValueError: Free memory … processes.`): its closing backtick is the
-        # person's, not the error's (real pastes round twenty-eight, vllm-omni#276)
-        first = first.rstrip().removesuffix("`")
+    if before and (quote := len(msg[max(before.start() - 8, 0):before.start()])
+                   - len(msg[max(before.start() - 8, 0):before.start()].rstrip("`"))):
+        # quoted as inline code in prose (`ValueError: Free memory … processes.`, or ``…``): its closing run of
+        # backticks, and the sentence's stop after it, are the person's, not the error's (real pastes round
+        # twenty-eight, vllm-omni#276)
+        bare = first.rstrip().rstrip(".,;:!?) ")
+        if bare.endswith("`" * quote):
+            first = bare[:-quote].rstrip()
     first = f"{first.removesuffix('.')}: {cause.means}" if cause.means else first  # no `.:` between
     code = _SIGNAL_EXIT.search(first) if cause.kind is FailureKind.WORKER_DIED else None
     if code and int(code.group(1)) in _SIGNALS:

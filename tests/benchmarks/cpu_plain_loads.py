@@ -17,6 +17,8 @@ import os
 import re
 from pathlib import Path
 
+from kvaudit.capacity import JIT_CACHE_DEFAULT, jit_caches_unset
+
 EMBEDDED = Path(__file__).resolve().parents[2] / "kvaudit" / "data" / "tiny-deepseek"
 
 
@@ -25,11 +27,10 @@ def main() -> None:
     parser.add_argument("--kv-cache-memory-bytes", type=int, required=True)
     parser.add_argument("--model", default=str(EMBEDDED))
     parser.add_argument("--default-caches", action="store_true",
-                        help="leave oneDNN's and torch's kernel caches at their default capacity (1024)")
+                        help=f"leave oneDNN's and torch's kernel caches at their default capacity ({JIT_CACHE_DEFAULT})")
     args = parser.parse_args()
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")  # as kvaudit's safe flags carry it
     if not args.default_caches:  # as they carry these (capacity.HOST_JIT_CACHES)
-        from kvaudit.capacity import jit_caches_unset
         os.environ.update(jit_caches_unset(os.environ))
     import psutil
     from vllm import LLM, SamplingParams

@@ -61,3 +61,16 @@ def test_an_unquoted_error_keeps_a_backtick_of_its_own() -> None:
             "than desired GPU memory utilization (0.6, 47.59 GiB). Lower `--gpu-memory-utilization`\n")
     report = log_report(line)
     assert report.failure is not None and report.failure.message.endswith("Lower `--gpu-memory-utilization`")
+
+
+def test_a_double_backtick_quote_and_the_sentences_stop_after_it_are_the_persons_too() -> None:
+    """The same sentence quoted with ``…`` (Markdown's way to quote a backtick), and with its full stop after the
+    quote: the message ends where the error does."""
+    text = pasted(_ROUND, QUOTED)
+    for quoted in (text.replace("`ValueError", "``ValueError").replace("processes.`", "processes.``"),
+                   text.replace("processes.`", "processes.`.")):
+        assert quoted != text
+        report = log_report(quoted, QUOTED)
+        assert report.failure is not None
+        assert report.failure.message.endswith("reduce GPU memory used by other processes.")
+        assert report.failure.message.startswith("ValueError: Free memory on device (0.49/79.32 GiB)")

@@ -152,3 +152,13 @@ def test_the_kernel_caches_capacities_go_with_the_safe_flags_as_allocator_settin
            "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "2"}
     assert allocator_env(env) == ("DNNL_PRIMITIVE_CACHE_CAPACITY=8", "LRU_CACHE_CAPACITY=32",
                                   "MALLOC_MMAP_THRESHOLD_=131072", "ONEDNN_PRIMITIVE_CACHE_CAPACITY=32")
+
+
+@pytest.mark.parametrize(("env", "capacities"), [
+    ({}, (1024, 1024)), ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32", "LRU_CACHE_CAPACITY": "8"}, (32, 8)),
+    ({"DNNL_PRIMITIVE_CACHE_CAPACITY": "16"}, (16, 1024)), ({"LRU_CACHE_CAPACITY": "many"}, (1024, 1024)),
+    ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "DNNL_PRIMITIVE_CACHE_CAPACITY": "16"}, (64, 1024)),  # oneDNN's order
+])
+def test_the_kernel_caches_capacities_are_the_ones_a_process_of_the_environment_runs_with(env, capacities):
+    from kvaudit.capacity import jit_cache_capacities
+    assert jit_cache_capacities(env) == capacities

