@@ -197,17 +197,16 @@ HOST_MMAP_THRESHOLD = ("MALLOC_MMAP_THRESHOLD_", "131072")
 allocator (engines/vllm/supervise.py), as its moving default moved a boot's RSS by tens of MiB."""
 
 
-HOST_JIT_CACHES = ((ONEDNN_CACHE_ENV[0], "32"), (IDEEP_CACHE_ENV[0], "32"))
-"""The kernel caches' capacities `kvaudit run` holds a CPU boot at where its environment sets none
+HOST_JIT_CACHES = ((ONEDNN_CACHE_ENV, "32"), (IDEEP_CACHE_ENV, "32"))
+"""Each kernel cache's variables and the capacity `kvaudit run` holds a CPU boot at where its environment sets none
 (engines/vllm/supervise.py): at JIT_CACHE_DEFAULT, oneDNN on an AVX-512 CPU keeps 0.27-0.53 MiB per GEMM row
 count a server meets, up to ~0.8 GiB, all of it after KV sizing; at 32 (what vLLM's own oneDNN handlers keep)
 the audit fills them before sizing (worker_cpu.fill_gemm_caches) and the safe flags carry the setting."""
 
 
 def jit_caches_unset(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The HOST_JIT_CACHES an environment leaves to their default (oneDNN's variable under either name)."""
-    return tuple((name, value) for name, value in HOST_JIT_CACHES
-                 if not any(n in env for n in (ONEDNN_CACHE_ENV if name in ONEDNN_CACHE_ENV else IDEEP_CACHE_ENV)))
+    """`(variable, capacity)` of each HOST_JIT_CACHES an environment leaves to its default (none of its names set)."""
+    return tuple((names[0], value) for names, value in HOST_JIT_CACHES if not any(n in env for n in names))
 
 
 def jit_cache_capacities(env: Mapping[str, str]) -> tuple[int, int]:
@@ -219,7 +218,8 @@ def jit_cache_capacities(env: Mapping[str, str]) -> tuple[int, int]:
             return max(int(raw), 0) if raw is not None else JIT_CACHE_DEFAULT
         except ValueError:
             return JIT_CACHE_DEFAULT
-    return capacity(ONEDNN_CACHE_ENV), capacity(IDEEP_CACHE_ENV)
+    oned, ideep = (capacity(names) for names, _ in HOST_JIT_CACHES)
+    return oned, ideep
 
 
 def host_allocator_chosen(env: Mapping[str, str]) -> bool:

@@ -345,8 +345,8 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
         before = None  # a warning's own words: a paste may have joined it to the lines above it
         msg = msg[at:]
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
-    if before and (quote := len(msg[max(before.start() - 8, 0):before.start()])
-                   - len(msg[max(before.start() - 8, 0):before.start()].rstrip("`"))):
+    lead = msg[max(before.start() - 8, 0):before.start()] if before else ""
+    if quote := len(lead) - len(lead.rstrip("`")):
         # quoted as inline code in prose (`ValueError: Free memory … processes.`, or ``…``): its closing run of
         # backticks, and the sentence's stop after it, are the person's, not the error's (real pastes round
         # twenty-eight, vllm-omni#276)

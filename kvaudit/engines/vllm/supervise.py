@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from kvaudit.assemble import BootRecord, Stated, report_of, scenario_summary, verify_of_scenarios, verify_summary
-from kvaudit.capacity import HOST_MMAP_THRESHOLD, KvGeometry, host_allocator_chosen, jit_caches_unset
+from kvaudit.capacity import (
+    HOST_JIT_CACHES,
+    HOST_MMAP_THRESHOLD,
+    KvGeometry,
+    host_allocator_chosen,
+    jit_caches_unset,
+)
 from kvaudit.config import AuditConfig, config_from_json, node_gmu_share
 from kvaudit.engines import measured_ranks
 from kvaudit.engines.failures import (
@@ -374,14 +380,13 @@ def _boot(config: AuditConfig, options: RunOptions, on_progress: ProgressFn, sig
                                   **{JOURNAL_ENV: str(journal_dir)}, **(env or {}),
                                   **trace_env(options.trace, tuple(p.resolve() for p in options.owners))))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it fixes the CPU KV size and would bypass the audit
-    on_cpu = _device_count() == (len(os.sched_getaffinity(0)), CPU_CORES)  # vLLM's CPU backend: this host's cores
-    if on_cpu and not host_allocator_chosen(env):
-        # glibc's malloc moves its mmap threshold with what the process frees, so a CPU boot's RSS moved tens of
-        # MiB from load to load, and `--verify` at the defaults failed by ~20 MiB on a 2-core EPYC (stop 50's
-        # newcomer); held at its start value, boots repeat to 0.1 MiB. The report records it, and its safe flags
-        # carry it (capacity.safe_serve_env) for the user's own vLLM.
-        env[HOST_MMAP_THRESHOLD[0]] = HOST_MMAP_THRESHOLD[1]
-    if on_cpu:
+    if _device_count() == (len(os.sched_getaffinity(0)), CPU_CORES):  # vLLM's CPU backend: this host's cores
+        if not host_allocator_chosen(env):
+            # glibc's malloc moves its mmap threshold with what the process frees, so a CPU boot's RSS moved tens
+            # of MiB from load to load, and `--verify` at the defaults failed by ~20 MiB on a 2-core EPYC (stop 50's
+            # newcomer); held at its start value, boots repeat to 0.1 MiB. The report records it, and its safe
+            # flags carry it (capacity.safe_serve_env) for the user's own vLLM.
+            env[HOST_MMAP_THRESHOLD[0]] = HOST_MMAP_THRESHOLD[1]
         # oneDNN's and torch's kernel caches keep one kernel per GEMM row count (capacity.HOST_JIT_CACHES says how
         # much at their default): held at 32, the audit fills them before sizing (worker_cpu.fill_gemm_caches) and
         # the safe flags carry the setting.
@@ -595,10 +600,11 @@ class RunOutcome:
                 break
             if isinstance(fill, dict) and isinstance(fill.get("rows"), int) and isinstance(fill.get("capacity"), int) \
                     and fill["rows"] < fill["capacity"]:
+                names = " and ".join(names[0] for names, _ in HOST_JIT_CACHES)
                 warnings.append(f"rank {f.rank}: the environment lets oneDNN's kernel caches keep {fill['capacity']} "
                                 f"kernels per GEMM and kvaudit charged {fill['rows']}: what serving compiles beyond is "
-                                "not in the safe flags (leave ONEDNN_PRIMITIVE_CACHE_CAPACITY and LRU_CACHE_CAPACITY "
-                                "unset, and kvaudit holds them at 32)")
+                                f"not in the safe flags (leave {names} unset, and kvaudit holds them at "
+                                f"{HOST_JIT_CACHES[0][1]})")
                 break
         for f in folded:
             probe = f.facts.get("prefill_probe")

@@ -272,8 +272,8 @@ def _prefill_probe(worker: AuditCPUWorker, handle: PhaseHandle) -> dict[str, Any
     sched = runner.scheduler_config
     length = int(worker.model_config.max_model_len)
     query, context = prefill_shape(length, int(runner.max_num_tokens), bool(sched.enable_chunked_prefill))
-    requests, tokens = batch_prefill_shape(length, int(runner.max_num_tokens), int(sched.max_num_seqs))
     seqs = int(sched.max_num_seqs)
+    requests, tokens = batch_prefill_shape(length, int(runner.max_num_tokens), seqs)
     out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
     if requests > 1:
         out.update(batch_requests=requests, batch_tokens=tokens)
