@@ -46,6 +46,10 @@ class Cause:
     rank's own error) leaves it out. Such lines show that a boot died, not why."""
     means: str = ""
     """What the line means where its words do not say (appended to the failure's message)."""
+    launcher: bool = False
+    """A launcher's line as it stops the whole boot from outside (LAUNCHER_STOPS): no rank's failure. It is no
+    record, and a paste may join it to the text above it (a `kubectl describe` table): the message starts where
+    the pattern matches."""
     needs_death: bool = False
     """A warning that names a cause only where the log shows the boot died (torch's allocator retries
     after it): alone, a note (failure_timeline.log_failure)."""
@@ -121,6 +125,26 @@ TRACEBACK = "Traceback (most recent call last)"
 EXCEPTION_NAME = r"(?:[A-Za-z_][\w.]{0,80})?(?:Error|Exception|Warning|Interrupt|Exit)"
 """A Python exception's name, as a traceback's last line starts: `RuntimeError`, `torch.OutOfMemoryError`,
 `Exception`, `KeyboardInterrupt`, `SystemExit`."""
+
+LAUNCHER_STOPS = {
+    "failed liveness probe, will be restarted": (r"Container \S{1,253} failed liveness probe, will be restarted",
+                                                 "Kubernetes restarted the container: its liveness probe failed"),
+    "failed startup probe, will be restarted": (r"Container \S{1,253} failed startup probe, will be restarted",
+                                                "Kubernetes restarted the container: its startup probe failed"),
+    "start operation timed out. Terminating.": (r"[\w@.:-]{1,256}\.service: start operation timed out\. Terminating\.",
+                                                "systemd stopped the service: its start timeout (TimeoutStartSec) ran "
+                                                "out"),
+    "failed to start within timeout": (r"\S{1,200} failed to start within timeout",
+                                       "the launcher stopped it: its start timeout ran out"),
+}
+"""A launcher's line as it stops vLLM from outside, each with what it means: kubelet's event (`Killing … Container vllm
+failed liveness probe, will be restarted`), systemd's (`vllm.service: start operation timed out. Terminating.`), a
+wrapper's (lemonade's `vllm-server failed to start within timeout`; real pastes round twenty-four b: a `timeout: 0s`
+that stopped vLLM at once). No vLLM record holds them, so scan.py looks for them in an excerpt."""
+LAUNCHER_HINT = ("vLLM was stopped from outside, not by a failure of its own; vLLM's server answers only once startup "
+                 "has finished, so give startup the time it takes (a startupProbe, a longer start timeout)")
+"""What every launcher's stop means for the user, after the launcher's own reason."""
+
 
 ENGINE_CORE_FAILED = "EngineCore failed to start"
 """V1's engine core's words as it dies starting (v1/engine/core.py run_engine_core: logger.exception); V0 has no
@@ -296,6 +320,9 @@ CAUSES: tuple[Cause, ...] = (
           means="exit 15, from a handler of SIGTERM: the process was told to stop"),
     Cause(INTERRUPTED_LINE, FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}KeyboardInterrupt\b"),
           log_only=True, means="the process was interrupted (SIGINT, or a stop of vLLM's own)"),
+    *(Cause(anchor, FailureKind.INTERRUPTED, None, 1, re.compile(said), log_only=True, launcher=True,
+            means=f"{reason}; {LAUNCHER_HINT}")
+      for anchor, (said, reason) in LAUNCHER_STOPS.items()),
     # An exception as its repr, the whole of a record's message: the worker's executor logs the error it returns
     # so (real pastes round twenty-six: `(Worker_TP0 pid=60352) ERROR … [multiproc_executor.py:852] ValueError("type
     # fp8e4nv not supported in this architecture. …")`, an fp8 KV cache on a V100); a raise's echoed source line
@@ -344,6 +371,8 @@ def error_text(msg: str, cause: Cause, limit: int = MESSAGE_CHARS) -> str:
     if cause.needs_death and at >= 0:
         before = None  # a warning's own words: a paste may have joined it to the lines above it
         msg = msg[at:]
+    if cause.launcher and cause.pattern is not None and (said := cause.pattern.search(msg)):
+        before, msg = None, msg[said.start():]
     first = (msg[before.start():] if before else msg).strip().splitlines()[0] if msg.strip() else ""
     lead = msg[max(before.start() - 8, 0):before.start()] if before else ""
     if quote := len(lead) - len(lead.rstrip("`")):

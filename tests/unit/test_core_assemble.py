@@ -132,6 +132,12 @@ SAMPLES = {
     NATIVE_FRAME: "14 0x0000000000004493 ???()  /usr/lib/x86_64-linux-gnu/libffi.so.8:0",
     CUDA_CHECK: "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:432 'invalid argument'",
     LINKER_NO_LIBCUDA: "/usr/bin/ld: cannot find -lcuda",
+    # a launcher's stop of the boot: kubelet's event, systemd's and a wrapper's line
+    "failed liveness probe, will be restarted": "Normal Killing 2m kubelet Container vllm failed liveness probe, will "
+                                                "be restarted",
+    "failed startup probe, will be restarted": "Container vllm failed startup probe, will be restarted",
+    "start operation timed out. Terminating.": "vllm.service: start operation timed out. Terminating.",
+    "failed to start within timeout": "[Error] (WrappedServer) vllm-server failed to start within timeout",
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kvaudit.engines.logs.facts import FRAME, frame_call
+from kvaudit.errors import BadInputError
 from kvaudit.schema import Phase
 from tests.unit.factories import log_report, pasted
 
@@ -228,3 +229,79 @@ def test_a_cut_traceback_whose_frames_name_the_call_stays_in_it() -> None:
                  "increasing `gpu_memory_utilization` when initializing the engine.\n")
     report = log_report(kv, TWO_COMMANDS)
     assert report.failure is not None and (report.failure.phase, report.failure.step) == (Phase.KV, None)
+
+
+# --------------------------------------------------------------------------------------------
+# G6: a launcher that stops vLLM from outside (a start timeout, a failed probe) is named as what ended the boot
+
+JOURNALD = "06_nixamdai68_journald_lemond_wrapper_timeout0s_then_comment_banner.log"
+"""noamsto/nix-amd-ai#68 (tests/unit/data/round_twenty_four): lemonade's journal on Jul 25 (`Waiting for vllm-server
+to be ready (timeout: 0s)...`, `vllm-server failed to start within timeout`, then SIGTERM and SIGKILL), then the
+user's later comment with vLLM 0.23.1's banner, cut."""
+_OUTSIDE = "vLLM was stopped from outside, not by a failure of its own"
+_LOADING = ("(APIServer pid=1) INFO 11-03 09:12:05 [utils.py:233] non-default args: {'model': '/models/Qwen3-32B', "
+            "'max_model_len': 32768, 'tensor_parallel_size': 2}\n"
+            "(Worker_TP0 pid=340) INFO 11-03 09:12:40 [gpu_model_runner.py:2602] Starting to load model "
+            "/models/Qwen3-32B...\n"
+            "Loading safetensors checkpoint shards:  41% Completed | 7/17 [02:31<03:36, 21.6s/it]\n\n")
+_EVENTS = ("Events:\n"
+           "  Type     Reason     Age               From     Message\n"
+           "  ----     ------     ----              ----     -------\n"
+           "  Normal   Started    6m                kubelet  Started container vllm\n"
+           "  Warning  Unhealthy  2m (x3 over 3m)   kubelet  Liveness probe failed: Get \"http://10.42.0.17:8000/health\": "
+           "dial tcp 10.42.0.17:8000: connect: connection refused\n")
+_KILLING = "  Normal   Killing    2m                kubelet  Container vllm failed liveness probe, will be restarted\n"
+
+
+def test_the_launchers_timeout_is_what_ended_the_journald_paste() -> None:
+    """Before: UNKNOWN, "the log ends before startup finished" (read from the later comment's banner alone), and
+    nothing said that lemonade had stopped vLLM the moment it started it. A launcher stops every process: no rank."""
+    report = log_report(pasted("round_twenty_four", JOURNALD), JOURNALD)
+    assert report.failure is not None and report.failure.kind == "interrupted" and report.failure.rank is None
+    assert report.failure.message.startswith("vllm-server failed to start within timeout: the launcher stopped it: "
+                                             f"its start timeout ran out; {_OUTSIDE}")
+
+
+def test_the_launchers_lines_alone_are_refused_with_what_they_say() -> None:
+    """The Jul 25 block alone (lemonade's lines, none of vLLM's): before, `no vLLM log lines found` and nothing more."""
+    block = pasted("round_twenty_four", JOURNALD).splitlines()[38:49]
+    with pytest.raises(BadInputError, match=r"no vLLM log line, only a launcher's stop of vLLM \(line 7: vllm-server "
+                                            r"failed to start within timeout: .*pass vLLM's own log"):
+        log_report("\n".join(block) + "\n")
+    with pytest.raises(BadInputError, match=r"\(line 6: Container vllm failed liveness probe, will be restarted: "
+                                            r"Kubernetes restarted the container: its liveness probe failed; "):
+        log_report(_EVENTS + _KILLING)
+
+
+def test_a_probe_that_restarted_the_container_ends_the_load() -> None:
+    """`kubectl logs` of a TP2 boot loading its shards, then `kubectl describe pod`'s events: the kill is the failure,
+    in load, the message from the container's line (not the events table the paste joined it to)."""
+    report = log_report(_LOADING + _EVENTS + _KILLING)
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase, report.failure.rank) == ("interrupted", Phase.LOAD, None)
+    assert report.failure.message.startswith("Container vllm failed liveness probe, will be restarted: Kubernetes "
+                                             f"restarted the container: its liveness probe failed; {_OUTSIDE}")
+
+
+def test_systemds_start_timeout_after_loading_is_a_stop_in_profile() -> None:
+    text = ("Nov 03 09:13:40 gpu1 vllm[2211]: (EngineCore_DP0 pid=2270) INFO 11-03 09:13:40 [gpu_model_runner.py:2653] "
+            "Model loading took 30.6 GiB and 79.5 seconds\n"
+            "Nov 03 09:13:41 gpu1 systemd[1]: vllm.service: start operation timed out. Terminating.\n"
+            "Nov 03 09:13:46 gpu1 systemd[1]: vllm.service: Failed with result 'timeout'.\n")
+    report = log_report(text)
+    assert report.failure is not None
+    assert (report.failure.kind, report.failure.phase, report.failure.rank) == ("interrupted", Phase.PROFILE, None)
+    assert report.failure.message.startswith("vllm.service: start operation timed out. Terminating: systemd stopped the "
+                                             "service: its start timeout (TimeoutStartSec) ran out; ")
+
+
+def test_a_failed_probe_without_the_kill_and_vllms_own_timeout_are_no_launcher_stop() -> None:
+    """Must not fire: the probe's `Unhealthy` event alone (kubelet restarts only after the threshold: the `Killing`
+    line says it did); vLLM's DP coordinator's own RuntimeError, `… failed to report ZMQ addresses within
+    timeout=120 seconds during startup.`, stays vLLM's crash."""
+    assert log_report(_LOADING + _EVENTS).failure is None
+    coordinator = ("(APIServer pid=1) ERROR 11-03 09:14:40 [core.py:708] RuntimeError: DP Coordinator process failed "
+                   "to report ZMQ addresses within timeout=120 seconds during startup.\n")
+    report = log_report(_LOADING + coordinator)
+    assert report.failure is not None and report.failure.kind == "crash"
+    assert report.failure.message.startswith("RuntimeError: DP Coordinator process failed to report ZMQ addresses")

@@ -210,6 +210,8 @@ class FailureFact:
     log shows one, says it better (failure_timeline orders it after them)."""
     needs_death: bool = False
     """Its cause's (failures.Cause.needs_death): the boot's failure only beside a sign that it died."""
+    launcher: bool = False
+    """Its cause's (failures.Cause.launcher): a launcher stopped the whole boot, no rank."""
 
 
 def _gib(text: str) -> int:
@@ -865,7 +867,7 @@ def _failure(msg: str) -> Iterable[Fact]:
         echo = cause.anchor == WORKER_RERAISE or (
             (at := msg.find(cause.anchor)) >= 0 and _RAISE.search(msg, max(0, at - 200), at) is not None)
     yield Fact(FactKind.FAILURE, FailureFact(kind, cause.phase, text, priority=cause.priority, echo=echo,
-                                             needs_death=cause.needs_death))
+                                             needs_death=cause.needs_death, launcher=cause.launcher))
     if kind is not FailureKind.OOM or person_heading(msg):
         # an issue's title that quotes torch's OOM (`# [Bug]:torch.OutOfMemoryError: … GPU 6 has a total capacity
         # of 44.53 GiB …`) names no rank: its device total made a rank 0 of it beside the Ray worker whose lines

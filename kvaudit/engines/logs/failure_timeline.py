@@ -336,8 +336,8 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
         rank = scan.ray_ranks[root.pid]  # the worker's own parallel_state line stated it
     elif root.pid is not None and root.pid in scan.ray_ranks:
         rank = None  # the order kvaudit numbered Ray's workers in is not vLLM's rank
-    elif tag.ray:
-        rank = None
+    elif tag.ray or value.launcher:
+        rank = None  # a launcher stops every process of the boot (failures.Cause.launcher)
     elif value.kind is FailureKind.WORKER_DIED and tag.role is not Role.WORKER and not tag.dp \
             and (died := _DIED_WORKER.search(value.message)) is not None:
         rank = int(died.group(1))  # the monitor names the worker that died by its rank (vllm PR 38895)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kvaudit.engines.failures import BARE, GENERIC, LOG_MESSAGE_CHARS, handled
+from kvaudit.engines.failures import BARE, GENERIC, LAUNCHER_STOPS, LOG_MESSAGE_CHARS, handled
 from kvaudit.engines.logs.facts import (
     COMMAND_KINDS,
     ERROR_LEVELS,
@@ -185,6 +185,10 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     if is_vllm and not seen_vllm and (other := _other_programs_traceback(text)) is not None:
         raise BadInputError(f"{where}: a traceback in {other[0]}'s code (`{other[1]}`), with no line of vLLM's: "
                             f"kvaudit reads vLLM's logs")
+    if is_vllm and not seen_vllm and (stop := _launcher_only(text, lines)) is not None:
+        raise BadInputError(f"{where}: no vLLM log line, only a launcher's stop of vLLM ({stop}): the file holds "
+                            f"the launcher's lines, not vLLM's output: pass vLLM's own log (the container's, the "
+                            f"service's)")
     mentions: tuple[int, ...] = ()
     if is_vllm:
         said += [Said(*bounds(text, pos), True) for pos in parsed if pos not in covered]  # the closing ERROR record
@@ -833,6 +837,18 @@ def _illustrations(text: str) -> tuple[int, ...]:
         return ()
     found = itertools.islice(_ILLUSTRATION_LINE.finditer(text), MENTIONS_SHOWN)
     return tuple(line_number(text, m.start()) for m in found)
+
+
+def _launcher_only(text: str, lines: tuple[ParsedLine, ...]) -> str | None:
+    """Where a file's only facts are a launcher's stop of vLLM (failures.Cause.launcher), what its first such line
+    says, with its number; else None (real pastes round twenty-four b: lemonade's journal, `vllm-server failed to
+    start within timeout`, and no line of vLLM's)."""
+    stops = [f.value for p in lines for f in p.facts]
+    if not stops or not all(f.kind is FactKind.FAILURE and f.value.launcher for p in lines for f in p.facts):
+        return None
+    # the record may have joined the line to a table above it (`kubectl describe`'s events): its own line's number
+    at = min(at for anchor in LAUNCHER_STOPS if (at := text.find(anchor)) >= 0)
+    return f"line {line_number(text, at)}: {stops[0].message}"
 
 
 def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:

@@ -61,6 +61,7 @@ from kvaudit.engines.failures import (
     FAULTHANDLER,
     INTERRUPTED_LINE,
     KILLED,
+    LAUNCHER_STOPS,
     LINKER_NO_LIBCUDA,
     NATIVE_FRAME,
     NCCL_WATCHDOG,
@@ -159,7 +160,7 @@ _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
                     AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
                     "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE, LINKER_NO_LIBCUDA,
-                    STARTUP_FAILED_SENTENCE, IMAGE_NEEDLE, MTP_LINE, *COMPILE_CACHE_LINES[:2])
+                    STARTUP_FAILED_SENTENCE, IMAGE_NEEDLE, MTP_LINE, *COMPILE_CACHE_LINES[:2], *LAUNCHER_STOPS)
 """Looked for in a text up to EXCERPT_CHARS only (~0.05–0.1 s a pass over 200 MB): in a whole log
 `EngineCore failed to start.` comes with the traceback logger.exception prints, a dead worker or
 engine core with the API server's RuntimeError (an `Error: ` line) or the monitor's `VllmWorker-N
