@@ -961,7 +961,7 @@ PHASE_OF_CALL: dict[str, Phase] = {
     "profile_cudagraph_memory": Phase.GRAPHS,
     "get_kv_cache_config": Phase.KV, "get_kv_cache_configs": Phase.KV, "check_enough_kv_cache_memory": Phase.KV,
     "_check_enough_kv_cache_memory": Phase.KV, "initialize_from_config": Phase.KV, "initialize_cache": Phase.KV,
-    "initialize_kv_cache": Phase.KV, "_init_cache_engine": Phase.KV,
+    "initialize_kv_cache": Phase.KV, "_init_cache_engine": Phase.KV, "raise_if_cache_size_invalid": Phase.KV,
     # gpu_model_runner.py up to 0.2x: initialize_kv_cache → initialize_kv_cache_tensors → the allocation
     "initialize_kv_cache_tensors": Phase.KV, "_allocate_kv_cache_tensors": Phase.KV,
     "compile_or_warm_up_model": Phase.CAPTURE, "capture_model": Phase.CAPTURE, "_warm_up_model": Phase.CAPTURE,
@@ -1007,8 +1007,10 @@ the capture."""
 WARMUP_CALLS = ("compile_or_warm_up_model", "_warm_up_model", "capture_model", *KERNEL_WARMUPS, MRV2_WARMUP,
                 SAMPLER_WARMUP)
 """The calls whose frames name a step after KV sizing (facts.FactKind.WARMUP_FRAME), the sampler run's too."""
-FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS, SAMPLER_WARMUP)
-"""Every call a traceback frame is kept for."""
+KV_SETUP_CALL = "_initialize_kv_caches"
+"""The engine core's call that profiles, sizes the KV cache and captures (v1/engine/core.py), after the model loaded:
+a frame in it places a death in no one phase, profile or later (real pastes round twenty-nine, vllm#35854: an engine
+core's frames down to it, through tracing/otel.py's sync_wrapper, cut; no header, no level, no exception line)."""
 # A frame of vLLM's own code in a startup call, on a line no logger wrote (a process's stderr, as compose or
 # journald pass it on): a traceback through the start, which is how an engine core dies (real pastes round
 # twenty-six: a compose paste of frames only, `(EngineCore pid=165)   File ".../vllm/v1/engine/core.py", line 261,
@@ -1016,7 +1018,9 @@ FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS, SAMPLER_WARMUP)
 # frames (`line N in name`, no comma) are its own rule; a request's frames after the start name no startup call,
 # and log_failure keeps what comes after the start a note.
 _STARTUP_FRAME = re.compile(r'\s{0,12}File "[^"\n]{0,400}/vllm/[^"\n]{0,400}", line \d{1,7}, in (' + "|".join(
-    PHASE_OF_CALL) + r")\b")
+    (*PHASE_OF_CALL, KV_SETUP_CALL)) + r")\b")
+FRAME_CALLS = (*PHASE_OF_CALL, *GRAPH_CAPTURE_CALLS, SAMPLER_WARMUP, KV_SETUP_CALL)
+"""Every call a traceback frame is kept for."""
 STARTUP_FRAME_TEXT = ("traceback frames through vLLM's startup (`in {}`): the boot died; the traceback's header and "
                       "exception line are not in the log")
 _METHOD = re.compile(r"(?:Error executing method|while processing method) '?([A-Za-z_]\w{0,80})")

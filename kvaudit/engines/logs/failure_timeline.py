@@ -37,9 +37,11 @@ from kvaudit.engines.logs.facts import (
     FRAME,
     KERNEL_WARMUPS,
     KV_BLOCK_WORDS,
+    KV_SETUP_CALL,
     LOADED_WEIGHTS,
     MRV2_WARMUP,
     SAMPLER_WARMUP,
+    STARTUP_FRAME_TEXT,
     FactKind,
     FailureFact,
     frame_call,
@@ -290,6 +292,10 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
     died_serving = Failure(phase=None, rank=oom.rank, kind=oom.kind, message=oom.message) if oom else None
     if not during:
         return LogFailure(None, None, notes, died_serving, in_call)
+    # a frame in the engine core's KV setup says least of all: any other failure line says more (a deeper frame's
+    # call, an exception), however early it comes
+    setup = STARTUP_FRAME_TEXT.format(KV_SETUP_CALL)
+    during = [f for f in during if f.value.message != setup] or during
     # a raise's echoed source line after the exception lines of its priority (FailureFact.echo), and a person's
     # sentence that names the error after them too (_prose)
     chosen = decide_failure(Candidate(Evidence.LOG_LINE, f, f.value.priority,
@@ -367,7 +373,10 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
         # Only the log's milestones place it, and the traceback that would name the failing call is cut (real
         # pastes round twenty-four b, vllm#17431: `torch.compile takes …`, then frames cut inside
         # EngineCore.__init__, whose start goes on to size the KV cache and capture; the cause was the KV check)
-        step = f"in {phase.value} or later (its traceback is cut before the call that failed)"
+        step = _or_later(phase)
+    if phase is None and value.message == STARTUP_FRAME_TEXT.format(KV_SETUP_CALL):
+        # only the engine core's frames down to its KV setup, which starts with the profile (facts.KV_SETUP_CALL)
+        phase, step = Phase.PROFILE, _or_later(Phase.PROFILE)
     return LogFailure(Failure(phase=phase, rank=rank, kind=value.kind, message=value.message, step=step), feasible,
                       notes, died_serving, in_call, root.pid)
 
@@ -807,31 +816,71 @@ _DIED_WORKER = re.compile(r"\bVllmWorker-(\d{1,6}) died\b")
 engine is the only one (no DP index)."""
 
 
-KV_CHECKS = ("_check_enough_kv_cache_memory", "check_enough_kv_cache_memory")
-"""The KV check (kv_cache_utils.py, kv_cache_planning.py from 0.33): its only raises are the two
-ValueErrors that say the KV cache does not fit ("No available memory for the cache blocks", "To serve
-at least one request with the model's max seq len …")."""
+KV_CHECKS = ("_check_enough_kv_cache_memory", "check_enough_kv_cache_memory", "raise_if_cache_size_invalid")
+"""The KV check (kv_cache_utils.py, kv_cache_planning.py from 0.33; V0's worker.py raise_if_cache_size_invalid, which
+vllm-ascend's V0 worker calls too): its only raises are the two ValueErrors that say the KV cache does not fit ("No
+available memory for the cache blocks", "To serve at least one request with the model's max seq len …", V0's "The
+model's max seq len (…) is larger than the maximum number of tokens that can be stored in KV cache")."""
 _RAISE_WINDOW = 2000
 """How far before an exception line its raising frame's header is looked for (the frame's source
 lines and the records' prefixes between them)."""
+_KV_CHECK_CALL = re.compile(r"(?:^|[\s\]:|])(?:[A-Za-z_]\w{0,80}\.){0,6}(" + "|".join(KV_CHECKS) + r")\(")
+"""A traceback's source line that calls the KV check (`    check_enough_kv_cache_memory(vllm_config, …)`,
+`    raise_if_cache_size_invalid(num_gpu_blocks,`), after the record's prefix."""
+
+
+def _or_later(phase: Phase) -> str:
+    """The step of a failure whose traceback is cut before the call that failed, placed no earlier than `phase`."""
+    return f"in {phase.value} or later (its traceback is cut before the call that failed)"
 
 
 def _kv_check_cut(scan: FileScan, root: Located) -> FailureFact | None:
-    """A `ValueError` raised in the KV check whose words a paste cut before they say which (`ValueError:
-    To`, real pastes round nineteen: an 8× RTX 3090 TP8 boot, the issue's 250K context): the KV cache
-    does not fit, as either of the check's raises says. None otherwise."""
+    """The KV check's failure where a paste cut its words: a `ValueError` raised in the check whose words
+    stop before they say which (`ValueError: To`, real pastes round nineteen: an 8× RTX 3090 TP8 boot, the
+    issue's 250K context), or a traceback that shows only that the boot died and ends inside the check, its
+    exception line cut (real pastes round twenty-nine: vllm#20726's frames down to `check_enough_kv_cache_memory(
+    vllm_config, kv_cache_spec, available_memory)`, a Qwen2.5-7B on a 16 GB card; vllm-ascend#436's V0 worker down
+    to `raise_if_cache_size_invalid(num_gpu_blocks,`): the KV cache does not fit, as each of the check's raises
+    says. None otherwise."""
     value: FailureFact = root.value
-    if value.kind is not FailureKind.CRASH or not value.message.startswith("ValueError"):
+    if value.kind is not FailureKind.CRASH:
         return None
-    frames = list(FRAME.finditer(scan.text, max(0, root.pos - _RAISE_WINDOW), root.pos))
-    if not frames or frame_call(frames[-1]) not in KV_CHECKS:
+    if value.message.startswith("ValueError"):
+        frames = list(FRAME.finditer(scan.text, max(0, root.pos - _RAISE_WINDOW), root.pos))
+        if not frames or frame_call(frames[-1]) not in KV_CHECKS:
+            return None
+        at, call = frames[-1].start(), frame_call(frames[-1])
+        said = f"{value.message} (cut; raised in {call}, whose only errors say the KV cache does not fit)"
+    elif value.priority >= GENERIC and (last := _ends_in_kv_check(scan.text, root.pos)) is not None:
+        at, call = last
+        said = (f"the traceback ends in {call}, vLLM's KV check, whose only errors say the KV cache does not fit "
+                f"max_model_len or has no room at all; its exception line is not in the log: lower --max-model-len or "
+                f"raise --gpu-memory-utilization")
+    else:
         return None
-    line = scan.text[scan.text.rfind("\n", 0, frames[-1].start()) + 1:frames[-1].start()]
+    line = scan.text[scan.text.rfind("\n", 0, at) + 1:at]
     if root.pid is not None and f"pid={root.pid})" not in line:
         return None  # another process's frame, interleaved
-    return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV,
-                       f"{value.message} (cut; raised in {frame_call(frames[-1])}, whose only errors say the KV "
-                       f"cache does not fit)", rank=value.rank, priority=0)
+    return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV, said, rank=value.rank, priority=0)
+
+
+def _ends_in_kv_check(text: str, at: int) -> tuple[int, str] | None:
+    """Where the traceback that starts at `at` ends in a call of the KV check (the frame's or the source line's
+    offset), and the call: its last frame is in the check, or the source line under its last frame calls it, and no
+    exception line follows (the paste cut it). None otherwise."""
+    window = text[at:at + FRAME_WINDOW]
+    frames = list(FRAME.finditer(window))
+    if not frames:
+        return None
+    last = frames[-1]
+    rest = window[last.end():].split("\n")[1:]  # the frame's source line, then whatever the paste kept
+    if any(_EXCEPTION_LINE.search(line) for line in rest[1:]):
+        return None
+    if frame_call(last) in KV_CHECKS:
+        return at + last.start(), frame_call(last)
+    if (call := _KV_CHECK_CALL.search(rest[0] if rest else "")) is not None:
+        return at + window.index("\n", last.end()) + 1 + call.start(1), call.group(1)  # the source line's call
+    return None
 
 
 def _no_kv_memory(boot: Boot, root: Located) -> FailureFact | None:
