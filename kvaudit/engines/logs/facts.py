@@ -827,10 +827,15 @@ def _startup(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.REQUESTED, _gib(m.group(5)))
     if m := _CPU_KV_ALLOC.search(msg):
         kv = _gib(m.group(4))
-        yield Fact(FactKind.FREE_AT_START, _gib(m.group(2)))
         yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(3)))
         if m.group(5) is not None:
-            yield Fact(FactKind.REQUESTED, _gib(m.group(5)))
+            # cpu_worker.py determine_available_memory: the KV request is the request less what the worker holds
+            # (its RSS), and the node's available memory is measured with the worker loaded: before the boot, the
+            # node had that much more free (real pastes round thirty, LMCache#3614: 149.11 GiB free, the KV asking
+            # 206.54 of a 207.8 GiB request, short by 57.43 GiB, not the 58.69 free − request says)
+            requested = _gib(m.group(5))
+            yield Fact(FactKind.REQUESTED, requested)
+            yield Fact(FactKind.FREE_AT_START, _gib(m.group(2)) + requested - kv)
         yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, kv)
         if kv <= 0:
             yield Fact(FactKind.MAX_FEASIBLE_LEN, 0)
@@ -1350,6 +1355,21 @@ def _kwargs(msg: str) -> Iterable[Fact]:
         text = m.group(2).replace("_", "")
         key = m.group(1)
         yield Fact(FactKind.COMMAND_ARG, (key, float(text) if key == "gpu_memory_utilization" else int(float(text))))
+
+
+_QUOTE = "\"'\u201c\u201d\u2018\u2019"
+_CALL_MODEL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\([^()#]{0,2000}?(?<![\w.])model[ \t]*=[ \t]*"
+                         r"[" + _QUOTE + r"]([^\s" + _QUOTE + r"<>${}]{1,300})[" + _QUOTE + "]")
+"""The model keyword of an offline call, `LLM(model="…", …)` or `EngineArgs(…)` (entrypoints/llm.py: the first
+keyword), on the call's line or a line of its own below it (real pastes round thirty: vllm-ascend#14004's `LLM(` then
+`    model="Qwen/Qwen3-0.6B",`; vllm#44376's typographic quotes `model=”DeepSeek-V4-Flash”`): inside the call's
+parentheses, before a comment; a client's `model=` (an OpenAI request) is no vLLM call's."""
+
+
+def offline_call_model(text: str) -> str | None:
+    """The model an offline call in `text` names (_CALL_MODEL), the first; None where none does."""
+    m = _CALL_MODEL.search(text)
+    return m.group(1) if m else None
 
 
 def _command_value(key: str, text: str) -> float | int | None:

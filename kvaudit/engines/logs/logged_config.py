@@ -6,7 +6,7 @@ parallel sizes (layout.py: stated, implied by the worker names, or only bounded 
 from __future__ import annotations
 
 from kvaudit.config import OUTER_PARALLEL_SIZES, AuditConfig
-from kvaudit.engines.logs.facts import FactKind, in_log_range
+from kvaudit.engines.logs.facts import FactKind, in_log_range, offline_call_model
 from kvaudit.engines.logs.knobs import knobs_from_args, non_default_args
 from kvaudit.engines.logs.layout import Layout
 from kvaudit.engines.logs.ranks import (
@@ -18,6 +18,7 @@ from kvaudit.engines.logs.ranks import (
     engine_first,
     engine_last,
 )
+from kvaudit.engines.logs.scan import COMMAND_WINDOW
 
 
 def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
@@ -50,6 +51,9 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
                                or (command.get("max_model_len") or None))
     if merged.get("model") is None and isinstance(command.get("model"), str):
         merged["model"] = command["model"]  # `vllm serve MODEL` pasted at a line's start
+    if merged.get("model") is None:  # an offline call's `LLM(model="…")`, its keywords read as a command's
+        merged["model"] = next((m for scan in boot.scans
+                                if (m := offline_call_model(scan.text[:COMMAND_WINDOW])) is not None), None)
     if merged.get("model") is None:
         merged["model"] = engine_first(engine, FactKind.MODEL_LOADING)
     if merged.get("kv_cache_dtype") is None and isinstance(command.get("kv_cache_dtype"), str):
