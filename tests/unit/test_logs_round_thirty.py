@@ -105,3 +105,39 @@ def test_vllms_own_config_line_names_the_model_over_the_call() -> None:
     config = ("INFO 05-01 10:00:00 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
               "model='/models/resolved', speculative_config=None\n")
     assert log_report('llm = LLM(model="typed/one")\n' + config + _KV_LINE).config.model == "/models/resolved"
+
+
+def test_an_offline_calls_first_argument_names_the_model() -> None:
+    """`LLM('facebook/opt-125m', gpu_memory_utilization=0.95)` in round nine's BuildKit paste: the first parameter."""
+    assert log_report(pasted("round_nine", "buildkit_hash_prefix.log")).config.model == "facebook/opt-125m"
+
+
+# --------------------------------------------------------------------------------------------
+# G5: an issue's title is a person's words whatever the line above it ends with
+
+HEADED = "07_ascend3308_v0110rc0_title_npu_oom_worker_tp0_frames_initialize_kv_cache_cut.log"
+"""vllm-ascend#3308: the title `# [Bug]: 0.11.0rc0 OOM! Failed run … with RuntimeError: Worker with error 'NPU out of
+memory.`, then frames down to `initialize_kv_cache`, cut before the exception line."""
+
+
+def test_a_title_under_a_line_ending_in_plus_is_no_failure() -> None:
+    """The corpus's header (`… · open · C++`) right above the title, with no `labels:` line between (a line ending in
+    `+` reads as breaking off mid-sentence). Before: the title joined to it, and its `NPU out of memory` read as the
+    boot's OOM (rank none, verdict fail); with the `labels:` line between, the body's cut traceback (unknown)."""
+    text = pasted(_ROUND, HEADED)
+    lines = text.split("\n")
+    assert lines[1].startswith("labels:")
+    for paste in (text, "\n".join(lines[:1] + lines[2:])):
+        report = log_report(paste, HEADED)
+        assert report.failure is not None and (report.failure.kind, report.failure.phase) == (FailureKind.CRASH,
+                                                                                             Phase.KV)
+        assert "NPU out of memory" not in report.failure.message
+
+
+def test_a_line_that_breaks_off_still_joins_its_continuation() -> None:
+    """Must not fire: a record cut at `+` whose next line is no heading goes on (`… weights +` then `activation …`)."""
+    text = ("(EngineCore pid=1) ERROR 05-01 10:00:00 [core.py:708] RuntimeError: the model's weights +\n"
+            "activation exceed the budget\n")
+    report = log_report(text)
+    assert report.failure is not None
+    assert report.failure.message == "RuntimeError: the model's weights + activation exceed the budget"

@@ -1358,18 +1358,20 @@ def _kwargs(msg: str) -> Iterable[Fact]:
 
 
 _QUOTE = "\"'\u201c\u201d\u2018\u2019"
-_CALL_MODEL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\([^()#]{0,2000}?(?<![\w.])model[ \t]*=[ \t]*"
-                         r"[" + _QUOTE + r"]([^\s" + _QUOTE + r"<>${}]{1,300})[" + _QUOTE + "]")
-"""The model keyword of an offline call, `LLM(model="…", …)` or `EngineArgs(…)` (entrypoints/llm.py: the first
-keyword), on the call's line or a line of its own below it (real pastes round thirty: vllm-ascend#14004's `LLM(` then
-`    model="Qwen/Qwen3-0.6B",`; vllm#44376's typographic quotes `model=”DeepSeek-V4-Flash”`): inside the call's
-parentheses, before a comment; a client's `model=` (an OpenAI request) is no vLLM call's."""
+_MODEL_STRING = r"[" + _QUOTE + r"]([^\s" + _QUOTE + r"<>${}]{1,300})[" + _QUOTE + "]"
+_CALL_MODEL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\((?:\s{0,200}" + _MODEL_STRING
+                         + r"|[^()#]{0,2000}?(?<![\w.])model[ \t]*=[ \t]*" + _MODEL_STRING + ")")
+"""The model of an offline call, `LLM(model="…", …)` or `EngineArgs(…)` (entrypoints/llm.py: the first parameter, so
+also `LLM('facebook/opt-125m', …)`, round nine's BuildKit paste), on the call's line or a line of its own below it
+(real pastes round thirty: vllm-ascend#14004's `LLM(` then `    model="Qwen/Qwen3-0.6B",`; vllm#44376's typographic
+quotes `model=”DeepSeek-V4-Flash”`): inside the call's parentheses, before a comment; a client's `model=` (an
+OpenAI request) is no vLLM call's."""
 
 
 def offline_call_model(text: str) -> str | None:
     """The model an offline call in `text` names (_CALL_MODEL), the first; None where none does."""
     m = _CALL_MODEL.search(text)
-    return m.group(1) if m else None
+    return (m.group(1) or m.group(2)) if m else None
 
 
 def _command_value(key: str, text: str) -> float | int | None:

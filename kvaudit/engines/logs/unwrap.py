@@ -392,6 +392,12 @@ message (real pastes round nineteen: a Korean write-up's paragraphs read into an
 available memory for the cache blocks.`, a 581-character failure message)."""
 
 
+_HEADING = re.compile(r"[ \t]{0,3}#{1,6}[ \t]")
+"""A Markdown heading's line, an issue's title pasted above its log (real pastes round thirty, vllm-ascend#3308: the
+corpus's header line ending `· C++` read as breaking off mid-sentence, and the title that quotes the boot's error
+joined to it, its failure read as the boot's)."""
+
+
 def _open_message(parts: list[str]) -> bool:
     """The record so far holds the start of one of _MESSAGES and not yet its end."""
     text = " ".join(p.strip() for p in parts)
@@ -419,6 +425,8 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
         return True
     if line.lstrip().startswith(_LATER_SENTENCES):
         return True
+    if _HEADING.match(line):
+        return False  # a Markdown heading starts a person's words, whatever the line above ends with
     if _breaks_off(prev):
         return True
     size = len(prev)
