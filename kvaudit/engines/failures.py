@@ -134,13 +134,14 @@ LAUNCHER_STOPS = {
     "start operation timed out. Terminating.": (r"[\w@.:-]{1,256}\.service: start operation timed out\. Terminating\.",
                                                 "systemd stopped the service: its start timeout (TimeoutStartSec) ran "
                                                 "out"),
-    "failed to start within timeout": (r"\S{1,200} failed to start within timeout",
+    "failed to start within timeout": (r"(?i:\S{0,100}vllm\S{0,100}) failed to start within timeout",
                                        "the launcher stopped it: its start timeout ran out"),
 }
 """A launcher's line as it stops vLLM from outside, each with what it means: kubelet's event (`Killing … Container vllm
 failed liveness probe, will be restarted`), systemd's (`vllm.service: start operation timed out. Terminating.`), a
 wrapper's (lemonade's `vllm-server failed to start within timeout`; real pastes round twenty-four b: a `timeout: 0s`
-that stopped vLLM at once). No vLLM record holds them, so scan.py looks for them in an excerpt."""
+that stopped vLLM at once; the wrapper's subject must name vLLM, `Port forwarding failed to start within timeout` being
+another program's). No vLLM record holds them, so scan.py looks for them in an excerpt (a file's first 4 MiB)."""
 LAUNCHER_HINT = ("vLLM was stopped from outside, not by a failure of its own; vLLM's server answers only once startup "
                  "has finished, so give startup the time it takes (a startupProbe, a longer start timeout)")
 """What every launcher's stop means for the user, after the launcher's own reason."""
@@ -320,7 +321,9 @@ CAUSES: tuple[Cause, ...] = (
           means="exit 15, from a handler of SIGTERM: the process was told to stop"),
     Cause(INTERRUPTED_LINE, FailureKind.INTERRUPTED, None, 1, re.compile(r"^\W{0,4}KeyboardInterrupt\b"),
           log_only=True, means="the process was interrupted (SIGINT, or a stop of vLLM's own)"),
-    *(Cause(anchor, FailureKind.INTERRUPTED, None, 1, re.compile(said), log_only=True, launcher=True,
+    # …priority GENERIC: a death of vLLM's own that the log shows earlier (`EngineCore failed to start.`) stays the
+    # failure, and any exception line says more
+    *(Cause(anchor, FailureKind.INTERRUPTED, None, GENERIC, re.compile(said), log_only=True, launcher=True,
             means=f"{reason}; {LAUNCHER_HINT}")
       for anchor, (said, reason) in LAUNCHER_STOPS.items()),
     # An exception as its repr, the whole of a record's message: the worker's executor logs the error it returns

@@ -135,9 +135,10 @@ def test_a_title_under_a_line_ending_in_plus_is_no_failure() -> None:
 
 
 def test_a_line_that_breaks_off_still_joins_its_continuation() -> None:
-    """Must not fire: a record cut at `+` whose next line is no heading goes on (`… weights +` then `activation …`)."""
+    """Must not fire: a record that breaks off at `+` goes on to a line that is no heading, capitalised as nothing but
+    the break joins (`… weights +` then `Activation …`)."""
     text = ("(EngineCore pid=1) ERROR 05-01 10:00:00 [core.py:708] RuntimeError: the model's weights +\n"
-            "activation exceed the budget\n")
+            "Activation exceed the budget\n")
     report = log_report(text)
     assert report.failure is not None
-    assert report.failure.message == "RuntimeError: the model's weights + activation exceed the budget"
+    assert report.failure.message == "RuntimeError: the model's weights + Activation exceed the budget"

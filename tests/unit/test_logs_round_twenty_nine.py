@@ -24,7 +24,7 @@ initialize_cache.`, frames down to `raise_if_cache_size_invalid(num_gpu_blocks,`
 KV_SETUP = "08_vllm35854_v1_4x2080ti_bare_enginecore_traceback_initialize_kv_caches_cut.log"
 """vllm#35854 (4 × 2080 Ti 22G, Qwen3.5-35B-A3B): `(EngineCore_DP0 pid=32350)` frames, no level and no `Traceback`
 header, through `self._initialize_kv_caches(` and otel's `sync_wrapper` into `_initialize_kv_caches`, cut."""
-_DOES_NOT_FIT = ("vLLM's KV check, whose only errors say the KV cache does not fit max_model_len or has no room at "
+_DOES_NOT_FIT = ("vLLM's KV check, whose errors say the KV cache does not fit max_model_len or has no room at "
                  "all; its exception line is not in the log: lower --max-model-len or raise --gpu-memory-utilization")
 
 

@@ -118,6 +118,8 @@ class FactKind(StrEnum):
     ENV = "env"
     NOTE = "note"
     PHASE_HINT = "phase_hint"
+    PHASE_FLOOR = "phase_floor"
+    """A traceback frame that places the failure no earlier than its phase (KV_SETUP_CALL)."""
     """A phase a failing call names: a traceback frame or `Error executing method 'load_model'`."""
     EAGER = "eager"
     """config/vllm.py's info "Cudagraph is disabled under eager mode": enforce_eager was set."""
@@ -827,15 +829,20 @@ def _startup(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.REQUESTED, _gib(m.group(5)))
     if m := _CPU_KV_ALLOC.search(msg):
         kv = _gib(m.group(4))
-        yield Fact(FactKind.DEVICE_TOTAL, _gib(m.group(3)))
+        free, total = _gib(m.group(2)), _gib(m.group(3))
+        yield Fact(FactKind.DEVICE_TOTAL, total)
         if m.group(5) is not None:
             # cpu_worker.py determine_available_memory: the KV request is the request less what the worker holds
             # (its RSS), and the node's available memory is measured with the worker loaded: before the boot, the
-            # node had that much more free (real pastes round thirty, LMCache#3614: 149.11 GiB free, the KV asking
-            # 206.54 of a 207.8 GiB request, short by 57.43 GiB, not the 58.69 free − request says)
+            # node had that much more free, at most all of it (real pastes round thirty, LMCache#3614: 149.11 GiB
+            # free, the KV asking 206.54 of a 207.8 GiB request, short by 57.43 GiB, not the 58.69 free − request says)
             requested = _gib(m.group(5))
             yield Fact(FactKind.REQUESTED, requested)
-            yield Fact(FactKind.FREE_AT_START, _gib(m.group(2)) + requested - kv)
+            yield Fact(FactKind.FREE_AT_START, min(free + requested - kv, total))
+        else:
+            # an explicit KV size (`requested memory for kv (12.0 GiB)`): the worker's own memory is not said, so
+            # the node's figure, a lower bound of what it had free before the boot
+            yield Fact(FactKind.FREE_AT_START, free)
         yield Fact(FactKind.KV_AVAILABLE_AT_CHECK, kv)
         if kv <= 0:
             yield Fact(FactKind.MAX_FEASIBLE_LEN, 0)
@@ -1103,6 +1110,8 @@ def _call_phase(msg: str) -> Iterable[Fact]:
         call = frame_call(m)
         if (phase := PHASE_OF_CALL.get(call)) is not None:
             yield Fact(FactKind.PHASE_HINT, phase)
+        elif call == KV_SETUP_CALL:
+            yield Fact(FactKind.PHASE_FLOOR, Phase.PROFILE)
         elif call in GRAPH_CAPTURE_CALLS:
             yield Fact(FactKind.GRAPH_CAPTURE_FRAME, Phase.CAPTURE)
         elif communicator_init(m.group(0)):
@@ -1357,21 +1366,29 @@ def _kwargs(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.COMMAND_ARG, (key, float(text) if key == "gpu_memory_utilization" else int(float(text))))
 
 
-_QUOTE = "\"'\u201c\u201d\u2018\u2019"
-_MODEL_STRING = r"[" + _QUOTE + r"]([^\s" + _QUOTE + r"<>${}]{1,300})[" + _QUOTE + "]"
-_CALL_MODEL = re.compile(r"(?<![\w.])(?:LLM|(?:Async)?EngineArgs)\((?:\s{0,200}" + _MODEL_STRING
-                         + r"|[^()#]{0,2000}?(?<![\w.])model[ \t]*=[ \t]*" + _MODEL_STRING + ")")
+_MODEL_QUOTES = "\"'\u201c\u201d\u2018\u2019"
+"""The quotes a model's name may stand in: Python's, and the typographic ones an editor puts (vllm#44376)."""
+_MODEL_STRING = r"[" + _MODEL_QUOTES + r"]([^\s" + _MODEL_QUOTES + r"<>${}]{1,300})[" + _MODEL_QUOTES + "]"
+_CALL_MODEL = re.compile(r"(?<![\w.])(?:vllm\.)?(?:LLM|(?:Async)?EngineArgs)\((?:\s{0,200}" + _MODEL_STRING
+                         + r"|[^()#]{0,600}?(?<![\w.])model[ \t]*=[ \t]*" + _MODEL_STRING + ")")
 """The model of an offline call, `LLM(model="…", …)` or `EngineArgs(…)` (entrypoints/llm.py: the first parameter, so
 also `LLM('facebook/opt-125m', …)`, round nine's BuildKit paste), on the call's line or a line of its own below it
 (real pastes round thirty: vllm-ascend#14004's `LLM(` then `    model="Qwen/Qwen3-0.6B",`; vllm#44376's typographic
-quotes `model=”DeepSeek-V4-Flash”`): inside the call's parentheses, before a comment; a client's `model=` (an
-OpenAI request) is no vLLM call's."""
+quotes `model=”DeepSeek-V4-Flash”`): inside the call's parentheses, before a comment."""
+_VLLM_CALL_WORDS = ("from vllm import", "import vllm", "vllm.LLM(", "EngineArgs(", *KWARG_NEEDLES)
+"""What makes an `LLM(` call vLLM's: the text imports vLLM, or the call passes one of vLLM's own keywords (another
+framework's `LLM(model="gpt-4o")`, CrewAI's, is not)."""
 
 
 def offline_call_model(text: str) -> str | None:
-    """The model an offline call in `text` names (_CALL_MODEL), the first; None where none does."""
-    m = _CALL_MODEL.search(text)
-    return (m.group(1) or m.group(2)) if m else None
+    """The model the first vLLM offline call in `text` names (_CALL_MODEL, _VLLM_CALL_WORDS); None where none does."""
+    imports = any(word in text for word in _VLLM_CALL_WORDS[:2])
+    for m in _CALL_MODEL.finditer(text):
+        close = text.find(")", m.end(), m.end() + 2000)
+        call = text[m.start():close + 1 if close >= 0 else m.end() + 2000]  # up to the call's `)`, as far as read
+        if imports or any(word in call for word in _VLLM_CALL_WORDS[2:]):
+            return m.group(1) or m.group(2)
+    return None
 
 
 def _command_value(key: str, text: str) -> float | int | None:

@@ -269,7 +269,7 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
     # names its own cause (the KV check, torch's OOM error, a crash) is the boot's, the warning a note
     warned = [f for f in during + after + survived if f.value.needs_death]
     during, after, survived = ([f for f in group if not f.value.needs_death] for group in (during, after, survived))
-    died = [f for f in during if f.value.priority >= GENERIC]
+    died = [f for f in during if f.value.priority >= GENERIC and not f.value.launcher]
     if warned and during and len(died) == len(during):
         # per file, the last warning before its last death: the one the allocator did not recover from
         death = {d.file: max(e.pos for e in died if e.file == d.file) for d in died}
@@ -362,7 +362,7 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
     if (ip := RAY_IP.search(head)) is not None and head.rfind("pid=", max(0, ip.start() - 24), ip.start()) >= 0:
         # Ray's prefix names the failing worker's node (real pastes round twenty-one: no report said which node)
         notes = [*notes, f"the failure was printed by a Ray worker on the node at {ip.group(1)}"]
-    cut = value.priority == GENERIC and cut_before_exception(scan.text, root.pos)
+    cut = value.priority == GENERIC and not value.launcher and cut_before_exception(scan.text, root.pos)
     if cut:
         before = _other_programs_error(scan.text, root.pos)
         notes = [*notes, f"the traceback after `{value.message[:120]}` ends before its exception line: what "
@@ -374,8 +374,10 @@ def log_failure(boot: Boot, world_size: int | None) -> LogFailure:
         # pastes round twenty-four b, vllm#17431: `torch.compile takes …`, then frames cut inside
         # EngineCore.__init__, whose start goes on to size the KV cache and capture; the cause was the KV check)
         step = _or_later(phase)
-    if phase is None and value.message == STARTUP_FRAME_TEXT.format(KV_SETUP_CALL):
-        # only the engine core's frames down to its KV setup, which starts with the profile (facts.KV_SETUP_CALL)
+    if phase is None and not value.launcher and any(f.file == root.file and f.pos <= boot_done[root.file]
+                                                    for f in boot.engine.get(FactKind.PHASE_FLOOR, [])):
+        # a frame in the engine core's KV setup, which starts with the profile (facts.KV_SETUP_CALL), and nothing
+        # that places the failure further
         phase, step = Phase.PROFILE, _or_later(Phase.PROFILE)
     return LogFailure(Failure(phase=phase, rank=rank, kind=value.kind, message=value.message, step=step), feasible,
                       notes, died_serving, in_call, root.pid)
@@ -818,9 +820,10 @@ engine is the only one (no DP index)."""
 
 KV_CHECKS = ("_check_enough_kv_cache_memory", "check_enough_kv_cache_memory", "raise_if_cache_size_invalid")
 """The KV check (kv_cache_utils.py, kv_cache_planning.py from 0.33; V0's worker.py raise_if_cache_size_invalid, which
-vllm-ascend's V0 worker calls too): its only raises are the two ValueErrors that say the KV cache does not fit ("No
-available memory for the cache blocks", "To serve at least one request with the model's max seq len …", V0's "The
-model's max seq len (…) is larger than the maximum number of tokens that can be stored in KV cache")."""
+vllm-ascend's V0 worker calls too): its raises are the ValueErrors that say the KV cache does not fit ("No available
+memory for the cache blocks", "To serve at least one request with the model's max seq len …", V0's "The model's max
+seq len (…) is larger than the maximum number of tokens that can be stored in KV cache"), besides V0's for an
+attention-free model given blocks at all, a config no paste has shown."""
 _RAISE_WINDOW = 2000
 """How far before an exception line its raising frame's header is looked for (the frame's source
 lines and the records' prefixes between them)."""
@@ -851,36 +854,53 @@ def _kv_check_cut(scan: FileScan, root: Located) -> FailureFact | None:
             return None
         at, call = frames[-1].start(), frame_call(frames[-1])
         said = f"{value.message} (cut; raised in {call}, whose only errors say the KV cache does not fit)"
-    elif value.priority >= GENERIC and (last := _ends_in_kv_check(scan.text, root.pos)) is not None:
-        at, call = last
-        said = (f"the traceback ends in {call}, vLLM's KV check, whose only errors say the KV cache does not fit "
+        if not _same_process(scan.text, at, root.pid):
+            return None  # another process's frame, interleaved
+    elif value.priority >= GENERIC and (last := _ends_in_kv_check(scan.text, root.pos, root.pid)) is not None:
+        call = last[1]
+        said = (f"the traceback ends in {call}, vLLM's KV check, whose errors say the KV cache does not fit "
                 f"max_model_len or has no room at all; its exception line is not in the log: lower --max-model-len or "
                 f"raise --gpu-memory-utilization")
     else:
         return None
-    line = scan.text[scan.text.rfind("\n", 0, at) + 1:at]
-    if root.pid is not None and f"pid={root.pid})" not in line:
-        return None  # another process's frame, interleaved
     return FailureFact(FailureKind.DOES_NOT_FIT, Phase.KV, said, rank=value.rank, priority=0)
 
 
-def _ends_in_kv_check(text: str, at: int) -> tuple[int, str] | None:
-    """Where the traceback that starts at `at` ends in a call of the KV check (the frame's or the source line's
-    offset), and the call: its last frame is in the check, or the source line under its last frame calls it, and no
-    exception line follows (the paste cut it). None otherwise."""
-    window = text[at:at + FRAME_WINDOW]
-    frames = list(FRAME.finditer(window))
-    if not frames:
-        return None
-    last = frames[-1]
-    rest = window[last.end():].split("\n")[1:]  # the frame's source line, then whatever the paste kept
+def _same_process(text: str, at: int, pid: int | None) -> bool:
+    """Whether the line at offset `at` is the process `pid`'s (its prefix names it), where the pid is known."""
+    return pid is None or f"pid={pid})" in text[text.rfind("\n", 0, at) + 1:at]
+
+
+def _ends_in_kv_check(text: str, at: int, pid: int | None) -> tuple[int, str] | None:
+    """Where a traceback ends inside vLLM's KV check, the offset of its last frame (or of the source line that calls
+    the check) and the call: the traceback after the failure line `at` (of the same process `pid`), or where none
+    follows it, the one before it (a front end's `See root cause above.` printed after the engine core's frames). Its
+    last frame is in the check and the source line under it is the check's `raise`, or the source line under its
+    last frame calls the check; and no exception line follows (the paste cut it). None otherwise."""
+    frames = list(FRAME.finditer(text, at, min(len(text), at + FRAME_WINDOW)))
+    if frames:
+        end = _kv_check_end(text, frames[-1], min(len(text), at + FRAME_WINDOW))
+        return end if end is not None and _same_process(text, end[0], pid) else None
+    frames = list(FRAME.finditer(text, max(0, at - FRAME_WINDOW), at))
+    return _kv_check_end(text, frames[-1], at) if frames else None
+
+
+def _kv_check_end(text: str, last: re.Match[str], stop: int) -> tuple[int, str] | None:
+    """_ends_in_kv_check for the traceback whose last frame is `last`, read up to `stop`."""
+    rest = text[last.end():stop].split("\n")[1:]  # the frame's source line, then whatever the paste kept
+    source = rest[0] if rest else ""
     if any(_EXCEPTION_LINE.search(line) for line in rest[1:]):
         return None
     if frame_call(last) in KV_CHECKS:
-        return at + last.start(), frame_call(last)
-    if (call := _KV_CHECK_CALL.search(rest[0] if rest else "")) is not None:
-        return at + window.index("\n", last.end()) + 1 + call.start(1), call.group(1)  # the source line's call
+        # the check's own raise, or a frame whose source line the paste cut (not a call into something else)
+        return (last.start(), frame_call(last)) if _RAISE_STATEMENT.search(source) or not source.strip() else None
+    if (call := _KV_CHECK_CALL.search(source)) is not None and not _EXCEPTION_LINE.search(source[:call.start(1)]):
+        return text.index("\n", last.end()) + 1 + call.start(1), call.group(1)  # the source line's call
     return None
+
+
+_RAISE_STATEMENT = re.compile(r"(?:^|[\s\]:|])raise [A-Za-z_][\w.]{0,80}\(")
+"""A traceback's source line that raises (`    raise ValueError(`), after the record's prefix."""
 
 
 def _no_kv_memory(boot: Boot, root: Located) -> FailureFact | None:

@@ -843,12 +843,14 @@ def _launcher_only(text: str, lines: tuple[ParsedLine, ...]) -> str | None:
     """Where a file's only facts are a launcher's stop of vLLM (failures.Cause.launcher), what its first such line
     says, with its number; else None (real pastes round twenty-four b: lemonade's journal, `vllm-server failed to
     start within timeout`, and no line of vLLM's)."""
-    stops = [f.value for p in lines for f in p.facts]
-    if not stops or not all(f.kind is FactKind.FAILURE and f.value.launcher for p in lines for f in p.facts):
+    facts = [(p.line.pos, f) for p in lines for f in p.facts]
+    if not facts or not all(f.kind is FactKind.FAILURE and f.value.launcher for _, f in facts):
         return None
-    # the record may have joined the line to a table above it (`kubectl describe`'s events): its own line's number
-    at = min(at for anchor in LAUNCHER_STOPS if (at := text.find(anchor)) >= 0)
-    return f"line {line_number(text, at)}: {stops[0].message}"
+    pos, first = facts[0]
+    # the record may have joined the line to a table above it (`kubectl describe`'s events): the launcher's own
+    # words' line, where they are on one line (a wrapped one keeps the record's)
+    at = [at for anchor in LAUNCHER_STOPS if (at := text.find(anchor, pos)) >= 0]
+    return f"line {line_number(text, min(at, default=pos))}: {first.value.message}"
 
 
 def _weight(facts: tuple[Fact, ...]) -> tuple[int, int]:

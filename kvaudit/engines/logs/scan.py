@@ -86,6 +86,7 @@ from kvaudit.engines.logs.facts import (
     HYBRID_OFF,
     IMAGE_NEEDLE,
     KV_BLOCK_WORDS,
+    KV_SETUP_CALL,
     KWARG_NEEDLES,
     LOADED_LINE,
     LOADING_MODEL,
@@ -656,7 +657,7 @@ def _not_the_logs(text: str, i: int, marker: str) -> bool:
 
 
 _STARTUP_CALLS = ("in compile_or_warm_up_model", "in determine_available_memory", "in profile_run", "in _dummy_run",
-                  "in capture_model", "in initialize_from_config", "in _initialize_kv_caches", "in load_model",
+                  "in capture_model", "in initialize_from_config", f"in {KV_SETUP_CALL}", "in load_model",
                   "in init_device", "in warm_up", "in _warmup")
 """Startup's calls, as a traceback's frames name them: a model step under one of them is startup's (Model Runner
 V2's warmup and the V1 runner's hybrid warmup call the worker's execute_model; the review of round twenty-one)."""

@@ -395,7 +395,7 @@ available memory for the cache blocks.`, a 581-character failure message)."""
 _HEADING = re.compile(r"[ \t]{0,3}#{1,6}[ \t]")
 """A Markdown heading's line, an issue's title pasted above its log (real pastes round thirty, vllm-ascend#3308: the
 corpus's header line ending `· C++` read as breaking off mid-sentence, and the title that quotes the boot's error
-joined to it, its failure read as the boot's)."""
+joined to it, its failure read as the boot's). Markdown allows three blanks before it."""
 
 
 def _open_message(parts: list[str]) -> bool:
@@ -418,6 +418,10 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
         return False
     if _ELISION.fullmatch(line):  # unless a fixed-column cut fell right before a message's own `...`
         return len(prev) >= MIN_WRAP_WIDTH and len(prev) == width()
+    if _HEADING.match(line):
+        # a Markdown heading is a person's words, whatever the line above ends with or however it is indented; a
+        # terminal's cut at a fixed column still joins (V0's own `# GPU blocks: 0, # CPU blocks: …` after a full line)
+        return len(prev) >= MIN_WRAP_WIDTH and len(prev) == width()
     if _indent(line) > _indent(head):
         return True
     first = line.lstrip()[:1]
@@ -425,8 +429,6 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
         return True
     if line.lstrip().startswith(_LATER_SENTENCES):
         return True
-    if _HEADING.match(line):
-        return False  # a Markdown heading starts a person's words, whatever the line above ends with
     if _breaks_off(prev):
         return True
     size = len(prev)
