@@ -156,6 +156,13 @@ CAUSES: tuple[Cause, ...] = (
     # kv_cache_utils.py _check_enough_kv_cache_memory (0.32); 0.8.x said "models's".
     Cause("To serve at least one request", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
           re.compile(r"To serve at least one request with the models?'?s? max seq len")),
+    # …its head alone, where a paste or a mirror cut it (real pastes round thirty-one, a mirror's `(EngineCore pid=401)
+    # ERROR [core.py:1140] ValueError: To serve at least one`): the check's, whose other message is "No available
+    # memory for the cache blocks"
+    Cause("To serve at least one", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
+          re.compile(r"To serve at least one(?: request(?: with(?: the)?)?)?\W{0,4}$"),
+          means="vLLM's KV check, its message cut before the figures: max_model_len needs more KV cache than a "
+                "worker has (lower --max-model-len or raise --gpu-memory-utilization)"),
     # V0 llm_engine / worker raise_if_cache_size_invalid.
     Cause("stored in KV cache", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
           re.compile(r"max seq len \(\S+\) is larger than the maximum number of tokens that can be stored in KV "

@@ -1600,13 +1600,24 @@ _ENV_PREFIX = re.compile(r"\s*(?:(?:[A-Za-z_]\w{0,80})=(?:'[^']{0,200}'|\"[^\"]{
 """The variables a command line sets for its program, before it: `VLLM_USE_V1=0 CUDA_VISIBLE_DEVICES=0 python -m …`."""
 
 
+_SMART_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+"""Typographic quotes back to Python's, for a config a forum "smartened" (real pastes round thirty-one, discuss.vllm.ai:
+Discourse printed `non-default args: {‘model’: ‘mistralai/…’, ‘max_model_len’: 16384, …}` and `model=‘…’`)."""
+
+
+def _plain_quotes(text: str) -> str:
+    """A config's text with typographic quotes made Python's, where it has no quote of Python's (then every quote was
+    smartened; one with both kept a typographic apostrophe inside a value)."""
+    return text if "'" in text or '"' in text else text.translate(_SMART_QUOTES)
+
+
 def _config(msg: str) -> Iterable[Fact]:
     if (args := _non_default(msg)) is not None:
-        yield Fact(FactKind.NON_DEFAULT_ARGS, args)
+        yield Fact(FactKind.NON_DEFAULT_ARGS, _plain_quotes(args))
     if m := _ENGINE.search(msg):
         if m.group(1) is not None:
             yield Fact(FactKind.VERSION, m.group(1))
-        yield Fact(FactKind.ENGINE_CONFIG, m.group(2))
+        yield Fact(FactKind.ENGINE_CONFIG, _plain_quotes(m.group(2)))
         if "V1 LLM engine" not in m.group(0):
             yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
         yield Fact(FactKind.GENERATION, "V1" if "V1 LLM engine" in m.group(0) else "V0")
@@ -1635,9 +1646,10 @@ _ARGS_TRIES = 16
 costs no more than a line that says them once)."""
 
 
-_ARGS_BODY = re.compile(r"\{\s{0,8}(?:['\"][A-Za-z_]|\})")
-"""A dict's start, its first key quoted (or `{}`): no shell pattern that quotes the wording (real pastes round
-twenty-two: `$ grep -o "non-default args: {[^}]*}" vllm.log`, then the record, whose knobs were all lost)."""
+_ARGS_BODY = re.compile(r"\{\s{0,8}(?:['\"\u2018\u201c][A-Za-z_]|\})")
+"""A dict's start, its first key quoted (or `{}`; a forum's typographic quotes too, _SMART_QUOTES): no shell pattern
+that quotes the wording (real pastes round twenty-two: `$ grep -o "non-default args: {[^}]*}" vllm.log`, then the
+record, whose knobs were all lost)."""
 
 
 # The start-up banner (entrypoints/utils.py, 0.11 and later) draws the logo in block characters

@@ -37,7 +37,8 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         merged["max_num_batched_tokens"] = batched  # the scheduler's own line: the value it resolved
         # …which it prints only with chunked prefill on (`Chunked prefill is enabled with …`), unless a
         # later config line turns it off again (pooling models: "…; disabling both.")
-        merged.setdefault("enable_chunked_prefill", not engine.get(FactKind.CHUNKED_DISABLED))
+        # (what vLLM did, over what was asked: V1 0.10 printed it beside a typed `'enable_chunked_prefill': False`)
+        merged["enable_chunked_prefill"] = not engine.get(FactKind.CHUNKED_DISABLED)
     command = command_args(engine)
     if "gpu_memory_utilization" not in merged:
         printed = [f.value for f in engine.get(FactKind.GMU, []) if 0 < f.value <= 1]

@@ -432,7 +432,12 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
     if _breaks_off(prev):
         return True
     size = len(prev)
-    return (size >= MIN_WRAP_WIDTH and size == width()) or (still_open() and not _OTHER_SCRIPT.search(line))
+    if size >= MIN_WRAP_WIDTH and size == width():
+        return True
+    # an open message's sentence that closed on its figures (`… (0.95, 90.22 GiB).`) goes on only with vLLM's own
+    # next sentence (_LATER_SENTENCES, above): a line after it is the writer's (real pastes round thirty-one: a
+    # trimmed startup error read on into 900 characters of an issue's prose)
+    return still_open() and not _OTHER_SCRIPT.search(line) and not prev.rstrip().endswith(").")
 
 
 def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
