@@ -219,8 +219,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("has a total capacity of", FailureKind.OOM, None, 0),
     Cause(TORCH_ALLOC_OOM, FailureKind.OOM, None, 0, log_only=True, needs_death=True),
     # The NVIDIA kernel driver refusing an allocation (`NVRM: … Out of memory [NV_ERR_NO_MEMORY]`,
-    # from dmesg): on a unified-memory GB10 (DGX Spark) the device's out-of-memory shows only there.
-    Cause("NV_ERR_NO_MEMORY", FailureKind.OOM, None, 0),
+    # from dmesg): on a unified-memory GB10 (DGX Spark) the device's out-of-memory shows only there. The
+    # driver's line, not a sentence that names its code word (real pastes round thirty-one, a blog's "Then —
+    # crash. NV_ERR_NO_MEMORY." above the dmesg lines it quotes).
+    Cause("NV_ERR_NO_MEMORY", FailureKind.OOM, None, 0, re.compile(r"NVRM\b.{0,400}\[NV_ERR_NO_MEMORY\]")),
     # vLLM 0.34's extensible KV cache mapping pages through the driver (utils/vmm_driver.py _check:
     # "GPU driver error %d: %s"; 2 is CUDA's and HIP's out-of-memory).
     Cause("GPU driver error 2: out of memory", FailureKind.OOM, None, 0),

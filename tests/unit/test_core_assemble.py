@@ -116,6 +116,7 @@ SAMPLES = {
     "stored in KV cache": "ValueError: The model's max seq len (8192) is larger than the maximum number of tokens that "
                           "can be stored in KV cache (4096).",
     "To serve at least one": "ValueError: To serve at least one",
+    "NV_ERR_NO_MEMORY": "kernel: NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]",
     "is larger than the maximum number of tokens that can be": "ValueError: The model's max seq len (32768) is larger "
                                                               "than the maximum number of tokens that can be s",
     "not supported": "NotImplementedError: FP8 KV cache with MLA is not supported on this backend",

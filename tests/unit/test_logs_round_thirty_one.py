@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from kvaudit.errors import BadInputError
 from kvaudit.schema import FailureKind, Phase, Verdict
 from tests.unit.factories import log_report, pasted
 
@@ -90,3 +93,52 @@ def test_the_checks_whole_message_keeps_its_figures() -> None:
     prose = log_report("I want to serve at least one more model on this GPU.\n" + "INFO 05-01 10:00:00 "
                        "[gpu_worker.py:298] Available KV cache memory: 10.00 GiB\n")
     assert prose.failure is None
+
+
+# --------------------------------------------------------------------------------------------
+# G4: the driver's out-of-memory line, not a sentence that names its code word
+
+DRIVER = "12_tobiasweiss_blog_v0211rc1_2x_dgx_spark_tp2_dsv4flash_prose_then_dmesg_oom_killer_worker_tp.log"
+"""A blog on two DGX Sparks: "Then — crash. NV_ERR_NO_MEMORY. The OOM killer takes down VLLM::Worker_TP." in its first
+paragraph, later the dmesg lines `NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]` and
+`VLLM::Worker_TP invoked oom-killer: …`."""
+
+
+def test_the_drivers_line_is_the_oom_not_the_sentence_naming_it() -> None:
+    """Before: the failure's message was the blog's first sentence."""
+    report = log_report(pasted(_ROUND, DRIVER), DRIVER)
+    assert report.failure is not None and report.failure.kind is FailureKind.OOM
+    assert "NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]" in report.failure.message
+    assert "Then — crash" not in report.failure.message
+    assert log_report("Then — crash. NV_ERR_NO_MEMORY. The OOM killer takes down VLLM::Worker_TP.\n"
+                      "INFO 05-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 10.00 GiB\n").failure is None
+
+
+def test_a_pasted_kernel_line_stays_the_oom() -> None:
+    """Must not fire: fixture 87's `18:03:03  kernel: NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory
+    [NV_ERR_NO_MEMORY]` (a DGX Spark's drafter load), an OOM in load."""
+    name = "87-v1-0.26-spark-336-drafter-driver-oom.log"
+    report = log_report((_PUBLIC / name).read_text(encoding="utf-8"), name)
+    assert report.failure is not None and (report.failure.kind, report.failure.phase) == (FailureKind.OOM, Phase.LOAD)
+    assert report.failure.message.endswith("NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]")
+
+
+# --------------------------------------------------------------------------------------------
+# G6: a heading admits no document as a log
+
+CATALOGUE = "14_errorcanon_aigenerated_catalog_md_heading_oom_79_15_llm_kwargs_in_workarounds.log"
+"""An error catalogue's page: `# torch.cuda.OutOfMemoryError: CUDA out of memory. …` as its title, advice bullets with
+`LLM(model='meta-llama/Llama-2-7b-hf', max_num_seqs=64)` in inline code, no line of a log."""
+
+
+def test_a_page_whose_only_log_like_line_is_its_title_is_refused() -> None:
+    """Before: read as a log whose config came from an advice bullet's `LLM(…)` (Llama-2-7b-hf, max_model_len 4096)."""
+    with pytest.raises(BadInputError, match="no vLLM log lines found"):
+        log_report(pasted(_ROUND, CATALOGUE), CATALOGUE)
+
+
+def test_an_issue_title_above_a_real_log_still_reads_the_log() -> None:
+    """Must not fire: round thirty's vllm-ascend#3308, its title quoting the error above the worker's frames."""
+    name = "07_ascend3308_v0110rc0_title_npu_oom_worker_tp0_frames_initialize_kv_cache_cut.log"
+    report = log_report(pasted("round_thirty", name), name)
+    assert report.failure is not None and report.failure.phase is Phase.KV

@@ -35,6 +35,7 @@ from kvaudit.engines.logs.lines import (
     has_prefix,
     looks_like_vllm,
     parse_line,
+    person_heading,
     proc_tag,
     record_seconds,
     split_joined_records,
@@ -766,6 +767,10 @@ def _mentions_only(text: str, said: list[Said], width: int | None) -> tuple[int,
         if quiet is None:
             quiet = without_quotations(text)
         line, facts = _read_record(quiet, start, end, set(), width)
+        if person_heading(line.msg):
+            # a Markdown heading's words are a person's (a page's title that quotes an error), whatever they name
+            # (real pastes round thirty-one, an error catalogue's `# torch.cuda.OutOfMemoryError: …` title)
+            continue
         if line.is_vllm or any(f.kind not in COMMAND_KINDS for f in facts or concurrency(line.msg)):
             return None
         commands = commands or bool(facts) and KVAUDIT_COMMAND.search(line.msg) is None
