@@ -32,7 +32,7 @@ from kvaudit.engines.failures import (
     error_text,
 )
 from kvaudit.engines.logs.knobs import NAMESPACE
-from kvaudit.engines.logs.lines import person_heading
+from kvaudit.engines.logs.lines import KV_BLOCK_DEVICES, person_heading
 from kvaudit.schema import COMPILE_HIT, COMPILE_MISS, FailureKind, Phase
 from kvaudit.serve_config import human_readable_int
 from kvaudit.units import INT64_MAX, LOG_FLOAT_LIMIT, MiB, gib_to_bytes
@@ -573,13 +573,6 @@ _V0_RESULTS = re.compile(rf"total_gpu_memory=({SNUM}) ?GiB{_SEP}initial_memory_u
                          rf"peak_torch_memory=({SNUM}) ?GiB{_SEP}memory_usage_post_profile=({SNUM}) ?Gi[Bb]{_SEP}"
                          rf"non_torch_memory=({SNUM}) ?GiB{_SEP}"
                          rf"kv_cache_size=({SNUM}) ?GiB{_SEP}gpu_memory_utilization=({NUM})")
-KV_BLOCK_DEVICES = ("GPU", "gpu", "CUDA", "cuda", "ROCM", "rocm", "XPU", "xpu", "HPU", "hpu", "TPU", "tpu",
-                    "NEURON", "neuron", "cpu")
-"""The device word of V0's KV block count, `# <device> blocks: N, # CPU blocks: M` (executor_base.py,
-llm_engine.py): `GPU` before 0.6.4, then the platform's enum name (`CUDA`, `ROCM`, …), then its
-device_name (`cuda`, `rocm`, …, vLLM 0.7–0.10; the sllm-store ROCm guide's `# rocm blocks: 37011`), on
-vLLM's CPU platform and IBM Spyre `cpu` (`# cpu blocks: 2340, # CPU blocks: 0`: real pastes round
-eighteen). `CPU` is left out: it names the swap space's blocks there."""
 KV_BLOCK_WORDS = tuple(f" {device} blocks: " for device in KV_BLOCK_DEVICES)
 """The words after the `#` of that line, as the scan and the phase timeline look for them."""
 _BLOCKS = re.compile(rf"(?:{'|'.join(KV_BLOCK_DEVICES)}) blocks: ({CINT})")

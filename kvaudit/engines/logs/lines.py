@@ -39,11 +39,23 @@ RECORD_TIME = r"\d\d-\d\d \d\d:\d\d:\d\d"
 RECORD_TIME_RX = re.compile(r"\b" + RECORD_TIME + r"\b")
 
 
+KV_BLOCK_DEVICES = ("GPU", "gpu", "CUDA", "cuda", "ROCM", "rocm", "XPU", "xpu", "HPU", "hpu", "TPU", "tpu",
+                    "NEURON", "neuron", "cpu")
+"""The device word of V0's KV block count, `# <device> blocks: N, # CPU blocks: M` (executor_base.py,
+llm_engine.py): `GPU` before 0.6.4, then the platform's enum name (`CUDA`, `ROCM`, …), then its
+device_name (`cuda`, `rocm`, …, vLLM 0.7–0.10; the sllm-store ROCm guide's `# rocm blocks: 37011`), on
+vLLM's CPU platform and IBM Spyre `cpu` (`# cpu blocks: 2340, # CPU blocks: 0`: real pastes round
+eighteen). `CPU` is left out: it names the swap space's blocks there."""
+_V0_BLOCKS = re.compile(r"#\s?(?:" + "|".join((*KV_BLOCK_DEVICES, "CPU")) + ") blocks: ")
+"""V0's own `# GPU blocks: N, # CPU blocks: M` at a line's start, a paste that kept only the message."""
+
+
 def person_heading(text: str) -> bool:
     """A line (or an unlogged line's message) that opens with `#`: a shell comment or a Markdown heading, a
     person's words, as an issue's title pasted above its log (BuildKit's `#12 3.6 INFO …` is a record: its
-    message starts after that head)."""
-    return text.lstrip(" \t\ufeff").startswith("#")
+    message starts after that head; V0's own `# GPU blocks: …` is vLLM's message, _V0_BLOCKS)."""
+    head = text.lstrip(" \t\ufeff")
+    return head.startswith("#") and _V0_BLOCKS.match(head) is None
 
 
 def record_seconds(stamp: str) -> int | None:
