@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
 from kvaudit.printable import printable
-from kvaudit.render.summary import safe_kv_bytes
+from kvaudit.render.summary import model_name, safe_kv_bytes
 from kvaudit.schema import DiffReport, Owner, Report, Verdict
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ def _label(value: object) -> str:
 
 
 def _model(model: str | None) -> str:
-    return model.rstrip("/").rsplit("/", 1)[-1] if model else ""
+    """The model label: the headline's name of it (summary.model_name)."""
+    return model_name(model) if model else ""
 
 
 def _vllm_version(report: Report) -> str:

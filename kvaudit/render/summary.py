@@ -61,9 +61,17 @@ def headline(report: Report) -> str:
     return " · ".join(p for p in parts if p)
 
 
+_HF_SNAPSHOT = re.compile(r"(?:^|/)models--([^/]{1,200}?)--([^/]{1,200})/snapshots/[^/]{1,200}$")
+"""A model served from the Hugging Face cache: `…/hub/models--ORG--NAME/snapshots/REVISION` (the cache's folder for
+`ORG/NAME`; real pastes round thirty-two, a DP8 boot whose headline named the model by its revision's hash)."""
+
+
 def model_name(model: str) -> str:
     """A model's name in a headline: its folder's, with the folders above it where that is only a
-    version (Kaggle's `…/qwen-3/transformers/8b/1` is `qwen-3/transformers/8b/1`, not `1`)."""
+    version (Kaggle's `…/qwen-3/transformers/8b/1` is `qwen-3/transformers/8b/1`, not `1`), or the
+    repository a Hugging Face cache snapshot holds (_HF_SNAPSHOT)."""
+    if (snapshot := _HF_SNAPSHOT.search(model.rstrip("/"))) is not None:
+        return f"{snapshot.group(1)}/{snapshot.group(2)}"
     parts = model.rstrip("/").split("/")
     if len(parts) > 1 and re.fullmatch(r"v?\d{1,6}", parts[-1]):
         return "/".join(p for p in parts[-4:] if p)

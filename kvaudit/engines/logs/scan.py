@@ -578,10 +578,13 @@ SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", STEP_DUMP, BUSY_LO
            "Application startup complete", "Starting vLLM API server", "Starting vLLM server on",
            "num_gpu_blocks is: ", STATS,
            '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS,
-           BENCH_DONE, METRIC_SAMPLE, KV_USAGE, REQUEST_TOO_LONG, ENGINE_DEAD)
+           BENCH_DONE, METRIC_SAMPLE, KV_USAGE, REQUEST_TOO_LONG, ENGINE_DEAD, "Sleep mode freed ",
+           "Successfully reset prefix cache")
 """Lines that only a boot that finished prints (the engine's busy loop failing, the API server up,
 requests served, an offline `LLM.generate`'s progress bar, V0's only sign of a finished offline
-start): a failure after the first of them is not the boot's. One before them is only where
+start; a trainer's calls of a running engine: gpu_worker.py's sleep, `Sleep mode freed …`, and block_pool.py's
+`Successfully reset prefix cache`, real pastes rounds thirty-one and thirty-two, EasyR1 and OpenRLHF): a failure
+after the first of them is not the boot's. One before them is only where
 failure_timeline shows, on logged lines, that startup went on past it (SERVER_UP, first_logged)."""
 IN_FRAME = (BUSY_LOOP, SERVED_STEP)
 """Markers in a traceback's frames: serving begins at the traceback (and the record that announced it)."""

@@ -1,0 +1,63 @@
+"""Real pastes, round thirty-two (finding G2): a model served from the Hugging Face cache, whose path ends in the
+snapshot's revision (vllm#51454, a DP8 DeepSeek-V4-Flash boot): the headline and the Prometheus label named the model
+by that hash. The data are the files as the round saved them (tests/unit/data/round_thirty_two), a case where the rule
+must not fire beside it."""
+from __future__ import annotations
+
+import io
+
+from kvaudit.render.prom import PromReporter, samples
+from kvaudit.render.summary import headline, model_name
+from tests.unit.factories import log_report, pasted
+
+SNAPSHOT = "06_vllm51454_v0250_dp8_ep_banner_args_gmu095_block256_cut.log"
+"""vllm#51454: the banner and the args name `/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/
+snapshots/7872f01b1d1fe23eabc4c98b48bffcef5a386062`."""
+_PATH = ("/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/"
+         "7872f01b1d1fe23eabc4c98b48bffcef5a386062")
+
+
+def test_a_cache_snapshot_is_named_by_its_repository() -> None:
+    """Before: `kvaudit log · vllm 0.25.0 · 7872f01b1d1fe23eabc4c98b48bffcef5a386062 · tp 1 dp 8 gmu 0.95`, and the
+    same hash as the Prometheus `model` label. The report keeps the path vLLM printed."""
+    report = log_report(pasted("round_thirty_two", SNAPSHOT), SNAPSHOT)
+    assert report.config.model == _PATH
+    assert headline(report).startswith("kvaudit log · vllm 0.25.0 · deepseek-ai/DeepSeek-V4-Flash-0731 · ")
+    out = io.StringIO()
+    PromReporter().report(report, out)
+    assert {labels["model"] for _, labels, _ in samples(out.getvalue()) if "model" in labels} == {
+        "deepseek-ai/DeepSeek-V4-Flash-0731"}
+
+
+def test_other_folders_keep_their_own_name() -> None:
+    """Must not fire: a folder under the cache that is no snapshot (fixture 86's `~/.cache/huggingface/qwen3.8-27b-fp8`),
+    a snapshot's own subfolder, and a Kaggle version folder read as before."""
+    assert model_name("~/.cache/huggingface/qwen3.8-27b-fp8") == "qwen3.8-27b-fp8"
+    assert model_name(_PATH + "/") == "deepseek-ai/DeepSeek-V4-Flash-0731"
+    assert model_name(_PATH + "/original") == "original"
+    assert model_name("/kaggle/input/qwen-3/transformers/8b/1") == "qwen-3/transformers/8b/1"
+
+
+# --------------------------------------------------------------------------------------------
+# G4: a running engine's lines (a trainer's sleep and prefix-cache reset) say startup had finished
+
+_ENDS_EARLY = "the log ends before startup finished"
+
+
+def test_a_trainers_calls_of_a_running_engine_say_its_start_finished() -> None:
+    """lmm-r1#71 (`(LLMRayActor pid=95409) INFO … [block_pool.py:264] Successfully reset prefix cache`) and round
+    thirty-one's EasyR1#260 (`Sleep mode freed 58.62 GiB memory, 7.87 GiB memory is still in use.`), their host OOM
+    after. Before: "the log ends before startup finished", UNKNOWN; the engine had started and served."""
+    for folder, name in (("round_thirty_two", "01_lmmr1issue71_ray_job_caret_ansi_llmrayactor_host_oom_sleep_cut.log"),
+                         ("round_thirty_one", "15_easyr1issue260_v1_083_8xh100_ray_workerdict_sleep_mode_freed_58_62_"
+                                              "still_7_87_host_oom_cut.log")):
+        report = log_report(pasted(folder, name), name)
+        assert not any(w.startswith(_ENDS_EARLY) for w in report.warnings)
+        assert report.failure is None and report.verdict == "ok"
+
+
+def test_a_log_cut_in_its_profile_still_ends_before_startup_finished() -> None:
+    """Must not fire: round thirty-one's discuss.vllm.ai 2584, cut while profiling."""
+    name = "01_discussvllm2584_v1_5090_qwen36_27b_awq_mtp_weights_18_47_compile_then_profiling_cut.log"
+    report = log_report(pasted("round_thirty_one", name), name)
+    assert any(w.startswith(_ENDS_EARLY) for w in report.warnings)
