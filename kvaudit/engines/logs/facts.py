@@ -1691,7 +1691,10 @@ _CHUNKED_PREFILL = re.compile(re.escape(CHUNKED_PREFILL) + rf"({INT})\b")
 
 
 CHUNKED_OFF_LINE = "chunked prefill"
-_CHUNKED_OFF = re.compile(r"chunked prefill[^\r\n]{0,300}?[Dd]isabling")
+_CHUNKED_OFF = re.compile(r"chunked prefill[^\r\n]{0,300}?[Dd]isabl(?:ing|ed)\b|[Dd]isabling\)? chunked prefill")
+"""vLLM turning chunked prefill off after the scheduler's line: `… chunked prefill … Disabling …`, a non-GPU platform's
+MLA override (`forcing chunked prefill and prefix caching to be disabled.`), v1/engine/core.py's `Disabling chunked
+prefill for model without KVCache`, 0.9's `(Disabling) chunked prefill by default`."""
 
 
 def _chunked(msg: str) -> Iterable[Fact]:

@@ -37,8 +37,10 @@ def build_config(boot: Boot) -> tuple[AuditConfig, Layout]:
         merged["max_num_batched_tokens"] = batched  # the scheduler's own line: the value it resolved
         # …which it prints only with chunked prefill on (`Chunked prefill is enabled with …`), unless a
         # later config line turns it off again (pooling models: "…; disabling both.")
-        # (what vLLM did, over what was asked: V1 0.10 printed it beside a typed `'enable_chunked_prefill': False`)
-        merged["enable_chunked_prefill"] = not engine.get(FactKind.CHUNKED_DISABLED)
+        # what vLLM did, over what was typed (V1 0.10 printed it beside `'enable_chunked_prefill': False`), where the
+        # engine line, what vLLM ran, does not state it
+        if "enable_chunked_prefill" not in resolved:
+            merged["enable_chunked_prefill"] = not engine.get(FactKind.CHUNKED_DISABLED)
     command = command_args(engine)
     if "gpu_memory_utilization" not in merged:
         printed = [f.value for f in engine.get(FactKind.GMU, []) if 0 < f.value <= 1]

@@ -750,7 +750,8 @@ def _mentions_only(text: str, said: list[Said], width: int | None) -> tuple[int,
       no wording of the log only inside them.
     The README quotes `EngineCore failed to start` in a sentence and its commands are examples; a design note
     quotes "Available KV cache memory: 12.3 GiB"; an issue around a fenced, `> `-quoted or whole-line quoted
-    paste has the paste's lines, and a description with only a command is read as the command.
+    paste has the paste's lines, and a description with only a command is read as the command. A `#` line that
+    states only an error is a title quoting it, no log line.
 
     `said` is in text order. A record whose prefix comes before any quotation mark on its line is a log line
     at once (a log's first record is one); else the text is read without its quotations, once, and the
@@ -767,9 +768,10 @@ def _mentions_only(text: str, said: list[Said], width: int | None) -> tuple[int,
         if quiet is None:
             quiet = without_quotations(text)
         line, facts = _read_record(quiet, start, end, set(), width)
-        if person_heading(line.msg):
-            # a Markdown heading's words are a person's (a page's title that quotes an error), whatever they name
-            # (real pastes round thirty-one, an error catalogue's `# torch.cuda.OutOfMemoryError: …` title)
+        if person_heading(line.msg) and facts and all(f.kind is FactKind.FAILURE for f in facts):
+            # a heading that states only an error is a person's title quoting it (real pastes round thirty-one, an
+            # error catalogue's `# torch.cuda.OutOfMemoryError: …`); a root prompt's command (`# vllm serve …`) or
+            # figures pasted as comments (`# Available KV cache memory: …`) still read
             continue
         if line.is_vllm or any(f.kind not in COMMAND_KINDS for f in facts or concurrency(line.msg)):
             return None

@@ -98,7 +98,7 @@ _LATER_SENTENCES = ("Based on the available memory", "Try increasing", "Try lowe
                     "Decrease GPU memory", "Decrease --kv-cache-memory", "Increase GPU memory", "To resolve",
                     "This happens when", "To fix this", "Reduce CPU memory", "Replace gpu_memory_utilization",
                     "Current kv cache memory", "Actual usage", "Desired GPU memory utilization", "If OOM'ed",
-                    "Only use kv_cache_memory_bytes", "This does not respect")
+                    "Only use kv_cache_memory_bytes", "This does not respect", "The current --gpu-memory-utilization")
 _MESSAGES = (
     # (how a multi-sentence memory message of vLLM starts, how its last sentence ends)
     ("To serve at least one request", ("for more details.", "when initializing the engine.")),
@@ -398,6 +398,10 @@ corpus's header line ending `· C++` read as breaking off mid-sentence, and the 
 joined to it, its failure read as the boot's). Markdown allows three blanks before it."""
 
 
+_FIGURES_CLOSED = re.compile(r"\d ?GiB\)\.\s*$")
+"""A memory message's sentence that closes on its figures: `… (0.95, 90.22 GiB).`, `… memory (15.57 GiB).`"""
+
+
 def _open_message(parts: list[str]) -> bool:
     """The record so far holds the start of one of _MESSAGES and not yet its end."""
     text = " ".join(p.strip() for p in parts)
@@ -435,9 +439,9 @@ def _continues(head: str, prev: str, line: str, width: Callable[[], int],
     if size >= MIN_WRAP_WIDTH and size == width():
         return True
     # an open message's sentence that closed on its figures (`… (0.95, 90.22 GiB).`) goes on only with vLLM's own
-    # next sentence (_LATER_SENTENCES, above): a line after it is the writer's (real pastes round thirty-one: a
-    # trimmed startup error read on into 900 characters of an issue's prose)
-    return still_open() and not _OTHER_SCRIPT.search(line) and not prev.rstrip().endswith(").")
+    # next sentence (_LATER_SENTENCES, above) or a line a wrap would start (lowercase, a digit: above): another
+    # is the writer's (real pastes round thirty-one: a trimmed startup error read on into 900 characters of prose)
+    return still_open() and not _OTHER_SCRIPT.search(line) and _FIGURES_CLOSED.search(prev) is None
 
 
 def _width(text: str, first: tuple[int, int], last: tuple[int, int]) -> int:
