@@ -5,6 +5,7 @@ must not fire beside it."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from kvaudit.render.prom import PromReporter, samples
 from kvaudit.render.summary import headline, model_name
@@ -61,3 +62,27 @@ def test_a_log_cut_in_its_profile_still_ends_before_startup_finished() -> None:
     name = "01_discussvllm2584_v1_5090_qwen36_27b_awq_mtp_weights_18_47_compile_then_profiling_cut.log"
     report = log_report(pasted("round_thirty_one", name), name)
     assert any(w.startswith(_ENDS_EARLY) for w in report.warnings)
+
+
+# --------------------------------------------------------------------------------------------
+# G6: the platform from ROCm torch's OOM and from vllm-ascend's frames
+
+HIP = "15_vllmgfx906issue14_rocm_tp2_hip_oom_joined_error_records_one_line.log"
+ASCEND = "02_verl6764_ascend_nested_vllmhttpserver_enginecore_dp0_traceback_initialize_kv_caches_cut.log"
+
+
+def test_the_platform_from_a_hip_oom_and_from_vllm_ascends_frames() -> None:
+    """nlzy/vllm-gfx906#14 (`HIP out of memory. …`, no platform line) and verl#6764 (`File "/vllm-ascend/vllm_ascend/
+    patch/platform/patch_core.py", …`): before, no platform."""
+    assert log_report(pasted("round_thirty_two", HIP), HIP).environment.platform == "rocm"
+    assert log_report(pasted("round_thirty_two", ASCEND), ASCEND).environment.platform == "ascend"
+
+
+def test_a_cuda_oom_and_a_package_listing_name_no_such_platform() -> None:
+    """Must not fire: fixture 108's `CUDA error: out of memory`; a listing's `vllm_ascend  0.9.0rc2` line."""
+    name = "108-v1-19186-tp-capture-end-oom.log"
+    text = (Path(__file__).parent.parent / "fixtures" / "logs" / "public" / name).read_text(encoding="utf-8")
+    assert log_report(text, name).environment.platform is None  # it names none; a CUDA OOM makes no ROCm
+    listing = ("vllm_ascend                       0.9.0rc2\n"
+               "INFO 05-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 10.00 GiB\n")
+    assert log_report(listing).environment.platform is None

@@ -1732,11 +1732,14 @@ _PLATFORM = re.compile(r"(?:Automatically detected platform|Platform plugin) ([A
                        r"(?:\.| is activated)")
 
 
-PLATFORM_SIGNS = (("[aiter] import [module_", "rocm"), ("ACL graph memory profiling", "ascend"))
+PLATFORM_SIGNS = (("[aiter] import [module_", "rocm"), ("ACL graph memory profiling", "ascend"),
+                  ("HIP out of memory", "rocm"), ("/vllm_ascend/", "ascend"))
 """Lines only one platform's runtime prints, where a paste cut the platform's own line (real pastes round
 twenty-seven): AMD's aiter kernel library loading its modules (`[aiter] import [module_aiter_enum] under …`, ROCm
 only; a package listing's `aiter==…` is not this), and vllm-ascend's ACL graph memory profiling (`ACL graph memory
-profiling is enabled (default since v0.22.1). The current --gpu-memory-utilization=…`, its CUDA-graph line's twin)."""
+profiling is enabled (default since v0.22.1). The current --gpu-memory-utilization=…`, its CUDA-graph line's twin);
+and (round thirty-two) ROCm torch's `HIP out of memory.` and a traceback frame in vllm-ascend's code
+(`File "/vllm-ascend/vllm_ascend/patch/…"`: a path; a package listing's `vllm_ascend  0.9.0` names no file)."""
 
 
 def _platform(msg: str) -> Iterable[Fact]:
