@@ -1359,7 +1359,9 @@ def _kwargs(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.COMMAND_ARG, (key, float(text) if key == "gpu_memory_utilization" else int(float(text))))
 
 
-_MODEL_QUOTES = "\"'\u201c\u201d\u2018\u2019"
+_TYPOGRAPHIC_QUOTES = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}
+"""The quotes an editor or a forum puts for Python's (‘’ “”), each with Python's."""
+_MODEL_QUOTES = "\"'" + "".join(_TYPOGRAPHIC_QUOTES)
 """The quotes a model's name may stand in: Python's, and the typographic ones an editor puts (vllm#44376)."""
 _MODEL_STRING = r"[" + _MODEL_QUOTES + r"]([^\s" + _MODEL_QUOTES + r"<>${}]{1,300})[" + _MODEL_QUOTES + "]"
 _CALL_MODEL = re.compile(r"(?<![\w.])(?:vllm\.)?(?:LLM|(?:Async)?EngineArgs)\((?:\s{0,200}" + _MODEL_STRING
@@ -1593,7 +1595,7 @@ _ENV_PREFIX = re.compile(r"\s*(?:(?:[A-Za-z_]\w{0,80})=(?:'[^']{0,200}'|\"[^\"]{
 """The variables a command line sets for its program, before it: `VLLM_USE_V1=0 CUDA_VISIBLE_DEVICES=0 python -m …`."""
 
 
-_SMART_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+_SMART_QUOTES = str.maketrans(_TYPOGRAPHIC_QUOTES)
 """Typographic quotes back to Python's, for a config a forum "smartened" (real pastes round thirty-one, discuss.vllm.ai:
 Discourse printed `non-default args: {‘model’: ‘mistralai/…’, ‘max_model_len’: 16384, …}` and `model=‘…’`)."""
 

@@ -877,9 +877,10 @@ def _ends_in_kv_check(text: str, at: int, pid: int | None) -> tuple[int, str] | 
     follows it, the one before it (a front end's `See root cause above.` printed after the engine core's frames). Its
     last frame is in the check and the source line under it is the check's `raise`, or the source line under its
     last frame calls the check; and no exception line follows (the paste cut it). None otherwise."""
-    frames = list(FRAME.finditer(text, at, min(len(text), at + FRAME_WINDOW)))
+    stop = min(len(text), at + FRAME_WINDOW)
+    frames = list(FRAME.finditer(text, at, stop))
     if frames:
-        end = _kv_check_end(text, frames[-1], min(len(text), at + FRAME_WINDOW))
+        end = _kv_check_end(text, frames[-1], stop)
         return end if end is not None and _same_process(text, end[0], pid) else None
     frames = list(FRAME.finditer(text, max(0, at - FRAME_WINDOW), at))
     return _kv_check_end(text, frames[-1], at) if frames else None
