@@ -482,15 +482,17 @@ def log_line_candidates(text: str) -> list[Candidate[tuple[FailureKind, str]]]:
     """The failure lines of a run's own log as candidates (kind, message). A generic
     "initialization failed" line is left out, and so are the log-only causes: the supervisor has
     the rank's own error for a failure whose cause the log does not name."""
-    from kvaudit.engines.logs.lines import parse_line  # the log package imports this catalogue
     candidates = []
     for index, line in enumerate(text.splitlines()):
         if len(line) > 20000 or not ("Error" in line or "error" in line or "memory" in line or "support" in line
                                      or "Exception" in line):
             continue
         cause = cause_of(line)
-        if cause is not None and cause.priority < GENERIC and not cause.log_only \
-                and not handled(parse_line(line, 0).level, cause.kind):
+        if cause is None or cause.priority >= GENERIC or cause.log_only:
+            continue
+        # only now: the log package imports this catalogue, and a clean boot's log needs none of it
+        from kvaudit.engines.logs.lines import parse_line
+        if not handled(parse_line(line, 0).level, cause.kind):
             candidates.append(Candidate(Evidence.LOG_LINE, (cause.kind, error_text(line, cause)), cause.priority,
                                         (index,)))
     return candidates

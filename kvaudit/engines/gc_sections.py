@@ -20,10 +20,14 @@ they run unless `KVAUDIT_GC_SECTIONS` says otherwise:
   of a boot proves that boot's path; the readings stay exact either way.
 
 vLLM's own capture context unfreezes the whole heap on its way out
-(gc_utils.freeze_gc_for_cudagraph_capture): from there to the section's end the collections are
-full again. A section opened while the heap is frozen (by vLLM, or an outer section) does nothing;
-its end unfreezes the whole heap, so nothing inside it may freeze the heap to keep it frozen (no
-vLLM 0.34 path in a section does).
+(gc_utils.freeze_gc_for_cudagraph_capture, also around vLLM 0.29+'s graph estimate): the next
+settle inside the section then collects fully once and freezes the heap again. A section opened
+while the heap is frozen (by vLLM, or an outer section) does nothing; its end unfreezes the whole
+heap, so nothing inside it may freeze the heap to keep it frozen (no vLLM 0.34 path in a section does).
+
+One section spans KV sizing (AuditMixin.determine_available_memory: the profile pass, the
+persistent warmup, the replay, the graph measurement and the long-prefill probe), so the settles
+at those phases' ends and vLLM's own collections in its profiling are young collections too.
 """
 
 from __future__ import annotations
@@ -75,11 +79,17 @@ def frozen_by_another() -> int:
 
 
 def collect() -> None:
-    """gc.collect(), as a settle does it; inside a checked section, followed by a full collection
-    whose finds are counted, then the heap frozen again."""
+    """gc.collect(), as a settle does it. Inside a section whose heap another unfroze (vLLM's capture
+    context does on its way out) that collection was a full one: the heap is frozen again, so the
+    section's later collections walk only what is young again. Inside a checked section, a young
+    collection is followed by a full one whose finds are counted, then the heap frozen again."""
     gc.collect()
     tally = _open
-    if _checking and tally is not None and gc.get_freeze_count():
+    if tally is None:
+        return
+    if not frozen_by_another():
+        gc.freeze()
+    elif _checking:
         gc.unfreeze()
         _full_check(tally, _held)
         gc.freeze()

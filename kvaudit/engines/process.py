@@ -252,7 +252,8 @@ def stop_session(proc: subprocess.Popen, grace_s: float = GRACE_S, signals: Stop
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
-    time.sleep(0.2)
+    if session_members(sid):  # one may still be on its way out
+        time.sleep(0.2)
     return session_members(sid)
 
 
@@ -285,7 +286,10 @@ def watch(proc: subprocess.Popen, tailer: JournalTailer, on_progress: ProgressFn
                 return kind
             if time.monotonic() - started > timeout_s:
                 return FailureKind.TIMEOUT
-            time.sleep(0.25)
+            try:  # back at once when the process ends, at the latest after a quarter second
+                proc.wait(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                pass
     except KeyboardInterrupt:
         return FailureKind.INTERRUPTED
     return None

@@ -191,3 +191,35 @@ def test_the_interpreters_own_freeze_is_no_freeze_of_vllms(monkeypatch):
     with gc_sections.section("after vLLM's freeze", notes.append) as closed:
         assert closed is None
     assert notes[-1].startswith("gc sections (after vLLM's freeze): not opened")
+
+
+def test_a_heap_another_unfroze_is_frozen_again_at_the_next_collection(monkeypatch):
+    """vLLM's capture context unfreezes the whole heap on its way out (and collects fully): the next
+    settle inside the section collects fully once and freezes the heap again, so the settles after it
+    walk only what is young once more."""
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "on")
+    old, old_ref = cycle()
+    with gc_sections.section("sizing"):
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()  # as vLLM's freeze_gc_for_cudagraph_capture does when it ends
+        mid, mid_ref = cycle()  # made before the refreeze, dies after it
+        del old
+        gc_sections.collect()
+        assert old_ref() is None  # the heap was not frozen: this collection was full
+        assert gc.get_freeze_count() > 0  # and the heap is frozen again
+        del mid
+        gc_sections.collect()
+        assert mid_ref() is not None  # frozen by the refreeze: the young collection does not walk it
+    gc.collect()
+    assert mid_ref() is None
+
+
+def test_check_does_not_count_the_refreezing_collection(monkeypatch):
+    """That refreezing collection was a full one: there is nothing to check after it."""
+    monkeypatch.setenv(gc_sections.GC_SECTIONS_ENV, "check")
+    notes: list[str] = []
+    with gc_sections.section("sizing", notes.append) as tally:
+        gc.unfreeze()
+        gc_sections.collect()
+        assert gc.get_freeze_count() > 0
+    assert tally is not None and tally.collections == 1  # the section's end alone

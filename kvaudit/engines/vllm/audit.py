@@ -19,8 +19,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
+from kvaudit.engines import gc_sections
 from kvaudit.engines.measured_ranks import phase_records
 from kvaudit.engines.sequence import STOPPED, PhaseHandle, RankSequencer, WarmupGuard, exception_line, interrupted
 from kvaudit.engines.vllm import adapter, transport
@@ -69,6 +71,8 @@ class AuditMixin:
         self._kva_journal = transport.RankJournal(self.rank)
         self._kva_relay: transport.Relay | None = None
         self._kva_deferred: list[str] = []
+        self._kva_gc_notes: list[str] = []
+        """What the KV sizing's gc section said in check mode (engines/gc_sections.py)."""
         self._kva_guard = WarmupGuard(agree=adapter.agree_any)
         self._kva_seq: RankSequencer | None = None
         self._kva_kv_structures = 0
@@ -139,7 +143,10 @@ class AuditMixin:
     def determine_available_memory(self) -> int:
         import torch
         seq = self._kva_seq
-        with torch.inference_mode():  # as vLLM's own determine_available_memory
+        # One gc section over every step that sizes KV (engines/gc_sections.py): each settle in it
+        # walks only the objects made since; in check mode its note goes on the KV phase's record.
+        with torch.inference_mode(), \
+                gc_sections.section("KV sizing", self._kva_gc_notes.append, self._kva_allocated_reader()):
             with seq.phase(Phase.PROFILE):
                 adapter.profile_run(self)
             with seq.phase(Phase.PERSISTENT) as handle:
@@ -212,8 +219,15 @@ class AuditMixin:
             return None
         return dtypes.pop() if len(dtypes) == 1 and "None" not in dtypes else None
 
+    def _kva_allocated_reader(self) -> Callable[[], int] | None:
+        """What a checked gc section reads to say how much device memory the objects its collections
+        missed held (the GPU worker: torch's allocated bytes); None where there is none."""
+        return None
+
     def initialize_from_config(self, kv_cache_config: Any) -> None:
         with self._kva_seq.phase(Phase.KV) as handle:
+            for note in self._kva_gc_notes:  # the KV sizing section's check (determine_available_memory)
+                handle.note(note)
             super().initialize_from_config(kv_cache_config)
             kv_bytes = adapter.kv_cache_bytes(self)
             handle.facts.update(kv_cache_bytes=kv_bytes)
