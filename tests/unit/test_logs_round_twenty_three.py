@@ -217,7 +217,7 @@ def test_the_boot_listed_as_a_process_of_the_pid_namespace_is_no_other_process()
     notes = [w for w in _report(FOUR_ENGINES).warnings if "out-of-memory message" in w]
     assert notes == ["torch's out-of-memory message names 1 other process on the device holding 0.48 GiB (Process "
                      "113443, 78.33 GiB, is the boot itself: the message has no `this process has`, as in a "
-                     "container's PID namespace, and it holds at least the 74.24 GiB PyTorch allocated)"]
+                     "container's PID namespace, and it holds the 74.42 GiB PyTorch reserved)"]
 
 
 def test_listed_processes_stay_others_where_the_largest_holds_less_than_pytorch_allocated() -> None:

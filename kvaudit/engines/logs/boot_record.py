@@ -83,11 +83,18 @@ def _generation(boot: Boot) -> str | None:
     if any(ENGINE_CORE_FAILED in f.value.message for f in boot.engine.get(FactKind.FAILURE, ())) or any(
             _V1_FRAME.search(s.text) for s in boot.scans):
         return "V1"  # real pastes round twenty-four (vllm#17431): an unprefixed V1 traceback
+    if any(_V0_FRAME.search(s.text) for s in boot.scans):
+        return "V0"  # real pastes round thirty-three: MQLLMEngine's and V0's multiprocessing executor's frames
     return None
 
 
 _V1_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\]v1[/\\]')
 """A traceback frame in V1's code (`File "…/site-packages/vllm/v1/engine/core.py", line 387`): V1 ran."""
+_V0_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\](?:engine[/\\]multiprocessing[/\\]'
+                       r'|executor[/\\]mp_distributed_executor\.py")')
+"""A traceback frame in code only V0 runs: its multiprocessing front end (MQLLMEngine, `vllm/engine/multiprocessing/`)
+or its multiprocessing executor (`vllm/executor/mp_distributed_executor.py`; V1's is `vllm/v1/executor/`). Others
+of `vllm/engine/` and `vllm/worker/` ran under V1 too (0.8's LLMEngine dispatch, its WorkerWrapperBase)."""
 
 
 def _env(boot: Boot) -> dict[str, str]:
@@ -357,22 +364,29 @@ caller's (in a container's PID namespace it is not, and the boot is listed too: 
 
 
 _OWN_CLAUSE = "this process has"
-_BY_PYTORCH = re.compile(r"Of the allocated memory (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) is allocated by PyTorch")
+_BY_PYTORCH = re.compile(r"Of the allocated memory (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) is allocated by PyTorch"
+                         r"(?:, with \d{1,7}(?:\.\d{1,3})? (?:GiB|MiB) allocated in private pools"
+                         r" \(e\.g\., CUDA Graphs\))?"
+                         r"(?:, and (\d{1,7}(?:\.\d{1,3})?) (GiB|MiB) is reserved by PyTorch but unallocated)?")
 
 
-def _the_boot_listed(message: str, held: dict[int, int]) -> tuple[int, int] | None:
-    """(pid, PyTorch's allocated bytes) of the listed process that is the boot itself, where torch's message has
-    no `this process has` clause (torch prints that clause only where an NVML process's pid is the caller's
-    getpid(); in a container with its own PID namespace the driver's host pids never are): the largest listed
-    process, if it holds at least the message's "allocated by PyTorch" figure (no other process holds this
-    process's allocations).
+def _the_boot_listed(message: str, held: dict[int, int]) -> tuple[int, int, int] | None:
+    """(pid, PyTorch's reserved bytes, how many listed processes hold that much) of the listed process that is
+    the boot itself, where torch's message has no `this process has` clause (torch prints that clause only where an
+    NVML process's pid is the caller's getpid(); in a container with its own PID namespace the driver's host pids
+    never are): of the listed processes holding at least what PyTorch reserved in the caller (allocated, plus
+    "reserved by PyTorch but unallocated" where the message says it), the one holding least: the caller holds that
+    and its CUDA context, and nothing else holds the caller's allocations.
     Real pastes round twenty-three: verl's engine, pid 39535 in its container, listed as `Process 113443 has
-    78.33 GiB` beside 74.24 GiB allocated by PyTorch, was counted as another process."""
+    78.33 GiB` beside 74.24 GiB allocated by PyTorch, was counted as another process. Round thirty-four
+    (VLMEvalKit): `Process 250179 has 19.19 GiB … Process 259318 has 4.36 GiB` beside 3.82 GiB allocated and
+    102.20 MiB reserved: the caller is 259318 (3.92 GiB through PyTorch), not the largest."""
     if _OWN_CLAUSE in message or (m := _BY_PYTORCH.search(message)) is None:
         return None
     allocated = round(float(m.group(1)) * (GiB if m.group(2) == "GiB" else MiB))
-    pid, largest = max(held.items(), key=lambda item: item[1])
-    return (pid, allocated) if largest >= allocated else None
+    unallocated = round(float(m.group(3)) * (GiB if m.group(4) == "GiB" else MiB)) if m.group(3) else 0
+    holding = [(used, pid) for pid, used in held.items() if used >= allocated + unallocated]
+    return (min(holding)[1], allocated + unallocated, len(holding)) if holding else None
 
 
 def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> list[str]:
@@ -388,10 +402,11 @@ def _others_at_oom(failure: Failure | None, ranks: tuple[RankReport, ...]) -> li
     listed = _the_boot_listed(failure.message, held)
     itself = ""
     if listed is not None:
-        pid, allocated = listed
+        pid, reserved, holding = listed
         itself = (f" (Process {pid}, {fmt_gib(held.pop(pid))}, is the boot itself: the message has no `this process "
-                  f"has`, as in a container's PID namespace, and it holds at least the {fmt_gib(allocated)} PyTorch "
-                  f"allocated)")
+                  f"has`, as in a container's PID namespace, and it holds "
+                  + (f"least of the {holding} that hold " if holding > 1 else "")
+                  + f"the {fmt_gib(reserved)} PyTorch reserved)")
         if not held:
             return [f"torch's out-of-memory message names no other process on the device{itself}"]
     others = sum(held.values())
