@@ -1470,11 +1470,19 @@ def _labelled(msg: str, start: int, last: str) -> bool:
     """Whether the command at `start` follows a label that opens its line (`start cmd:  python -m
     vllm.entrypoints.openai.api_server --model M …`, real pastes round twenty-six: its flags were read and its
     model dropped as a sentence's), not the end of a sentence's clause."""
-    if not last.endswith(_LABEL_ENDS):
-        return False
     line = msg[msg.rfind("\n", 0, start) + 1:start]
+    if not last.endswith(_LABEL_ENDS):  # or a sentence that opens its line to say it is the person's own command
+        return _OWN_COMMAND.fullmatch(line) is not None
     head = line[:line.find(last) + len(last)] if last in line else ""
     return 0 < len(head.split()) <= _LABEL_WORDS
+
+
+_OWN_COMMAND = re.compile(r"[ \t>*-]{0,8}(?:my|the) (?:launch |start |serve |full )?command (?:is|was)[ \t]{1,8}"
+                          + _ENV_WORDS.pattern, re.IGNORECASE)
+"""A label in words that opens its line and says the command after it is the boot's (`My command is
+LMCACHE_CONFIG_FILE=… vllm serve Meta-Llama-3.1-8B-Instruct --gpu-memory-utilization 0.8 …`, real pastes round
+thirty-four: its flags were read, its model dropped). A sentence (`I ran vllm serve M and it crashed`, round nine),
+advice (`You can try vllm serve M`) or an example (`For example, vllm serve M`) names no model of a boot."""
 
 
 # `docker inspect`'s Args and a compose `command:` list as they print: each argument single-quoted (real pastes round
@@ -1484,7 +1492,35 @@ def _labelled(msg: str, start: int, last: str) -> bool:
 _QUOTED_ARGS = re.compile(r"'-{1,2}[A-Za-z][\w.\-]{0,80}'(?:[ \t]{1,8}'[^\s'\\]{1,2000}'){1,256}")
 
 
+_MODEL_ARGS = re.compile(r"--model_args(?:=|[ \t]+)(\S{1,4000})")
+"""lm-evaluation-harness's engine arguments (`lm_eval --model vllm --model_args pretrained=M,tensor_parallel_size=2,
+gpu_memory_utilization=0.8,data_parallel_size=4 …`): one word of `key=value`s, commas between, a value in quotes at
+most (real pastes round thirty-four: lm-eval#2779, llm-compressor#1151)."""
+
+
+def _model_args(msg: str) -> Iterable[Fact]:
+    """What lm-eval's `--model_args` passes vLLM: its `pretrained=` model and vLLM's own keywords (KWARG_KEYS, which
+    only lm-eval's vllm backend takes: its Hugging Face backend's are `parallelize=`, `device_map=`), only where it
+    passes one of those keywords."""
+    if (m := _MODEL_ARGS.search(msg, 0, 100_000)) is None:
+        return
+    pairs = [part.split("=", 1) for part in m.group(1).strip("'\"").split(",") if "=" in part]
+    values = {key.strip(): value.strip("'\"") for key, value in pairs}
+    if not any(key in values for key in KWARG_KEYS):
+        return
+    if values.get("pretrained"):
+        yield Fact(FactKind.COMMAND_ARG, ("model", values["pretrained"]))
+    for key in KWARG_KEYS:
+        if key in values and re.fullmatch(_NUMERAL, values[key]):
+            number = values[key].replace("_", "")
+            yield Fact(FactKind.COMMAND_ARG, (key, float(number) if key == "gpu_memory_utilization"
+                                              else int(float(number))))
+
+
 def _command(msg: str) -> Iterable[Fact]:
+    if "--model_args" in msg:
+        yield from _model_args(msg)
+        return
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
     if "'-" in msg and (quoted := _QUOTED_ARGS.search(msg, 0, 100_000)) is not None:
@@ -1578,6 +1614,9 @@ NAMESPACE_ARGS = "args: " + NAMESPACE
 # 0.7.3–0.10 "Initializing a V0 LLM engine (v0.7.4.dev390+gdebd6bbf) with config: …" (vllm#12529).
 _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1 )LLM engine"
                      r"(?: \(v([^)\s]{1,200})\))? with config: (.*)", re.DOTALL)
+_ENGINE_HEAD = re.compile(r"^Initializing an? (V[01] )?LLM engine(?: \(v([^)\s]{1,200})\))?")
+"""The engine line's start alone (a paste cut it before `with config:`; real pastes round thirty-three,
+`Initializing a V1 LLM engine (v0.11.2.dev67+g1d642872a.d20251120) with confi`)."""
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
 # 0.25's platforms/cuda.py, a chosen backend: "Using %s backend." with the enum itself,
@@ -1616,6 +1655,12 @@ def _config(msg: str) -> Iterable[Fact]:
         if "V1 LLM engine" not in m.group(0):
             yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
         yield Fact(FactKind.GENERATION, "V1" if "V1 LLM engine" in m.group(0) else "V0")
+    elif m := _ENGINE_HEAD.search(msg):  # the line cut before its config: the engine it names all the same
+        if m.group(2) is not None:
+            yield Fact(FactKind.VERSION, m.group(2))
+        if m.group(1) != "V1 ":
+            yield Fact(FactKind.MODEL_RUNNER, None)
+        yield Fact(FactKind.GENERATION, "V1" if m.group(1) == "V1 " else "V0")
 
 
 def _non_default(msg: str) -> str | None:

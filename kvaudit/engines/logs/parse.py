@@ -146,6 +146,7 @@ def parse_file(text: str, where: str, index: int = 0, *, exhaustive: bool = Fals
     split = 0
     if len(text) <= EXCERPT_CHARS:  # a paste (a whole log file keeps one record a line)
         text, split = split_joined_records(text)
+        text = _yaml_command_lists(text)
     text, service = _one_compose_service(where, text)
     text, restart = _last_server_start(where, text)
     text, apart = _one_of_runs_days_apart(where, text)
@@ -550,6 +551,42 @@ once more on its own): such a file is read whole, as before."""
 COMPOSE_SAMPLE = 50
 """How many lines with a process tag are looked at for the compose prefix before a file is said
 to have none: `docker compose logs` prefixes every line, so the first tagged ones carry it."""
+
+
+_YAML_ITEM = re.compile(r"([ \t]{0,40})- ([^\n]{1,2000})\n?")
+_YAML_COMMAND_START = re.compile(r"^[ \t]{0,40}- ['\"]?(?:vllm|python3?)['\"]?[ \t]*$", re.MULTILINE)
+_YAML_RUNS_VLLM = re.compile(r"vllm serve |python3? -m vllm\.entrypoints\.")
+
+
+def _yaml_command_lists(text: str) -> str:
+    """A command written as a YAML list, one argument an item (a Kubernetes container's `command:`; real pastes
+    round thirty-three, LMCache PR 3171: `- vllm`, `- serve`, `- deepseek-ai/DeepSeek-V4-Pro`, `- '--tensor-parallel-
+    size'`, `- '8'`, …), as the one line it runs, in the first item's place (the others' lines left empty, so the
+    lines keep their numbers); its quotes taken off. Only a run of items at one indent that starts `vllm serve` or
+    `python -m vllm.entrypoints.…`; any other list stays as it is."""
+    if "- " not in text:
+        return text
+    out: list[str] = []
+    last = scanned = 0
+    for start in _YAML_COMMAND_START.finditer(text):
+        if start.start() < scanned:  # inside a run read already (each item is read once)
+            continue
+        items: list[str] = []
+        pos, indent = start.start(), None
+        while (m := _YAML_ITEM.match(text, pos)) is not None and (indent is None or m.group(1) == indent):
+            indent = m.group(1)
+            item = m.group(2).strip()
+            if len(item) > 1 and item[0] == item[-1] and item[0] in "'\"":
+                item = item[1:-1]
+            items.append(item)
+            pos = m.end()
+        scanned = pos
+        command = " ".join(items)
+        if len(items) < 3 or _YAML_RUNS_VLLM.match(command + " ") is None:
+            continue
+        out += [text[last:start.start()], (indent or "") + command, "\n" * (len(items) - 1) + "\n"]
+        last = pos
+    return "".join(out) + text[last:] if out else text
 
 
 def _compose_lines(text: str) -> bool:
