@@ -86,3 +86,26 @@ def test_a_cuda_oom_and_a_package_listing_name_no_such_platform() -> None:
     listing = ("vllm_ascend                       0.9.0rc2\n"
                "INFO 05-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 10.00 GiB\n")
     assert log_report(listing).environment.platform is None
+
+
+HIP_OOM_JOINED = "15_vllmgfx906issue14_rocm_tp2_hip_oom_joined_error_records_one_line.log"
+"""vllm-gfx906#14: `HIP out of memory. … #environment-variables)` then, 32 and 27 blanks on, two `ERROR 07-04 14:53:23
+[engine.py:458] …` records on the same line (a docker console's wrapped lines, padded to its width)."""
+
+
+def test_records_a_terminal_padded_onto_a_messages_line_are_lines_of_their_own() -> None:
+    """G1. Before: the OOM's message ran on through both records (737 characters)."""
+    report = log_report(pasted("round_thirty_two", HIP_OOM_JOINED), HIP_OOM_JOINED)
+    assert report.failure is not None
+    assert report.failure.message.endswith("(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+    assert any("2 vLLM records ran on after another record on the same line" in w for w in report.warnings)
+
+
+def test_a_record_quoted_one_blank_after_a_message_stays_in_it() -> None:
+    """Must not fire: a message that quotes a record one blank on (a person's words, an exception that embeds one)."""
+    text = pasted("round_thirty_two", HIP_OOM_JOINED)
+    squeezed = text.replace("#environment-variables)" + " " * 32, "#environment-variables) ", 1).replace(
+        "last):" + " " * 27, "last): ", 1)
+    report = log_report(squeezed, HIP_OOM_JOINED)
+    assert report.failure is not None and "ERROR 07-04 14:53:23 [engine.py:458]" in report.failure.message
+    assert not any("ran on after another record" in w for w in report.warnings)

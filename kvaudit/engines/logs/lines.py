@@ -127,6 +127,12 @@ record's prefix (real pastes round twenty-five, vllm#21661: a flattened paste's 
 in **init** ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] self.all_reduce(data) …`)."""
 
 
+TERMINAL_PADDING = 8
+"""The fewest blanks before each record on a line that starts with a message of its own (an exception's) for the
+records to be read as lines a terminal joined (its wrapped lines padded to the width: real pastes round thirty-two,
+vllm-gfx906#14, `… #environment-variables)                                ERROR 07-04 14:53:23 [engine.py:458]
+Traceback …`); a sentence that quotes a record sets it one blank apart."""
+
 PROSE_LEAD = 200
 """A line whose first record head comes after more than this many characters starts with a person's
 words, not with a prefix (a container's, a viewer's, a journal's: all far shorter)."""
@@ -157,6 +163,8 @@ def split_joined_records(text: str) -> tuple[str, int]:
             cuts = [(s, e, n) for s, e, _, n in heads[1:]]  # the first joined head is the line's own
         elif own is None and end - line <= TAG_SEARCH_CHARS:
             cuts = [(s, e, n) for s, e, _, n in heads]  # a traceback frame before it is a record of its own
+        elif own is None and all(e - s >= TERMINAL_PADDING for s, e, _, _ in heads):
+            cuts = [(s, e, n) for s, e, _, n in heads]  # a message, then records a terminal's wrap padded apart
         for s, e, is_nccl in cuts:
             out += [text[done:s], "\n"]
             done = e
