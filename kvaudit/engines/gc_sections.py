@@ -25,9 +25,10 @@ settle inside the section then collects fully once and freezes the heap again. A
 while the heap is frozen (by vLLM, or an outer section) does nothing; its end unfreezes the whole
 heap, so nothing inside it may freeze the heap to keep it frozen (no vLLM 0.34 path in a section does).
 
-One section spans KV sizing (AuditMixin.determine_available_memory: the profile pass, the
-persistent warmup, the replay, the graph measurement and the long-prefill probe), so the settles
-at those phases' ends and vLLM's own collections in its profiling are young collections too.
+One section spans the profile pass and the persistent warmup (AuditMixin.determine_available_memory),
+so the profile phase's closing settle is a young collection too; it closes before the replay, and the
+graph measurement and the long-prefill probe open their own. Where the heap was refrozen, an object
+older than the refreeze that dies in a cycle is missed as one older than the section is.
 """
 
 from __future__ import annotations

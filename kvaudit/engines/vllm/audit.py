@@ -16,6 +16,7 @@ The mixin holds what GPU and CPU share; `worker_gpu` and `worker_cpu` hold the r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -71,8 +72,6 @@ class AuditMixin:
         self._kva_journal = transport.RankJournal(self.rank)
         self._kva_relay: transport.Relay | None = None
         self._kva_deferred: list[str] = []
-        self._kva_gc_notes: list[str] = []
-        """What the KV sizing's gc section said in check mode (engines/gc_sections.py)."""
         self._kva_guard = WarmupGuard(agree=adapter.agree_any)
         self._kva_seq: RankSequencer | None = None
         self._kva_kv_structures = 0
@@ -143,14 +142,23 @@ class AuditMixin:
     def determine_available_memory(self) -> int:
         import torch
         seq = self._kva_seq
-        # One gc section over every step that sizes KV (engines/gc_sections.py): each settle in it
-        # walks only the objects made since; in check mode its note goes on the KV phase's record.
-        with torch.inference_mode(), \
-                gc_sections.section("KV sizing", self._kva_gc_notes.append, self._kva_allocated_reader()):
-            with seq.phase(Phase.PROFILE):
-                adapter.profile_run(self)
-            with seq.phase(Phase.PERSISTENT) as handle:
-                self._kva_persistent_warmup(handle)
+        with torch.inference_mode():  # as vLLM's own determine_available_memory
+            # One gc section over the profile pass and the persistent warmup (engines/gc_sections.py): their
+            # settles walk only the objects made since it opened. It closes before the replay, whose collections
+            # stay full: an object the section kept and a later full collection freed could otherwise leave the
+            # replay's reading and every later one, and no term would charge it. Its check note goes on the
+            # persistent phase's record.
+            with contextlib.ExitStack() as section:
+                notes: list[str] = []
+                section.enter_context(gc_sections.section("profile pass and persistent warmup", notes.append,
+                                                          self._kva_allocated_reader()))
+                with seq.phase(Phase.PROFILE):
+                    adapter.profile_run(self)
+                with seq.phase(Phase.PERSISTENT) as handle:
+                    self._kva_persistent_warmup(handle)
+                    section.close()
+                    for note in notes:
+                        handle.note(note)
             estimate, vllm_available = self._kva_replay_and_graphs()
             if os.environ.get(SWEEP_ENV) == "1":
                 self._kva_sweep()
@@ -226,8 +234,6 @@ class AuditMixin:
 
     def initialize_from_config(self, kv_cache_config: Any) -> None:
         with self._kva_seq.phase(Phase.KV) as handle:
-            for note in self._kva_gc_notes:  # the KV sizing section's check (determine_available_memory)
-                handle.note(note)
             super().initialize_from_config(kv_cache_config)
             kv_bytes = adapter.kv_cache_bytes(self)
             handle.facts.update(kv_cache_bytes=kv_bytes)

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from vllm.v1.worker.gpu_worker import Worker
 
+from kvaudit.engines import gc_sections
 from kvaudit.engines.probes.cuda import CudaProbe
 from kvaudit.engines.probes.nvml import others_for_rank
 from kvaudit.engines.sequence import PhaseHandle
@@ -95,28 +96,30 @@ class AuditWorker(AuditMixin, Worker):
         handle.note(f"{', '.join(steps)} ran under the minimal KV cache (attempts: {self._kva_guard.attempts}); "
                     f"KV structures {self._kva_kv_structures} bytes reserved")
 
-    def _kva_measure_graphs(self, phase_start: tuple[int, int] | None = None) -> GraphMeasurement:
+    def _kva_measure_graphs(self, phase_start: tuple[int, int] | None = None,
+                            note: Callable[[str], None] | None = None) -> GraphMeasurement:
         """kvaudit's own graph-pool figure: the runner's capture_model (every configured size, the
         speculator's graphs too) into a temporary private pool under a minimal KV cache, read
         from the allocator's segments of that pool, then everything torn down and the device
         checked back to where it was (what is left is reported, never hidden)."""
         probe = self._kva_seq.probe
         pair = lambda r: (r.reserved_bytes, r.device_used_bytes)  # noqa: E731
-        probe.settle()
-        resident = pair(probe.read(pools=False))
-        pools_before = probe.pool_segments()
-        with adapter.temporary_graph_pool() as pool:
-            with adapter.minimal_kv_cache(self):
-                probe.settle()
-                start = pair(probe.read(pools=False))
-                probe.reset_peak()
-                adapter.capture_all_graphs(self)
-                probe.sync()
-                end = pair(probe.read(pools=False))
-                peak = probe.peak_reserved_bytes()
-                pool_bytes = probe.pool_segments(pool)[0]
-        probe.settle()
-        after = pair(probe.read(pools=False))
+        with gc_sections.section("graph measurement", note, torch.cuda.memory_allocated):
+            probe.settle()
+            resident = pair(probe.read(pools=False))
+            pools_before = probe.pool_segments()
+            with adapter.temporary_graph_pool() as pool:
+                with adapter.minimal_kv_cache(self):
+                    probe.settle()
+                    start = pair(probe.read(pools=False))
+                    probe.reset_peak()
+                    adapter.capture_all_graphs(self)
+                    probe.sync()
+                    end = pair(probe.read(pools=False))
+                    peak = probe.peak_reserved_bytes()
+                    pool_bytes = probe.pool_segments(pool)[0]
+            probe.settle()
+            after = pair(probe.read(pools=False))
         # only the private pools this session left: one that existed before is in `resident` too
         pools_after = probe.pool_segments()
         retained = (max(pools_after[0] - pools_before[0], 0), max(pools_after[1] - pools_before[1], 0))
@@ -140,38 +143,39 @@ class AuditWorker(AuditMixin, Worker):
         probe = self._kva_seq.probe
         out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
         start = time.perf_counter()
-        try:
+        with gc_sections.section("long-prefill probe", handle.note, torch.cuda.memory_allocated):
+            try:
+                probe.settle()
+                with adapter.minimal_kv_cache(self, adapter.warmup_blocks(self.model_runner)):
+                    steps = adapter.long_prefill_steps(self, query, context)
+                    transients: dict[str, int] = {}
+                    for name, (step_query, step_context) in steps.items():
+                        try:
+                            probe.settle()
+                            before = probe.read(pools=False)
+                            probe.reset_peak()
+                            adapter.long_prefill_step(self, step_query, step_context)
+                            probe.sync()
+                            after = probe.read(pools=False)
+                        except Exception as exc:  # noqa: BLE001 - the last chunk's figure stands alone
+                            if name == "last_chunk":
+                                raise
+                            handle.note(f"long-prefill probe step {name} failed ({type(exc).__name__}: "
+                                        f"{str(exc).splitlines()[0] if str(exc) else ''}"[:300] + ")")
+                            continue
+                        transients[name] = int(max(after.peak_allocated_bytes - before.allocated_bytes,
+                                                   (after.peak_reserved_bytes or 0) - before.reserved_bytes, 0))
+                out["steps"] = {name: {"query_tokens": q, "context_tokens": c, "transient_bytes": transients.get(name)}
+                                for name, (q, c) in steps.items()}
+                out["transient_bytes"] = adapter.combined_prefill_transient(transients)
+                handle.note("long-prefill probe, attention included: " + "; ".join(
+                    f"{name} {q}-token step over {c} tokens of context {transients.get(name)} bytes"
+                    for name, (q, c) in steps.items()) + f": transient {out['transient_bytes']} bytes "
+                    f"({time.perf_counter() - start:.1f} s)")
+            except Exception as exc:  # noqa: BLE001 - reported in the record and as a note
+                out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
+                handle.note(f"long-prefill probe failed ({out['error']}): the activation peak lacks attention")
             probe.settle()
-            with adapter.minimal_kv_cache(self, adapter.warmup_blocks(self.model_runner)):
-                steps = adapter.long_prefill_steps(self, query, context)
-                transients: dict[str, int] = {}
-                for name, (step_query, step_context) in steps.items():
-                    try:
-                        probe.settle()
-                        before = probe.read(pools=False)
-                        probe.reset_peak()
-                        adapter.long_prefill_step(self, step_query, step_context)
-                        probe.sync()
-                        after = probe.read(pools=False)
-                    except Exception as exc:  # noqa: BLE001 - the last chunk's figure stands alone
-                        if name == "last_chunk":
-                            raise
-                        handle.note(f"long-prefill probe step {name} failed ({type(exc).__name__}: "
-                                    f"{str(exc).splitlines()[0] if str(exc) else ''}"[:300] + ")")
-                        continue
-                    transients[name] = int(max(after.peak_allocated_bytes - before.allocated_bytes,
-                                               (after.peak_reserved_bytes or 0) - before.reserved_bytes, 0))
-            out["steps"] = {name: {"query_tokens": q, "context_tokens": c, "transient_bytes": transients.get(name)}
-                            for name, (q, c) in steps.items()}
-            out["transient_bytes"] = adapter.combined_prefill_transient(transients)
-            handle.note("long-prefill probe, attention included: " + "; ".join(
-                f"{name} {q}-token step over {c} tokens of context {transients.get(name)} bytes"
-                for name, (q, c) in steps.items()) + f": transient {out['transient_bytes']} bytes "
-                f"({time.perf_counter() - start:.1f} s)")
-        except Exception as exc:  # noqa: BLE001 - reported in the record and as a note
-            out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
-            handle.note(f"long-prefill probe failed ({out['error']}): the activation peak lacks attention")
-        probe.settle()
         out["seconds"] = round(time.perf_counter() - start, 3)
         return out
 
@@ -194,7 +198,7 @@ class AuditWorker(AuditMixin, Worker):
                 started = time.perf_counter()
                 vllm_estimate = int(original_graphs(*args, **kwargs))
                 estimated = time.perf_counter()
-                measured = self._kva_measure_graphs((before.reserved_bytes, before.device_used_bytes)) \
+                measured = self._kva_measure_graphs((before.reserved_bytes, before.device_used_bytes), handle.note) \
                     if adapter.graphs_enabled(self) else None
                 vllm_seconds, measure_seconds = estimated - started, time.perf_counter() - estimated
                 box["prefill_probe"] = self._kva_long_prefill(handle)
@@ -221,7 +225,7 @@ class AuditWorker(AuditMixin, Worker):
                     # 0.34 skips its estimate with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0, and still
                     # captures after KV: the pool is measured all the same
                     started = time.perf_counter()
-                    measured = self._kva_measure_graphs()
+                    measured = self._kva_measure_graphs(note=handle.note)
                     box.update(vllm=0, measured=measured)
                     handle.facts.update(vllm_graph_estimate_bytes=0, **measured.facts())
                     handle.note(f"vLLM made no graph estimate (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0) but "
