@@ -89,3 +89,25 @@ def test_model_args_without_vllms_keywords_are_no_engines() -> None:
     quoted = "lm_eval --model vllm --model_args 'pretrained=M,max_model_len=4096,block_size=16' --tasks x\n"
     config = log_report(quoted + failed, "x").config
     assert (config.model, config.max_model_len, config.block_size) == ("M", 4096, 16)
+
+
+def test_lm_eval_reading_leaves_the_rest_of_a_paste_and_other_backends_alone() -> None:
+    """A review's cases (2026-12-08): a served vLLM evaluated through lm-eval's API backend keeps its serve command's
+    reading; lm-eval's SGLang backend, advice to rerun, and a sentence that names `--model_args` are no vLLM engine."""
+    failed = "(EngineCore_DP0 pid=2010453) ERROR 12-24 11:38:48 [core.py:866] EngineCore failed to start.\n"
+    served = ("vllm serve Qwen/Qwen2-7B --max-model-len 8192 --tensor-parallel-size 2 &\n"
+              "lm_eval --model local-completions --model_args model=Qwen/Qwen2-7B,base_url=http://h:8000 --tasks y\n")
+    config = log_report(served + failed, "x").config
+    assert (config.model, config.tensor_parallel_size, config.max_model_len) == ("Qwen/Qwen2-7B", 2, 8192)
+    for said in ("lm_eval --model sglang --model_args pretrained=Q,tp_size=2,max_model_len=4096 --tasks x",
+                 "please rerun with lm_eval --model vllm --model_args pretrained=Q,tensor_parallel_size=4",
+                 "You could try --model_args pretrained=Q,tensor_parallel_size=4"):
+        config = log_report(said + "\n" + failed, "x").config
+        assert (config.model, config.tensor_parallel_size, config.max_model_len) == (None, None, None), said
+    prompt = "user@h:~$ HF_HOME=/d lm_eval --model vllm --model_args pretrained=Q,tensor_parallel_size=4 --tasks x\n"
+    assert log_report(prompt + failed, "x").config.tensor_parallel_size == 4
+
+
+def test_a_backticked_command_after_its_label_names_its_model() -> None:
+    failed = "(EngineCore_DP0 pid=2010453) ERROR 12-24 11:38:48 [core.py:866] EngineCore failed to start.\n"
+    assert log_report("My command was `vllm serve M --port 8000`\n" + failed, "x").config.model == "M"

@@ -3,6 +3,7 @@ as the round saved them (tests/unit/data/round_thirty_three), each finding's mus
 from __future__ import annotations
 
 from kvaudit.engines.logs import report_from_log_text
+from kvaudit.engines.logs.parse import _yaml_command_lists
 from tests.unit.factories import pasted
 
 MQ_ENGINE_OOM = "03_vllm23230_v0_0101_l40s_nemotron_nano9b_weights_16_5557_oom_33_75_gib_engine_py.log"
@@ -74,3 +75,35 @@ def test_other_yaml_lists_stay_lists() -> None:
     python = "- python3\n- -m\n- vllm.entrypoints.openai.api_server\n- --model\n- M\n- --max-model-len\n- '4096'\n"
     config = report_from_log_text(python + failed, "x").config
     assert (config.model, config.max_model_len) == ("M", 4096)
+
+
+def test_a_wrappers_line_that_starts_like_the_engine_line_names_no_engine() -> None:
+    """A review's cases (2026-12-08): only vLLM's line cut short names the engine; a wrapper's `Initializing an LLM
+    engine for rollout worker 3` after a real V1 engine line leaves it V1."""
+    v1 = ("INFO 06-01 10:00:00 [core.py:58] Initializing a V1 LLM engine (v0.9.0) with config: model='M', "
+          "tensor_parallel_size=1\n")
+    wrapper = "INFO 06-01 10:00:01 [rollout.py:12] Initializing an LLM engine for rollout worker 3\n"
+    assert _generation(wrapper) is None
+    assert _generation(v1 + wrapper) == "V1"
+    for cut in ("Initializing a V1 LLM engine (v0.9", "Initializing a V1 LLM engine", "Initializing an LLM engine wi"):
+        assert _generation(f"INFO 06-01 10:00:00 [core.py:58] {cut}\n") == ("V1" if "V1" in cut else "V0"), cut
+
+
+def test_a_module_level_frame_of_the_front_ends_package_is_no_v0_sign() -> None:
+    """0.8–0.10's API server imports vllm/engine/multiprocessing under V1 too: an import-time frame says nothing."""
+    frames = ('Traceback (most recent call last):\n'
+              '  File "/usr/lib/python3/site-packages/vllm/engine/multiprocessing/__init__.py", line 12, in <module>\n'
+              '    from vllm.engine.llm_engine import LLMEngine\n'
+              'ImportError: cannot import name \'LLMEngine\'\n')
+    assert _generation(frames) is None
+
+
+def test_yaml_lists_read_with_crlf_and_not_from_a_sentence_list() -> None:
+    """CRLF line ends read as LF's; a Markdown list whose second item is a sentence (`- serve failed`) is no command;
+    the lines keep their count."""
+    failed = "(EngineCore_DP0 pid=7) ERROR 12-24 11:38:48 [core.py:866] EngineCore failed to start.\n"
+    crlf = "- vllm\r\n- serve\r\n- M\r\n- '--tensor-parallel-size'\r\n- '2'\r\n"
+    config = report_from_log_text(crlf + failed, "x").config
+    assert (config.model, config.tensor_parallel_size) == ("M", 2)
+    assert report_from_log_text("- vllm\n- serve failed\n- the model M\n" + failed, "x").config.model is None
+    assert _yaml_command_lists("- vllm\n- serve\n- M") == "vllm serve M\n\n"  # its two line breaks, no third

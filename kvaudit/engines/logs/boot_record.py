@@ -90,11 +90,12 @@ def _generation(boot: Boot) -> str | None:
 
 _V1_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\]v1[/\\]')
 """A traceback frame in V1's code (`File "…/site-packages/vllm/v1/engine/core.py", line 387`): V1 ran."""
-_V0_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\](?:engine[/\\]multiprocessing[/\\]'
-                       r'|executor[/\\]mp_distributed_executor\.py")')
+_V0_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\](?:engine[/\\]multiprocessing[/\\][^"\n]{0,100}'
+                       r'|executor[/\\]mp_distributed_executor\.py)", line \d{1,7}(?!\d|, in <module>)')
 """A traceback frame in code only V0 runs: its multiprocessing front end (MQLLMEngine, `vllm/engine/multiprocessing/`)
-or its multiprocessing executor (`vllm/executor/mp_distributed_executor.py`; V1's is `vllm/v1/executor/`). Others
-of `vllm/engine/` and `vllm/worker/` ran under V1 too (0.8's LLMEngine dispatch, its WorkerWrapperBase)."""
+or its multiprocessing executor (`vllm/executor/mp_distributed_executor.py`; V1's is `vllm/v1/executor/`), not at
+module level: 0.8–0.10's API server imports the front end's package under V1 too (a frame `in <module>`). Others of
+`vllm/engine/` and `vllm/worker/` ran under V1 too (0.8's LLMEngine dispatch, its WorkerWrapperBase)."""
 
 
 def _env(boot: Boot) -> dict[str, str]:

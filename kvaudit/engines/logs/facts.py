@@ -1478,7 +1478,7 @@ def _labelled(msg: str, start: int, last: str) -> bool:
 
 
 _OWN_COMMAND = re.compile(r"[ \t>*-]{0,8}(?:my|the) (?:launch |start |serve |full )?command (?:is|was)[ \t]{1,8}"
-                          + _ENV_WORDS.pattern, re.IGNORECASE)
+                          + _ENV_WORDS.pattern + "`?", re.IGNORECASE)
 """A label in words that opens its line and says the command after it is the boot's (`My command is
 LMCACHE_CONFIG_FILE=… vllm serve Meta-Llama-3.1-8B-Instruct --gpu-memory-utilization 0.8 …`, real pastes round
 thirty-four: its flags were read, its model dropped). A sentence (`I ran vllm serve M and it crashed`, round nine),
@@ -1498,11 +1498,27 @@ gpu_memory_utilization=0.8,data_parallel_size=4 …`): one word of `key=value`s,
 most (real pastes round thirty-four: lm-eval#2779, llm-compressor#1151)."""
 
 
+_LM_EVAL_RUN = re.compile(r"(?:\[[^\]\n]{0,200}\][ \t]*)?(?:\S{0,200}[$#>%][ \t]+)?" + _ENV_WORDS.pattern
+                          + r"(?:(?:python3?|accelerate launch) -m |\S{0,300}/)?lm[_-]eval\b")
+"""An lm-eval command that opens its line (after a bracketed tag, a shell prompt and the variables it sets, at most),
+not advice in a sentence."""
+_LM_EVAL_BACKEND = re.compile(r"--model(?:=|[ \t]+)['\"]?([\w\-]{1,40})")
+_LM_EVAL_VLLM = ("vllm", "vllm-vlm")
+"""lm-eval's backends that are vLLM (`--model vllm`, `--model vllm-vlm`)."""
+
+
 def _model_args(msg: str) -> Iterable[Fact]:
-    """What lm-eval's `--model_args` passes vLLM: its `pretrained=` model and vLLM's own keywords (KWARG_KEYS, which
-    only lm-eval's vllm backend takes: its Hugging Face backend's are `parallelize=`, `device_map=`), only where it
-    passes one of those keywords."""
+    """What lm-eval's `--model_args` passes vLLM: its `pretrained=` model and vLLM's own keywords (KWARG_KEYS), where
+    the line is an lm-eval command of the vllm backend (`--model vllm`) or a continuation line that starts with
+    `--model_args` (its command's `--model` on the line before), and it passes one of those keywords (its Hugging
+    Face backend's are `parallelize=`, `device_map=`; SGLang's `tp_size=`)."""
     if (m := _MODEL_ARGS.search(msg, 0, 100_000)) is None:
+        return
+    head = msg.lstrip(" \t>")
+    if head.startswith("--model_args"):
+        pass  # a continuation line of a command written over several
+    elif _LM_EVAL_RUN.match(head) is None or (backend := _LM_EVAL_BACKEND.search(msg, 0, m.start())) is None \
+            or backend.group(1) not in _LM_EVAL_VLLM:
         return
     pairs = [part.split("=", 1) for part in m.group(1).strip("'\"").split(",") if "=" in part]
     values = {key.strip(): value.strip("'\"") for key, value in pairs}
@@ -1520,7 +1536,6 @@ def _model_args(msg: str) -> Iterable[Fact]:
 def _command(msg: str) -> Iterable[Fact]:
     if "--model_args" in msg:
         yield from _model_args(msg)
-        return
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
     if "'-" in msg and (quoted := _QUOTED_ARGS.search(msg, 0, 100_000)) is not None:
@@ -1617,6 +1632,14 @@ _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1
 _ENGINE_HEAD = re.compile(r"^Initializing an? (V[01] )?LLM engine(?: \(v([^)\s]{1,200})\))?")
 """The engine line's start alone (a paste cut it before `with config:`; real pastes round thirty-three,
 `Initializing a V1 LLM engine (v0.11.2.dev67+g1d642872a.d20251120) with confi`)."""
+_CUT_VERSION = re.compile(r" \((?:v[^)\s]{0,200})?")
+
+
+def _cut_engine_line(rest: str) -> bool:
+    """Whether what follows _ENGINE_HEAD is vLLM's line cut short: nothing, a start of ` with config:`, or a version
+    cut inside its parentheses (a wrapper's `Initializing an LLM engine for rollout worker 3` is no engine line)."""
+    rest = rest.rstrip()
+    return " with config:".startswith(rest) or _CUT_VERSION.fullmatch(rest) is not None
 # platforms/cuda.py get_attn_backend_cls: "Using %s attention backend out of potential backends";
 # platforms/cpu.py: "Using %s backend." (MLA on CPU); older releases: "Using Flash Attention backend".
 # 0.25's platforms/cuda.py, a chosen backend: "Using %s backend." with the enum itself,
@@ -1655,7 +1678,8 @@ def _config(msg: str) -> Iterable[Fact]:
         if "V1 LLM engine" not in m.group(0):
             yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
         yield Fact(FactKind.GENERATION, "V1" if "V1 LLM engine" in m.group(0) else "V0")
-    elif m := _ENGINE_HEAD.search(msg):  # the line cut before its config: the engine it names all the same
+    elif (m := _ENGINE_HEAD.search(msg)) is not None and _cut_engine_line(msg[m.end():]):
+        # the line cut before its config: the engine it names all the same
         if m.group(2) is not None:
             yield Fact(FactKind.VERSION, m.group(2))
         if m.group(1) != "V1 ":

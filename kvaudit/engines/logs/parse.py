@@ -553,8 +553,10 @@ COMPOSE_SAMPLE = 50
 to have none: `docker compose logs` prefixes every line, so the first tagged ones carry it."""
 
 
-_YAML_ITEM = re.compile(r"([ \t]{0,40})- ([^\n]{1,2000})\n?")
-_YAML_COMMAND_START = re.compile(r"^[ \t]{0,40}- ['\"]?(?:vllm|python3?)['\"]?[ \t]*$", re.MULTILINE)
+_YAML_ITEM = re.compile(r"([ \t]{0,40})- ([^\r\n]{1,2000})(\r?\n)?")
+_YAML_COMMAND_START = re.compile(r"^[ \t]{0,40}- ['\"]?(?:vllm|python3?)['\"]?[ \t]*\r?$", re.MULTILINE)
+_YAML_SECOND = {"vllm": "serve", "python": "-m", "python3": "-m"}
+"""The item a command's first item must be followed by (`vllm`, `serve`; `python3`, `-m`)."""
 _YAML_RUNS_VLLM = re.compile(r"vllm serve |python3? -m vllm\.entrypoints\.")
 
 
@@ -572,19 +574,20 @@ def _yaml_command_lists(text: str) -> str:
         if start.start() < scanned:  # inside a run read already (each item is read once)
             continue
         items: list[str] = []
-        pos, indent = start.start(), None
+        pos, indent, breaks = start.start(), None, []
         while (m := _YAML_ITEM.match(text, pos)) is not None and (indent is None or m.group(1) == indent):
             indent = m.group(1)
             item = m.group(2).strip()
             if len(item) > 1 and item[0] == item[-1] and item[0] in "'\"":
                 item = item[1:-1]
             items.append(item)
+            breaks.append(m.group(3) or "")
             pos = m.end()
         scanned = pos
         command = " ".join(items)
-        if len(items) < 3 or _YAML_RUNS_VLLM.match(command + " ") is None:
+        if len(items) < 3 or items[1] != _YAML_SECOND.get(items[0]) or _YAML_RUNS_VLLM.match(command + " ") is None:
             continue
-        out += [text[last:start.start()], (indent or "") + command, "\n" * (len(items) - 1) + "\n"]
+        out += [text[last:start.start()], (indent or "") + command, "".join(breaks)]
         last = pos
     return "".join(out) + text[last:] if out else text
 
