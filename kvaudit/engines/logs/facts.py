@@ -1885,6 +1885,9 @@ def _startup_extras(msg: str) -> Iterable[Fact]:
 
 EAGER_LINE = "Cudagraph is disabled under eager mode"
 """config/vllm.py, printed only where enforce_eager is set (vllm#27378: a paste with no config line)."""
+DP_EAGER_LINE = "Forcing enforce eager to be True"
+"""platforms/cuda.py of 0.8–0.9 under data parallel: `Data Parallel: Forcing enforce eager to be True since DP is
+currently not supported with CUDA Graphs.` (real pastes round thirty-five, vllm#18567)."""
 
 
 MTP_LINE = "Detected MTP model. Sharing target model"
@@ -2023,7 +2026,7 @@ RULES: tuple[Rule, ...] = (
     Rule("runner", ("Using V2 Model Runner", "using the V1 model runner"),
          r"Using V2 Model Runner|using the V1 model runner", _runner),
     Rule("backend", " backend", r"Using [A-Za-z_. ]+ (attention )?backend", backend),
-    Rule("eager", EAGER_LINE, EAGER_LINE, _eager),
+    Rule("eager", (EAGER_LINE, DP_EAGER_LINE), f"{EAGER_LINE}|{DP_EAGER_LINE}", _eager),
     Rule("mtp", MTP_LINE, MTP_LINE, _mtp),
     Rule("compile", (COMPILED_LINE, LOADED_LINE), f"{COMPILED_LINE}|{LOADED_LINE}", _compile),
     Rule("autotuner_oom", AUTOTUNER_OOM, AUTOTUNER_OOM, _autotuner_oom),

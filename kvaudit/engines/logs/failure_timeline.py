@@ -66,7 +66,7 @@ from kvaudit.engines.logs.scan import (
     SERVER_UP,
     SERVING,
     STATS,
-    STEP_DUMP,
+    STEP_DUMPS,
     first_logged,
     last_logged,
     logged,
@@ -778,15 +778,16 @@ def _other_programs_error(text: str, pos: int) -> str | None:
 
 
 def _dumped_after(marks: _Marks, f: Located, one_engine: bool) -> bool:
-    """The engine dumped a failed model step after the failure (STEP_DUMP, printed in the step's error path),
+    """The engine dumped a failed model step after the failure (STEP_DUMPS, printed in the step's error path),
     with no `init engine … took` between them: it was serving then, and startup, not finished in between,
     had finished before the failure. Real pastes round twenty-two, ROCm/aiter#5192: `Worker proc VllmWorker-4
     died unexpectedly` while two requests ran, then the executor's shutdown and the dump, read as a death
     before startup finished that startup then got past."""
     pid = None if one_engine else f.pid
-    dump = marks.first_logged(STEP_DUMP, f.pos, pid)
-    if dump is None:
+    dumps = [at for marker in STEP_DUMPS if (at := marks.first_logged(marker, f.pos, pid)) is not None]
+    if not dumps:
         return False
+    dump = min(dumps)
     done = marks.first_logged(BOOT_DONE, f.pos, pid)
     return done is None or done > dump
 

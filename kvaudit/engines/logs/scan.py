@@ -554,6 +554,12 @@ STEP_DUMP = "Dumping scheduler output for model execution"
 """v1/engine/core.py log_error_detail (logging_utils/dump_input.py): a model step the scheduler planned
 failed, so the engine was serving requests (real pastes round nineteen: a Triton autotuner's
 out-of-memory on the first request, read as the boot's death)."""
+STATS_DUMP = "Dumping scheduler stats: SchedulerStats("
+"""The same step-error dump's next record (dump_input.py: `Dumping scheduler stats: SchedulerStats(num_running_reqs=809,
+…`), kept where a paste trimmed the scheduler output's long record (real pastes round thirty-five, vllm#43222: a DP
+deployment's crash under load read as the boot's death)."""
+STEP_DUMPS = (STEP_DUMP, STATS_DUMP)
+"""The records of a failed model step's dump (either may be all a paste kept)."""
 KV_USAGE = "GPU KV cache usage: "
 """The same stats record's cache share (`Engine 000: …, GPU KV cache usage: 4.7%, …`; V0's `… Pending: 0 reqs,
 GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.`), found where a page elided the throughput before it
@@ -574,7 +580,7 @@ SERVED_STEP = "execute_model(scheduler_output"
 execute_model): the scheduler's steps run only once the engine serves (its startup runs profile, warmup and
 capture through _dummy_run; V0's execute_model takes an execute_model_req). Real pastes round twenty-one: a
 DP4×TP4 worker's `RuntimeError: bIndex is out of range` while serving, read as the boot's failure."""
-SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", STEP_DUMP, BUSY_LOOP, SERVED_STEP,
+SERVING = (BOOT_DONE, "EngineCore encountered a fatal error", STEP_DUMP, STATS_DUMP, BUSY_LOOP, SERVED_STEP,
            "Application startup complete", "Starting vLLM API server", "Starting vLLM server on",
            "num_gpu_blocks is: ", STATS,
            '"GET /health HTTP/1.1" 200', '"POST /v1/', "Processed prompts: ", HPU_INIT_DONE, SPEC_METRICS,
