@@ -58,3 +58,14 @@ def test_v0_heads_and_a_name_in_prose_name_no_v1() -> None:
     both = ("INFO 03-01 09:59:59 [llm_engine.py:237] Initializing a V0 LLM engine (v0.7.2) with config: model='M'\n"
             "(EngineCore_DP0 pid=258) WARNING 03-25 18:29:43 [multiproc_executor.py:880] Reducing Torch parallelism\n")
     assert report_from_log_text(both, "x").engine.generation == "V0"
+
+
+def test_the_engine_lines_npu_device_names_ascend() -> None:
+    """G2. vllm-ascend#4503 keeps the engine line (`…, device_config=npu, …`) and no platform line. Must not fire:
+    `device_config=cuda` (ROCm's too) and `device_config=cpu` (vLLM 0.6's Neuron boots) name no platform."""
+    name = "05_vllmascend4503_v0110_npu_ms_swift_dp_engine_config_max_seq_len_262144_chinese_cut.log"
+    text = pasted("round_thirty_five", name)
+    assert report_from_log_text(text, "x").environment.platform == "ascend"
+    for device in ("cuda", "cpu"):
+        other = text.replace("device_config=npu", f"device_config={device}")
+        assert report_from_log_text(other, "x").environment.platform is None, device

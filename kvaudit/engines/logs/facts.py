@@ -1629,6 +1629,11 @@ NAMESPACE_ARGS = "args: " + NAMESPACE
 # 0.7.3–0.10 "Initializing a V0 LLM engine (v0.7.4.dev390+gdebd6bbf) with config: …" (vllm#12529).
 _ENGINE = re.compile(r"(?:Initializing an? (?:V[01] )?|Dumping input data for V1 )LLM engine"
                      r"(?: \(v([^)\s]{1,200})\))? with config: (.*)", re.DOTALL)
+_DEVICE_CONFIG = re.compile(r"(?<![\w.])device_config=(npu|xpu|tpu|hpu)(?![\w.])")
+_DEVICE_PLATFORMS = {"npu": "ascend", "xpu": "xpu", "tpu": "tpu", "hpu": "hpu"}
+"""The engine line's `device_config=` where it names its platform (real pastes round thirty-five, vllm-ascend#4503:
+`device_config=npu` and no platform line kept); `cuda` names none (ROCm's torch calls its devices cuda too), nor
+`cpu` (vLLM 0.6's Neuron boots printed it: real pastes round thirty, an inf2 instance)."""
 _ENGINE_HEAD = re.compile(r"^Initializing an? (V[01] )?LLM engine(?: \(v([^)\s]{1,200})\))?")
 """The engine line's start alone (a paste cut it before `with config:`; real pastes round thirty-three,
 `Initializing a V1 LLM engine (v0.11.2.dev67+g1d642872a.d20251120) with confi`)."""
@@ -1675,6 +1680,8 @@ def _config(msg: str) -> Iterable[Fact]:
         if m.group(1) is not None:
             yield Fact(FactKind.VERSION, m.group(1))
         yield Fact(FactKind.ENGINE_CONFIG, _plain_quotes(m.group(2)))
+        if device := _DEVICE_CONFIG.search(m.group(2), 0, 20_000):
+            yield Fact(FactKind.PLATFORM, _DEVICE_PLATFORMS[device.group(1)])
         if "V1 LLM engine" not in m.group(0):
             yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
         yield Fact(FactKind.GENERATION, "V1" if "V1 LLM engine" in m.group(0) else "V0")
