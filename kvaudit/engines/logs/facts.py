@@ -1477,7 +1477,7 @@ def _labelled(msg: str, start: int, last: str) -> bool:
     return 0 < len(head.split()) <= _LABEL_WORDS
 
 
-_OWN_COMMAND = re.compile(r"[ \t>*-]{0,8}(?:my|the) (?:launch |start |serve |full )?command (?:is|was)[ \t]{1,8}"
+_OWN_COMMAND = re.compile(r"[ \t>*-]{0,8}(?:my|the) (?:launch |start |serve |full )?command (?:is|was)[ \t]{1,8}`?"
                           + _ENV_WORDS.pattern + "`?", re.IGNORECASE)
 """A label in words that opens its line and says the command after it is the boot's (`My command is
 LMCACHE_CONFIG_FILE=… vllm serve Meta-Llama-3.1-8B-Instruct --gpu-memory-utilization 0.8 …`, real pastes round
@@ -1502,7 +1502,9 @@ _LM_EVAL_RUN = re.compile(r"(?:\[[^\]\n]{0,200}\][ \t]*)?(?:\S{0,200}[$#>%][ \t]
                           + r"(?:(?:python3?|accelerate launch) -m |\S{0,300}/)?lm[_-]eval\b")
 """An lm-eval command that opens its line (after a bracketed tag, a shell prompt and the variables it sets, at most),
 not advice in a sentence."""
-_LM_EVAL_BACKEND = re.compile(r"--model(?:=|[ \t]+)['\"]?([\w\-]{1,40})")
+_LM_EVAL_LATER = re.compile(r"(?:[;&|][ \t]*|[ \t])(?:(?:python3?|accelerate launch) -m )?lm[_-]eval[ \t]+--")
+"""An lm-eval command after another on the same line (`vllm serve M … & lm_eval --model local-completions …`)."""
+_LM_EVAL_BACKEND = re.compile(r"--model(?:=|[ \t]+)['\"]?([\w\-]{1,40})(?![\w\-])")
 _LM_EVAL_VLLM = ("vllm", "vllm-vlm")
 """lm-eval's backends that are vLLM (`--model vllm`, `--model vllm-vlm`)."""
 
@@ -1517,7 +1519,7 @@ def _model_args(msg: str) -> Iterable[Fact]:
     head = msg.lstrip(" \t>")
     if head.startswith("--model_args"):
         pass  # a continuation line of a command written over several
-    elif _LM_EVAL_RUN.match(head) is None or (backend := _LM_EVAL_BACKEND.search(msg, 0, m.start())) is None \
+    elif _LM_EVAL_RUN.match(head) is None or (backend := _LM_EVAL_BACKEND.search(msg, 0, 100_000)) is None \
             or backend.group(1) not in _LM_EVAL_VLLM:
         return
     pairs = [part.split("=", 1) for part in m.group(1).strip("'\"").split(",") if "=" in part]
@@ -1536,6 +1538,12 @@ def _model_args(msg: str) -> Iterable[Fact]:
 def _command(msg: str) -> Iterable[Fact]:
     if "--model_args" in msg:
         yield from _model_args(msg)
+    if "lm_eval" in msg or "lm-eval" in msg:
+        # an lm-eval command's own flags (`--model vllm`, `--tasks`) are no vLLM's: only what stands before it is read
+        if _LM_EVAL_RUN.match(msg.lstrip(" \t>")) is not None:
+            return
+        if (later := _LM_EVAL_LATER.search(msg, 0, 100_000)) is not None:
+            msg = msg[:later.start()]
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
     if "'-" in msg and (quoted := _QUOTED_ARGS.search(msg, 0, 100_000)) is not None:

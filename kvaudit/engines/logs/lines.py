@@ -128,10 +128,10 @@ in **init** ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] self.al
 
 
 TERMINAL_PADDING = 8
-"""The fewest blanks before each record on a line that starts with a message of its own (an exception's) for the
-records to be read as lines a terminal joined (its wrapped lines padded to the width: real pastes round thirty-two,
-vllm-gfx906#14, `… #environment-variables)                                ERROR 07-04 14:53:23 [engine.py:458]
-Traceback …`); a sentence that quotes a record sets it one blank apart."""
+"""The fewest blanks before the first record on a line that starts with a message of its own (an exception's) for
+the records on it to be read as lines a terminal joined (its wrapped lines padded to the width: real pastes round
+thirty-two, vllm-gfx906#14, `… #environment-variables)                                ERROR 07-04 14:53:23
+[engine.py:458] Traceback …`); a sentence that quotes a record sets it one blank apart."""
 
 PROSE_LEAD = 200
 """A line whose first record head comes after more than this many characters starts with a person's
@@ -155,7 +155,9 @@ def split_joined_records(text: str) -> tuple[str, int]:
         own = _UNTAGGED_HEAD.search(text, line, min(start, line + TAG_SEARCH_CHARS + _HEAD_CHARS))
         first_at = own.start() if own is not None else end  # the line's first record head
         cuts: list[tuple[int, int, bool]] = []
-        if first_at - line > PROSE_LEAD and sum(t for _, _, t, _ in heads) >= 2:
+        if own is None and end - start >= TERMINAL_PADDING and not _FRAME_BEFORE.search(text, line, start):
+            cuts = [(s, e, n) for s, e, _, n in heads]  # a message, then records a terminal's wrap padded apart
+        elif first_at - line > PROSE_LEAD and sum(t for _, _, t, _ in heads) >= 2:
             cuts = [(s, e, n) for s, e, _, n in heads]  # a flattened log after a person's words: every record
         elif own is not None and own.start() - line <= TAG_SEARCH_CHARS:
             cuts = [(s, e, n) for s, e, _, n in heads]  # the line's own head is before the first joined one
@@ -163,8 +165,6 @@ def split_joined_records(text: str) -> tuple[str, int]:
             cuts = [(s, e, n) for s, e, _, n in heads[1:]]  # the first joined head is the line's own
         elif own is None and end - line <= TAG_SEARCH_CHARS:
             cuts = [(s, e, n) for s, e, _, n in heads]  # a traceback frame before it is a record of its own
-        elif own is None and all(e - s >= TERMINAL_PADDING for s, e, _, _ in heads):
-            cuts = [(s, e, n) for s, e, _, n in heads]  # a message, then records a terminal's wrap padded apart
         for s, e, is_nccl in cuts:
             out += [text[done:s], "\n"]
             done = e

@@ -555,6 +555,7 @@ to have none: `docker compose logs` prefixes every line, so the first tagged one
 
 _YAML_ITEM = re.compile(r"([ \t]{0,40})- ([^\r\n]{1,2000})(\r?\n)?")
 _YAML_COMMAND_START = re.compile(r"^[ \t]{0,40}- ['\"]?(?:vllm|python3?)['\"]?[ \t]*\r?$", re.MULTILINE)
+_YAML_COMMENT = re.compile(r"[ \t]{0,40}#[^\r\n]{0,2000}(\r?\n)")
 _YAML_SECOND = {"vllm": "serve", "python": "-m", "python3": "-m"}
 """The item a command's first item must be followed by (`vllm`, `serve`; `python3`, `-m`)."""
 _YAML_RUNS_VLLM = re.compile(r"vllm serve |python3? -m vllm\.entrypoints\.")
@@ -575,9 +576,17 @@ def _yaml_command_lists(text: str) -> str:
             continue
         items: list[str] = []
         pos, indent, breaks = start.start(), None, []
-        while (m := _YAML_ITEM.match(text, pos)) is not None and (indent is None or m.group(1) == indent):
+        while True:
+            if indent is not None and (comment := _YAML_COMMENT.match(text, pos)) is not None:
+                breaks.append(comment.group(1) or "")  # a commented-out item: not run, its line left empty
+                pos = comment.end()
+                continue
+            if (m := _YAML_ITEM.match(text, pos)) is None or (indent is not None and m.group(1) != indent):
+                break
             indent = m.group(1)
             item = m.group(2).strip()
+            if item[:1] not in "'\"" and (comment_at := item.find(" #")) >= 0:
+                item = item[:comment_at].rstrip()  # an inline comment (`- --tensor-parallel-size  # two cards`)
             if len(item) > 1 and item[0] == item[-1] and item[0] in "'\"":
                 item = item[1:-1]
             items.append(item)

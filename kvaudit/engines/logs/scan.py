@@ -79,6 +79,7 @@ from kvaudit.engines.logs.facts import (
     COMPILE_CACHE_LINES,
     COMPILED_LINE,
     CUT_ERROR_HEAD,
+    DP_EAGER_LINE,
     EAGER_LINE,
     ENCODER_BUDGET,
     ERROR_FRAME_HEAD,
@@ -157,7 +158,8 @@ line: a wrapper re-logs the exception in its own format (real pastes round twent
 [__main__.py:<module>():337] Failed to start model server: Engine core initialization failed. See root cause
 above.`, read as a bare traceback); a person who writes the sentence quotes a log."""
 _EXCERPT_NEEDLES = ("failed to start", "unexpectedly", "x across cluster]", "num_gpu_blocks is: ", ", total memory: ",
-                    "NV_ERR_NO_MEMORY", EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE, KILLED,
+                    "NV_ERR_NO_MEMORY", EAGER_LINE, DP_EAGER_LINE, PADDING_LINE, STREAM_CAPTURE[1], PARALLEL_STATE_LINE,
+                    KILLED,
                     BLOCK_SIZE_LINE, NCCL_WATCHDOG, TORCH_ALLOC_OOM, WORLD_RANK_LINE, INTERRUPTED_LINE, FAULTHANDLER,
                     AUTOTUNER_OOM, *SHELL_SIGNALS, SIGNAL_REPORT, CAUGHT_SIGNAL, NATIVE_FRAME, CUDA_CHECK,
                     "Maximum concurrency for", ENCODER_BUDGET, HYBRID_OFF, LORA_LINE, LINKER_NO_LIBCUDA,
