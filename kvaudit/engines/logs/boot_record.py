@@ -14,7 +14,7 @@ from kvaudit.engines.failures import ENGINE_CORE_FAILED
 from kvaudit.engines.logs import extensible
 from kvaudit.engines.logs.facts import RANK_KINDS, FactKind
 from kvaudit.engines.logs.failure_timeline import CAPTURE_BAR, log_failure, timeline_phase
-from kvaudit.engines.logs.lines import Role, proc_tag
+from kvaudit.engines.logs.lines import LEVELS, RECORD_TIME, Role, proc_tag
 from kvaudit.engines.logs.logged_config import build_config
 from kvaudit.engines.logs.owners import stated_rank
 from kvaudit.engines.logs.parse import V0_WORKER, FileScan
@@ -85,20 +85,25 @@ def _generation(boot: Boot) -> str | None:
         return "V1"  # real pastes round twenty-four (vllm#17431): an unprefixed V1 traceback
     if any(_V0_FRAME.search(s.text) for s in boot.scans):
         return "V0"  # real pastes round thirty-three: MQLLMEngine's and V0's multiprocessing executor's frames
-    if any(_V1_RECORD.search(s.text) for s in boot.scans):
+    if any(_v1_record(s.text) for s in boot.scans):
         return "V1"  # real pastes round thirty-five: a V1 process's record, or one logged from V1's package
     return None
 
 
 _V1_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\]v1[/\\]')
 """A traceback frame in V1's code (`File "…/site-packages/vllm/v1/engine/core.py", line 387`): V1 ran."""
-_V1_RECORD = re.compile(r"\((?:EngineCore(?:_DP\d{1,4}|_\d{1,4})?|Worker_[A-Z]{2}\d{1,4}\w{0,40}) pid=\d{1,10}\)[ \t]+"
-                        r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d"
-                        r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? \[v1/")
-"""A record of a process only V1 runs (its engine core `(EngineCore_0 pid=…)`, `(EngineCore_DP0 pid=…)`; its workers
-`(Worker_TP1 pid=…)`) whose record head follows, or a record logged from V1's package (`[v1/engine/utils.py:1143]`,
-a logger's path as DEBUG logging prints it): real pastes round thirty-five, V1 pastes cut before any figure. A name in
-prose (`Engine core proc EngineCore_DP0 died`) has no record head after it."""
+_TAGGED_RECORD = re.compile(r"\(([A-Za-z][\w.\-]{0,60}) pid=\d{1,10}\)[ \t]+(?:" + LEVELS + r")\s+" + RECORD_TIME)
+_V1_LOGGER = re.compile(r"(?:" + LEVELS + r")\s+" + RECORD_TIME + r"(?:[.,]\d{1,9})?\s+\[v1/")
+
+
+def _v1_record(text: str) -> bool:
+    """A record of a process only V1 runs (_v1_process: its engine core `(EngineCore_0 pid=…)`, `(EngineCore_DP0
+    pid=…)`; its workers `(Worker_TP1 pid=…)`) with its record head after the tag, or a record logged from V1's
+    package (`[v1/engine/utils.py:1143]`, a logger's path as DEBUG logging prints it): real pastes round thirty-five,
+    V1 pastes cut before any figure. A name in prose (`Engine core proc EngineCore_DP0 died`) has no head after it."""
+    return _V1_LOGGER.search(text) is not None or any(_v1_process(m.group(1)) for m in _TAGGED_RECORD.finditer(text))
+
+
 _V0_FRAME = re.compile(r'File "[^"\n]{0,300}[/\\]vllm[/\\](?:engine[/\\]multiprocessing[/\\][^"\n]{0,100}'
                        r'|executor[/\\]mp_distributed_executor\.py)", line \d{1,7}(?!\d|, in <module>)')
 """A traceback frame in code only V0 runs: its multiprocessing front end (MQLLMEngine, `vllm/engine/multiprocessing/`)

@@ -1354,9 +1354,13 @@ def _kwargs(msg: str) -> Iterable[Fact]:
     else:
         return
     for m in found:
-        text = m.group(2).replace("_", "")
-        key = m.group(1)
-        yield Fact(FactKind.COMMAND_ARG, (key, float(text) if key == "gpu_memory_utilization" else int(float(text))))
+        yield _kwarg_fact(m.group(1), m.group(2))
+
+
+def _kwarg_fact(key: str, numeral: str) -> Fact:
+    """One of KWARG_KEYS with its _NUMERAL (`_` digit separators allowed): GMU a float, the others whole numbers."""
+    number = numeral.replace("_", "")
+    return Fact(FactKind.COMMAND_ARG, (key, float(number) if key == "gpu_memory_utilization" else int(float(number))))
 
 
 _TYPOGRAPHIC_QUOTES = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}
@@ -1509,18 +1513,16 @@ _LM_EVAL_VLLM = ("vllm", "vllm-vlm")
 """lm-eval's backends that are vLLM (`--model vllm`, `--model vllm-vlm`)."""
 
 
-def _model_args(msg: str) -> Iterable[Fact]:
+def _model_args(msg: str, lm_eval: bool) -> Iterable[Fact]:
     """What lm-eval's `--model_args` passes vLLM: its `pretrained=` model and vLLM's own keywords (KWARG_KEYS), where
-    the line is an lm-eval command of the vllm backend (`--model vllm`) or a continuation line that starts with
-    `--model_args` (its command's `--model` on the line before), and it passes one of those keywords (its Hugging
-    Face backend's are `parallelize=`, `device_map=`; SGLang's `tp_size=`)."""
+    the line is an lm-eval command (`lm_eval`: _LM_EVAL_RUN opens it) of the vllm backend (`--model vllm`) or a
+    continuation line that starts with `--model_args` (its command's `--model` on the line before), and it passes one
+    of those keywords (its Hugging Face backend's are `parallelize=`, `device_map=`; SGLang's `tp_size=`)."""
     if (m := _MODEL_ARGS.search(msg, 0, 100_000)) is None:
         return
-    head = msg.lstrip(" \t>")
-    if head.startswith("--model_args"):
-        pass  # a continuation line of a command written over several
-    elif _LM_EVAL_RUN.match(head) is None or (backend := _LM_EVAL_BACKEND.search(msg, 0, 100_000)) is None \
-            or backend.group(1) not in _LM_EVAL_VLLM:
+    continuation = msg.lstrip(" \t>").startswith("--model_args")
+    backend = _LM_EVAL_BACKEND.search(msg, 0, 100_000) if lm_eval else None
+    if not continuation and (backend is None or backend.group(1) not in _LM_EVAL_VLLM):
         return
     pairs = [part.split("=", 1) for part in m.group(1).strip("'\"").split(",") if "=" in part]
     values = {key.strip(): value.strip("'\"") for key, value in pairs}
@@ -1530,20 +1532,19 @@ def _model_args(msg: str) -> Iterable[Fact]:
         yield Fact(FactKind.COMMAND_ARG, ("model", values["pretrained"]))
     for key in KWARG_KEYS:
         if key in values and re.fullmatch(_NUMERAL, values[key]):
-            number = values[key].replace("_", "")
-            yield Fact(FactKind.COMMAND_ARG, (key, float(number) if key == "gpu_memory_utilization"
-                                              else int(float(number))))
+            yield _kwarg_fact(key, values[key])
 
 
 def _command(msg: str) -> Iterable[Fact]:
+    named = "lm_eval" in msg or "lm-eval" in msg
+    lm_eval = named and _LM_EVAL_RUN.match(msg.lstrip(" \t>")) is not None
     if "--model_args" in msg:
-        yield from _model_args(msg)
-    if "lm_eval" in msg or "lm-eval" in msg:
-        # an lm-eval command's own flags (`--model vllm`, `--tasks`) are no vLLM's: only what stands before it is read
-        if _LM_EVAL_RUN.match(msg.lstrip(" \t>")) is not None:
-            return
-        if (later := _LM_EVAL_LATER.search(msg, 0, 100_000)) is not None:
-            msg = msg[:later.start()]
+        yield from _model_args(msg, lm_eval)
+    # an lm-eval command's own flags (`--model vllm`, `--tasks`) are no vLLM's: only what stands before it is read
+    if lm_eval:
+        return
+    if named and (later := _LM_EVAL_LATER.search(msg, 0, 100_000)) is not None:
+        msg = msg[:later.start()]
     if any(needle in msg for needle in KWARG_NEEDLES):
         yield from _kwargs(msg)
     if "'-" in msg and (quoted := _QUOTED_ARGS.search(msg, 0, 100_000)) is not None:
@@ -1685,21 +1686,22 @@ def _config(msg: str) -> Iterable[Fact]:
     if (args := _non_default(msg)) is not None:
         yield Fact(FactKind.NON_DEFAULT_ARGS, _plain_quotes(args))
     if m := _ENGINE.search(msg):
-        if m.group(1) is not None:
-            yield Fact(FactKind.VERSION, m.group(1))
+        version, v1 = m.group(1), "V1 LLM engine" in m.group(0)
+        if version is not None:
+            yield Fact(FactKind.VERSION, version)
         yield Fact(FactKind.ENGINE_CONFIG, _plain_quotes(m.group(2)))
         if device := _DEVICE_CONFIG.search(m.group(2), 0, 20_000):
             yield Fact(FactKind.PLATFORM, _DEVICE_PLATFORMS[device.group(1)])
-        if "V1 LLM engine" not in m.group(0):
-            yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
-        yield Fact(FactKind.GENERATION, "V1" if "V1 LLM engine" in m.group(0) else "V0")
     elif (m := _ENGINE_HEAD.search(msg)) is not None and _cut_engine_line(msg[m.end():]):
         # the line cut before its config: the engine it names all the same
-        if m.group(2) is not None:
-            yield Fact(FactKind.VERSION, m.group(2))
-        if m.group(1) != "V1 ":
-            yield Fact(FactKind.MODEL_RUNNER, None)
-        yield Fact(FactKind.GENERATION, "V1" if m.group(1) == "V1 " else "V0")
+        version, v1 = m.group(2), m.group(1) == "V1 "
+        if version is not None:
+            yield Fact(FactKind.VERSION, version)
+    else:
+        return
+    if not v1:
+        yield Fact(FactKind.MODEL_RUNNER, None)  # the V0 engine: no model runner version to name
+    yield Fact(FactKind.GENERATION, "V1" if v1 else "V0")
 
 
 def _non_default(msg: str) -> str | None:

@@ -104,7 +104,7 @@ class AuditWorker(AuditMixin, Worker):
         checked back to where it was (what is left is reported, never hidden)."""
         probe = self._kva_seq.probe
         pair = lambda r: (r.reserved_bytes, r.device_used_bytes)  # noqa: E731
-        with gc_sections.section("graph measurement", note, torch.cuda.memory_allocated):
+        with gc_sections.section("graph measurement", note, self._kva_allocated_reader()):
             probe.settle()
             resident = pair(probe.read(pools=False))
             pools_before = probe.pool_segments()
@@ -143,7 +143,7 @@ class AuditWorker(AuditMixin, Worker):
         probe = self._kva_seq.probe
         out: dict[str, Any] = {"query_tokens": query, "context_tokens": context, "error": None}
         start = time.perf_counter()
-        with gc_sections.section("long-prefill probe", handle.note, torch.cuda.memory_allocated):
+        with gc_sections.section("long-prefill probe", handle.note, self._kva_allocated_reader()):
             try:
                 probe.settle()
                 with adapter.minimal_kv_cache(self, adapter.warmup_blocks(self.model_runner)):
